@@ -1,0 +1,19 @@
+// Package netnstest creates throwaway network namespaces and veth pairs for
+// tests, using rtnetlink (vishvananda/netlink) rather than the ip(8) tool.
+//
+// Everything a test creates is removed by t.Cleanup, also when the test fails.
+// Namespaces are anonymous by default: they live only as long as this process
+// holds a handle to them (or a process runs inside), so a test binary killed
+// by SIGKILL leaks nothing. NewNamed additionally registers the namespace under
+// /run/netns so that ip-netns(8) and shell tools can enter it; that mount is
+// removed by cleanup but survives a SIGKILL of the test process.
+//
+// Code runs inside a namespace with NS.Do, which switches the calling
+// goroutine's locked OS thread into the namespace and back. Subprocesses are
+// started with NS.Start, which forks from such a thread: the child inherits
+// the network namespace but, unlike "ip netns exec", keeps the parent's mount
+// namespace, so /sys/class/net in the child still shows the original
+// namespace (/proc/self/net is correct).
+//
+// The root network namespace is never modified.
+package netnstest
