@@ -1,0 +1,363 @@
+package xdp_test
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/goroce/goroce/xdp"
+)
+
+// receiver collects and checks test frames arriving on one socket.
+type receiver struct {
+	t      testing.TB
+	s      *xdp.Socket
+	descs  []xdp.Desc
+	buf    []byte // assembly space for multi-buffer frames
+	want   []byte // expected frame
+	src    []byte // MAC the frames come from
+	next   uint32 // expected sequence number
+	got    int
+	bytes  int
+	multi  int // frames that arrived in more than one descriptor
+	others int // frames that were not ours (IPv6 autoconfiguration etc.)
+}
+
+func newReceiver(t testing.TB, s *xdp.Socket, src []byte) *receiver {
+	return &receiver{t: t, s: s, src: src, descs: make([]xdp.Desc, 256), buf: make([]byte, 16384), want: make([]byte, 16384)}
+}
+
+// until receives until total frames have arrived or the timeout passes.
+func (r *receiver) until(total int, timeout time.Duration) {
+	r.t.Helper()
+	deadline := time.Now().Add(timeout)
+	for r.got < total {
+		n := r.s.Receive(r.descs)
+		if n == 0 {
+			if time.Now().After(deadline) {
+				st, _ := r.s.Stats()
+				r.t.Fatalf("received %d of %d frames before timeout; stats %+v", r.got, total, st)
+			}
+			if _, err := r.s.Poll(unix.POLLIN, 10); err != nil {
+				r.t.Fatal(err)
+			}
+			continue
+		}
+		for i := 0; i < n; {
+			var f []byte
+			used := 1
+			if !r.descs[i].More() {
+				f = r.s.Frame(r.descs[i])
+				if f == nil {
+					r.t.Fatalf("descriptor %+v outside UMEM", r.descs[i])
+				}
+			} else {
+				l, u, err := r.s.CopyFrame(r.buf, r.descs[i:n])
+				if err != nil {
+					r.t.Fatalf("assembling multi-buffer frame: %v", err)
+				}
+				f, used = r.buf[:l], u
+				r.multi++
+			}
+			i += used
+			r.check(f)
+		}
+		if rel := r.s.Release(r.descs[:n]); rel != n {
+			r.t.Fatalf("released %d of %d descriptors", rel, n)
+		}
+	}
+}
+
+func (r *receiver) check(f []byte) {
+	r.t.Helper()
+	if len(f) < 22 || binary.BigEndian.Uint16(f[12:14]) != testEtherType {
+		r.others++
+		return
+	}
+	seq := binary.BigEndian.Uint32(f[14:18])
+	if seq != r.next {
+		r.t.Fatalf("frame %d arrived, want %d", seq, r.next)
+	}
+	want := r.want[:len(f)]
+	fillFrame(want, f[0:6], r.src, seq)
+	if int(binary.BigEndian.Uint32(f[18:22])) != len(f) || !bytes.Equal(f, want) {
+		r.t.Fatalf("frame %d (%d bytes) differs from what was sent", seq, len(f))
+	}
+	r.next++
+	r.got++
+	r.bytes += len(f)
+}
+
+// cross sends total frames of up to maxLen bytes from one side to the other
+// in batches and checks each byte on arrival.
+func cross(t testing.TB, from, to *side, total, maxLen, batch int) (frames, nbytes, multi int, d time.Duration) {
+	t.Helper()
+	bufs := make([][]byte, batch)
+	for i := range bufs {
+		bufs[i] = make([]byte, maxLen)
+	}
+	r := newReceiver(t, to.sock, from.mac)
+	start := time.Now()
+	seq := uint32(0)
+	for sent := 0; sent < total; {
+		k := min(batch, total-sent)
+		for i := 0; i < k; i++ {
+			l := frameLen(seq+uint32(i), maxLen)
+			bufs[i] = bufs[i][:l]
+			fillFrame(bufs[i], to.mac, from.mac, seq+uint32(i))
+		}
+		for off := 0; off < k; {
+			n, err := from.sock.Transmit(bufs[off:k])
+			if err != nil {
+				t.Fatalf("transmit: %v", err)
+			}
+			off += n
+			if n == 0 {
+				if _, err := from.sock.Complete(); err != nil {
+					t.Fatal(err)
+				}
+				r.until(sent+off, 5*time.Second) // let the peer drain
+			}
+		}
+		sent += k
+		seq += uint32(k)
+		r.until(sent, 5*time.Second)
+	}
+	return r.got, r.bytes, r.multi, time.Since(start)
+}
+
+func TestCrossVeth(t *testing.T) {
+	for _, tc := range []struct {
+		mtu, frameSize, total int
+	}{
+		{1500, 2048, 20000},
+		{3000, 4096, 20000},
+	} {
+		t.Run(fmt.Sprintf("mtu%d-frame%d", tc.mtu, tc.frameSize), func(t *testing.T) {
+			a, b := newPair(t, tc.mtu, xdp.Config{UMEMConfig: xdp.UMEMConfig{FrameSize: tc.frameSize}})
+			t.Logf("zero-copy %v, need_wakeup %v", a.sock.ZeroCopy(), a.sock.NeedWakeup())
+			if zc, err := a.sock.KernelZeroCopy(); err != nil || zc {
+				t.Errorf("XDP_OPTIONS on veth: zero-copy %v, %v; want copy mode", zc, err)
+			}
+			maxLen := tc.mtu + 14
+			for _, dir := range []struct {
+				name     string
+				from, to *side
+			}{{"A->B", a, b}, {"B->A", b, a}} {
+				n, nb, _, d := cross(t, dir.from, dir.to, tc.total, maxLen, 64)
+				t.Logf("%s: %d frames, %d bytes byte-exact in %v (%.0f frames/s, %.1f MB/s)",
+					dir.name, n, nb, d.Round(time.Millisecond), float64(n)/d.Seconds(), float64(nb)/d.Seconds()/1e6)
+			}
+			st, err := b.sock.Stats()
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("B stats %+v", st)
+		})
+	}
+}
+
+func TestMultibuffer(t *testing.T) {
+	for _, fs := range []int{4096, 2048} {
+		t.Run(fmt.Sprintf("frame%d", fs), func(t *testing.T) {
+			a, b := newPair(t, 9000, xdp.Config{UMEMConfig: xdp.UMEMConfig{FrameSize: fs}, Multibuffer: true})
+			if !a.sock.Multibuffer() {
+				t.Fatal("socket not in multi-buffer mode")
+			}
+			// A 4096-MTU RoCE frame first: 4170 bytes.
+			for _, dir := range []struct{ from, to *side }{{a, b}, {b, a}} {
+				frame := make([]byte, 4170)
+				fillFrame(frame, dir.to.mac, dir.from.mac, 0)
+				if n, err := dir.from.sock.Transmit([][]byte{frame}); n != 1 || err != nil {
+					t.Fatalf("transmit 4170 bytes: %d, %v", n, err)
+				}
+				r := newReceiver(t, dir.to.sock, dir.from.mac)
+				r.until(1, 5*time.Second)
+				if r.multi != 1 || r.bytes != 4170 {
+					t.Fatalf("4170-byte frame: %d multi-buffer, %d bytes", r.multi, r.bytes)
+				}
+			}
+			n, nb, multi, d := cross(t, a, b, 5000, 9014, 32)
+			t.Logf("A->B %d frames (%d in several chunks), %d bytes in %v", n, multi, nb, d.Round(time.Millisecond))
+			if multi == 0 {
+				t.Error("no frame needed several chunks")
+			}
+			n, nb, multi, d = cross(t, b, a, 5000, 9014, 32)
+			t.Logf("B->A %d frames (%d in several chunks), %d bytes in %v", n, multi, nb, d.Round(time.Millisecond))
+		})
+	}
+}
+
+func TestFrameTooLargeWithoutSG(t *testing.T) {
+	a, _ := newPair(t, 3000, xdp.Config{UMEMConfig: xdp.UMEMConfig{FrameSize: 4096}, Mode: xdp.ModeCopy})
+	n, err := a.sock.Transmit([][]byte{make([]byte, 100), make([]byte, 4170)})
+	if n != 1 || !errors.Is(err, xdp.ErrFrameTooLarge) {
+		t.Fatalf("Transmit(100, 4170 bytes) without SG = %d, %v; want 1, ErrFrameTooLarge", n, err)
+	}
+	t.Log(err)
+	if n, err := a.sock.Transmit([][]byte{{}}); n != 0 || !errors.Is(err, xdp.ErrEmptyFrame) {
+		t.Fatalf("Transmit(empty) = %d, %v", n, err)
+	}
+	if a.sock.Frame(xdp.Desc{Addr: 1 << 40, Len: 10}) != nil || a.sock.Frame(xdp.Desc{Addr: 4000, Len: 200}) != nil {
+		t.Fatal("Frame accepted a descriptor outside the UMEM or across a chunk")
+	}
+}
+
+func TestStats(t *testing.T) {
+	t.Run("rx_ring_full", func(t *testing.T) {
+		// 16 receive chunks but an RX ring of 4: the ring fills first.
+		a, b := newPair(t, 1500, xdp.Config{UMEMConfig: xdp.UMEMConfig{NumFrames: 32}, RingSize: 4})
+		sendN(t, a, b, 20)
+		st := waitStats(t, b.sock, func(s xdp.Stats) bool { return s.RxRingFull > 0 })
+		t.Logf("stats %+v", st)
+	})
+	t.Run("fill_ring_empty", func(t *testing.T) {
+		// 4 receive chunks, never released: the fill ring runs dry.
+		a, b := newPair(t, 1500, xdp.Config{UMEMConfig: xdp.UMEMConfig{NumFrames: 8}, RingSize: 64})
+		sendN(t, a, b, 20)
+		st := waitStats(t, b.sock, func(s xdp.Stats) bool { return s.RxDropped > 0 && s.RxFillRingEmptyDescs > 0 })
+		t.Logf("stats %+v", st)
+	})
+}
+
+func sendN(t *testing.T, a, b *side, n int) {
+	f := make([]byte, 100)
+	for i := 0; i < n; i++ {
+		fillFrame(f, b.mac, a.mac, uint32(i))
+		for {
+			k, err := a.sock.Transmit([][]byte{f})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if k == 1 {
+				break
+			}
+			a.sock.Complete()
+			time.Sleep(time.Millisecond)
+		}
+	}
+}
+
+func waitStats(t *testing.T, s *xdp.Socket, ok func(xdp.Stats) bool) xdp.Stats {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		st, err := s.Stats()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ok(st) {
+			return st
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("counters did not move: %+v", st)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestNoAllocs guards the data path: a transmit batch, its reception and
+// release allocate nothing.
+func TestNoAllocs(t *testing.T) {
+	a, b := newPair(t, 1500, xdp.Config{UMEMConfig: xdp.UMEMConfig{FrameSize: 2048}})
+	const batch = 32
+	frames := make([][]byte, batch)
+	for i := range frames {
+		frames[i] = make([]byte, 1000)
+		fillFrame(frames[i], b.mac, a.mac, uint32(i))
+	}
+	descs := make([]xdp.Desc, batch)
+	sum := 0
+	cycle := func() {
+		for off := 0; off < batch; {
+			n, err := a.sock.Transmit(frames[off:])
+			if err != nil {
+				t.Fatal(err)
+			}
+			off += n
+			if n == 0 {
+				a.sock.Complete()
+			}
+		}
+		for got := 0; got < batch; {
+			n := b.sock.Receive(descs)
+			if n == 0 {
+				b.sock.Poll(unix.POLLIN, 100)
+				continue
+			}
+			for _, d := range descs[:n] {
+				f := b.sock.Frame(d)
+				if len(f) == 1000 && binary.BigEndian.Uint16(f[12:14]) == testEtherType {
+					got++
+					sum += int(f[100])
+				}
+			}
+			b.sock.Release(descs[:n])
+		}
+	}
+	cycle() // warm up
+	if allocs := testing.AllocsPerRun(200, cycle); allocs != 0 {
+		t.Fatalf("%v allocations per TX+RX batch cycle, want 0", allocs)
+	}
+}
+
+func TestBadInput(t *testing.T) {
+	a, _ := newPair(t, 1500, xdp.Config{})
+	err := a.ns.Do(func() error {
+		if _, err := xdp.Open("nosuchif0", 0, xdp.Config{}); !errors.Is(err, xdp.ErrNoSuchInterface) {
+			return fmt.Errorf("Open(nosuchif0) = %v, want ErrNoSuchInterface", err)
+		}
+		for _, q := range []int{1, 64, -1} {
+			_, err := xdp.Open(a.veth.Name, q, xdp.Config{})
+			var qe *xdp.QueueRangeError
+			if !errors.Is(err, xdp.ErrQueueOutOfRange) || !errors.As(err, &qe) {
+				return fmt.Errorf("Open(queue %d) = %v, want ErrQueueOutOfRange", q, err)
+			}
+			t.Log(err)
+		}
+		if _, err := xdp.Open(a.veth.Name, 0, xdp.Config{UMEMConfig: xdp.UMEMConfig{FrameSize: 3000}}); !errors.Is(err, xdp.ErrBadConfig) {
+			return fmt.Errorf("frame size 3000: %v", err)
+		}
+		if _, err := xdp.Open(a.veth.Name, 0, xdp.Config{RingSize: 100}); !errors.Is(err, xdp.ErrBadConfig) {
+			return fmt.Errorf("ring size 100: %v", err)
+		}
+		// The queue is taken by the side's socket.
+		if s, err := xdp.Open(a.veth.Name, 0, xdp.Config{}); err == nil {
+			s.Close()
+			return errors.New("second socket on a busy queue was accepted")
+		} else {
+			t.Log(err)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.sock.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.sock.Close(); !errors.Is(err, xdp.ErrClosed) {
+		t.Fatalf("second Close = %v, want ErrClosed", err)
+	}
+	if _, err := a.sock.Transmit([][]byte{make([]byte, 60)}); !errors.Is(err, xdp.ErrClosed) {
+		t.Fatalf("Transmit after Close = %v", err)
+	}
+	if n := a.sock.Receive(make([]xdp.Desc, 4)); n != 0 {
+		t.Fatal("Receive after Close returned frames")
+	}
+}
+
+func TestFeatureError(t *testing.T) {
+	err := error(&xdp.FeatureError{Feature: "AF_XDP multi-buffer (XDP_USE_SG)", MinVersion: "6.6", Err: unix.EINVAL})
+	if !errors.Is(err, xdp.ErrNotSupported) || !errors.Is(err, unix.EINVAL) {
+		t.Fatal("FeatureError does not match ErrNotSupported and its errno")
+	}
+	if want := "AF_XDP multi-buffer (XDP_USE_SG) not supported (requires Linux >= 6.6): invalid argument"; err.Error() != want {
+		t.Fatalf("%q, want %q", err.Error(), want)
+	}
+}
