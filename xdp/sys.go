@@ -1,7 +1,7 @@
 package xdp
 
 import (
-		"fmt"
+	"fmt"
 	"net"
 	"os"
 	"path/filepath"
