@@ -1,0 +1,296 @@
+package ib
+
+import "encoding/binary"
+
+// Packet holds views of every header of one decoded RoCEv2 packet. All
+// slices alias the decoded buffer; headers the packet does not carry are nil.
+type Packet struct {
+	Eth  Ethernet
+	VLAN VLANTag // nil if untagged
+	IPv4 IPv4    // exactly one of IPv4/IPv6 is set by Parse; neither by ParseIB
+	IPv6 IPv6
+	UDP  UDP
+
+	BTH          BTH
+	RDETH        RDETH
+	DETH         DETH
+	RETH         RETH
+	AtomicETH    AtomicETH
+	AETH         AETH
+	AtomicAckETH AtomicAckETH
+	ImmDt        ImmDt
+	IETH         IETH
+	FETH         FETH
+	XRCETH       XRCETH
+	CNPReserved  []byte
+
+	Payload []byte // data only, pad excluded
+	Pad     []byte
+	ICRC    []byte
+
+	// IB is the whole IB packet, BTH through ICRC (the UDP payload).
+	IB []byte
+	// Info is the opcode table entry of BTH.Opcode().
+	Info OpcodeInfo
+
+	ip       []byte // IP header as transmitted
+	datagram []byte // UDP header through ICRC
+	err      ParseError
+}
+
+// Reset clears every view so the packet holds nothing.
+func (p *Packet) Reset() { *p = Packet{} }
+
+// fail resets p, records a parse error in it and reports false; Parse returns a pointer
+// to the recorded error so that rejecting a packet does not allocate.
+func (p *Packet) fail(layer string, off int, err error, reason string) bool {
+	*p = Packet{err: ParseError{Layer: layer, Offset: off, Err: err, Reason: reason}}
+	return false
+}
+
+// Parse decodes a whole Ethernet frame (optionally with one 802.1Q tag,
+// IPv4 without options or IPv6 without extension headers, UDP to port 4791)
+// into p. Lengths come from the IP and UDP length fields; bytes after the IP
+// datagram (Ethernet padding) are ignored. Parse does not verify the ICRC
+// (use p.VerifyICRC), the IPv4 header checksum or a UDP checksum: the ICRC
+// covers every field those protect that matters to the transport.
+//
+// On failure p is reset and the error is a *ParseError stored inside p, valid
+// until p is next used; Parse never allocates.
+func Parse(frame []byte, p *Packet) error {
+	if !p.parse(frame) {
+		return &p.err
+	}
+	return nil
+}
+
+// ParseIB decodes an IB packet, BTH through ICRC (a RoCEv2 UDP payload as a
+// kernel UDP socket delivers it), into p. The encapsulation views and the
+// ICRC check are unavailable; compute the ICRC with ICRC if the IP header is
+// known. Errors are as for Parse, with offsets relative to b.
+func ParseIB(b []byte, p *Packet) error {
+	p.Reset()
+	if !p.parseIB(b, 0) {
+		return &p.err
+	}
+	return nil
+}
+
+func (p *Packet) parse(frame []byte) bool {
+	p.Reset()
+	if len(frame) < EthernetSize {
+		return p.fail("ethernet", 0, ErrTruncated, "frame shorter than Ethernet header")
+	}
+	p.Eth = Ethernet(frame[:EthernetSize:EthernetSize])
+	off := EthernetSize
+	et := p.Eth.EtherType()
+	if et == EtherTypeVLAN {
+		if len(frame) < off+VLANTagSize {
+			return p.fail("vlan", off, ErrTruncated, "frame shorter than VLAN tag")
+		}
+		p.VLAN = VLANTag(frame[off : off+VLANTagSize : off+VLANTagSize])
+		et = p.VLAN.EtherType()
+		off += VLANTagSize
+		if et == EtherTypeVLAN || et == EtherTypeQinQ {
+			return p.fail("vlan", off-2, ErrUnsupported, "stacked VLAN tags")
+		}
+	}
+	var end int // end of the UDP datagram within frame
+	switch et {
+	case EtherTypeIPv4:
+		if len(frame) < off+IPv4Size {
+			return p.fail("ipv4", off, ErrTruncated, "frame shorter than IPv4 header")
+		}
+		ip := IPv4(frame[off : off+IPv4Size : off+IPv4Size])
+		if ip.Version() != ipv4Version {
+			return p.fail("ipv4", off, ErrMalformed, "IP version is not 4")
+		}
+		if ihl := ip.HeaderLength(); ihl < IPv4Size {
+			return p.fail("ipv4", off, ErrMalformed, "IHL below 5")
+		} else if ihl > IPv4Size {
+			return p.fail("ipv4", off, ErrUnsupported, "IPv4 options")
+		}
+		tl := int(ip.TotalLength())
+		if tl < IPv4Size+UDPSize {
+			return p.fail("ipv4", off+ipv4TotalLen, ErrMalformed, "total length too small for IPv4 and UDP headers")
+		}
+		if tl > len(frame)-off {
+			return p.fail("ipv4", off+ipv4TotalLen, ErrTruncated, "total length beyond end of frame")
+		}
+		if ip.MoreFragments() || ip.FragmentOffset() != 0 {
+			return p.fail("ipv4", off+ipv4FlagsOff, ErrUnsupported, "IP fragment")
+		}
+		if ip.Protocol() != IPProtocolUDP {
+			return p.fail("ipv4", off+ipv4Proto, ErrUnsupported, "protocol is not UDP")
+		}
+		p.IPv4 = ip
+		p.ip = frame[off : off+IPv4Size : off+IPv4Size]
+		end = off + tl
+		off += IPv4Size
+	case EtherTypeIPv6:
+		if len(frame) < off+IPv6Size {
+			return p.fail("ipv6", off, ErrTruncated, "frame shorter than IPv6 header")
+		}
+		ip := IPv6(frame[off : off+IPv6Size : off+IPv6Size])
+		if ip.Version() != ipv6Version {
+			return p.fail("ipv6", off, ErrMalformed, "IP version is not 6")
+		}
+		if ip.NextHeader() != IPProtocolUDP {
+			return p.fail("ipv6", off+ipv6Next, ErrUnsupported, "next header is not UDP")
+		}
+		pl := int(ip.PayloadLength())
+		if pl < UDPSize {
+			return p.fail("ipv6", off+ipv6PayLen, ErrMalformed, "payload length too small for UDP header")
+		}
+		if pl > len(frame)-off-IPv6Size {
+			return p.fail("ipv6", off+ipv6PayLen, ErrTruncated, "payload length beyond end of frame")
+		}
+		p.IPv6 = ip
+		p.ip = frame[off : off+IPv6Size : off+IPv6Size]
+		end = off + IPv6Size + pl
+		off += IPv6Size
+	default:
+		return p.fail("ethernet", off-2, ErrUnsupported, "EtherType is not IPv4 or IPv6")
+	}
+	// The IP layer guarantees UDPSize bytes here.
+	udp := UDP(frame[off : off+UDPSize : off+UDPSize])
+	if udp.DstPort() != RoCEv2Port {
+		return p.fail("udp", off+udpDst, ErrUnsupported, "destination port is not 4791")
+	}
+	ul := int(udp.Length())
+	if ul < UDPSize {
+		return p.fail("udp", off+udpLen, ErrMalformed, "length below 8")
+	}
+	if ul != end-off {
+		// A sender never produces this; both lengths are covered by the ICRC.
+		return p.fail("udp", off+udpLen, ErrMalformed, "length disagrees with IP length")
+	}
+	p.UDP = udp
+	p.datagram = frame[off:end:end]
+	return p.parseIB(frame[off+UDPSize:end:end], off+UDPSize)
+}
+
+// parseIB decodes BTH … ICRC from b; base is b's offset in the caller's input.
+func (p *Packet) parseIB(b []byte, base int) bool {
+	if len(b) < BTHSize {
+		return p.fail("bth", base, ErrTruncated, "shorter than BTH")
+	}
+	bth := BTH(b[:BTHSize:BTHSize])
+	if bth.TVer() != 0 {
+		return p.fail("bth", base+bthFlags, ErrUnsupported, "transport header version is not 0")
+	}
+	info := &opcodeTable[bth.Opcode()]
+	if !info.Valid {
+		return p.fail("bth", base+bthOpcode, ErrUnsupported, "undefined opcode")
+	}
+	for i, h := range HeaderOrder {
+		if info.Headers&h == 0 {
+			continue
+		}
+		o := int(info.offsets[i])
+		e := o + h.Size()
+		if e > len(b) {
+			return p.fail(h.Layer(), base+o, ErrTruncated, "no room for header the opcode requires")
+		}
+		v := b[o:e:e]
+		switch h {
+		case HdrRDETH:
+			p.RDETH = v
+		case HdrDETH:
+			p.DETH = v
+		case HdrRETH:
+			p.RETH = v
+		case HdrAtomicETH:
+			p.AtomicETH = v
+		case HdrAETH:
+			p.AETH = v
+		case HdrAtomicAckETH:
+			p.AtomicAckETH = v
+		case HdrImmDt:
+			p.ImmDt = v
+		case HdrIETH:
+			p.IETH = v
+		case HdrFETH:
+			p.FETH = v
+		case HdrXRCETH:
+			p.XRCETH = v
+		case HdrCNPReserved:
+			p.CNPReserved = v
+		}
+	}
+	hl := info.HeaderLen
+	if len(b)-hl < ICRCSize {
+		return p.fail("icrc", base+hl, ErrTruncated, "no room for ICRC")
+	}
+	rest := len(b) - hl - ICRCSize // payload + pad
+	pad := int(bth.PadCount())
+	if !info.Payload && rest != 0 {
+		return p.fail("payload", base+hl, ErrMalformed, "data after headers of an opcode without payload")
+	}
+	if pad > rest {
+		return p.fail("bth", base+bthFlags, ErrMalformed, "pad count beyond payload")
+	}
+	dataEnd := hl + rest - pad
+	icrc := len(b) - ICRCSize
+	p.BTH = bth
+	p.Payload = b[hl:dataEnd:dataEnd]
+	p.Pad = b[dataEnd:icrc:icrc]
+	p.ICRC = b[icrc:len(b):len(b)]
+	p.IB = b
+	p.Info = *info
+	return true
+}
+
+// VerifyICRC checks the ICRC of a packet decoded by Parse. It returns
+// ErrBadICRC on mismatch and a *ParseError if p holds no IP header (ParseIB).
+func (p *Packet) VerifyICRC() error {
+	if p.ip == nil || len(p.datagram) < UDPSize+BTHSize+ICRCSize {
+		return errNoIP
+	}
+	n := len(p.datagram) - ICRCSize
+	if ICRC(p.ip, p.datagram[:n]) != binary.LittleEndian.Uint32(p.datagram[n:]) {
+		return ErrBadICRC
+	}
+	return nil
+}
+
+// ComputeICRC returns the ICRC the packet decoded by Parse should carry
+// (0 if p holds no IP header).
+func (p *Packet) ComputeICRC() uint32 {
+	if p.ip == nil || len(p.datagram) < UDPSize+ICRCSize {
+		return 0
+	}
+	return ICRC(p.ip, p.datagram[:len(p.datagram)-ICRCSize])
+}
+
+// UDPChecksumValid reports whether the UDP checksum is absent (zero) or correct.
+func (p *Packet) UDPChecksumValid() bool {
+	if p.UDP == nil || p.UDP.Checksum() == 0 {
+		return true
+	}
+	return UDPChecksum(p.ip, p.datagram) == p.UDP.Checksum()
+}
+
+// SetFrameICRC computes the ICRC of a complete frame and writes it into the
+// frame's last four IB bytes. It fails if the frame does not parse.
+func SetFrameICRC(frame []byte) error {
+	var p Packet
+	if !p.parse(frame) {
+		e := p.err
+		return &e
+	}
+	n := len(p.datagram) - ICRCSize
+	PutICRC(p.datagram[n:], ICRC(p.ip, p.datagram[:n]))
+	return nil
+}
+
+// VerifyFrameICRC parses frame and checks its ICRC: nil, ErrBadICRC, or the
+// *ParseError that rejected the frame.
+func VerifyFrameICRC(frame []byte) error {
+	var p Packet
+	if !p.parse(frame) {
+		e := p.err
+		return &e
+	}
+	return p.VerifyICRC()
+}
