@@ -1,0 +1,52 @@
+# goroce: make test runs everything CI runs. Root is needed for the netns, XDP and qemu tests;
+# without it those tests skip and say why.
+GO        ?= go
+FUZZTIME  ?= 10s
+TIMEOUT   ?= 60m
+# Every package except the qemu interop suite, which runs on its own so that its guests do not
+# compete with the rest for the two cores.
+UNIT_PKGS  = $$($(GO) list ./... | grep -v /interop)
+INTEROP_PKGS = $$($(GO) list ./interop/... 2>/dev/null)
+
+.PHONY: all build test unit interop bench fuzz lint lint-fast fmt demo clean
+
+all: build test
+
+build:
+	$(GO) build ./...
+
+## test: build, vet, every unit and netns test, then the rxe interop suite.
+test: build
+	$(GO) vet ./...
+	$(GO) test -count=1 -timeout $(TIMEOUT) $(UNIT_PKGS)
+	@if [ -n "$(INTEROP_PKGS)" ]; then $(GO) test -count=1 -timeout $(TIMEOUT) -v $(INTEROP_PKGS); fi
+
+unit:
+	$(GO) test -count=1 -timeout $(TIMEOUT) $(UNIT_PKGS)
+
+## interop: only the tests against real rdma_rxe peers in qemu guests.
+interop:
+	$(GO) test -count=1 -timeout $(TIMEOUT) -v $(INTEROP_PKGS)
+
+## bench: Go benchmarks of every package, then the side-by-side link table (see bench/README.md).
+bench:
+	$(GO) test -run '^$$' -bench . -benchmem $$($(GO) list ./... | grep -v /interop)
+
+## fuzz: every Fuzz target in the tree for FUZZTIME each.
+fuzz:
+	@scripts/fuzz-all $(FUZZTIME)
+
+## lint: gofmt, go vet, staticcheck.
+lint: lint-fast
+	$(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2 ./...
+
+## lint-fast: gofmt and go vet only (what CI checks before the tests).
+lint-fast:
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	$(GO) vet ./...
+
+fmt:
+	gofmt -w $$(git ls-files '*.go')
+
+clean:
+	rm -rf bin
