@@ -3,12 +3,15 @@ package xdp
 import (
 	"errors"
 	"fmt"
+
+	"github.com/cilium/ebpf"
 )
 
 var (
 	// ErrNotSupported is matched by errors reporting a kernel feature that
-	// is missing; see FeatureError.
-	ErrNotSupported = errors.New("not supported")
+	// is missing; see FeatureError. It is cilium/ebpf's sentinel, so one
+	// check covers the XDP program and the socket.
+	ErrNotSupported = ebpf.ErrNotSupported
 	// ErrNoSuchInterface is returned when the named interface does not exist
 	// in the caller's network namespace.
 	ErrNoSuchInterface = errors.New("xdp: no such network interface")
