@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"strings"
 	"sync"
 
 	"github.com/cilium/ebpf"
@@ -110,8 +111,7 @@ func (p *Program) Attach(ifindex int, mode AttachMode) (*Attachment, error) {
 	if err != nil {
 		return nil, err
 	}
-	name := l.Attrs().Name
-	var msg string
+	var errs modeErrors
 	for _, m := range modes {
 		a, err := p.attachMode(l, m)
 		if err == nil {
@@ -119,21 +119,43 @@ func (p *Program) Attach(ifindex int, mode AttachMode) (*Attachment, error) {
 			return a, nil
 		}
 		if errors.Is(err, ErrBusy) || errors.Is(err, ErrPermission) {
-			return nil, fmt.Errorf("bpf: attach to %s (ifindex %d): %w", name, ifindex, err)
+			return nil, err
 		}
-		if msg != "" {
-			msg += "; "
-		}
-		msg += fmt.Sprintf("%v mode: %v", m, err)
-		if mode == AttachAuto && m == AttachDriver {
-			continue
-		}
-		var unsup *UnsupportedError
-		if errors.As(err, &unsup) && len(modes) == 1 {
-			return nil, fmt.Errorf("bpf: attach to %s (ifindex %d): %w", name, ifindex, err)
-		}
+		errs = append(errs, &modeError{m, err})
 	}
-	return nil, fmt.Errorf("bpf: attach to %s (ifindex %d): %s", name, ifindex, msg)
+	return nil, fmt.Errorf("bpf: attach to %s (ifindex %d): %w", l.Attrs().Name, ifindex, errs)
+}
+
+// modeError is why attaching in one mode failed.
+type modeError struct {
+	mode AttachMode
+	err  error
+}
+
+func (e *modeError) Error() string { return fmt.Sprintf("%v mode: %v", e.mode, e.err) }
+func (e *modeError) Unwrap() error { return e.err }
+
+// modeErrors lists the failure of each mode tried, keeping them all
+// visible to errors.Is and errors.As.
+type modeErrors []*modeError
+
+func (es modeErrors) Error() string {
+	var b strings.Builder
+	for i, e := range es {
+		if i > 0 {
+			b.WriteString("; ")
+		}
+		b.WriteString(e.Error())
+	}
+	return b.String()
+}
+
+func (es modeErrors) Unwrap() []error {
+	out := make([]error, len(es))
+	for i, e := range es {
+		out[i] = e
+	}
+	return out
 }
 
 func linkByIndex(ifindex int) (netlink.Link, error) {
@@ -163,7 +185,7 @@ func (p *Program) attachMode(l netlink.Link, m AttachMode) (*Attachment, error) 
 		if err == nil {
 			return &Attachment{p: p, ifindex: ifindex, mode: m, lnk: lk}, nil
 		}
-		if e := p.classify(ifindex, m, err); e != nil {
+		if e := p.classify(l, m, err); e != nil {
 			return nil, e
 		}
 		// No bpf_link for XDP: ErrNotSupported before 5.7, EINVAL on 5.7
@@ -176,7 +198,7 @@ func (p *Program) attachMode(l netlink.Link, m AttachMode) (*Attachment, error) 
 	}
 	err = netlink.LinkSetXdpFdWithFlags(l, p.prog.FD(), nlflags|unix.XDP_FLAGS_UPDATE_IF_NOEXIST)
 	if err != nil {
-		if e := p.classify(ifindex, m, err); e != nil {
+		if e := p.classify(l, m, err); e != nil {
 			return nil, e
 		}
 		if linkErr != nil {
@@ -194,16 +216,17 @@ func (p *Program) attachMode(l netlink.Link, m AttachMode) (*Attachment, error) 
 
 // classify turns the attach errors that have a clear cause into typed
 // errors, and returns nil for those that call for the netlink fallback.
-func (p *Program) classify(ifindex int, m AttachMode, err error) error {
+func (p *Program) classify(l netlink.Link, m AttachMode, err error) error {
+	name, ifindex := l.Attrs().Name, l.Attrs().Index
 	switch {
 	case errors.Is(err, unix.EBUSY), errors.Is(err, unix.EEXIST):
 		info, ierr := Attached(ifindex)
 		if ierr == nil && info.Attached {
-			return fmt.Errorf("%w (program id %d %q, %v mode)", ErrBusy, info.ProgramID, info.Name, info.Mode)
+			return fmt.Errorf("%w: %s (ifindex %d) runs program id %d %q in %v mode", ErrBusy, name, ifindex, info.ProgramID, info.Name, info.Mode)
 		}
-		return fmt.Errorf("%w: %v", ErrBusy, err)
+		return fmt.Errorf("%w: %s (ifindex %d): %v", ErrBusy, name, ifindex, err)
 	case errors.Is(err, unix.EPERM), errors.Is(err, unix.EACCES):
-		return fmt.Errorf("%w: %v", ErrPermission, err)
+		return fmt.Errorf("%w: attach to %s (ifindex %d): %v", ErrPermission, name, ifindex, err)
 	case errors.Is(err, ebpf.ErrNotSupported), errors.Is(err, unix.EINVAL):
 		return nil
 	case errors.Is(err, unix.ERANGE) && m == AttachDriver && !p.opts.Frags:
