@@ -29,10 +29,10 @@ func TestPSN(t *testing.T) {
 		{0, 0xffffff, 1},  // across the wrap
 		{0xffffff, 0, -1}, // across the wrap
 		{2, 0xfffffe, 4},
-		{0x7fffff, 0, 0x7fffff},                  // half space − 1 ahead: later
-		{0x800000, 0, -0x800000},                 // exactly half: earlier
-		{0, 0x800000, -0x800000},                 // symmetric case is also "earlier"
-		{0x800001, 0, -0x7fffff},                 // more than half ahead means behind
+		{0x7fffff, 0, 0x7fffff},  // half space − 1 ahead: later
+		{0x800000, 0, -0x800000}, // exactly half: earlier
+		{0, 0x800000, -0x800000}, // symmetric case is also "earlier"
+		{0x800001, 0, -0x7fffff}, // more than half ahead means behind
 		{0x123456, 0x123456 + 0x100, -0x100},
 	}
 	for _, c := range cases {

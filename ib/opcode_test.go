@@ -157,7 +157,7 @@ func fullSpec(op Opcode, v6, vlan bool, n int) *FrameSpec {
 	s := &FrameSpec{
 		SrcMAC: [6]byte{2, 0, 0, 0, 0, 0xa}, DstMAC: [6]byte{2, 0, 0, 0, 0, 0xb},
 		VLAN: vlan,
-		Src: netip.MustParseAddr("10.0.0.1"), Dst: netip.MustParseAddr("10.0.0.2"),
+		Src:  netip.MustParseAddr("10.0.0.1"), Dst: netip.MustParseAddr("10.0.0.2"),
 		TrafficClass: 0x68, HopLimit: 64, IPID: 0xbeef, DontFragment: true,
 		SrcPort: RXESourcePort(uint32(op) + 17),
 		BTH: BTHFields{Opcode: op, Solicited: true, MigReq: true, PKey: 0x8001, FECN: true, BECN: true,
