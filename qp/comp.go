@@ -1,0 +1,311 @@
+package qp
+
+import (
+	"encoding/binary"
+	"time"
+
+	"github.com/goroce/goroce/ib"
+)
+
+// completer processes ACKs, NAKs, read responses and atomic ACKs at the
+// requester side (rxe_comp.c).
+type completer struct {
+	psn          ib.PSN // first unacknowledged PSN
+	retryCnt     uint8
+	rnrRetry     uint8
+	startedRetry bool
+	retryFrom    ib.PSN // comp.psn when the current retry started
+	armed        bool   // retransmit timer
+	deadline     time.Duration
+}
+
+// complete handles one response packet on an RC QP.
+func (q *QP) complete(p *ib.Packet, now time.Duration) error {
+	if q.state != StateRTS && q.state != StateSQD {
+		return ErrNotReady
+	}
+	psn := p.BTH.PSN()
+	low := uint8(p.BTH.Opcode()) & 0x1F
+	// A response can only refer to something already sent.
+	if ib.PSNDiff(psn, q.req.maxPSN) >= 0 {
+		return ErrDropped
+	}
+	progress := false
+	// Responses past the oldest WQE acknowledge it (SEND/WRITE) or show that its
+	// response was lost (READ/atomic).
+	for q.sqHead != q.sqTail {
+		w := q.wqe(q.sqHead)
+		if !w.started || ib.PSNDiff(psn, w.lastPSN) <= 0 {
+			break
+		}
+		if isRdAtomicWR(w.op) {
+			q.retry(now, false, psn)
+			return nil
+		}
+		if ib.PSNDiff(w.lastPSN.Next(), q.comp.psn) > 0 {
+			q.comp.psn = w.lastPSN.Next()
+		}
+		q.completeHead(WCSuccess)
+		progress = true
+	}
+	err := q.completeOne(p, now, psn, low, &progress)
+	if q.state != StateRTS && q.state != StateSQD {
+		return err
+	}
+	if progress {
+		q.comp.retryCnt = q.attr.RetryCnt
+		q.comp.rnrRetry = q.attr.RNRRetry
+		q.comp.startedRetry = false
+		q.syncReq()
+		if ib.PSNDiff(q.req.maxPSN, q.comp.psn) > 0 && q.rto > 0 && !q.req.rnrWait {
+			q.comp.armed = true
+			q.comp.deadline = now + q.rto
+		} else if q.sqHead == q.sqTail || ib.PSNDiff(q.req.maxPSN, q.comp.psn) <= 0 {
+			q.comp.armed = false
+		}
+		q.e.schedule(q)
+	}
+	return err
+}
+
+func (q *QP) completeOne(p *ib.Packet, now time.Duration, psn ib.PSN, low uint8, progress *bool) error {
+	if q.sqHead == q.sqTail {
+		return ErrDropped
+	}
+	w := q.wqe(q.sqHead)
+	if !w.started {
+		return ErrDropped
+	}
+	d := ib.PSNDiff(psn, q.comp.psn)
+	if d < 0 {
+		return ErrDropped // already known
+	}
+	switch low {
+	case opReadRespFirst, opReadRespMiddle, opReadRespLast, opReadRespOnly:
+		if w.op != WRRDMARead {
+			q.completeHead(WCBadRespErr)
+			return ErrDropped
+		}
+		if d > 0 {
+			// A response packet is missing: go back and re-request from it.
+			q.retry(now, false, psn)
+			return ErrDropped
+		}
+		k := uint32(ib.PSNDiff(psn, w.firstPSN))
+		npk := uint32(ib.PSNDiff(w.lastPSN, w.firstPSN)) + 1
+		var want uint8
+		switch {
+		case npk == 1:
+			want = opReadRespOnly
+		case k == 0:
+			want = opReadRespFirst
+		case k == npk-1:
+			want = opReadRespLast
+		default:
+			want = opReadRespMiddle
+		}
+		if low != want {
+			return ErrDropped
+		}
+		if low != opReadRespMiddle {
+			if len(p.AETH) < ib.AETHSize {
+				return ErrBadHeader
+			}
+			if syn := p.AETH.Syndrome(); syn.Type() != ib.SyndromeACK {
+				q.completeHead(nakStatus(syn))
+				return nil
+			}
+		}
+		off := k * uint32(q.mtu)
+		if off > w.length {
+			return ErrDropped
+		}
+		if uint32(len(p.Payload)) != minU32(w.length-off, uint32(q.mtu)) {
+			return ErrDropped
+		}
+		if len(p.Payload) > 0 {
+			if st := q.e.copySGL(q.pd, w.sge, uint64(off), p.Payload, true); st != WCSuccess {
+				q.completeHead(st)
+				return nil
+			}
+		}
+		q.comp.psn = psn.Next()
+		*progress = true
+		if k == npk-1 {
+			q.completeHead(WCSuccess)
+		}
+		return nil
+
+	case opAtomicAck:
+		if !isAtomicWR(w.op) {
+			q.completeHead(WCBadRespErr)
+			return ErrDropped
+		}
+		if d != 0 || len(p.AETH) < ib.AETHSize || len(p.AtomicAckETH) < ib.AtomicAckETHSize {
+			return ErrDropped
+		}
+		if syn := p.AETH.Syndrome(); syn.Type() != ib.SyndromeACK {
+			q.completeHead(nakStatus(syn))
+			return nil
+		}
+		var v [8]byte
+		binary.NativeEndian.PutUint64(v[:], p.AtomicAckETH.Orig())
+		if st := q.e.copySGL(q.pd, w.sge, 0, v[:], true); st != WCSuccess {
+			q.completeHead(st)
+			return nil
+		}
+		q.comp.psn = psn.Next()
+		*progress = true
+		q.completeHead(WCSuccess)
+		return nil
+
+	case opAck:
+		if len(p.AETH) < ib.AETHSize {
+			return ErrBadHeader
+		}
+		syn := p.AETH.Syndrome()
+		switch syn.Type() {
+		case ib.SyndromeACK:
+			if isRdAtomicWR(w.op) {
+				return ErrDropped
+			}
+			q.comp.psn = psn.Next()
+			*progress = true
+			if psn == w.lastPSN {
+				q.completeHead(WCSuccess)
+			}
+			return nil
+		case ib.SyndromeRNRNAK:
+			q.e.stats.RNRNAKsRcvd++
+			if q.req.rnrWait {
+				return ErrDropped
+			}
+			if q.comp.rnrRetry == 0 {
+				q.completeHead(WCRNRRetryExcErr)
+				return nil
+			}
+			if q.comp.rnrRetry != 7 {
+				q.comp.rnrRetry--
+			}
+			q.comp.psn = psn
+			q.req.needRetry = true
+			q.req.rnrWait = true
+			q.req.rnrUntil = now + syn.RNRTimer().Duration()
+			q.comp.armed = false
+			return nil
+		case ib.SyndromeNAK:
+			switch syn.NAKCode() {
+			case ib.NAKPSNSequenceError:
+				q.e.stats.SeqNAKsRcvd++
+				if q.req.rnrWait {
+					return ErrDropped
+				}
+				from := q.comp.psn
+				if d > 0 {
+					q.comp.psn = psn
+				}
+				q.retryAt(now, false, psn, from)
+				return nil
+			default:
+				q.completeHead(nakStatus(syn))
+				return nil
+			}
+		}
+		return ErrDropped
+	}
+	return ErrDropped
+}
+
+// nakStatus maps a NAK syndrome to the requester's completion status.
+func nakStatus(syn ib.Syndrome) WCStatus {
+	if syn.Type() != ib.SyndromeNAK {
+		return WCBadRespErr
+	}
+	switch syn.NAKCode() {
+	case ib.NAKInvalidRequest:
+		return WCRemInvReqErr
+	case ib.NAKRemoteAccessError:
+		return WCRemAccessErr
+	default:
+		return WCRemOpErr
+	}
+}
+
+// completeHead completes the oldest send WQE; an error status moves the QP to
+// the error state.
+func (q *QP) completeHead(st WCStatus) {
+	w := q.wqe(q.sqHead)
+	q.postSendWC(w, st)
+	q.sqHead++
+	if st != WCSuccess {
+		q.toError()
+	}
+}
+
+// retry starts a go-back-N retransmission, once per episode unless the timer fired.
+func (q *QP) retry(now time.Duration, timer bool, psn ib.PSN) {
+	q.retryAt(now, timer, psn, q.comp.psn)
+}
+
+func (q *QP) retryAt(now time.Duration, timer bool, psn, from ib.PSN) {
+	if q.comp.startedRetry && !timer && ib.PSNDiff(from, q.comp.retryFrom) <= 0 {
+		// Already retrying from this point; a second NAK for the same gap changes nothing.
+		return
+	}
+	if ib.PSNDiff(q.req.maxPSN, q.comp.psn) <= 0 && !timer {
+		return
+	}
+	if q.comp.retryCnt == 0 {
+		if q.sqHead != q.sqTail {
+			q.completeHead(WCRetryExcErr)
+		}
+		return
+	}
+	if q.comp.retryCnt != 7 {
+		q.comp.retryCnt--
+	}
+	q.req.needRetry = true
+	q.comp.startedRetry = true
+	q.comp.retryFrom = q.comp.psn
+	if q.rto > 0 {
+		q.comp.armed = true
+		q.comp.deadline = now + q.rto
+	}
+	q.e.schedule(q)
+}
+
+// timeout handles the retransmit timer.
+func (q *QP) timeout(now time.Duration) {
+	if q.typ != RC || (q.state != StateRTS && q.state != StateSQD) || q.req.rnrWait {
+		return
+	}
+	if ib.PSNDiff(q.req.maxPSN, q.comp.psn) <= 0 || q.sqHead == q.sqTail {
+		return
+	}
+	q.e.stats.Timeouts++
+	q.retry(now, true, q.comp.psn)
+}
+
+// syncReq moves the requester forward when acknowledgements overtook it
+// (after a rewind, an ACK may cover packets the requester is about to resend).
+func (q *QP) syncReq() {
+	behind := int32(q.req.idx-q.sqHead) < 0 ||
+		(q.req.idx == q.sqHead && ib.PSNDiff(q.req.psn, q.comp.psn) < 0)
+	if !behind {
+		return
+	}
+	q.req.idx = q.sqHead
+	q.req.psn = q.comp.psn
+	q.req.off = 0
+	if q.sqHead != q.sqTail {
+		w := q.wqe(q.sqHead)
+		if w.started && !isAtomicWR(w.op) {
+			if d := ib.PSNDiff(q.comp.psn, w.firstPSN); d > 0 {
+				off := uint64(d) * uint64(q.mtu)
+				if off < uint64(w.length) {
+					q.req.off = uint32(off)
+				}
+			}
+		}
+	}
+}

@@ -1,0 +1,21 @@
+// Package qp is the InfiniBand transport engine of goroce: protection domains,
+// memory regions, completion queues, shared receive queues and queue pairs (RC,
+// UC, UD) with the requester, responder and completer split of the Linux rxe
+// driver.
+//
+// The engine does no I/O and starts no goroutines. A device feeds it parsed
+// packets with [Engine.Receive], asks it for packets to send with
+// [Engine.Transmit] (into buffers the device owns, leaving headroom for the
+// Ethernet/IP/UDP headers; the engine writes BTH through pad and reserves the
+// four ICRC bytes), and drives its timers with [Engine.Advance] and
+// [Engine.NextDeadline]. Time comes from an injected [Clock], so a test can
+// run the engine against a fake clock and a lossy in-memory network and get
+// the same result every time.
+//
+// An Engine is not safe for concurrent use: the device serialises calls.
+//
+// Behaviour on the wire follows rxe where the IBTA leaves room (for example
+// retry_cnt 7 means "retry forever", positive ACKs always carry syndrome
+// 0x1F, and a READ request consumes one PSN per response packet), because
+// rxe is the peer goroce must interoperate with first.
+package qp

@@ -1,0 +1,325 @@
+package qp
+
+import (
+	"time"
+
+	"github.com/goroce/goroce/ib"
+)
+
+// Clock gives the engine the current time as a monotonic offset.
+type Clock interface {
+	Now() time.Duration
+}
+
+// Device limits, as rxe advertises them.
+const (
+	MaxMsgSize     = 1 << 31 // largest message (rxe: RXE_PORT_MAX_MSG_SZ)
+	MaxSGE         = 32
+	MaxInline      = 400
+	MaxQPWR        = 1 << 14
+	MaxCQE         = 1<<15 - 1
+	MaxRdAtomic    = 128 // max_qp_rd_atom / max_qp_init_rd_atom
+	maxPktPerAck   = 64  // AckReq at least every this many packets (RXE_MAX_PKT_PER_ACK)
+	maxUnackedPSNs = 128 // requester window (RXE_MAX_UNACKED_PSNS)
+	firstQPN       = 17
+	defaultPKey    = 0xFFFF
+	maxHeaderLen   = 12 + 16 + 4 + 28 // BTH + RETH + ImmDt, or BTH + AtomicETH, plus slack
+	grhAreaLen     = 40
+)
+
+// Config configures an Engine.
+type Config struct {
+	// Clock is required.
+	Clock Clock
+	// PortMTU is the active MTU of the port: the UD payload limit. Default MTU1024
+	// (what rxe reports on a 1500-byte netdev).
+	PortMTU ib.MTU
+}
+
+// AddressVector says where packets of a QP (RC/UC) or of a UD send go.
+// The destination MAC is not the engine's business: the device resolves it.
+type AddressVector struct {
+	DGID         ib.GID
+	SGID         ib.GID // source GID (the local address the device sends from)
+	TrafficClass uint8
+	HopLimit     uint8
+	FlowLabel    uint32
+	// SrcPort is the UDP source port; 0 means the rxe per-QP default.
+	SrcPort uint16
+}
+
+// Source describes where a received packet came from.
+type Source struct {
+	SGID, DGID   ib.GID
+	SrcPort      uint16
+	TrafficClass uint8
+	HopLimit     uint8
+	FlowLabel    uint32
+	// NetworkHeader is the IPv4 (20 bytes) or IPv6 (40 bytes) header as received;
+	// it fills the 40-byte GRH area of UD receive buffers. May be nil.
+	NetworkHeader []byte
+}
+
+// TxPacket is one outgoing packet slot. The device sets Buf and Headroom;
+// Transmit writes the IB packet (BTH … pad, then 4 reserved ICRC bytes) at
+// Buf[Headroom:] and sets Len, AV and SrcQPN.
+type TxPacket struct {
+	Buf      []byte
+	Headroom int
+	Len      int // IB packet length including the 4 ICRC bytes
+	AV       AddressVector
+	SrcQPN   uint32
+}
+
+// Payload returns the IB packet written into the slot.
+func (t *TxPacket) Payload() []byte { return t.Buf[t.Headroom : t.Headroom+t.Len] }
+
+// Stats counts engine events.
+type Stats struct {
+	RxPackets, TxPackets     uint64
+	RxDropped                uint64
+	Retransmits              uint64 // go-back-N episodes started
+	Timeouts                 uint64
+	RNRNAKsRcvd, RNRNAKsSent uint64
+	SeqNAKsRcvd, SeqNAKsSent uint64
+	DuplicateRequests        uint64
+	ShortTxBuffer            uint64
+}
+
+// Engine owns every verbs object of one device and runs their transport.
+type Engine struct {
+	clock   Clock
+	portMTU ib.MTU
+
+	qps     map[uint32]*QP
+	qpList  []*QP
+	nextQPN uint32
+
+	keys keyTable
+
+	ready readyList
+	stats Stats
+}
+
+// New creates an engine.
+func New(cfg Config) (*Engine, error) {
+	if cfg.Clock == nil {
+		return nil, ErrInvalidArgument
+	}
+	if cfg.PortMTU == 0 {
+		cfg.PortMTU = ib.MTU1024
+	}
+	if cfg.PortMTU.Bytes() == 0 {
+		return nil, ErrInvalidArgument
+	}
+	e := &Engine{
+		clock:   cfg.Clock,
+		portMTU: cfg.PortMTU,
+		qps:     make(map[uint32]*QP),
+		nextQPN: firstQPN,
+	}
+	e.keys.init()
+	return e, nil
+}
+
+// Stats returns the engine counters.
+func (e *Engine) Stats() Stats { return e.stats }
+
+// PortMTU returns the active port MTU.
+func (e *Engine) PortMTU() ib.MTU { return e.portMTU }
+
+// QP returns the queue pair with number qpn, or nil.
+func (e *Engine) QP(qpn uint32) *QP { return e.qps[qpn] }
+
+// readyList is a FIFO of QPs that may have packets to send.
+type readyList struct {
+	head, tail *QP
+}
+
+func (r *readyList) push(q *QP) {
+	if q.inReady {
+		return
+	}
+	q.inReady = true
+	q.readyNext = nil
+	if r.tail == nil {
+		r.head = q
+	} else {
+		r.tail.readyNext = q
+	}
+	r.tail = q
+}
+
+func (r *readyList) pop() *QP {
+	q := r.head
+	if q == nil {
+		return nil
+	}
+	r.head = q.readyNext
+	if r.head == nil {
+		r.tail = nil
+	}
+	q.readyNext = nil
+	q.inReady = false
+	return q
+}
+
+func (r *readyList) remove(q *QP) {
+	if !q.inReady {
+		return
+	}
+	var prev *QP
+	for c := r.head; c != nil; c = c.readyNext {
+		if c == q {
+			if prev == nil {
+				r.head = c.readyNext
+			} else {
+				prev.readyNext = c.readyNext
+			}
+			if r.tail == c {
+				r.tail = prev
+			}
+			break
+		}
+		prev = c
+	}
+	q.inReady = false
+	q.readyNext = nil
+}
+
+// Transmit fills up to len(pkts) slots with packets to send and returns how
+// many it filled. Each slot needs room for Headroom + the path MTU + 64 bytes.
+func (e *Engine) Transmit(pkts []TxPacket) int {
+	n := 0
+	now := e.clock.Now()
+	// Round robin: a QP that still has work after filling the batch stays queued.
+	for n < len(pkts) {
+		q := e.ready.pop()
+		if q == nil {
+			break
+		}
+		for n < len(pkts) {
+			if !q.produce(now, &pkts[n]) {
+				break
+			}
+			n++
+		}
+		if n == len(pkts) {
+			// Out of slots: keep the QP at the front for the next call if it may have more.
+			if q.mayHaveWork() {
+				e.ready.push(q)
+			}
+		}
+	}
+	e.stats.TxPackets += uint64(n)
+	return n
+}
+
+// Receive processes one received IB packet. src describes the network source.
+// A non-nil error says why the packet was dropped; it never needs handling
+// beyond counting.
+func (e *Engine) Receive(p *ib.Packet, src *Source) error {
+	e.stats.RxPackets++
+	if len(p.BTH) < ib.BTHSize {
+		e.stats.RxDropped++
+		return ErrBadHeader
+	}
+	q := e.qps[p.BTH.DestQP()]
+	if q == nil {
+		e.stats.RxDropped++
+		return ErrUnknownQP
+	}
+	err := q.receive(p, src)
+	if err != nil {
+		e.stats.RxDropped++
+	}
+	return err
+}
+
+// NextDeadline returns the earliest pending timer of any QP.
+func (e *Engine) NextDeadline() (time.Duration, bool) {
+	var best time.Duration
+	ok := false
+	for _, q := range e.qpList {
+		if d, has := q.deadline(); has && (!ok || d < best) {
+			best, ok = d, true
+		}
+	}
+	return best, ok
+}
+
+// Advance runs every timer due at or before now.
+func (e *Engine) Advance(now time.Duration) {
+	for _, q := range e.qpList {
+		q.advance(now)
+	}
+}
+
+func (e *Engine) schedule(q *QP) { e.ready.push(q) }
+
+// keyTable maps L_Keys/R_Keys to memory regions. A key is index<<8 | an 8-bit
+// generation; deregistration bumps the generation, and a slot whose generation
+// would wrap is retired, so a key once invalidated is never honoured again.
+// Free slots are reused oldest-first to delay reuse as long as possible.
+type keyTable struct {
+	mrs  []*MR
+	gens []uint8
+	uses []uint16
+	free []uint32 // FIFO of free indices
+}
+
+const maxMRIndex = 1 << 24
+
+func (k *keyTable) init() {
+	// Index 0 is never used so that key 0 (often "no key") is never valid.
+	k.mrs = append(k.mrs, nil)
+	k.gens = append(k.gens, 0)
+	k.uses = append(k.uses, 256)
+}
+
+func (k *keyTable) alloc(mr *MR) (uint32, bool) {
+	var idx uint32
+	if len(k.free) > 0 && len(k.mrs) >= 1024 {
+		idx = k.free[0]
+		k.free = k.free[1:]
+	} else if len(k.mrs) < maxMRIndex {
+		idx = uint32(len(k.mrs))
+		k.mrs = append(k.mrs, nil)
+		// Spread initial generations so neighbouring keys differ in their low byte.
+		k.gens = append(k.gens, uint8(idx*0x9D+0x35))
+		k.uses = append(k.uses, 0)
+	} else if len(k.free) > 0 {
+		idx = k.free[0]
+		k.free = k.free[1:]
+	} else {
+		return 0, false
+	}
+	k.mrs[idx] = mr
+	k.uses[idx]++
+	return idx<<8 | uint32(k.gens[idx]), true
+}
+
+func (k *keyTable) release(key uint32) {
+	idx := key >> 8
+	if idx == 0 || int(idx) >= len(k.mrs) || k.mrs[idx] == nil {
+		return
+	}
+	k.mrs[idx] = nil
+	k.gens[idx]++
+	if k.uses[idx] < 255 {
+		k.free = append(k.free, idx)
+	}
+	// else: retired; every generation has been used once.
+}
+
+func (k *keyTable) lookup(key uint32) *MR {
+	idx := key >> 8
+	if int(idx) >= len(k.mrs) {
+		return nil
+	}
+	mr := k.mrs[idx]
+	if mr == nil || mr.key != key || !mr.valid {
+		return nil
+	}
+	return mr
+}

@@ -1,0 +1,814 @@
+package qp
+
+import (
+	"time"
+
+	"github.com/goroce/goroce/ib"
+)
+
+// QPCap sizes a queue pair's work queues.
+type QPCap struct {
+	MaxSendWR, MaxRecvWR   int
+	MaxSendSGE, MaxRecvSGE int
+	MaxInlineData          int
+}
+
+// QPInitAttr describes a queue pair to create.
+type QPInitAttr struct {
+	Type           QPType
+	SendCQ, RecvCQ *CQ
+	SRQ            *SRQ // optional; then the QP has no receive queue of its own
+	Cap            QPCap
+	SigAll         bool // every send WR generates a completion
+}
+
+// QPAttr holds the modifiable attributes of a queue pair (struct ibv_qp_attr).
+type QPAttr struct {
+	State, CurState QPState
+	AccessFlags     Access // remote access the responder allows
+	PKeyIndex       uint16
+	Port            uint8
+	QKey            uint32
+	AV              AddressVector
+	PathMTU         ib.MTU
+	Timeout         uint8 // local ACK timeout 4.096 µs × 2^Timeout; 0 = no retransmit timer
+	RetryCnt        uint8 // 7 = retry forever (as rxe)
+	RNRRetry        uint8 // 7 = retry forever
+	MinRNRTimer     uint8
+	RQPSN, SQPSN    uint32
+	MaxRdAtomic     uint8 // initiator depth
+	MaxDestRdAtomic uint8 // responder resources
+	DestQPN         uint32
+}
+
+// sendWQE is a posted send work request plus the requester's bookkeeping.
+type sendWQE struct {
+	id         uint64
+	op         WROpcode
+	flags      SendFlags
+	imm        uint32
+	invRKey    uint32
+	remoteAddr uint64
+	rkey       uint32
+	compareAdd uint64
+	swap       uint64
+	sge        []SGE  // into the QP's sge store
+	inline     []byte // into the QP's inline store; used when flags has SendInline
+	length     uint32
+
+	// UD
+	av        AddressVector
+	remoteQPN uint32
+	qkey      uint32
+
+	started   bool // PSNs assigned
+	sentAll   bool // every packet sent at least once
+	rdCounted bool // holds one of the max_rd_atomic slots
+	firstPSN  ib.PSN
+	lastPSN   ib.PSN
+}
+
+// QP is a queue pair.
+type QP struct {
+	e      *Engine
+	pd     *PD
+	typ    QPType
+	qpn    uint32
+	sendCQ *CQ
+	recvCQ *CQ
+	srq    *SRQ
+	cap    QPCap
+	sigAll bool
+
+	state QPState
+	attr  QPAttr
+	mtu   int
+	rto   time.Duration // retransmit timeout, 0 = none
+	sport uint16
+
+	sq       []sendWQE
+	sqStore  []SGE
+	sqInline []byte
+	sqHead   uint32 // oldest not completed (completer position)
+	sqTail   uint32 // next free
+	rq       recvQueue
+
+	req  requester
+	comp completer
+	resp responder
+
+	inReady   bool
+	readyNext *QP
+	destroyed bool
+}
+
+// CreateQP creates a queue pair in the RESET state.
+func (pd *PD) CreateQP(init *QPInitAttr) (*QP, error) {
+	e := pd.e
+	if pd.closed {
+		return nil, ErrClosed
+	}
+	switch init.Type {
+	case RC, UC, UD:
+	default:
+		return nil, ErrOpNotSupported
+	}
+	if init.SendCQ == nil || init.RecvCQ == nil || init.SendCQ.closed || init.RecvCQ.closed {
+		return nil, ErrInvalidArgument
+	}
+	c := init.Cap
+	if c.MaxSendWR < 1 || c.MaxSendWR > MaxQPWR || c.MaxSendSGE < 0 || c.MaxSendSGE > MaxSGE ||
+		c.MaxInlineData < 0 || c.MaxInlineData > MaxInline {
+		return nil, ErrInvalidArgument
+	}
+	if init.SRQ == nil && (c.MaxRecvWR < 1 || c.MaxRecvWR > MaxQPWR || c.MaxRecvSGE < 0 || c.MaxRecvSGE > MaxSGE) {
+		return nil, ErrInvalidArgument
+	}
+	if init.SRQ != nil {
+		if init.SRQ.closed {
+			return nil, ErrClosed
+		}
+		if init.SRQ.pd != pd {
+			return nil, ErrWrongPD
+		}
+	}
+	if c.MaxSendSGE == 0 {
+		c.MaxSendSGE = 1
+	}
+	if c.MaxRecvSGE == 0 {
+		c.MaxRecvSGE = 1
+	}
+	qpn, ok := e.allocQPN()
+	if !ok {
+		return nil, ErrNoResources
+	}
+	q := &QP{
+		e: e, pd: pd, typ: init.Type, qpn: qpn,
+		sendCQ: init.SendCQ, recvCQ: init.RecvCQ, srq: init.SRQ,
+		cap: c, sigAll: init.SigAll,
+		sq:      make([]sendWQE, c.MaxSendWR),
+		sqStore: make([]SGE, c.MaxSendWR*c.MaxSendSGE),
+	}
+	if c.MaxInlineData > 0 {
+		q.sqInline = make([]byte, c.MaxSendWR*c.MaxInlineData)
+	}
+	for i := range q.sq {
+		q.sq[i].sge = q.sqStore[i*c.MaxSendSGE : i*c.MaxSendSGE : (i+1)*c.MaxSendSGE]
+		if c.MaxInlineData > 0 {
+			q.sq[i].inline = q.sqInline[i*c.MaxInlineData : i*c.MaxInlineData : (i+1)*c.MaxInlineData]
+		}
+	}
+	if init.SRQ == nil {
+		q.rq.init(c.MaxRecvWR, c.MaxRecvSGE)
+	} else {
+		init.SRQ.refs++
+	}
+	q.attr.PathMTU = ib.MTU256 // rxe's default until modify sets it
+	q.attr.Port = 1
+	q.mtu = 256
+	q.sport = ib.RXESourcePort(qpn)
+	q.resetTransport()
+	pd.refs++
+	init.SendCQ.refs++
+	init.RecvCQ.refs++
+	e.qps[qpn] = q
+	e.qpList = append(e.qpList, q)
+	return q, nil
+}
+
+func (e *Engine) allocQPN() (uint32, bool) {
+	for i := 0; i < 1<<24; i++ {
+		n := e.nextQPN
+		e.nextQPN++
+		if e.nextQPN > ib.PSNMask {
+			e.nextQPN = firstQPN
+		}
+		if _, used := e.qps[n]; !used {
+			return n, true
+		}
+	}
+	return 0, false
+}
+
+// QPN returns the queue pair number.
+func (q *QP) QPN() uint32 { return q.qpn }
+
+// Type returns the transport type.
+func (q *QP) Type() QPType { return q.typ }
+
+// State returns the current state.
+func (q *QP) State() QPState { return q.state }
+
+// Attr returns the current attributes.
+func (q *QP) Attr() QPAttr {
+	a := q.attr
+	a.State, a.CurState = q.state, q.state
+	return a
+}
+
+// Destroy destroys the queue pair. Outstanding work requests are dropped
+// without completions, as ibv_destroy_qp does.
+func (q *QP) Destroy() error {
+	if q.destroyed {
+		return ErrClosed
+	}
+	q.destroyed = true
+	q.e.ready.remove(q)
+	delete(q.e.qps, q.qpn)
+	for i, x := range q.e.qpList {
+		if x == q {
+			q.e.qpList = append(q.e.qpList[:i], q.e.qpList[i+1:]...)
+			break
+		}
+	}
+	q.pd.refs--
+	q.sendCQ.refs--
+	q.recvCQ.refs--
+	if q.srq != nil {
+		q.srq.refs--
+	}
+	return nil
+}
+
+// transitions lists, per (type, from, to), the required and optional attribute
+// masks, as in ibverbs' qp_state_table.
+type transition struct {
+	valid    bool
+	req, opt AttrMask
+}
+
+func transitionFor(t QPType, from, to QPState) transition {
+	all := func(req, opt AttrMask) transition { return transition{true, req | AttrState, opt} }
+	switch {
+	case to == StateReset:
+		return all(0, 0)
+	case to == StateErr:
+		return all(0, 0)
+	}
+	switch from {
+	case StateReset:
+		if to == StateInit {
+			switch t {
+			case UD:
+				return all(AttrPKeyIndex|AttrPort|AttrQKey, 0)
+			default:
+				return all(AttrPKeyIndex|AttrPort|AttrAccessFlags, 0)
+			}
+		}
+	case StateInit:
+		switch to {
+		case StateInit:
+			switch t {
+			case UD:
+				return all(0, AttrPKeyIndex|AttrPort|AttrQKey)
+			default:
+				return all(0, AttrPKeyIndex|AttrPort|AttrAccessFlags)
+			}
+		case StateRTR:
+			switch t {
+			case RC:
+				return all(AttrAV|AttrPathMTU|AttrDestQPN|AttrRQPSN|AttrMaxDestRdAtomic|AttrMinRNRTimer,
+					AttrAltPath|AttrAccessFlags|AttrPKeyIndex)
+			case UC:
+				return all(AttrAV|AttrPathMTU|AttrDestQPN|AttrRQPSN, AttrAltPath|AttrAccessFlags|AttrPKeyIndex)
+			case UD:
+				return all(0, AttrPKeyIndex|AttrQKey)
+			}
+		}
+	case StateRTR:
+		if to == StateRTS {
+			switch t {
+			case RC:
+				return all(AttrSQPSN|AttrTimeout|AttrRetryCnt|AttrRNRRetry|AttrMaxQPRdAtomic,
+					AttrCurState|AttrAltPath|AttrAccessFlags|AttrMinRNRTimer|AttrPathMigState)
+			case UC:
+				return all(AttrSQPSN, AttrCurState|AttrAltPath|AttrAccessFlags|AttrPathMigState)
+			case UD:
+				return all(AttrSQPSN, AttrCurState|AttrQKey)
+			}
+		}
+	case StateRTS:
+		switch to {
+		case StateRTS:
+			switch t {
+			case RC:
+				return all(0, AttrCurState|AttrAccessFlags|AttrAltPath|AttrPathMigState|AttrMinRNRTimer)
+			case UC:
+				return all(0, AttrCurState|AttrAccessFlags|AttrAltPath|AttrPathMigState)
+			case UD:
+				return all(0, AttrCurState|AttrQKey)
+			}
+		case StateSQD:
+			return all(0, AttrEnSQDAsyncNotify)
+		}
+	case StateSQD:
+		switch to {
+		case StateRTS:
+			switch t {
+			case RC:
+				return all(0, AttrCurState|AttrAccessFlags|AttrAltPath|AttrPathMigState|AttrMinRNRTimer)
+			case UC:
+				return all(0, AttrCurState|AttrAccessFlags|AttrAltPath|AttrPathMigState)
+			case UD:
+				return all(0, AttrCurState|AttrQKey)
+			}
+		case StateSQD:
+			switch t {
+			case RC:
+				return all(0, AttrPort|AttrAV|AttrTimeout|AttrRetryCnt|AttrRNRRetry|AttrMaxQPRdAtomic|
+					AttrMaxDestRdAtomic|AttrCurState|AttrAltPath|AttrAccessFlags|AttrPKeyIndex|AttrMinRNRTimer|AttrPathMigState)
+			case UC:
+				return all(0, AttrPort|AttrAV|AttrCurState|AttrAltPath|AttrAccessFlags|AttrPKeyIndex|AttrPathMigState)
+			case UD:
+				return all(0, AttrPKeyIndex|AttrQKey)
+			}
+		}
+	case StateSQE:
+		if to == StateRTS {
+			switch t {
+			case UC:
+				return all(0, AttrCurState|AttrAccessFlags)
+			case UD:
+				return all(0, AttrCurState|AttrQKey)
+			}
+		}
+	}
+	return transition{}
+}
+
+// Modify changes the QP's state and attributes like ibv_modify_qp: the mask must
+// contain every attribute the transition requires and nothing it does not allow,
+// and every value must be in range. On error nothing changes.
+func (q *QP) Modify(attr *QPAttr, mask AttrMask) error {
+	if q.destroyed {
+		return ErrClosed
+	}
+	cur := q.state
+	if mask&AttrCurState != 0 {
+		if attr.CurState != q.state {
+			return &AttrError{AttrCurState, "does not match the current state " + q.state.String()}
+		}
+	}
+	next := cur
+	if mask&AttrState != 0 {
+		if attr.State > StateErr {
+			return &AttrError{AttrState, "unknown state"}
+		}
+		next = attr.State
+	}
+	tr := transitionFor(q.typ, cur, next)
+	if mask&AttrState == 0 {
+		// Attribute change without a state change: allowed only where a
+		// same-state transition exists.
+		tr = transitionFor(q.typ, cur, cur)
+		if tr.valid {
+			tr.req &^= AttrState
+		}
+	}
+	if !tr.valid {
+		return &AttrError{AttrState, "transition " + cur.String() + "→" + next.String() + " not allowed for " + q.typ.String()}
+	}
+	if missing := tr.req &^ mask; missing != 0 {
+		return &AttrError{missing, "required for " + cur.String() + "→" + next.String()}
+	}
+	if extra := mask &^ (tr.req | tr.opt | AttrState); extra != 0 {
+		return &AttrError{extra, "not allowed for " + cur.String() + "→" + next.String()}
+	}
+	if err := q.checkValues(attr, mask); err != nil {
+		return err
+	}
+	// Apply.
+	a := &q.attr
+	if mask&AttrAccessFlags != 0 {
+		a.AccessFlags = attr.AccessFlags
+	}
+	if mask&AttrPKeyIndex != 0 {
+		a.PKeyIndex = attr.PKeyIndex
+	}
+	if mask&AttrPort != 0 {
+		a.Port = attr.Port
+	}
+	if mask&AttrQKey != 0 {
+		a.QKey = attr.QKey
+	}
+	if mask&AttrAV != 0 {
+		a.AV = attr.AV
+	}
+	if mask&AttrPathMTU != 0 {
+		a.PathMTU = attr.PathMTU
+		q.mtu = attr.PathMTU.Bytes()
+	}
+	if mask&AttrTimeout != 0 {
+		a.Timeout = attr.Timeout
+		if attr.Timeout == 0 {
+			q.rto = 0
+		} else {
+			q.rto = time.Duration(4096<<attr.Timeout) * time.Nanosecond
+		}
+	}
+	if mask&AttrRetryCnt != 0 {
+		a.RetryCnt = attr.RetryCnt
+		q.comp.retryCnt = attr.RetryCnt
+	}
+	if mask&AttrRNRRetry != 0 {
+		a.RNRRetry = attr.RNRRetry
+		q.comp.rnrRetry = attr.RNRRetry
+	}
+	if mask&AttrMinRNRTimer != 0 {
+		a.MinRNRTimer = attr.MinRNRTimer
+	}
+	if mask&AttrRQPSN != 0 {
+		a.RQPSN = attr.RQPSN
+		q.resp.epsn = ib.PSN(attr.RQPSN)
+	}
+	if mask&AttrSQPSN != 0 {
+		a.SQPSN = attr.SQPSN
+		q.req.psn = ib.PSN(attr.SQPSN)
+		q.req.maxPSN = q.req.psn
+		q.comp.psn = q.req.psn
+	}
+	if mask&AttrMaxQPRdAtomic != 0 {
+		a.MaxRdAtomic = attr.MaxRdAtomic
+	}
+	if mask&AttrMaxDestRdAtomic != 0 {
+		a.MaxDestRdAtomic = attr.MaxDestRdAtomic
+		q.resp.initResources(int(attr.MaxDestRdAtomic))
+	}
+	if mask&AttrDestQPN != 0 {
+		a.DestQPN = attr.DestQPN
+	}
+	if next != cur {
+		q.setState(next)
+	}
+	return nil
+}
+
+func (q *QP) checkValues(attr *QPAttr, mask AttrMask) error {
+	if mask&AttrAccessFlags != 0 && attr.AccessFlags&^accessAll != 0 {
+		return &AttrError{AttrAccessFlags, "unknown access flag"}
+	}
+	if mask&AttrPKeyIndex != 0 && attr.PKeyIndex != 0 {
+		return &AttrError{AttrPKeyIndex, "the P_Key table has one entry"}
+	}
+	if mask&AttrPort != 0 && attr.Port != 1 {
+		return &AttrError{AttrPort, "the device has one port (1)"}
+	}
+	if mask&AttrPathMTU != 0 && (attr.PathMTU < ib.MTU256 || attr.PathMTU > ib.MTU4096) {
+		return &AttrError{AttrPathMTU, "must be MTU256..MTU4096"}
+	}
+	if mask&AttrTimeout != 0 && attr.Timeout > 31 {
+		return &AttrError{AttrTimeout, "must be ≤ 31"}
+	}
+	if mask&AttrRetryCnt != 0 && attr.RetryCnt > 7 {
+		return &AttrError{AttrRetryCnt, "must be ≤ 7"}
+	}
+	if mask&AttrRNRRetry != 0 && attr.RNRRetry > 7 {
+		return &AttrError{AttrRNRRetry, "must be ≤ 7"}
+	}
+	if mask&AttrMinRNRTimer != 0 && attr.MinRNRTimer > 31 {
+		return &AttrError{AttrMinRNRTimer, "must be ≤ 31"}
+	}
+	if mask&AttrRQPSN != 0 && attr.RQPSN > ib.PSNMask {
+		return &AttrError{AttrRQPSN, "PSNs are 24 bits"}
+	}
+	if mask&AttrSQPSN != 0 && attr.SQPSN > ib.PSNMask {
+		return &AttrError{AttrSQPSN, "PSNs are 24 bits"}
+	}
+	if mask&AttrMaxQPRdAtomic != 0 && attr.MaxRdAtomic > MaxRdAtomic {
+		return &AttrError{AttrMaxQPRdAtomic, "exceeds the device limit 128"}
+	}
+	if mask&AttrMaxDestRdAtomic != 0 && attr.MaxDestRdAtomic > MaxRdAtomic {
+		return &AttrError{AttrMaxDestRdAtomic, "exceeds the device limit 128"}
+	}
+	if mask&AttrDestQPN != 0 && attr.DestQPN > ib.PSNMask {
+		return &AttrError{AttrDestQPN, "QPNs are 24 bits"}
+	}
+	if mask&(AttrAltPath|AttrPathMigState) != 0 {
+		return &AttrError{mask & (AttrAltPath | AttrPathMigState), "alternate paths are not supported"}
+	}
+	return nil
+}
+
+func (q *QP) setState(s QPState) {
+	prev := q.state
+	q.state = s
+	switch s {
+	case StateReset:
+		q.sqHead, q.sqTail = 0, 0
+		if q.srq == nil {
+			q.rq.clear()
+		}
+		q.resetTransport()
+		q.e.ready.remove(q)
+	case StateErr:
+		if prev != StateErr {
+			q.flush()
+		}
+	case StateRTS:
+		q.e.schedule(q)
+	}
+}
+
+// resetTransport returns requester, completer and responder to their initial state.
+func (q *QP) resetTransport() {
+	q.req = requester{psn: ib.PSN(q.attr.SQPSN), maxPSN: ib.PSN(q.attr.SQPSN)}
+	q.comp = completer{psn: ib.PSN(q.attr.SQPSN), retryCnt: q.attr.RetryCnt, rnrRetry: q.attr.RNRRetry}
+	q.resp.reset(ib.PSN(q.attr.RQPSN))
+	q.resp.initResources(int(q.attr.MaxDestRdAtomic))
+}
+
+// toError moves the QP to the error state (after a fatal transport error).
+func (q *QP) toError() {
+	if q.state != StateErr && q.state != StateReset {
+		q.setState(StateErr)
+	}
+}
+
+// flush completes every outstanding work request with WR_FLUSH_ERR.
+func (q *QP) flush() {
+	for q.sqHead != q.sqTail {
+		w := q.wqe(q.sqHead)
+		q.postSendWC(w, WCWRFlushErr)
+		q.sqHead++
+	}
+	q.req.idx, q.req.off = q.sqTail, 0
+	q.comp.armed = false
+	q.req.rnrWait = false
+	if q.resp.haveRecv {
+		q.postRecvWC(&q.resp.cur, WCWRFlushErr, 0)
+		q.resp.haveRecv = false
+	}
+	if q.srq == nil {
+		for {
+			id, ok := q.rq.pop()
+			if !ok {
+				break
+			}
+			wc := WorkCompletion{WRID: id, Status: WCWRFlushErr, Opcode: WCRecv, QPN: q.qpn}
+			q.recvCQ.push(&wc)
+		}
+	}
+	q.resp.clearOutput()
+}
+
+func (q *QP) wqe(i uint32) *sendWQE { return &q.sq[i%uint32(len(q.sq))] }
+
+// SendWR is a send work request (struct ibv_send_wr, one at a time).
+type SendWR struct {
+	ID             uint64
+	Opcode         WROpcode
+	Flags          SendFlags
+	SGL            []SGE
+	Inline         []byte // the payload when Flags has SendInline (copied at post time; SGL ignored)
+	Imm            uint32 // for *_WITH_IMM, as it goes on the wire
+	InvalidateRKey uint32 // for SEND_WITH_INV
+	RemoteAddr     uint64 // RDMA and atomics
+	RKey           uint32
+	CompareAdd     uint64 // atomics: compare (CmpSwap) or add (FetchAdd)
+	Swap           uint64 // CmpSwap
+	// UD
+	AH         *AH
+	RemoteQPN  uint32
+	RemoteQKey uint32
+}
+
+// PostSend posts a send work request. Structural errors (opcode not valid for
+// the QP type, too many SGEs, queue full, wrong state) are returned at once;
+// memory errors (bad L_Key, range) surface as error completions as in ibverbs.
+func (q *QP) PostSend(wr *SendWR) error {
+	if q.destroyed {
+		return ErrClosed
+	}
+	switch q.state {
+	case StateRTS, StateSQD, StateErr:
+	default:
+		return ErrInvalidState
+	}
+	if !q.opAllowed(wr.Opcode) {
+		return ErrOpNotSupported
+	}
+	if q.sqTail-q.sqHead >= uint32(len(q.sq)) {
+		return ErrQueueFull
+	}
+	var length uint64
+	inline := wr.Flags&SendInline != 0
+	if inline {
+		if len(wr.Inline) > q.cap.MaxInlineData {
+			return ErrInlineTooLarge
+		}
+		if wr.Opcode == WRRDMARead || wr.Opcode == WRAtomicCmpAndSwp || wr.Opcode == WRAtomicFetchAndAdd {
+			return ErrInvalidArgument
+		}
+		length = uint64(len(wr.Inline))
+	} else {
+		if len(wr.SGL) > q.cap.MaxSendSGE {
+			return ErrTooManySGE
+		}
+		for _, s := range wr.SGL {
+			length += uint64(s.Length)
+		}
+	}
+	if length > MaxMsgSize {
+		return ErrMessageTooLarge
+	}
+	switch wr.Opcode {
+	case WRAtomicCmpAndSwp, WRAtomicFetchAndAdd:
+		if length != 8 {
+			return ErrInvalidArgument
+		}
+	}
+	if q.typ == UD {
+		if wr.AH == nil || wr.AH.pd != q.pd {
+			return ErrInvalidArgument
+		}
+		if wr.RemoteQPN > ib.PSNMask {
+			return ErrInvalidArgument
+		}
+	}
+	// A READ must stay well inside half the PSN space.
+	if wr.Opcode == WRRDMARead && q.mtu > 0 && length/uint64(q.mtu) >= 1<<22 {
+		return ErrMessageTooLarge
+	}
+	w := q.wqe(q.sqTail)
+	w.id, w.op, w.flags = wr.ID, wr.Opcode, wr.Flags
+	w.imm, w.invRKey = wr.Imm, wr.InvalidateRKey
+	w.remoteAddr, w.rkey = wr.RemoteAddr, wr.RKey
+	w.compareAdd, w.swap = wr.CompareAdd, wr.Swap
+	w.length = uint32(length)
+	if inline {
+		w.inline = append(w.inline[:0], wr.Inline...)
+		w.sge = w.sge[:0]
+	} else {
+		w.sge = append(w.sge[:0], wr.SGL...)
+	}
+	if q.typ == UD {
+		w.av, w.remoteQPN, w.qkey = wr.AH.av, wr.RemoteQPN, wr.RemoteQKey
+	}
+	w.started, w.sentAll, w.rdCounted = false, false, false
+	q.sqTail++
+	if q.state == StateErr {
+		// ibverbs: WRs posted in the error state complete with a flush error.
+		q.postSendWC(w, WCWRFlushErr)
+		q.sqHead++
+		q.req.idx = q.sqTail
+		return nil
+	}
+	q.e.schedule(q)
+	return nil
+}
+
+func (q *QP) opAllowed(op WROpcode) bool {
+	switch q.typ {
+	case RC:
+		switch op {
+		case WRRDMAWrite, WRRDMAWriteWithImm, WRSend, WRSendWithImm, WRRDMARead,
+			WRAtomicCmpAndSwp, WRAtomicFetchAndAdd, WRSendWithInv:
+			return true
+		}
+	case UC:
+		switch op {
+		case WRRDMAWrite, WRRDMAWriteWithImm, WRSend, WRSendWithImm:
+			return true
+		}
+	case UD:
+		switch op {
+		case WRSend, WRSendWithImm:
+			return true
+		}
+	}
+	return false
+}
+
+// PostRecv posts a receive work request.
+func (q *QP) PostRecv(wr *RecvWR) error {
+	if q.destroyed {
+		return ErrClosed
+	}
+	if q.srq != nil {
+		return ErrInvalidArgument
+	}
+	switch q.state {
+	case StateReset:
+		return ErrInvalidState
+	case StateErr:
+		if len(wr.SGL) > q.rq.maxSGE {
+			return ErrTooManySGE
+		}
+		wc := WorkCompletion{WRID: wr.ID, Status: WCWRFlushErr, Opcode: WCRecv, QPN: q.qpn}
+		q.recvCQ.push(&wc)
+		return nil
+	}
+	return q.rq.post(wr)
+}
+
+// takeRecv takes the next receive WQE from the SRQ or the QP's own queue.
+func (q *QP) takeRecv(dst *curRecv) bool {
+	if q.srq != nil {
+		return q.srq.rq.take(dst)
+	}
+	return q.rq.take(dst)
+}
+
+func wcOpcodeFor(op WROpcode) WCOpcode {
+	switch op {
+	case WRRDMAWrite, WRRDMAWriteWithImm:
+		return WCRDMAWrite
+	case WRRDMARead:
+		return WCRDMARead
+	case WRAtomicCmpAndSwp:
+		return WCCompSwap
+	case WRAtomicFetchAndAdd:
+		return WCFetchAdd
+	}
+	return WCSend
+}
+
+// postSendWC reports a finished send WQE if it asked for a completion or failed.
+func (q *QP) postSendWC(w *sendWQE, st WCStatus) {
+	if w.rdCounted {
+		w.rdCounted = false
+		q.req.rdOutstanding--
+	}
+	if st == WCSuccess && !q.sigAll && w.flags&SendSignaled == 0 {
+		return
+	}
+	wc := WorkCompletion{WRID: w.id, Status: st, Opcode: wcOpcodeFor(w.op), ByteLen: w.length, QPN: q.qpn}
+	if w.op == WRSendWithImm || w.op == WRRDMAWriteWithImm {
+		wc.Flags |= WCWithImm
+	}
+	q.sendCQ.push(&wc)
+}
+
+func (q *QP) postRecvWC(c *curRecv, st WCStatus, n uint32) {
+	wc := WorkCompletion{WRID: c.id, Status: st, Opcode: WCRecv, ByteLen: n, QPN: q.qpn}
+	q.recvCQ.push(&wc)
+}
+
+// produce writes the next packet of this QP into t; false when it has nothing to send now.
+func (q *QP) produce(now time.Duration, t *TxPacket) bool {
+	if q.destroyed {
+		return false
+	}
+	buf := t.Buf
+	if t.Headroom < 0 || t.Headroom > len(buf) {
+		return false
+	}
+	buf = buf[t.Headroom:]
+	need := q.mtu
+	if q.typ == UD {
+		need = q.e.portMTU.Bytes()
+	}
+	if len(buf) < need+maxHeaderLen+ib.ICRCSize {
+		q.e.stats.ShortTxBuffer++
+		return false
+	}
+	if n, ok := q.resp.produce(q, buf, t); ok {
+		t.Len = n
+		return true
+	}
+	if n, ok := q.request(now, buf, t); ok {
+		t.Len = n
+		return true
+	}
+	return false
+}
+
+func (q *QP) mayHaveWork() bool {
+	return q.resp.outLen > 0 || q.req.idx != q.sqTail || q.req.needRetry
+}
+
+func (q *QP) fillAV(t *TxPacket, av *AddressVector) {
+	t.AV = *av
+	if t.AV.SrcPort == 0 {
+		t.AV.SrcPort = q.sport
+	}
+	t.SrcQPN = q.qpn
+}
+
+// deadline returns the QP's earliest timer.
+func (q *QP) deadline() (time.Duration, bool) {
+	var d time.Duration
+	ok := false
+	if q.comp.armed {
+		d, ok = q.comp.deadline, true
+	}
+	if q.req.rnrWait && (!ok || q.req.rnrUntil < d) {
+		d, ok = q.req.rnrUntil, true
+	}
+	return d, ok
+}
+
+// advance runs the QP's timers due at now.
+func (q *QP) advance(now time.Duration) {
+	if q.req.rnrWait && now >= q.req.rnrUntil {
+		q.req.rnrWait = false
+		q.e.schedule(q)
+	}
+	if q.comp.armed && now >= q.comp.deadline {
+		q.comp.armed = false
+		q.timeout(now)
+	}
+}
+
+// pad returns the pad length for a payload of n bytes.
+func pad(n int) int { return (-n) & 3 }

@@ -1,0 +1,720 @@
+package qp
+
+import (
+	"encoding/binary"
+	"time"
+
+	"github.com/goroce/goroce/ib"
+)
+
+const (
+	resNone = iota
+	resRead
+	resAtomic
+)
+
+// respRes is a saved READ or atomic, kept for duplicate replay (rxe resp_res).
+type respRes struct {
+	kind     uint8
+	queued   bool // a response entry for it is in the output ring
+	newState bool // the next response packet starts a (re)started response: FIRST/ONLY
+	firstPSN ib.PSN
+	lastPSN  ib.PSN
+	curPSN   ib.PSN
+	origVA   uint64 // the range the original request covered
+	origLen  uint32
+	va       uint64 // next byte to send
+	resid    uint32
+	rkey     uint32
+	orig     uint64 // atomic: the value before the operation
+	msn      uint32
+}
+
+const (
+	outAck = iota
+	outRead
+	outAtomic
+)
+
+// outEntry is one pending response, in PSN order.
+type outEntry struct {
+	kind uint8
+	syn  ib.Syndrome
+	psn  ib.PSN
+	msn  uint32
+	res  int32
+}
+
+const (
+	msgNone = iota
+	msgSend
+	msgWrite
+)
+
+// responder is the receiving half of a QP (rxe_resp.c).
+type responder struct {
+	epsn    ib.PSN
+	msn     uint32
+	nakSent bool  // one sequence-error NAK per gap
+	inMsg   uint8 // message in progress
+	dropMsg bool  // UC: drop until the next FIRST/ONLY
+
+	haveRecv bool
+	cur      curRecv
+	recvOff  uint64
+
+	wva    uint64
+	wrkey  uint32
+	wresid uint32
+	wlen   uint32
+
+	res     []respRes
+	resHead int
+
+	out     []outEntry
+	outHead int
+	outLen  int
+}
+
+func (r *responder) reset(epsn ib.PSN) {
+	r.epsn = epsn
+	r.msn = 0
+	r.nakSent = false
+	r.inMsg = msgNone
+	r.dropMsg = false
+	r.haveRecv = false
+	r.recvOff = 0
+	r.clearOutput()
+}
+
+func (r *responder) initResources(n int) {
+	n = roundUpPow2(n)
+	if len(r.res) != n {
+		r.res = make([]respRes, n)
+		r.out = make([]outEntry, 2*n+4)
+	} else {
+		clear(r.res)
+	}
+	r.resHead = 0
+	r.outHead, r.outLen = 0, 0
+}
+
+func (r *responder) clearOutput() {
+	r.outHead, r.outLen = 0, 0
+	for i := range r.res {
+		r.res[i].queued = false
+	}
+}
+
+func (r *responder) pushOut(e outEntry) bool {
+	if r.outLen == len(r.out) {
+		return false
+	}
+	r.out[(r.outHead+r.outLen)%len(r.out)] = e
+	r.outLen++
+	return true
+}
+
+func (r *responder) popOut() {
+	r.outHead = (r.outHead + 1) % len(r.out)
+	r.outLen--
+}
+
+// queueAck queues an ACK/NAK. A positive ACK replaces a positive ACK still
+// waiting at the tail: the newer one says everything the older one did.
+func (q *QP) queueAck(syn ib.Syndrome, psn ib.PSN, msn uint32) {
+	r := &q.resp
+	if syn.Type() == ib.SyndromeACK && r.outLen > 0 {
+		t := &r.out[(r.outHead+r.outLen-1)%len(r.out)]
+		if t.kind == outAck && t.syn.Type() == ib.SyndromeACK {
+			if ib.PSNDiff(psn, t.psn) >= 0 {
+				t.psn, t.msn, t.syn = psn, msn, syn
+			}
+			return
+		}
+	}
+	r.pushOut(outEntry{kind: outAck, syn: syn, psn: psn, msn: msn})
+	q.e.schedule(q)
+}
+
+func (q *QP) queueRes(i int) {
+	r := &q.resp
+	if r.res[i].queued {
+		return
+	}
+	kind := uint8(outRead)
+	if r.res[i].kind == resAtomic {
+		kind = outAtomic
+	}
+	if r.pushOut(outEntry{kind: kind, res: int32(i)}) {
+		r.res[i].queued = true
+	}
+	q.e.schedule(q)
+}
+
+// allocRes takes the next resource slot, recycling the oldest as rxe does.
+func (r *responder) allocRes() int {
+	i := r.resHead
+	r.resHead = (r.resHead + 1) % len(r.res)
+	if r.res[i].queued {
+		// The requester exceeded max_dest_rd_atomic; the old response is abandoned.
+		r.res[i].kind = resNone
+	}
+	r.res[i] = respRes{}
+	return i
+}
+
+func (r *responder) findRes(psn ib.PSN, kind uint8) int {
+	for i := range r.res {
+		s := &r.res[i]
+		if s.kind == kind && ib.PSNDiff(psn, s.firstPSN) >= 0 && ib.PSNDiff(psn, s.lastPSN) <= 0 {
+			return i
+		}
+	}
+	return -1
+}
+
+// receive dispatches a packet addressed to this QP.
+func (q *QP) receive(p *ib.Packet, src *Source) error {
+	bth := p.BTH
+	if bth.TVer() != 0 {
+		return ErrBadHeader
+	}
+	if !pkeyMatch(bth.PKey(), defaultPKey) {
+		return ErrBadPKey
+	}
+	op := uint8(bth.Opcode())
+	tr := op & 0xE0
+	low := op & 0x1F
+	switch q.typ {
+	case RC:
+		if tr != transportRC {
+			return ErrWrongTransport
+		}
+	case UC:
+		if tr != transportUC || low > opWriteOnlyImm {
+			return ErrWrongTransport
+		}
+	case UD:
+		if tr != transportUD {
+			return ErrWrongTransport
+		}
+	}
+	now := q.e.clock.Now()
+	if q.typ == RC && opClass[low]&clResponse != 0 {
+		return q.complete(p, now)
+	}
+	switch q.state {
+	case StateRTR, StateRTS, StateSQD, StateSQE:
+	default:
+		return ErrNotReady
+	}
+	if q.typ == UD {
+		return q.respondUD(p, src)
+	}
+	return q.respond(p)
+}
+
+// classAC reports a class A/C error (rxe do_class_ac_error): NAK the request,
+// complete the receive WQE in use with st, and move the QP to the error state.
+// On UC the rest of the message is dropped instead.
+func (q *QP) classAC(psn ib.PSN, code ib.NAKCode, st WCStatus) error {
+	r := &q.resp
+	if q.typ == UC {
+		r.dropMsg = true
+		r.inMsg = msgNone
+		r.recvOff = 0
+		return ErrDropped
+	}
+	if r.haveRecv {
+		q.postRecvWC(&r.cur, st, 0)
+		r.haveRecv = false
+	}
+	q.toError()
+	q.queueAck(ib.NAKSyndrome(code), psn, r.msn)
+	return ErrDropped
+}
+
+// respond processes an RC or UC request packet.
+func (q *QP) respond(p *ib.Packet) error {
+	r := &q.resp
+	psn := p.BTH.PSN()
+	low := uint8(p.BTH.Opcode()) & 0x1F
+	cl := opClass[low]
+	if cl == 0 || cl&clResponse != 0 {
+		return ErrBadHeader
+	}
+	rc := q.typ == RC
+	d := ib.PSNDiff(psn, r.epsn)
+	if rc {
+		if d > 0 {
+			if !r.nakSent {
+				r.nakSent = true
+				q.e.stats.SeqNAKsSent++
+				q.queueAck(ib.NAKSyndrome(ib.NAKPSNSequenceError), r.epsn, r.msn)
+			}
+			return ErrDropped
+		}
+		if d < 0 {
+			return q.duplicate(p, psn, low, cl)
+		}
+		r.nakSent = false
+	} else if r.dropMsg || d != 0 {
+		r.inMsg = msgNone
+		r.recvOff = 0
+		if cl&clFirst == 0 {
+			r.dropMsg = true
+			return ErrDropped
+		}
+		r.dropMsg = false
+		r.epsn = psn
+	}
+	if cl&clUnsupported != 0 {
+		return q.classAC(psn, ib.NAKInvalidRequest, WCRemInvReqErr)
+	}
+	// Opcode sequence.
+	switch r.inMsg {
+	case msgSend:
+		if cl&clSend == 0 || cl&clFirst != 0 {
+			if !rc {
+				r.inMsg, r.recvOff = msgNone, 0
+				return ErrDropped
+			}
+			return q.classAC(psn, ib.NAKInvalidRequest, WCRemInvReqErr)
+		}
+	case msgWrite:
+		if cl&clWrite == 0 || cl&clFirst != 0 {
+			if !rc {
+				r.inMsg = msgNone
+				return ErrDropped
+			}
+			return q.classAC(psn, ib.NAKInvalidRequest, WCRemInvReqErr)
+		}
+	default:
+		if cl&(clMiddle|clLast) != 0 && cl&clFirst == 0 {
+			if !rc {
+				r.dropMsg = true
+				return ErrDropped
+			}
+			return q.classAC(psn, ib.NAKInvalidRequest, WCRemInvReqErr)
+		}
+	}
+	// Headers the opcode needs (a correct parser guarantees them; be defensive).
+	if (cl&clRETH != 0 && len(p.RETH) < ib.RETHSize) || (cl&clImm != 0 && len(p.ImmDt) < ib.ImmDtSize) ||
+		(cl&clInv != 0 && len(p.IETH) < ib.IETHSize) || (cl&clAtomic != 0 && len(p.AtomicETH) < ib.AtomicETHSize) {
+		return ErrBadHeader
+	}
+	// Operation allowed by the QP's access flags.
+	acc := q.attr.AccessFlags
+	if (cl&clWrite != 0 && acc&AccessRemoteWrite == 0) || (cl&clRead != 0 && acc&AccessRemoteRead == 0) ||
+		(cl&clAtomic != 0 && acc&AccessRemoteAtomic == 0) {
+		return q.classAC(psn, ib.NAKInvalidRequest, WCRemInvReqErr)
+	}
+	// Resources.
+	if cl&(clRead|clAtomic) != 0 && q.attr.MaxDestRdAtomic == 0 {
+		return q.classAC(psn, ib.NAKInvalidRequest, WCRemInvReqErr)
+	}
+	if cl&clRecv != 0 && !r.haveRecv {
+		if !q.takeRecv(&r.cur) {
+			if !rc {
+				r.dropMsg = true
+				r.inMsg = msgNone
+				return ErrDropped
+			}
+			q.e.stats.RNRNAKsSent++
+			q.queueAck(ib.RNRNAKSyndrome(ib.RNRTimer(q.attr.MinRNRTimer)), psn, r.msn)
+			return ErrDropped
+		}
+		r.haveRecv = true
+		r.recvOff = 0
+	}
+	if cl&clSend != 0 && !r.haveRecv {
+		return q.classAC(psn, ib.NAKInvalidRequest, WCRemInvReqErr)
+	}
+	// Lengths.
+	plen := len(p.Payload)
+	mtu := q.mtu
+	switch {
+	case cl&clFirst != 0 && cl&clLast != 0:
+		if plen > mtu {
+			return q.classAC(psn, ib.NAKInvalidRequest, WCRemInvReqErr)
+		}
+	case cl&(clFirst|clMiddle) != 0:
+		if plen != mtu {
+			return q.classAC(psn, ib.NAKInvalidRequest, WCRemInvReqErr)
+		}
+	case cl&clLast != 0:
+		if plen == 0 || plen > mtu {
+			return q.classAC(psn, ib.NAKInvalidRequest, WCRemInvReqErr)
+		}
+	}
+	if cl&clRETH != 0 && p.RETH.DMALen() > 1<<31 {
+		return q.classAC(psn, ib.NAKInvalidRequest, WCRemInvReqErr)
+	}
+
+	switch {
+	case cl&clRead != 0:
+		return q.executeRead(p, psn)
+	case cl&clAtomic != 0:
+		return q.executeAtomic(p, psn, low)
+	case cl&clWrite != 0:
+		if cl&clRETH != 0 {
+			r.wva, r.wrkey = p.RETH.VA(), p.RETH.RKey()
+			r.wresid, r.wlen = p.RETH.DMALen(), p.RETH.DMALen()
+		}
+		if !(cl&clRETH != 0 && r.wlen == 0) {
+			// rxe skips key checks for a zero-length RDMA WRITE (C9-88).
+			mr := q.e.lookupMR(q.pd, r.wrkey, AccessRemoteWrite)
+			if mr == nil {
+				return q.classAC(psn, ib.NAKRemoteAccessError, WCRemAccessErr)
+			}
+			if _, ok := mr.span(r.wva, r.wresid); !ok {
+				return q.classAC(psn, ib.NAKRemoteAccessError, WCRemAccessErr)
+			}
+			pc := int(p.BTH.PadCount())
+			if r.wresid > uint32(mtu) {
+				if plen != mtu || pc != 0 {
+					return q.classAC(psn, ib.NAKInvalidRequest, WCRemInvReqErr)
+				}
+			} else if uint32(plen) != r.wresid || pc != pad(int(r.wresid)) {
+				return q.classAC(psn, ib.NAKInvalidRequest, WCRemInvReqErr)
+			}
+			if plen > 0 {
+				mem, _ := mr.span(r.wva, uint32(plen))
+				copy(mem, p.Payload)
+			}
+			r.wva += uint64(plen)
+			r.wresid -= uint32(plen)
+		}
+	case cl&clSend != 0:
+		if plen > 0 {
+			switch st := q.e.copySGL(q.pd, r.cur.sgl(), r.recvOff, p.Payload, true); st {
+			case WCSuccess:
+			case WCLocLenErr:
+				if !rc {
+					r.dropMsg, r.inMsg, r.recvOff = true, msgNone, 0
+					return ErrDropped
+				}
+				return q.classAC(psn, ib.NAKInvalidRequest, WCRemInvReqErr)
+			default:
+				if !rc {
+					r.dropMsg, r.inMsg, r.recvOff = true, msgNone, 0
+					return ErrDropped
+				}
+				return q.classAC(psn, ib.NAKRemoteOperationalError, WCLocQPOpErr)
+			}
+			r.recvOff += uint64(plen)
+		}
+	}
+
+	invFailed := false
+	if cl&clInv != 0 {
+		mr := q.e.keys.lookup(p.IETH.RKey())
+		if mr == nil || mr.pd != q.pd {
+			invFailed = true
+		} else {
+			mr.valid = false
+		}
+	}
+	if cl&clLast != 0 {
+		r.msn = (r.msn + 1) & ib.PSNMask
+		r.inMsg = msgNone
+	} else if cl&clFirst != 0 {
+		if cl&clSend != 0 {
+			r.inMsg = msgSend
+		} else {
+			r.inMsg = msgWrite
+		}
+	}
+	r.epsn = psn.Next()
+	if rc && p.BTH.AckReq() {
+		q.queueAck(ib.SyndromeACKUnlimited, psn, r.msn)
+	}
+	if cl&clComplete != 0 {
+		wc := WorkCompletion{WRID: r.cur.id, Status: WCSuccess, Opcode: WCRecv, QPN: q.qpn, Flags: WCWithGRH,
+			ByteLen: uint32(r.recvOff)}
+		if cl&clWrite != 0 {
+			wc.Opcode = WCRecvRDMAWithImm
+			wc.ByteLen = r.wlen
+		}
+		if cl&clImm != 0 {
+			wc.Flags |= WCWithImm
+			wc.Imm = p.ImmDt.Imm()
+		}
+		if cl&clInv != 0 {
+			wc.Flags |= WCWithInv
+			wc.InvalidatedRKey = p.IETH.RKey()
+		}
+		if invFailed {
+			wc = WorkCompletion{WRID: r.cur.id, Status: WCRemInvReqErr, Opcode: WCRecv, QPN: q.qpn}
+		}
+		r.haveRecv = false
+		q.recvCQ.push(&wc)
+		if invFailed {
+			q.toError()
+		}
+	}
+	return nil
+}
+
+func (q *QP) executeRead(p *ib.Packet, psn ib.PSN) error {
+	r := &q.resp
+	va, rkey, n := p.RETH.VA(), p.RETH.RKey(), p.RETH.DMALen()
+	if n > 0 {
+		mr := q.e.lookupMR(q.pd, rkey, AccessRemoteRead)
+		if mr == nil {
+			return q.classAC(psn, ib.NAKRemoteAccessError, WCRemAccessErr)
+		}
+		if _, ok := mr.span(va, n); !ok {
+			return q.classAC(psn, ib.NAKRemoteAccessError, WCRemAccessErr)
+		}
+	}
+	// C9-148: the MSN counts a READ when it is received.
+	r.msn = (r.msn + 1) & ib.PSNMask
+	npk := uint32(1)
+	if n > uint32(q.mtu) {
+		npk = (n + uint32(q.mtu) - 1) / uint32(q.mtu)
+	}
+	i := r.allocRes()
+	r.res[i] = respRes{kind: resRead, newState: true, firstPSN: psn, lastPSN: psn.Add(npk - 1), curPSN: psn,
+		origVA: va, origLen: n, va: va, resid: n, rkey: rkey, msn: r.msn}
+	r.epsn = psn.Add(npk)
+	r.inMsg = msgNone
+	q.queueRes(i)
+	return nil
+}
+
+func (q *QP) executeAtomic(p *ib.Packet, psn ib.PSN, low uint8) error {
+	r := &q.resp
+	a := p.AtomicETH
+	va := a.VA()
+	mr := q.e.lookupMR(q.pd, a.RKey(), AccessRemoteAtomic)
+	if mr == nil {
+		return q.classAC(psn, ib.NAKRemoteAccessError, WCRemAccessErr)
+	}
+	mem, ok := mr.span(va, 8)
+	if !ok {
+		return q.classAC(psn, ib.NAKRemoteAccessError, WCRemAccessErr)
+	}
+	if va&7 != 0 {
+		return q.classAC(psn, ib.NAKInvalidRequest, WCRemInvReqErr)
+	}
+	// The target is a host-order 64-bit word, as rxe treats it.
+	orig := binary.NativeEndian.Uint64(mem)
+	v := orig
+	if low == opCompareSwap {
+		if orig == a.Compare() {
+			v = a.SwapAdd()
+		}
+	} else {
+		v = orig + a.SwapAdd()
+	}
+	binary.NativeEndian.PutUint64(mem, v)
+	r.msn = (r.msn + 1) & ib.PSNMask
+	i := r.allocRes()
+	r.res[i] = respRes{kind: resAtomic, firstPSN: psn, lastPSN: psn, curPSN: psn, orig: orig, msn: r.msn, rkey: a.RKey(), origVA: va}
+	r.epsn = psn.Next()
+	r.inMsg = msgNone
+	q.queueRes(i)
+	return nil
+}
+
+// duplicate handles an RC request with a PSN before ePSN (rxe duplicate_request).
+func (q *QP) duplicate(p *ib.Packet, psn ib.PSN, low uint8, cl uint16) error {
+	r := &q.resp
+	q.e.stats.DuplicateRequests++
+	switch {
+	case cl&(clSend|clWrite) != 0:
+		// C9-105: ACK again with the last PSN accepted; never re-execute.
+		q.queueAck(ib.SyndromeACKUnlimited, r.epsn.Add(ib.PSNMask), r.msn)
+	case cl&clRead != 0:
+		if len(p.RETH) < ib.RETHSize {
+			return ErrBadHeader
+		}
+		i := r.findRes(psn, resRead)
+		if i < 0 {
+			return ErrDropped
+		}
+		s := &r.res[i]
+		va, n := p.RETH.VA(), p.RETH.DMALen()
+		// The retried request must be the original or a subrange of it.
+		if p.RETH.RKey() != s.rkey || va < s.origVA || n > s.origLen || va-s.origVA > uint64(s.origLen-n) {
+			return ErrDropped
+		}
+		s.curPSN = psn
+		s.va, s.resid = va, n
+		s.newState = psn == s.firstPSN
+		s.msn = r.msn
+		q.queueRes(i)
+	case cl&clAtomic != 0:
+		i := r.findRes(psn, resAtomic)
+		if i < 0 {
+			return ErrDropped
+		}
+		// Replay the saved result; the atomic is never executed twice.
+		r.res[i].msn = r.msn
+		q.queueRes(i)
+	default:
+		return ErrDropped
+	}
+	return nil
+}
+
+// respondUD processes a UD SEND.
+func (q *QP) respondUD(p *ib.Packet, src *Source) error {
+	low := uint8(p.BTH.Opcode()) & 0x1F
+	if low != opSendOnly && low != opSendOnlyImm {
+		return ErrBadHeader
+	}
+	if len(p.DETH) < ib.DETHSize || (low == opSendOnlyImm && len(p.ImmDt) < ib.ImmDtSize) {
+		return ErrBadHeader
+	}
+	if p.DETH.QKey() != q.attr.QKey {
+		return ErrBadQKey
+	}
+	rq := &q.rq
+	if q.srq != nil {
+		rq = &q.srq.rq
+	}
+	if rq.n == 0 {
+		return ErrDropped
+	}
+	w := &rq.ring[rq.head]
+	if w.length < uint64(grhAreaLen+len(p.Payload)) {
+		// Does not fit: dropped, the receive stays posted (rxe, non-SRQ).
+		return ErrDropped
+	}
+	var grh [grhAreaLen]byte
+	if src != nil {
+		switch len(src.NetworkHeader) {
+		case 20:
+			copy(grh[20:], src.NetworkHeader)
+		case 40:
+			copy(grh[:], src.NetworkHeader)
+		}
+	}
+	st := q.e.copySGL(q.pd, w.sge, 0, grh[:], true)
+	if st == WCSuccess {
+		st = q.e.copySGL(q.pd, w.sge, grhAreaLen, p.Payload, true)
+	}
+	id, _ := rq.pop()
+	wc := WorkCompletion{WRID: id, Status: st, Opcode: WCRecv, QPN: q.qpn, SrcQP: p.DETH.SrcQP(),
+		ByteLen: uint32(grhAreaLen + len(p.Payload)), Flags: WCWithGRH}
+	if st != WCSuccess {
+		wc = WorkCompletion{WRID: id, Status: st, Opcode: WCRecv, QPN: q.qpn}
+	} else if low == opSendOnlyImm {
+		wc.Flags |= WCWithImm
+		wc.Imm = p.ImmDt.Imm()
+	}
+	q.recvCQ.push(&wc)
+	if st != WCSuccess {
+		q.toError()
+	}
+	return nil
+}
+
+// produce builds the next pending response (ACK, NAK, read response, atomic ACK).
+func (r *responder) produce(q *QP, buf []byte, t *TxPacket) (int, bool) {
+	for r.outLen > 0 {
+		e := &r.out[r.outHead]
+		switch e.kind {
+		case outAck:
+			h := ib.BTHSize
+			ib.AETH(buf[h : h+ib.AETHSize]).Encode(&ib.AETHFields{Syndrome: e.syn, MSN: e.msn})
+			writeBTH(buf, transportRC|opAck, false, false, 0, q.attr.DestQPN, e.psn)
+			n := finish(buf, h+ib.AETHSize, 0)
+			r.popOut()
+			q.fillAV(t, &q.attr.AV)
+			return n, true
+		case outAtomic:
+			s := &r.res[e.res]
+			if q.state == StateErr || s.kind != resAtomic {
+				s.queued = false
+				r.popOut()
+				continue
+			}
+			h := ib.BTHSize
+			ib.AETH(buf[h : h+ib.AETHSize]).Encode(&ib.AETHFields{Syndrome: ib.SyndromeACKUnlimited, MSN: s.msn})
+			h += ib.AETHSize
+			ib.AtomicAckETH(buf[h : h+ib.AtomicAckETHSize]).Encode(&ib.AtomicAckETHFields{Orig: s.orig})
+			h += ib.AtomicAckETHSize
+			writeBTH(buf, transportRC|opAtomicAck, false, false, 0, q.attr.DestQPN, s.firstPSN)
+			n := finish(buf, h, 0)
+			s.queued = false
+			r.popOut()
+			q.fillAV(t, &q.attr.AV)
+			return n, true
+		case outRead:
+			s := &r.res[e.res]
+			if q.state == StateErr || s.kind != resRead {
+				s.queued = false
+				r.popOut()
+				continue
+			}
+			return r.readResponse(q, s, buf, t)
+		default:
+			r.popOut()
+		}
+	}
+	return 0, false
+}
+
+func (r *responder) readResponse(q *QP, s *respRes, buf []byte, t *TxPacket) (int, bool) {
+	mtu := uint32(q.mtu)
+	var op uint8
+	if s.newState {
+		op = opReadRespFirst
+		if s.resid <= mtu {
+			op = opReadRespOnly
+		}
+	} else {
+		op = opReadRespMiddle
+		if s.resid <= mtu {
+			op = opReadRespLast
+		}
+	}
+	paylen := minU32(s.resid, mtu)
+	h := ib.BTHSize
+	if op != opReadRespMiddle {
+		ib.AETH(buf[h : h+ib.AETHSize]).Encode(&ib.AETHFields{Syndrome: ib.SyndromeACKUnlimited, MSN: s.msn})
+		h += ib.AETHSize
+	}
+	if paylen > 0 {
+		// Re-resolve the key for every packet: the region may have been
+		// deregistered or invalidated since the request was accepted.
+		mr := q.e.lookupMR(q.pd, s.rkey, AccessRemoteRead)
+		var mem []byte
+		ok := mr != nil
+		if ok {
+			mem, ok = mr.span(s.va, paylen)
+		}
+		if !ok {
+			psn := s.curPSN
+			s.kind = resNone
+			s.queued = false
+			r.popOut()
+			q.toError()
+			h := ib.BTHSize
+			ib.AETH(buf[h : h+ib.AETHSize]).Encode(&ib.AETHFields{Syndrome: ib.NAKSyndrome(ib.NAKRemoteAccessError), MSN: r.msn})
+			writeBTH(buf, transportRC|opAck, false, false, 0, q.attr.DestQPN, psn)
+			q.fillAV(t, &q.attr.AV)
+			return finish(buf, h+ib.AETHSize, 0), true
+		}
+		copy(buf[h:h+int(paylen)], mem)
+	}
+	pc := pad(int(paylen))
+	writeBTH(buf, transportRC|op, false, false, pc, q.attr.DestQPN, s.curPSN)
+	n := finish(buf, h+int(paylen), pc)
+	s.newState = false
+	s.va += uint64(paylen)
+	s.resid -= paylen
+	s.curPSN = s.curPSN.Next()
+	if s.resid == 0 {
+		s.queued = false
+		r.popOut()
+	}
+	q.fillAV(t, &q.attr.AV)
+	return n, true
+}
+
+var _ = time.Duration(0)
