@@ -210,6 +210,12 @@ func runMessages(t *testing.T, p *pair, op qp.WROpcode, sizes []int, limit time.
 	if n := p.a.SCQ.Len() + p.b.RCQ.Len(); n != 0 {
 		t.Fatalf("%d extra completions", n)
 	}
+	sa, sb := p.net.A.E.Stats(), p.net.B.E.Stats()
+	ab, ba := p.net.Pipes()
+	t.Logf("fake time %v; A: %+v; B: %+v; A→B %+v; B→A %+v", p.net.Clock.T, sa, sb, ab.Stats(), ba.Stats())
+	if ab.Stats().Dropped+ba.Stats().Dropped > 0 && sa.Retransmits == 0 {
+		t.Fatal("packets were lost but the requester never retransmitted")
+	}
 }
 
 func TestRCOperationsMatrix(t *testing.T) {
