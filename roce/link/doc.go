@@ -1,0 +1,21 @@
+// Package link defines how the RoCEv2 device moves packets: a Link carries
+// whole Ethernet frames in batches.
+//
+// The frame contract: every frame handed to WriteBatch or received through
+// ReadBatch is a complete Ethernet frame, Ethernet header (optionally with
+// one 802.1Q tag) + IPv4 or IPv6 header + UDP header + IB packet (BTH ...
+// payload, pad) + ICRC, without the Ethernet FCS. The transport always
+// builds and parses the same frames whatever the link underneath:
+//
+//   - AF_XDP (xdplink) puts the frames on the wire unchanged.
+//   - The kernel UDP link (udplink) sends only the UDP payload and lets the
+//     kernel build the headers; on receive it synthesizes Ethernet, IP and
+//     UDP headers from what recvmsg reports. Info.Synthetic says so, and
+//     Info.FixedSourcePort and Info.IPIDZero say which header fields the
+//     transport must use so that the ICRC it computes matches the wire.
+//   - The memory link (memlink) passes frames through a faultnet pipe.
+//
+// The package also holds the small header walk and header synthesis the
+// links share; they are deliberately minimal (no IP options, no IPv6
+// extension headers), since RoCEv2 uses neither.
+package link

@@ -1,0 +1,87 @@
+package link
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+)
+
+// Link moves whole Ethernet frames (Ethernet [+VLAN] + IP + UDP + IB packet
+// + ICRC).
+type Link interface {
+	// ReadBatch blocks until at least one frame is available (or ctx is
+	// done, or the link is closed: ErrClosed), then calls fn once with up
+	// to a link-defined number of frames. The slices are only valid during
+	// fn (zero-copy for AF_XDP UMEM and the memory link). It returns the
+	// number of frames handed to fn.
+	ReadBatch(ctx context.Context, fn func(frames [][]byte)) (int, error)
+	// WriteBatch transmits frames; they are copied out (or queued for TX)
+	// before it returns, so the caller may reuse the buffers. It returns
+	// how many were accepted; on error, frames[n] is the one that failed
+	// (see FrameError).
+	WriteBatch(frames [][]byte) (int, error)
+	// MTU returns the IP MTU of the interface.
+	MTU() int
+	// HardwareAddr returns the link's MAC address (all zeros when it has
+	// none, as on loopback).
+	HardwareAddr() net.HardwareAddr
+	// Info describes the kind of link and how faithful its frames are.
+	Info() Info
+	// Close releases the link and unblocks pending ReadBatch calls.
+	Close() error
+}
+
+// Kinds reported in Info.Kind.
+const (
+	KindAFXDP = "afxdp"
+	KindUDP   = "udp"
+	KindMem   = "mem"
+)
+
+// Info describes a link.
+type Info struct {
+	// Kind is KindAFXDP, KindUDP or KindMem.
+	Kind string
+	// Name is the interface name or local address.
+	Name string
+	// Synthetic is true when link-layer headers of received frames are
+	// synthesized (kernel UDP link): the IPv4 ID and the MACs are not what
+	// was on the wire, so the ICRC of a received frame cannot be checked
+	// over the IP header.
+	Synthetic bool
+	// FixedSourcePort, if non-zero, is the UDP source port every sent
+	// frame actually carries (kernel UDP link bound to 4791); the
+	// transport must build frames, and their ICRC, with it.
+	FixedSourcePort uint16
+	// IPIDZero is true when sent IPv4 frames carry IP ID 0 (Linux: DF set
+	// on an unconnected socket), so the ICRC must be computed with ID 0.
+	IPIDZero bool
+}
+
+// ErrClosed is returned by a closed link.
+var ErrClosed = errors.New("link: closed")
+
+// Errors describing a frame the link cannot carry. They are wrapped in a
+// FrameError naming the frame's index in the batch.
+var (
+	ErrTruncated  = errors.New("link: frame truncated")
+	ErrNotIP      = errors.New("link: not an IPv4 or IPv6 frame")
+	ErrNotUDP     = errors.New("link: not a UDP datagram")
+	ErrMalformed  = errors.New("link: malformed IP or UDP header")
+	ErrFamily     = errors.New("link: IP version does not match the link's address family")
+	ErrTooLarge   = errors.New("link: frame exceeds the link MTU")
+	ErrSourceAddr = errors.New("link: frame source address is not the link's")
+	ErrSourcePort = errors.New("link: frame UDP source port is not the link's fixed source port")
+)
+
+// FrameError reports which frame of a batch was refused and why.
+type FrameError struct {
+	Index int   // position in the batch
+	Err   error // one of the Err* values above, or a system error
+}
+
+func (e *FrameError) Error() string { return fmt.Sprintf("frame %d: %v", e.Index, e.Err) }
+
+// Unwrap returns the cause.
+func (e *FrameError) Unwrap() error { return e.Err }
