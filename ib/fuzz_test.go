@@ -369,6 +369,9 @@ func FuzzICRC(f *testing.F) {
 		if len(h) > IPv6Size {
 			h = h[:IPv6Size]
 		}
+		if len(h) > IPv4Size && h[0]>>4 != 6 {
+			h = h[:IPv4Size]
+		}
 		if len(h) > 0 && h[0]>>4 == 6 {
 			h[0] |= 0x0f
 			for _, i := range []int{1, 2, 3, 7} {

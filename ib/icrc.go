@@ -16,42 +16,32 @@ const icrcSeed = 0xDEBB20E3
 // ICRC itself. The variant fields are masked as rxe does: IPv4 TOS, TTL and
 // checksum; IPv6 traffic class, flow label and hop limit; the UDP checksum;
 // BTH byte 4 (FECN, BECN, reserved). The IP version is taken from the first
-// nibble of ipHeader. ICRC does not allocate.
+// nibble of ipHeader; bytes beyond the fixed header size are ignored, and
+// short inputs are treated as they are (never read out of bounds). ICRC does
+// not allocate.
 func ICRC(ipHeader, udpAndIB []byte) uint32 {
-	// The masked headers are fed from stack copies through a local byte-wise
+	// The masked headers are fed from stack copies through a local table-driven
 	// CRC: handing a stack slice to crc32.Update would move it to the heap
 	// (the IEEE implementation is called through a function variable).
 	var hdr [IPv6Size]byte
 	n := copy(hdr[:], ipHeader)
+	// Only the fixed header is covered: 40 bytes for IPv6, 20 otherwise.
 	if n > 0 && hdr[0]>>4 == ipv6Version {
+		for _, i := range [...]int{1, 2, 3, ipv6Hop} { // traffic class low nibble, flow label, hop limit
+			hdr[i] = 0xff
+		}
 		hdr[0] |= 0x0f // traffic class high nibble
-		if n > 3 {
-			hdr[1], hdr[2], hdr[3] = 0xff, 0xff, 0xff // traffic class low nibble, flow label
-		}
-		if n > ipv6Hop {
-			hdr[ipv6Hop] = 0xff
-		}
-	} else if n > 0 {
-		if n > ipv4TOS {
-			hdr[ipv4TOS] = 0xff
-		}
-		if n > ipv4TTL {
-			hdr[ipv4TTL] = 0xff
-		}
-		if n > ipv4Csum+1 {
-			hdr[ipv4Csum], hdr[ipv4Csum+1] = 0xff, 0xff
+	} else {
+		n = min(n, IPv4Size)
+		for _, i := range [...]int{ipv4TOS, ipv4TTL, ipv4Csum, ipv4Csum + 1} {
+			hdr[i] = 0xff
 		}
 	}
 	crc := crcUpdateRaw(icrcSeed, hdr[:n])
 
 	var ub [UDPSize + BTHSize]byte
 	m := copy(ub[:], udpAndIB)
-	if m > udpCsum+1 {
-		ub[udpCsum], ub[udpCsum+1] = 0xff, 0xff
-	}
-	if m > UDPSize+bthQPN {
-		ub[UDPSize+bthQPN] = 0xff
-	}
+	ub[udpCsum], ub[udpCsum+1], ub[UDPSize+bthQPN] = 0xff, 0xff, 0xff
 	crc = crcUpdateRaw(crc, ub[:m])
 	if len(udpAndIB) <= m {
 		return ^crc
