@@ -1,0 +1,344 @@
+package qp_test
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/goroce/goroce/ib"
+	"github.com/goroce/goroce/qp"
+	"github.com/goroce/goroce/qp/qptest"
+)
+
+// repoRoot finds the module root (the directory holding go.mod).
+func repoRoot(t *testing.T) string {
+	t.Helper()
+	dir, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return dir
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			t.Fatal("go.mod not found above the test directory")
+		}
+		dir = parent
+	}
+}
+
+func capturesDir(t *testing.T) string {
+	d := filepath.Join(repoRoot(t), "..", "shared", "rxe-lab", "captures")
+	if _, err := os.Stat(d); err != nil {
+		t.Skipf("rxe reference captures not present at %s (CI places shared/ next to the repository): %v", d, err)
+	}
+	return d
+}
+
+// readPcap reads a classic libpcap file of Ethernet frames.
+func readPcap(path string) ([][]byte, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	if len(b) < 24 {
+		return nil, io.ErrUnexpectedEOF
+	}
+	var bo binary.ByteOrder
+	switch binary.LittleEndian.Uint32(b) {
+	case 0xa1b2c3d4, 0xa1b23c4d:
+		bo = binary.LittleEndian
+	case 0xd4c3b2a1, 0x4d3cb2a1:
+		bo = binary.BigEndian
+	default:
+		return nil, errors.New("not a pcap file")
+	}
+	if lt := bo.Uint32(b[20:]); lt != 1 {
+		return nil, fmt.Errorf("link type %d, want Ethernet", lt)
+	}
+	var frames [][]byte
+	for off := 24; off < len(b); {
+		if off+16 > len(b) {
+			return nil, io.ErrUnexpectedEOF
+		}
+		n := int(bo.Uint32(b[off+8:]))
+		off += 16
+		if n < 0 || off+n > len(b) {
+			return nil, io.ErrUnexpectedEOF
+		}
+		frames = append(frames, b[off:off+n])
+		off += n
+	}
+	return frames, nil
+}
+
+type capPkt struct {
+	p        ib.Packet
+	src, dst netip.Addr
+}
+
+func isResponse(op ib.Opcode) bool {
+	low := uint8(op) & 0x1F
+	return uint8(op)&0xE0 == 0 && low >= 0x0D && low <= 0x12
+}
+
+// TestConformanceWithRxe replays the request streams rxe sent in the reference
+// captures through our responder and checks that what it sends back matches
+// what the rxe responder sent: opcodes, PSNs, AETH syndrome and MSN, atomic
+// original values and payload bytes.
+func TestConformanceWithRxe(t *testing.T) {
+	dir := capturesDir(t)
+	for _, c := range []struct {
+		mtuDir string
+		mtu    ib.MTU
+		names  []string
+	}{
+		{"mtu4096", ib.MTU4096, []string{"rc_send", "rc_write", "rc_read", "rc_atomic", "rc_write_lat_small"}},
+		{"mtu1024", ib.MTU1024, []string{"rc_send", "rc_write", "rc_read"}},
+	} {
+		for _, name := range c.names {
+			t.Run(c.mtuDir+"/"+name, func(t *testing.T) {
+				path := filepath.Join(dir, c.mtuDir, name+".pcap")
+				frames, err := readPcap(path)
+				if err != nil {
+					if os.IsNotExist(err) {
+						t.Skipf("%s not present", path)
+					}
+					t.Fatal(err)
+				}
+				var pkts []*capPkt
+				for i, f := range frames {
+					cp := &capPkt{}
+					if err := ib.Parse(f, &cp.p); err != nil {
+						t.Fatalf("frame %d: %v", i+1, err)
+					}
+					if cp.p.IPv4 == nil {
+						t.Fatalf("frame %d: not IPv4", i+1)
+					}
+					cp.src, cp.dst = cp.p.IPv4.Src(), cp.p.IPv4.Dst()
+					pkts = append(pkts, cp)
+				}
+				// Every direction that carries requests is replayed separately.
+				dirs := map[[2]netip.Addr]bool{}
+				for _, cp := range pkts {
+					if !isResponse(cp.p.BTH.Opcode()) {
+						dirs[[2]netip.Addr{cp.src, cp.dst}] = true
+					}
+				}
+				if len(dirs) == 0 {
+					t.Fatal("no requests in capture")
+				}
+				compared := 0
+				for d := range dirs {
+					compared += replayDirection(t, pkts, d[0], d[1], c.mtu)
+				}
+				t.Logf("%d responses compared", compared)
+			})
+		}
+	}
+}
+
+func replayDirection(t *testing.T, pkts []*capPkt, reqSrc, reqDst netip.Addr, mtu ib.MTU) int {
+	t.Helper()
+	var reqs, resps []*capPkt
+	for _, cp := range pkts {
+		switch {
+		case cp.src == reqSrc && cp.dst == reqDst && !isResponse(cp.p.BTH.Opcode()):
+			reqs = append(reqs, cp)
+		case cp.src == reqDst && cp.dst == reqSrc && isResponse(cp.p.BTH.Opcode()):
+			resps = append(resps, cp)
+		}
+	}
+	if len(resps) == 0 {
+		t.Fatalf("%v→%v: requests without responses", reqSrc, reqDst)
+	}
+	clock := &qptest.Clock{}
+	e, err := qp.New(qp.Config{Clock: clock, PortMTU: mtu})
+	if err != nil {
+		t.Fatal(err)
+	}
+	qp.SetNextQPN(e, reqs[0].p.BTH.DestQP())
+	ep, err := qptest.NewEndpoint(e, qp.RC, 256)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ep.QP.QPN() != reqs[0].p.BTH.DestQP() {
+		t.Fatalf("QPN %#x, want %#x", ep.QP.QPN(), reqs[0].p.BTH.DestQP())
+	}
+	q := ep.QP
+	steps := []struct {
+		a    qp.QPAttr
+		mask qp.AttrMask
+	}{
+		{qp.QPAttr{State: qp.StateInit, Port: 1, AccessFlags: allAccess}, qp.AttrState | qp.AttrPKeyIndex | qp.AttrPort | qp.AttrAccessFlags},
+		{qp.QPAttr{State: qp.StateRTR, PathMTU: mtu, DestQPN: resps[0].p.BTH.DestQP(), RQPSN: uint32(reqs[0].p.BTH.PSN()),
+			MaxDestRdAtomic: 128, MinRNRTimer: 12,
+			AV: qp.AddressVector{DGID: ib.GIDFromAddr(reqSrc), SGID: ib.GIDFromAddr(reqDst), HopLimit: 64}},
+			qp.AttrState | qp.AttrAV | qp.AttrPathMTU | qp.AttrDestQPN | qp.AttrRQPSN | qp.AttrMaxDestRdAtomic | qp.AttrMinRNRTimer},
+		{qp.QPAttr{State: qp.StateRTS, SQPSN: 0, Timeout: 14, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: 16},
+			qp.AttrState | qp.AttrSQPSN | qp.AttrTimeout | qp.AttrRetryCnt | qp.AttrRNRRetry | qp.AttrMaxQPRdAtomic},
+	}
+	for _, s := range steps {
+		if err := q.Modify(&s.a, s.mask); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// Memory: one region per R_Key spanning every address the requests use,
+	// prefilled with what rxe answered so READ payloads and atomic originals
+	// can be compared.
+	type span struct{ lo, hi uint64 }
+	spans := map[uint32]*span{}
+	add := func(rkey uint32, va uint64, n uint64) {
+		s := spans[rkey]
+		if s == nil {
+			s = &span{va, va + n}
+			spans[rkey] = s
+		}
+		s.lo, s.hi = min(s.lo, va), max(s.hi, va+n)
+	}
+	for _, r := range reqs {
+		if r.p.RETH != nil && r.p.RETH.DMALen() > 0 {
+			add(r.p.RETH.RKey(), r.p.RETH.VA(), uint64(r.p.RETH.DMALen()))
+		}
+		if r.p.AtomicETH != nil {
+			add(r.p.AtomicETH.RKey(), r.p.AtomicETH.VA(), 8)
+		}
+	}
+	mems := map[uint32][]byte{}
+	for rkey, s := range spans {
+		if s.hi-s.lo > 64<<20 {
+			t.Fatalf("R_Key %#x spans %d bytes", rkey, s.hi-s.lo)
+		}
+		mem := make([]byte, s.hi-s.lo)
+		if _, err := qp.RegMRWithKey(ep.PD, mem, s.lo, allAccess, rkey); err != nil {
+			t.Fatal(err)
+		}
+		mems[rkey] = mem
+	}
+	respByPSN := map[ib.PSN]*capPkt{}
+	for _, r := range resps {
+		respByPSN[r.p.BTH.PSN()] = r
+	}
+	m := uint64(mtu.Bytes())
+	for _, r := range reqs {
+		switch {
+		case r.p.BTH.Opcode() == ib.RCReadRequest:
+			va, n := r.p.RETH.VA(), uint64(r.p.RETH.DMALen())
+			mem, lo := mems[r.p.RETH.RKey()], spans[r.p.RETH.RKey()].lo
+			for k := uint64(0); k*m < n; k++ {
+				if rp := respByPSN[r.p.BTH.PSN().Add(uint32(k))]; rp != nil {
+					copy(mem[va-lo+k*m:], rp.p.Payload)
+				}
+			}
+		case r.p.AtomicETH != nil:
+			if rp := respByPSN[r.p.BTH.PSN()]; rp != nil && rp.p.AtomicAckETH != nil {
+				mem, lo := mems[r.p.AtomicETH.RKey()], spans[r.p.AtomicETH.RKey()].lo
+				binary.NativeEndian.PutUint64(mem[r.p.AtomicETH.VA()-lo:], rp.p.AtomicAckETH.Orig())
+			}
+		}
+	}
+	// Receive buffers for SENDs.
+	rbuf := make([]byte, 64<<16)
+	rmr, err := ep.PD.RegMR(rbuf, 0, qp.AccessLocalWrite)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 64; i++ {
+		if err := q.PostRecv(&qp.RecvWR{ID: uint64(i), SGL: []qp.SGE{{Addr: uint64(i << 16), Length: 1 << 16, LKey: rmr.LKey()}}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	slots := make([]qp.TxPacket, 8)
+	for i := range slots {
+		slots[i] = qp.TxPacket{Buf: make([]byte, 4096+256), Headroom: 64}
+	}
+	var outs []ib.Packet
+	src := qp.Source{SGID: ib.GIDFromAddr(reqSrc), DGID: ib.GIDFromAddr(reqDst)}
+	for i, r := range reqs {
+		if err := e.Receive(&r.p, &src); err != nil {
+			t.Fatalf("request %d (%v psn %#x): %v", i, r.p.BTH.Opcode(), r.p.BTH.PSN(), err)
+		}
+		for {
+			n := e.Transmit(slots)
+			for k := 0; k < n; k++ {
+				b := append([]byte(nil), slots[k].Payload()...)
+				var p ib.Packet
+				if err := ib.ParseIB(b, &p); err != nil {
+					t.Fatalf("our response does not parse: %v", err)
+				}
+				if slots[k].AV.DGID != ib.GIDFromAddr(reqSrc) {
+					t.Fatalf("response addressed to %v", slots[k].AV.DGID)
+				}
+				outs = append(outs, p)
+			}
+			if n < len(slots) {
+				break
+			}
+		}
+	}
+	if len(outs) != len(resps) {
+		t.Fatalf("%v→%v: we sent %d responses, rxe sent %d", reqSrc, reqDst, len(outs), len(resps))
+	}
+	for i := range outs {
+		got, want := &outs[i], &resps[i].p
+		where := fmt.Sprintf("response %d (rxe: %v psn %#x)", i, want.BTH.Opcode(), want.BTH.PSN())
+		if got.BTH.Opcode() != want.BTH.Opcode() || got.BTH.PSN() != want.BTH.PSN() || got.BTH.DestQP() != want.BTH.DestQP() ||
+			got.BTH.PKey() != want.BTH.PKey() || got.BTH.PadCount() != want.BTH.PadCount() || got.BTH.AckReq() != want.BTH.AckReq() {
+			t.Fatalf("%s: BTH %+v, rxe %+v", where, got.BTH.Fields(), want.BTH.Fields())
+		}
+		if (got.AETH == nil) != (want.AETH == nil) {
+			t.Fatalf("%s: AETH presence differs", where)
+		}
+		if want.AETH != nil && (got.AETH.Syndrome() != want.AETH.Syndrome() || got.AETH.MSN() != want.AETH.MSN()) {
+			t.Fatalf("%s: AETH syndrome %#x MSN %d, rxe %#x MSN %d", where, got.AETH.Syndrome(), got.AETH.MSN(),
+				want.AETH.Syndrome(), want.AETH.MSN())
+		}
+		if want.AtomicAckETH != nil && (got.AtomicAckETH == nil || got.AtomicAckETH.Orig() != want.AtomicAckETH.Orig()) {
+			t.Fatalf("%s: atomic original differs", where)
+		}
+		if !bytes.Equal(got.Payload, want.Payload) {
+			t.Fatalf("%s: payload differs (%d vs %d bytes)", where, len(got.Payload), len(want.Payload))
+		}
+	}
+	// The data the requests carried landed where they said.
+	var msg []byte
+	var wva uint64
+	var wkey uint32
+	recvIdx := 0
+	for _, r := range reqs {
+		low := uint8(r.p.BTH.Opcode()) & 0x1F
+		if r.p.RETH != nil && low != 0x0C {
+			wva, wkey, msg = r.p.RETH.VA(), r.p.RETH.RKey(), nil
+		}
+		if low <= 0x0B || low == 0x16 || low == 0x17 {
+			msg = append(msg, r.p.Payload...)
+		}
+		switch low {
+		case 0x08, 0x09, 0x0A, 0x0B: // end of a WRITE
+			if len(msg) > 0 {
+				mem, lo := mems[wkey], spans[wkey].lo
+				if !bytes.Equal(mem[wva-lo:wva-lo+uint64(len(msg))], msg) {
+					t.Fatal("RDMA WRITE data not placed at its address")
+				}
+			}
+			msg = nil
+		case 0x02, 0x03, 0x04, 0x05, 0x16, 0x17: // end of a SEND
+			if !bytes.Equal(rbuf[recvIdx<<16:recvIdx<<16+len(msg)], msg) {
+				t.Fatal("SEND data not placed in the receive buffer")
+			}
+			recvIdx++
+			msg = nil
+		}
+	}
+	return len(outs)
+}
