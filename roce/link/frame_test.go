@@ -167,4 +167,3 @@ func FuzzParseFrame(f *testing.F) {
 		}
 	})
 }
-
