@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"math/bits"
+	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -33,6 +34,9 @@ func (m Mode) String() string {
 	}
 	return fmt.Sprintf("Mode(%d)", int(m))
 }
+
+// busyWait bounds how long Open retries a queue that is still busy.
+const busyWait = time.Second
 
 // DefaultRingSize is the default number of RX and TX descriptors.
 const DefaultRingSize = 2048
@@ -160,6 +164,12 @@ func Open(ifname string, queue int, cfg Config) (*Socket, error) {
 		return nil, err
 	}
 	s, err := openOn(ifi.Index, ifname, queue, u, first, frames, &cfg)
+	// The kernel frees a closed socket's hold on its queue from a work
+	// queue, so a queue closed a moment ago can still be busy.
+	for start := time.Now(); errors.Is(err, unix.EBUSY) && time.Since(start) < busyWait; {
+		time.Sleep(10 * time.Millisecond)
+		s, err = openOn(ifi.Index, ifname, queue, u, first, frames, &cfg)
+	}
 	if err != nil {
 		u.untake(first, frames)
 		if private {

@@ -1,0 +1,9 @@
+// Package xdplink moves Ethernet frames through an AF_XDP socket: the
+// steering program (package bpf) redirects RoCEv2 traffic of one receive
+// queue into the socket, everything else goes on to the kernel stack.
+//
+// Received frames are handed out as views into the UMEM, valid only during
+// the ReadBatch callback; a frame that arrived in several chunks
+// (multi-buffer) is assembled into link-owned memory first. Transmitted
+// frames are copied into the UMEM before WriteBatch returns.
+package xdplink
