@@ -435,3 +435,35 @@ func (n *NS) NamedPath() (string, error) {
 	}
 	return filepath.Join("/run/netns", n.name), nil
 }
+
+// NewVLAN creates a VLAN interface named "<parent>.<id>" on a veth end, in
+// the same namespace, with TPID 0x8100 (or 0x88a8 if qinq), the given
+// address, and up. It goes away with its parent. The test is skipped if the
+// kernel has no 802.1Q support.
+func NewVLAN(t testing.TB, parent *Veth, id int, qinq bool, addr netip.Prefix) *Veth {
+	t.Helper()
+	n := parent.NS
+	la := netlink.NewLinkAttrs()
+	la.Name = fmt.Sprintf("%s.%d", parent.Name, id)
+	la.ParentIndex = parent.Index
+	proto := netlink.VLAN_PROTOCOL_8021Q
+	if qinq {
+		proto = netlink.VLAN_PROTOCOL_8021AD
+	}
+	if err := n.nl.LinkAdd(&netlink.Vlan{LinkAttrs: la, VlanId: id, VlanProtocol: proto}); err != nil {
+		if errors.Is(err, unix.EOPNOTSUPP) {
+			t.Skipf("netnstest: kernel cannot create VLAN interfaces (CONFIG_VLAN_8021Q not set): %v", err)
+		}
+		t.Fatalf("netnstest: add vlan %s: %v", la.Name, err)
+	}
+	t.Cleanup(func() {
+		if l, err := n.nl.LinkByName(la.Name); err == nil {
+			n.nl.LinkDel(l)
+		}
+	})
+	v := configure(t, n, la.Name, addr, true)
+	if err := v.WaitReady(5 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	return v
+}

@@ -239,3 +239,17 @@ func TestVethCleanup(t *testing.T) {
 		t.Fatal("veth end left behind after the subtest's cleanup")
 	}
 }
+
+func TestVLAN(t *testing.T) {
+	for _, qinq := range []bool{false, true} {
+		t.Run(fmt.Sprint("qinq=", qinq), func(t *testing.T) {
+			p := NewPair(t, 1500)
+			va := NewVLAN(t, p.VethA, 7, qinq, netip.MustParsePrefix("10.98.0.1/24"))
+			vb := NewVLAN(t, p.VethB, 7, qinq, netip.MustParsePrefix("10.98.0.2/24"))
+			if va.Name != "veth0.7" || vb.NS != p.B {
+				t.Fatalf("vlan %+v / %+v", va, vb)
+			}
+			udpEcho(t, &Pair{A: p.A, B: p.B, VethA: va, VethB: vb}, 1400)
+		})
+	}
+}
