@@ -278,6 +278,30 @@ func (p *Pipe) PopBatch(now time.Duration, limit int, fn func(pkts [][]byte)) in
 	return n
 }
 
+// Take moves up to limit packets due at or before now out of the pipe,
+// appending them to dst in delivery order, and returns the extended slice.
+// The buffers belong to the caller until it hands them back with Release;
+// this lets a caller deliver them without holding its lock on the pipe.
+// limit <= 0 means no limit.
+func (p *Pipe) Take(now time.Duration, limit int, dst [][]byte) [][]byte {
+	p.releaseExpired(now)
+	n := 0
+	for len(p.queue) > 0 && p.queue[0].due <= now && (limit <= 0 || n < limit) {
+		dst = append(dst, p.heapPop().buf)
+		n++
+	}
+	p.stats.Delivered += uint64(n)
+	return dst
+}
+
+// Release returns buffers obtained from Take to the pool and clears bufs.
+func (p *Pipe) Release(bufs [][]byte) {
+	for i, b := range bufs {
+		p.pool.put(b)
+		bufs[i] = nil
+	}
+}
+
 func less(a, b entry) bool {
 	if a.due != b.due {
 		return a.due < b.due

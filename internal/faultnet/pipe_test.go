@@ -346,6 +346,27 @@ func TestPopBatch(t *testing.T) {
 	}
 }
 
+func TestTakeRelease(t *testing.T) {
+	p := New(Config{Delay: time.Millisecond})
+	for i := 0; i < 5; i++ {
+		p.Push(time.Duration(i)*time.Millisecond, []byte{byte(i)})
+	}
+	bufs := p.Take(2*time.Millisecond, 0, nil)
+	if len(bufs) != 2 || bufs[0][0] != 0 || bufs[1][0] != 1 {
+		t.Fatalf("Take = %v", bufs)
+	}
+	// Pushing while the caller holds taken buffers must not reuse them.
+	p.Push(2*time.Millisecond, []byte{9})
+	if bufs[0][0] != 0 || bufs[1][0] != 1 {
+		t.Fatalf("taken buffers reused: %v", bufs)
+	}
+	p.Release(bufs)
+	bufs = p.Take(time.Hour, 2, bufs[:0])
+	if len(bufs) != 2 || bufs[0][0] != 2 || bufs[1][0] != 3 || p.Stats().Delivered != 4 {
+		t.Fatalf("Take = %v, stats %+v", bufs, p.Stats())
+	}
+}
+
 func TestPushDuringPop(t *testing.T) {
 	p := New(Config{Seed: 1, Reorder: 0.3})
 	p.Push(0, []byte{0})
@@ -372,14 +393,19 @@ func TestNoAllocSteadyState(t *testing.T) {
 	sink := 0
 	fn := func(pkt []byte) { sink += len(pkt) }
 	bfn := func(pkts [][]byte) { sink += len(pkts) }
+	var taken [][]byte
 	step := func() {
 		i++
 		now += time.Microsecond
 		p.Push(now, buf[:64+i%1900])
-		if i%2 == 0 {
+		switch i % 3 {
+		case 0:
 			p.Pop(now, fn)
-		} else {
+		case 1:
 			p.PopBatch(now, 8, bfn)
+		default:
+			taken = p.Take(now, 8, taken[:0])
+			p.Release(taken)
 		}
 	}
 	for range 100000 { // warm the pools and the heap
