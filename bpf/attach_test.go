@@ -40,6 +40,11 @@ var keep []any // keeps the child's program and attachment reachable
 // child attaches the program to an interface, reports the program id on
 // stdout and blocks until killed. Argument: "<ifindex>:<link|netlink>".
 func child(arg string) int {
+	if arg == "unprivileged" {
+		_, err := Load(Options{})
+		fmt.Printf("%v\n%v\n", errors.Is(err, ErrPermission), err)
+		return 0
+	}
 	idx, how, _ := strings.Cut(arg, ":")
 	ifindex, err := strconv.Atoi(idx)
 	if err != nil {
@@ -473,4 +478,117 @@ func TestDriverModeNeedsFrags(t *testing.T) {
 		t.Fatalf("error %q does not point at Options.Frags", err)
 	}
 	t.Log(err)
+}
+
+// TestUnprivileged loads the program as user nobody: the error must be
+// ErrPermission and name the capabilities.
+func TestUnprivileged(t *testing.T) {
+	netnstest.RequireCaps(t, unix.CAP_SETUID, unix.CAP_SETGID)
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The test binary's own directory is private to root; nobody needs a
+	// copy it can execute.
+	dir, err := os.MkdirTemp("", "goroce-bpf-unpriv")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	bin, err := os.ReadFile(exe)
+	if err != nil {
+		t.Fatal(err)
+	}
+	copyPath := dir + "/bpf.test"
+	if err := os.WriteFile(copyPath, bin, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(copyPath)
+	cmd.Env = append(os.Environ(), childEnv+"=unprivileged")
+	cmd.Dir = dir
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("child as nobody: %v: %s", err, out)
+	}
+	isPerm, msg, _ := strings.Cut(strings.TrimSpace(string(out)), "\n")
+	if isPerm != "true" || !strings.Contains(msg, "CAP_BPF") {
+		t.Fatalf("Load as nobody: %s (ErrPermission: %s)", msg, isPerm)
+	}
+	t.Log(msg)
+}
+
+// TestInjectedFrames writes the crafted frames (VLAN and QinQ tags, IPv6,
+// IPv4 options, truncations...) onto A's veth with a packet socket and
+// checks that exactly the matching ones arrive, unchanged, on the AF_XDP
+// socket behind the attached program.
+func TestInjectedFrames(t *testing.T) {
+	netnstest.RequireCaps(t, unix.CAP_NET_RAW)
+	for _, mode := range []AttachMode{AttachDriver, AttachGeneric} {
+		t.Run(mode.String(), func(t *testing.T) {
+			p := requireBPF(t, Options{})
+			pair := netnstest.NewPair(t, 1500)
+			var xsk *testXSK
+			if err := pair.B.Do(func() error {
+				if _, err := p.Attach(pair.VethB.Index, mode); err != nil {
+					return err
+				}
+				xsk = newTestXSK(t, pair.VethB.Index, 0)
+				return nil
+			}); err != nil {
+				t.Fatal(err)
+			}
+			if err := p.Register(0, xsk.fd); err != nil {
+				t.Fatal(err)
+			}
+			var fd int
+			if err := pair.A.Do(func() (err error) {
+				fd, err = unix.Socket(unix.AF_PACKET, unix.SOCK_RAW|unix.SOCK_CLOEXEC, 0)
+				return err
+			}); err != nil {
+				t.Fatal(err)
+			}
+			defer unix.Close(fd)
+			to := &unix.SockaddrLinklayer{Ifindex: pair.VethA.Index, Halen: 6}
+			copy(to.Addr[:], pair.VethB.HardwareAddr)
+			for _, tc := range frameCases() {
+				data := tc.f.bytes()
+				copy(data[0:6], pair.VethB.HardwareAddr)
+				copy(data[6:12], pair.VethA.HardwareAddr)
+				if err := unix.Sendto(fd, data, 0, to); err != nil {
+					t.Fatalf("%s: inject: %v", tc.name, err)
+				}
+				wait := 30 * time.Millisecond
+				if tc.want == steer {
+					wait = 2 * time.Second
+				}
+				got, err := xsk.recv(wait)
+				if err != nil {
+					t.Fatal(err)
+				}
+				switch {
+				case tc.want == steer && !bytes.Equal(got, data):
+					t.Errorf("%s: AF_XDP socket got % x, want % x", tc.name, got, data)
+				case tc.want == pass && got != nil:
+					t.Errorf("%s: frame reached the AF_XDP socket: % x", tc.name, got)
+				}
+			}
+			st, err := p.Stats()
+			if err != nil {
+				t.Fatal(err)
+			}
+			steered := 0
+			for _, tc := range frameCases() {
+				if tc.want == steer {
+					steered++
+				}
+			}
+			if st.Redirected != uint64(steered) || st.NoSocket != 0 {
+				t.Errorf("stats %+v, want %d redirected", st, steered)
+			}
+		})
+	}
 }

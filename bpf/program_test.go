@@ -276,3 +276,28 @@ func TestClosed(t *testing.T) {
 		t.Errorf("Attach after Close: %v", err)
 	}
 }
+
+// BenchmarkProgram measures the program in the kernel (BPF_PROG_TEST_RUN
+// with repeat): ns/op is the in-kernel time per frame.
+func BenchmarkProgram(b *testing.B) {
+	for _, bc := range []struct {
+		name string
+		f    frame
+	}{
+		{"ipv4-roce", frame{payload: 1024}},
+		{"qinq-ipv6-roce", frame{tags: []uint16{0x88a8, 0x8100}, ipv6: true, payload: 1024}},
+		{"ipv4-tcp", frame{proto: 6, payload: 1024}},
+		{"arp", frame{ethType: 0x0806}},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			p := requireBPF(b, Options{})
+			data := bc.f.bytes()
+			b.ReportAllocs()
+			_, per, err := p.prog.Benchmark(data, b.N, nil)
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.ReportMetric(float64(per.Nanoseconds()), "kernel-ns/frame")
+		})
+	}
+}
