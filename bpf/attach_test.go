@@ -326,6 +326,11 @@ func TestRedirectTestRun(t *testing.T) {
 	if ret, d := runAt(2); ret != xdpPass || d != (Stats{NoSocket: 1}) {
 		t.Fatalf("queue 2 after Unregister: action %d, counters %+v; want XDP_PASS", ret, d)
 	}
+	// A queue beyond the XSKMAP (Options.Queues) passes too.
+	p = requireBPF(t, Options{Queues: 2})
+	if ret, d := runAt(3); ret != xdpPass || d != (Stats{NoSocket: 1}) {
+		t.Fatalf("queue 3 of a 2-entry XSKMAP: action %d, counters %+v; want XDP_PASS", ret, d)
+	}
 }
 
 // xdpMd is struct xdp_md, the context of BPF_PROG_TEST_RUN.

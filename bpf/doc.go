@@ -20,7 +20,8 @@
 //
 // A frame that matches goes to bpf_redirect_map(xsks, ctx->rx_queue_index,
 // XDP_PASS): to the AF_XDP socket registered for its RX queue, or, when
-// that slot of the XSKMAP is empty, XDP_PASS to the kernel stack. Every
+// that slot of the XSKMAP is empty or the queue is beyond Options.Queues,
+// XDP_PASS to the kernel stack. Every
 // other frame, including every truncated or malformed one, returns
 // XDP_PASS, so ARP, ICMP, IPv6 neighbour discovery and TCP (for example the
 // out-of-band QP exchange of the perftest tools) keep working while the

@@ -301,3 +301,17 @@ func BenchmarkProgram(b *testing.B) {
 		})
 	}
 }
+
+func TestUnsupportedError(t *testing.T) {
+	err := fmt.Errorf("load XDP program: %w", &UnsupportedError{Feature: "XDP frags (BPF_F_XDP_HAS_FRAGS)", MinKernel: "5.18", Err: unix.EINVAL})
+	if !errors.Is(err, ebpf.ErrNotSupported) || !errors.Is(err, unix.EINVAL) {
+		t.Fatalf("%v does not match ErrNotSupported and EINVAL", err)
+	}
+	want := "load XDP program: bpf: XDP frags (BPF_F_XDP_HAS_FRAGS) not supported (requires Linux 5.18 or later): invalid argument"
+	if err.Error() != want {
+		t.Fatalf("got %q\nwant %q", err, want)
+	}
+	if !haveFrags() {
+		t.Log("kernel has no XDP frags")
+	}
+}

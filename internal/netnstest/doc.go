@@ -16,4 +16,19 @@
 // namespace (/proc/self/net is correct).
 //
 // The root network namespace is never modified.
+//
+// Typical use, two hosts on a wire at MTU 9000:
+//
+//	func TestX(t *testing.T) {
+//		p := netnstest.NewPair(t, 9000) // skips unless root with netns support
+//		var conn *net.UDPConn
+//		err := p.B.Do(func() (err error) {
+//			conn, err = net.ListenUDP("udp", &net.UDPAddr{Port: 4791})
+//			return err
+//		})
+//		...
+//		if err := p.A.Ping(p.VethB.Addr.Addr(), time.Second); err != nil {
+//			t.Fatal(err)
+//		}
+//	}
 package netnstest
