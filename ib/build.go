@@ -55,8 +55,8 @@ var (
 	errSpecVLANID   = &SpecError{Field: "VLANID", Reason: "exceeds 12 bits"}
 	errSpecVLANPCP  = &SpecError{Field: "VLANPCP", Reason: "exceeds 3 bits"}
 	errSpecFlow     = &SpecError{Field: "FlowLabel", Reason: "exceeds 20 bits"}
-	errSpecMissing  [len(HeaderOrder)]*SpecError
-	errSpecUnwanted [len(HeaderOrder)]*SpecError
+	errSpecMissing  [len(headerOrder)]*SpecError
+	errSpecUnwanted [len(headerOrder)]*SpecError
 )
 
 func init() {
@@ -65,7 +65,7 @@ func init() {
 		HdrAETH: "AETH", HdrAtomicAckETH: "AtomicAckETH", HdrImmDt: "ImmDt", HdrIETH: "IETH",
 		HdrFETH: "FETH", HdrXRCETH: "XRCETH", HdrCNPReserved: "CNP",
 	}
-	for i, h := range HeaderOrder {
+	for i, h := range headerOrder {
 		errSpecMissing[i] = &SpecError{Field: names[h], Reason: "nil but the opcode carries it"}
 		errSpecUnwanted[i] = &SpecError{Field: names[h], Reason: "set but the opcode does not carry it"}
 	}
@@ -118,12 +118,12 @@ func (s *FrameSpec) checkIB() (*OpcodeInfo, error) {
 	if s.BTH.PSN > PSNMask {
 		return nil, errSpecPSN
 	}
-	present := [len(HeaderOrder)]bool{
+	present := [len(headerOrder)]bool{
 		s.RDETH != nil, s.DETH != nil, s.XRCETH != nil, s.FETH != nil, s.RETH != nil,
 		s.AtomicETH != nil, s.AETH != nil, s.AtomicAckETH != nil, s.ImmDt != nil, s.IETH != nil,
 		info.Headers&HdrCNPReserved != 0, // nothing to supply
 	}
-	for i, h := range HeaderOrder {
+	for i, h := range headerOrder {
 		want := info.Headers&h != 0
 		if want && !present[i] {
 			return nil, errSpecMissing[i]
@@ -163,7 +163,7 @@ func (s *FrameSpec) writeIB(b []byte, info *OpcodeInfo) {
 	bth := s.BTH
 	bth.PadCount = uint8(s.padLen())
 	BTH(b).Encode(&bth)
-	for i, h := range HeaderOrder {
+	for i, h := range headerOrder {
 		if info.Headers&h == 0 {
 			continue
 		}

@@ -60,7 +60,7 @@ func TestParseErrors(t *testing.T) {
 		{"roce v1 ethertype", mut(send, func(b []byte) { b[12], b[13] = 0x89, 0x15 }), "ethernet", 12, ErrUnsupported},
 		{"short vlan", vlan[:16], "vlan", 14, ErrTruncated},
 		{"stacked vlan", mut(vlan, func(b []byte) { b[16], b[17] = 0x81, 0x00 }), "vlan", 16, ErrUnsupported},
-		{"vlan inner arp", mut(vlan, func(b []byte) { b[16], b[17] = 0x08, 0x06 }), "ethernet", 16, ErrUnsupported},
+		{"vlan inner arp", mut(vlan, func(b []byte) { b[16], b[17] = 0x08, 0x06 }), "vlan", 16, ErrUnsupported},
 		{"short ipv4", send[:33], "ipv4", ip, ErrTruncated},
 		{"ipv4 version", mut(send, func(b []byte) { b[ip] = 0x65 }), "ipv4", ip, ErrMalformed},
 		{"ipv4 IHL 4", mut(send, func(b []byte) { b[ip] = 0x44 }), "ipv4", ip, ErrMalformed},
@@ -109,6 +109,18 @@ func TestParseErrors(t *testing.T) {
 				t.Fatal("empty message")
 			}
 		})
+	}
+	// A returned error stays valid after a later successful Parse.
+	{
+		var p Packet
+		err := Parse(send[:20], &p)
+		if err := Parse(send, &p); err != nil {
+			t.Fatal(err)
+		}
+		var pe *ParseError
+		if !errors.Is(err, ErrTruncated) || !errors.As(err, &pe) || pe.Layer != "ipv4" {
+			t.Fatalf("stale error %v", err)
+		}
 	}
 	// Trailing bytes after the IP datagram (Ethernet padding) are ignored.
 	padded := append(append([]byte(nil), ack...), 0, 0, 0, 0)

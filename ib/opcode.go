@@ -172,7 +172,7 @@ const (
 type HeaderMask uint16
 
 // Extended transport headers. When several are present they follow the BTH
-// in the order of HeaderOrder.
+// in the order HeaderOrder returns.
 const (
 	HdrRDETH HeaderMask = 1 << iota
 	HdrDETH
@@ -188,14 +188,21 @@ const (
 	HdrCNPReserved
 )
 
-// HeaderOrder lists every extended header in wire order: RD's RDETH and
+// headerOrder lists every extended header in wire order: RD's RDETH and
 // DETH come first, then XRC's XRCETH, then the operation's own headers
 // (FLUSH puts FETH before RETH; WRITE-with-immediate puts RETH before ImmDt;
 // ATOMIC ACKNOWLEDGE puts AETH before AtomicAckETH).
-var HeaderOrder = [...]HeaderMask{
+var headerOrder = [numHeaders]HeaderMask{
 	HdrRDETH, HdrDETH, HdrXRCETH, HdrFETH, HdrRETH, HdrAtomicETH, HdrAETH,
 	HdrAtomicAckETH, HdrImmDt, HdrIETH, HdrCNPReserved,
 }
+
+// numHeaders is the number of distinct extended headers.
+const numHeaders = 11
+
+// HeaderOrder returns every extended header in wire order; no opcode carries
+// two headers in any other order.
+func HeaderOrder() [numHeaders]HeaderMask { return headerOrder }
 
 // Size returns the size in bytes of a single header h, or 0 if h is not
 // exactly one header.
@@ -313,13 +320,13 @@ type OpcodeInfo struct {
 	ConsumesRecvWQE bool // RWR: consumes a receive WQE at the responder
 	Completes       bool // C: generates a responder completion
 
-	offsets [len(HeaderOrder)]uint8
+	offsets [len(headerOrder)]uint8
 }
 
 // Offset returns the offset of header h from the start of the BTH, or -1 if
 // the opcode does not carry h.
 func (o OpcodeInfo) Offset(h HeaderMask) int {
-	for i, x := range HeaderOrder {
+	for i, x := range headerOrder {
 		if x == h {
 			if o.Headers&h == 0 {
 				return -1
@@ -451,10 +458,10 @@ func buildOpcodeTable() (t [256]OpcodeInfo) {
 	return t
 }
 
-// withOffsets fills the header offsets and HeaderLen of info from HeaderOrder.
+// withOffsets fills the header offsets and HeaderLen of info from headerOrder.
 func withOffsets(info OpcodeInfo) OpcodeInfo {
 	off := BTHSize
-	for i, h := range HeaderOrder {
+	for i, h := range headerOrder {
 		if info.Headers&h != 0 {
 			info.offsets[i] = uint8(off)
 			off += h.Size()

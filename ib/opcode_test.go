@@ -106,7 +106,7 @@ func TestOpcodeTable(t *testing.T) {
 		}
 		// HeaderLen is BTH plus the listed headers.
 		n := BTHSize
-		for _, h := range HeaderOrder {
+		for _, h := range HeaderOrder() {
 			if i.Headers&h != 0 {
 				if i.Offset(h) != n {
 					t.Errorf("%v: %s at %d, want %d", op, h.Layer(), i.Offset(h), n)

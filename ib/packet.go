@@ -38,8 +38,9 @@ type Packet struct {
 	err      ParseError
 }
 
-// Reset clears every view so the packet holds nothing.
-func (p *Packet) Reset() { *p = Packet{} }
+// Reset clears every view so the packet holds nothing. An error returned by
+// an earlier Parse into p stays readable.
+func (p *Packet) Reset() { *p = Packet{err: p.err} }
 
 // fail resets p, records a parse error in it and reports false; Parse returns a pointer
 // to the recorded error so that rejecting a packet does not allocate.
@@ -55,8 +56,9 @@ func (p *Packet) fail(layer string, off int, err error, reason string) bool {
 // (use p.VerifyICRC), the IPv4 header checksum or a UDP checksum: the ICRC
 // covers every field those protect that matters to the transport.
 //
-// On failure p is reset and the error is a *ParseError stored inside p, valid
-// until p is next used; Parse never allocates.
+// On failure p is reset and the error is a *ParseError stored inside p: it
+// stays valid until the next failing Parse or ParseIB into p (copy it to keep
+// it longer). Parse never allocates.
 func Parse(frame []byte, p *Packet) error {
 	if !p.parse(frame) {
 		return &p.err
@@ -150,7 +152,11 @@ func (p *Packet) parse(frame []byte) bool {
 		end = off + IPv6Size + pl
 		off += IPv6Size
 	default:
-		return p.fail("ethernet", off-2, ErrUnsupported, "EtherType is not IPv4 or IPv6")
+		layer := "ethernet"
+		if p.VLAN != nil {
+			layer = "vlan"
+		}
+		return p.fail(layer, off-2, ErrUnsupported, "EtherType is not IPv4 or IPv6")
 	}
 	// The IP layer guarantees UDPSize bytes here.
 	udp := UDP(frame[off : off+UDPSize : off+UDPSize])
@@ -183,7 +189,7 @@ func (p *Packet) parseIB(b []byte, base int) bool {
 	if !info.Valid {
 		return p.fail("bth", base+bthOpcode, ErrUnsupported, "undefined opcode")
 	}
-	for i, h := range HeaderOrder {
+	for i, h := range headerOrder {
 		if info.Headers&h == 0 {
 			continue
 		}
