@@ -597,3 +597,53 @@ func TestInjectedFrames(t *testing.T) {
 		})
 	}
 }
+
+// TestMultiBufferFrame sends a path-MTU-4096 sized RoCEv2 frame (4170
+// bytes, more than one 4096-byte UMEM chunk) across a jumbo veth: the frags
+// program in driver mode must hand it whole to a multi-buffer AF_XDP socket.
+func TestMultiBufferFrame(t *testing.T) {
+	p := requireBPF(t, Options{Frags: true})
+	pair := netnstest.NewPair(t, 9000)
+	var xsk *testXSK
+	if err := pair.B.Do(func() error {
+		a, err := p.Attach(pair.VethB.Index, AttachDriver)
+		if err != nil {
+			return err
+		}
+		if a.Mode() != AttachDriver {
+			return fmt.Errorf("mode %v", a.Mode())
+		}
+		xsk = newTestXSKFlags(t, pair.VethB.Index, 0, unix.XDP_USE_SG)
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Register(0, xsk.fd); err != nil {
+		t.Fatal(err)
+	}
+	var tx *net.UDPConn
+	if err := pair.A.Do(func() (err error) {
+		tx, err = net.ListenUDP("udp4", nil)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Close()
+	payload := make([]byte, 4170-14-20-8)
+	for i := range payload {
+		payload[i] = byte(i * 7)
+	}
+	var got []byte
+	for try := 0; try < 20 && got == nil; try++ {
+		if _, err := tx.WriteToUDPAddrPort(payload, netip.AddrPortFrom(pair.VethB.Addr.Addr(), DefaultPort)); err != nil {
+			t.Fatal(err)
+		}
+		var err error
+		if got, err = xsk.recv(250 * time.Millisecond); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(got) != 4170 || !bytes.Equal(got[42:], payload) {
+		t.Fatalf("AF_XDP socket got %d bytes, want the 4170-byte frame", len(got))
+	}
+}

@@ -3,6 +3,7 @@
 package bpf
 
 import (
+	"errors"
 	"fmt"
 	"sync/atomic"
 	"testing"
@@ -30,6 +31,12 @@ const (
 )
 
 func newTestXSK(t testing.TB, ifindex, queue int) *testXSK {
+	t.Helper()
+	return newTestXSKFlags(t, ifindex, queue, 0)
+}
+
+// newTestXSKFlags binds in copy mode with extra bind flags (XDP_USE_SG).
+func newTestXSKFlags(t testing.TB, ifindex, queue int, flags uint16) *testXSK {
 	t.Helper()
 	fd, err := unix.Socket(unix.AF_XDP, unix.SOCK_RAW|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
@@ -67,7 +74,10 @@ func newTestXSK(t testing.TB, ifindex, queue int) *testXSK {
 		*(*uint64)(unsafe.Pointer(&x.fillMem[x.off.Fr.Desc+8*uint64(i)])) = uint64(i) * xskFrameSize
 	}
 	x.ptr(x.fillMem, x.off.Fr.Producer).Store(xskFrames)
-	if err := unix.Bind(fd, &unix.SockaddrXDP{Flags: unix.XDP_COPY, Ifindex: uint32(ifindex), QueueID: uint32(queue)}); err != nil {
+	if err := unix.Bind(fd, &unix.SockaddrXDP{Flags: unix.XDP_COPY | flags, Ifindex: uint32(ifindex), QueueID: uint32(queue)}); err != nil {
+		if flags&unix.XDP_USE_SG != 0 && errors.Is(err, unix.EINVAL) {
+			t.Skipf("multi-buffer AF_XDP (XDP_USE_SG) unsupported (requires Linux 6.6): %v", err)
+		}
 		t.Fatalf("bind AF_XDP socket to ifindex %d queue %d: %v", ifindex, queue, err)
 	}
 	return x
@@ -85,27 +95,34 @@ func (x *testXSK) ptr(mem []byte, off uint64) *atomic.Uint32 {
 }
 
 // recv waits up to timeout for one frame and returns a copy of it (nil on
-// timeout). The frame's buffer goes back to the fill ring.
+// timeout), joining the descriptors of a multi-buffer frame. The buffers go
+// back to the fill ring.
 func (x *testXSK) recv(timeout time.Duration) ([]byte, error) {
 	deadline := time.Now().Add(timeout)
+	var out []byte
 	for {
 		cons := x.ptr(x.rxMem, x.off.Rx.Consumer).Load()
 		prod := x.ptr(x.rxMem, x.off.Rx.Producer).Load()
-		if cons != prod {
-			d := (*unix.XDPDesc)(unsafe.Pointer(&x.rxMem[x.off.Rx.Desc+uint64(cons%x.nframes)*uint64(unsafe.Sizeof(unix.XDPDesc{}))]))
+		for cons != prod {
+			d := *(*unix.XDPDesc)(unsafe.Pointer(&x.rxMem[x.off.Rx.Desc+uint64(cons%x.nframes)*uint64(unsafe.Sizeof(unix.XDPDesc{}))]))
 			if d.Addr+uint64(d.Len) > uint64(len(x.umem)) {
-				return nil, fmt.Errorf("descriptor %+v outside the UMEM", *d)
+				return nil, fmt.Errorf("descriptor %+v outside the UMEM", d)
 			}
-			out := append([]byte(nil), x.umem[d.Addr:d.Addr+uint64(d.Len)]...)
-			base := d.Addr - d.Addr%xskFrameSize
-			x.ptr(x.rxMem, x.off.Rx.Consumer).Store(cons + 1)
+			out = append(out, x.umem[d.Addr:d.Addr+uint64(d.Len)]...)
+			cons++
+			x.ptr(x.rxMem, x.off.Rx.Consumer).Store(cons)
 			fp := x.ptr(x.fillMem, x.off.Fr.Producer).Load()
-			*(*uint64)(unsafe.Pointer(&x.fillMem[x.off.Fr.Desc+8*uint64(fp%x.nframes)])) = base
+			*(*uint64)(unsafe.Pointer(&x.fillMem[x.off.Fr.Desc+8*uint64(fp%x.nframes)])) = d.Addr - d.Addr%xskFrameSize
 			x.ptr(x.fillMem, x.off.Fr.Producer).Store(fp + 1)
-			return out, nil
+			if d.Options&unix.XDP_PKT_CONTD == 0 {
+				return out, nil
+			}
 		}
 		left := time.Until(deadline)
 		if left <= 0 {
+			if out != nil {
+				return nil, fmt.Errorf("multi-buffer frame cut short after %d bytes", len(out))
+			}
 			return nil, nil
 		}
 		pfd := []unix.PollFd{{Fd: int32(x.fd), Events: unix.POLLIN}}
