@@ -44,6 +44,7 @@ type FrameSpec struct {
 
 // Static errors keep Build allocation-free even when it fails.
 var (
+	errSpecNil      = &SpecError{Field: "FrameSpec", Reason: "nil"}
 	errSpecOpcode   = &SpecError{Field: "BTH.Opcode", Reason: "undefined opcode"}
 	errSpecDestQP   = &SpecError{Field: "BTH.DestQP", Reason: "exceeds 24 bits"}
 	errSpecPSN      = &SpecError{Field: "BTH.PSN", Reason: "exceeds 24 bits"}
@@ -100,14 +101,27 @@ func (s *FrameSpec) encapLen() int {
 	return n
 }
 
-// Len returns the size of the frame Build writes for s.
-func (s *FrameSpec) Len() int { return s.encapLen() + s.ibLen() }
+// Len returns the size of the frame Build writes for s (0 for a nil spec).
+func (s *FrameSpec) Len() int {
+	if s == nil {
+		return 0
+	}
+	return s.encapLen() + s.ibLen()
+}
 
-// IBLen returns the size BuildIB writes for s (BTH … ICRC).
-func (s *FrameSpec) IBLen() int { return s.ibLen() }
+// IBLen returns the size BuildIB writes for s (BTH … ICRC; 0 for a nil spec).
+func (s *FrameSpec) IBLen() int {
+	if s == nil {
+		return 0
+	}
+	return s.ibLen()
+}
 
 // checkIB validates the IB half of s.
 func (s *FrameSpec) checkIB() (*OpcodeInfo, error) {
+	if s == nil {
+		return nil, errSpecNil
+	}
 	info := &opcodeTable[s.BTH.Opcode]
 	if !info.Valid {
 		return nil, errSpecOpcode
@@ -201,7 +215,9 @@ func (s *FrameSpec) writeIB(b []byte, info *OpcodeInfo) {
 // Build writes the complete frame described by s into buf: Ethernet, the
 // optional VLAN tag, IPv4 (with header checksum) or IPv6, UDP (checksum zero
 // unless s.UDPChecksum), the IB headers, payload, zero pad and the ICRC. It
-// returns the frame length (s.Len()). Build does not allocate.
+// returns the frame length (s.Len()). Build does not allocate. s.Payload may
+// already sit in buf at its final offset (s.Len()-ICRCSize-pad-len(Payload)),
+// which saves the copy of a payload read straight into the transmit buffer.
 func Build(buf []byte, s *FrameSpec) (int, error) {
 	info, err := s.checkIB()
 	if err != nil {

@@ -68,6 +68,9 @@ func (e *SpecError) Error() string { return "ib: invalid frame spec: " + e.Field
 // Unwrap returns ErrInvalidSpec.
 func (e *SpecError) Unwrap() error { return ErrInvalidSpec }
 
+// errNilPacket is returned by Parse and ParseIB when given a nil *Packet.
+var errNilPacket = &ParseError{Layer: "packet", Err: ErrMalformed, Reason: "nil *Packet"}
+
 // errNoIP is returned by VerifyICRC for packets decoded without an IP header;
 // preallocated so the check stays allocation-free.
 var errNoIP = &ParseError{Layer: "ipv4", Err: ErrUnsupported, Reason: "no IP header (packet decoded by ParseIB); use ICRC with the IP header"}

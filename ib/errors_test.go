@@ -180,6 +180,12 @@ func TestBuildErrors(t *testing.T) {
 			t.Errorf("%s: got %v, want %v", c.name, err, c.err)
 		}
 	}
+	if _, err := Build(buf, nil); !errors.Is(err, ErrInvalidSpec) {
+		t.Errorf("nil spec: %v", err)
+	}
+	if err := Parse(buf, nil); err == nil {
+		t.Error("nil packet accepted")
+	}
 	s := *base
 	if _, err := BuildIB(buf[:s.IBLen()-1], &s); !errors.Is(err, ErrShortBuffer) {
 		t.Errorf("BuildIB short: %v", err)
@@ -209,6 +215,23 @@ func TestBuildErrors(t *testing.T) {
 		p.Payload[0] ^= 1
 		if p.UDPChecksumValid() {
 			t.Fatal("corrupted UDP checksum accepted")
+		}
+	}
+}
+
+// TestBuildInPlacePayload builds a frame whose payload already sits at its
+// final offset in the buffer (the zero-copy transmit pattern).
+func TestBuildInPlacePayload(t *testing.T) {
+	for _, n := range []int{0, 1, 5, 1024} {
+		want := frameFor(t, fullSpec(RCWriteOnly, true, true, n))
+		s := fullSpec(RCWriteOnly, true, true, n)
+		buf := make([]byte, s.Len())
+		off := s.Len() - ICRCSize - (-n & 3) - n
+		copy(buf[off:], s.Payload)
+		s.Payload = buf[off : off+n]
+		m, err := Build(buf, s)
+		if err != nil || string(buf[:m]) != string(want) {
+			t.Fatalf("n=%d: in-place build differs (%v)", n, err)
 		}
 	}
 }

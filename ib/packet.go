@@ -60,6 +60,9 @@ func (p *Packet) fail(layer string, off int, err error, reason string) bool {
 // stays valid until the next failing Parse or ParseIB into p (copy it to keep
 // it longer). Parse never allocates.
 func Parse(frame []byte, p *Packet) error {
+	if p == nil {
+		return errNilPacket
+	}
 	if !p.parse(frame) {
 		return &p.err
 	}
@@ -71,6 +74,9 @@ func Parse(frame []byte, p *Packet) error {
 // ICRC check are unavailable; compute the ICRC with ICRC if the IP header is
 // known. Errors are as for Parse, with offsets relative to b.
 func ParseIB(b []byte, p *Packet) error {
+	if p == nil {
+		return errNilPacket
+	}
 	p.Reset()
 	if !p.parseIB(b, 0) {
 		return &p.err
@@ -250,7 +256,7 @@ func (p *Packet) parseIB(b []byte, base int) bool {
 // VerifyICRC checks the ICRC of a packet decoded by Parse. It returns
 // ErrBadICRC on mismatch and a *ParseError if p holds no IP header (ParseIB).
 func (p *Packet) VerifyICRC() error {
-	if p.ip == nil || len(p.datagram) < UDPSize+BTHSize+ICRCSize {
+	if p == nil || p.ip == nil || len(p.datagram) < UDPSize+BTHSize+ICRCSize {
 		return errNoIP
 	}
 	n := len(p.datagram) - ICRCSize

@@ -218,6 +218,9 @@ func TestCaptures(t *testing.T) {
 			if err := p.VerifyICRC(); err != nil {
 				t.Errorf("%s #%d (%v): %v", rel, i+1, p.BTH.Opcode(), err)
 			}
+			if p.IPv4 != nil && !p.IPv4.ChecksumValid() {
+				t.Errorf("%s #%d: bad IPv4 header checksum", rel, i+1)
+			}
 			if !p.UDPChecksumValid() {
 				t.Errorf("%s #%d: bad UDP checksum", rel, i+1)
 			}
