@@ -73,7 +73,14 @@ type side struct {
 // attaches a redirect program in driver mode.
 func openSide(t testing.TB, v *netnstest.Veth, cfg xdp.Config) *side {
 	t.Helper()
-	prog, m := redirectAll(t, cfg.Multibuffer)
+	return openSideFrags(t, v, cfg, cfg.Multibuffer)
+}
+
+// openSideFrags is openSide with the program's frags flag chosen apart
+// from the socket's multi-buffer mode.
+func openSideFrags(t testing.TB, v *netnstest.Veth, cfg xdp.Config, frags bool) *side {
+	t.Helper()
+	prog, m := redirectAll(t, frags)
 	s := &side{ns: v.NS, veth: v, mac: v.HardwareAddr}
 	err := v.NS.Do(func() error {
 		sock, err := xdp.Open(v.Name, 0, cfg)

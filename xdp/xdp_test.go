@@ -10,6 +10,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/goroce/goroce/internal/netnstest"
 	"github.com/goroce/goroce/xdp"
 )
 
@@ -406,4 +407,33 @@ func BenchmarkCross(b *testing.B) {
 			b.ReportMetric(float64(b.N*batch)/b.Elapsed().Seconds(), "frames/s")
 		})
 	}
+}
+
+// TestOversizeReceiveWithoutSG sends a 4170-byte frame (multi-buffer on the
+// sending side) to a socket without multi-buffer: the kernel cannot place it
+// in one 4096-byte chunk and counts a drop.
+func TestOversizeReceiveWithoutSG(t *testing.T) {
+	netnstest.RequireCaps(t, unix.CAP_NET_RAW, unix.CAP_NET_ADMIN)
+	p := netnstest.NewPairConfig(t, netnstest.VethConfig{MTU: 9000})
+	for _, v := range []*netnstest.Veth{p.VethA, p.VethB} {
+		if err := v.WaitReady(5 * time.Second); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a := openSide(t, p.VethA, xdp.Config{Multibuffer: true})
+	b := openSideFrags(t, p.VethB, xdp.Config{}, true)
+	big := make([]byte, 4170)
+	fillFrame(big, b.mac, a.mac, 0)
+	if n, err := a.sock.Transmit([][]byte{big}); n != 1 || err != nil {
+		t.Fatalf("Transmit: %d, %v", n, err)
+	}
+	st := waitStats(t, b.sock, func(s xdp.Stats) bool { return s.RxDropped > 0 })
+	t.Logf("receiver without multi-buffer: %+v", st)
+	// A frame that fits still arrives afterwards.
+	small := make([]byte, 1000)
+	fillFrame(small, b.mac, a.mac, 0)
+	if n, err := a.sock.Transmit([][]byte{small}); n != 1 || err != nil {
+		t.Fatalf("Transmit: %d, %v", n, err)
+	}
+	newReceiver(t, b.sock, a.mac).until(1, 5*time.Second)
 }
