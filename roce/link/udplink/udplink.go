@@ -1,0 +1,599 @@
+package udplink
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/goroce/goroce/internal/sys"
+	"github.com/goroce/goroce/roce/link"
+)
+
+// DefaultPort is the RoCEv2 UDP port.
+const DefaultPort = 4791
+
+// Options tune a Link. The zero value is right for a device.
+type Options struct {
+	// EphemeralPort binds a kernel-chosen port when the address passed to
+	// Listen has port 0, instead of DefaultPort (tests, benchmarks).
+	EphemeralPort bool
+	// Batch is the most datagrams moved per system call (default 64).
+	Batch int
+	// MaxDatagram is the largest UDP payload received (default 9216);
+	// longer datagrams are dropped and counted in Stats.Truncated.
+	MaxDatagram int
+	// SocketBuffer sets SO_RCVBUF and SO_SNDBUF (default 4 MiB; the
+	// *BUFFORCE variants are tried first so root is not capped by
+	// net.core.rmem_max).
+	SocketBuffer int
+}
+
+const (
+	defaultBatch        = 64
+	defaultMaxDatagram  = 9216
+	defaultSocketBuffer = 4 << 20
+	// headroom in front of each receive buffer for the synthesized headers.
+	headroom = 64
+	// oobSize is the control-message space per datagram: PKTINFO + TOS.
+	oobSize  = 128
+	synthTTL = 64
+)
+
+// Stats counts datagrams the link dropped.
+type Stats struct {
+	Truncated uint64 // received datagrams longer than MaxDatagram
+}
+
+// Link is a link.Link over a kernel UDP socket.
+type Link struct {
+	conn     *net.UDPConn
+	rc       syscall.RawConn
+	addr     netip.Addr // bound address, unmapped, no zone
+	port     uint16
+	v6       bool
+	wildcard bool
+	mtu      int
+	mac      net.HardwareAddr
+	macArr   [6]byte
+	name     string
+	batch    int
+	closed   atomic.Bool
+
+	readMu    sync.Mutex // guards the receive state below
+	rmsgs     []unix.Mmsghdr
+	riovs     []unix.Iovec
+	rnames    []unix.RawSockaddrInet6
+	roob      []byte
+	rbufs     [][]byte
+	frames    [][]byte
+	rn        int
+	rerr      error
+	recvFn    func(fd uintptr) bool // blocking attempt
+	tryRecvFn func(fd uintptr) bool // single non-blocking attempt
+
+	dlMu        sync.Mutex // orders context interrupts against their cleanup
+	waiting     bool
+	interruptFn func()
+
+	writeMu sync.Mutex // guards the send state below
+	wmsgs   []unix.Mmsghdr
+	wiovs   []unix.Iovec
+	wnames  []unix.RawSockaddrInet6
+	woob    []byte
+	wcount  int
+	wsent   int
+	werr    error
+	sendFn  func(fd uintptr) bool
+
+	truncated atomic.Uint64
+}
+
+var _ link.Link = (*Link)(nil)
+
+// Listen opens a link on addr. Port 0 means DefaultPort. The address
+// family of addr is the link's: an IPv4 link sends and receives only IPv4
+// frames, an IPv6 link (IPV6_V6ONLY) only IPv6 frames.
+func Listen(addr netip.AddrPort) (*Link, error) {
+	return ListenOptions(addr, Options{})
+}
+
+// ListenOptions is Listen with options.
+func ListenOptions(addr netip.AddrPort, opts Options) (*Link, error) {
+	if opts.Batch <= 0 {
+		opts.Batch = defaultBatch
+	}
+	if opts.MaxDatagram <= 0 {
+		opts.MaxDatagram = defaultMaxDatagram
+	}
+	if opts.SocketBuffer <= 0 {
+		opts.SocketBuffer = defaultSocketBuffer
+	}
+	ip := addr.Addr().Unmap().WithZone("")
+	if !ip.IsValid() {
+		return nil, fmt.Errorf("udplink: invalid address %v", addr)
+	}
+	port := addr.Port()
+	if port == 0 && !opts.EphemeralPort {
+		port = DefaultPort
+	}
+	l := &Link{addr: ip, v6: ip.Is6(), wildcard: ip.IsUnspecified(), batch: opts.Batch}
+	network := "udp4"
+	if l.v6 {
+		network = "udp6"
+	}
+	var soErr error
+	lc := net.ListenConfig{Control: func(_, _ string, c syscall.RawConn) error {
+		if err := c.Control(func(fd uintptr) { soErr = l.setsockopts(int(fd), opts.SocketBuffer) }); err != nil {
+			return err
+		}
+		return soErr
+	}}
+	pc, err := lc.ListenPacket(context.Background(), network, netip.AddrPortFrom(ip, port).String())
+	if err != nil {
+		return nil, fmt.Errorf("udplink: %w", err)
+	}
+	l.conn = pc.(*net.UDPConn)
+	if l.rc, err = l.conn.SyscallConn(); err != nil {
+		l.conn.Close()
+		return nil, fmt.Errorf("udplink: %w", err)
+	}
+	l.port = netip.MustParseAddrPort(l.conn.LocalAddr().String()).Port()
+	l.mtu, l.mac = interfaceOf(ip)
+	copy(l.macArr[:], l.mac)
+	l.name = netip.AddrPortFrom(ip, l.port).String()
+	l.initRecv(opts.MaxDatagram)
+	l.initSend()
+	return l, nil
+}
+
+func (l *Link) setsockopts(fd, bufSize int) error {
+	type opt struct {
+		level, name, value int
+		what               string
+	}
+	var opts []opt
+	if l.v6 {
+		opts = []opt{
+			{unix.IPPROTO_IPV6, unix.IPV6_MTU_DISCOVER, unix.IPV6_PMTUDISC_DO, "IPV6_MTU_DISCOVER"},
+			{unix.IPPROTO_IPV6, unix.IPV6_DONTFRAG, 1, "IPV6_DONTFRAG"},
+			{unix.IPPROTO_IPV6, unix.IPV6_RECVPKTINFO, 1, "IPV6_RECVPKTINFO"},
+			{unix.IPPROTO_IPV6, unix.IPV6_RECVTCLASS, 1, "IPV6_RECVTCLASS"},
+		}
+	} else {
+		opts = []opt{
+			{unix.IPPROTO_IP, unix.IP_MTU_DISCOVER, unix.IP_PMTUDISC_DO, "IP_MTU_DISCOVER"},
+			{unix.IPPROTO_IP, unix.IP_PKTINFO, 1, "IP_PKTINFO"},
+			{unix.IPPROTO_IP, unix.IP_RECVTOS, 1, "IP_RECVTOS"},
+		}
+	}
+	for _, o := range opts {
+		if err := unix.SetsockoptInt(fd, o.level, o.name, o.value); err != nil {
+			return fmt.Errorf("setsockopt %s: %w", o.what, err)
+		}
+	}
+	// Bigger buffers absorb bursts; failure only costs performance.
+	if unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, bufSize) != nil {
+		_ = unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUF, bufSize)
+	}
+	if unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_SNDBUFFORCE, bufSize) != nil {
+		_ = unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_SNDBUF, bufSize)
+	}
+	return nil
+}
+
+// interfaceOf returns the MTU and MAC of the interface holding ip, or
+// 1500 and a zero MAC when ip is a wildcard or not found.
+func interfaceOf(ip netip.Addr) (int, net.HardwareAddr) {
+	zero := make(net.HardwareAddr, 6)
+	if ip.IsUnspecified() {
+		return 1500, zero
+	}
+	ifs, err := net.Interfaces()
+	if err != nil {
+		return 1500, zero
+	}
+	for _, ifc := range ifs {
+		addrs, err := ifc.Addrs()
+		if err != nil {
+			continue
+		}
+		for _, a := range addrs {
+			if p, err := netip.ParsePrefix(a.String()); err == nil && p.Addr().Unmap() == ip {
+				mac := zero
+				if len(ifc.HardwareAddr) == 6 {
+					mac = ifc.HardwareAddr
+				}
+				return ifc.MTU, mac
+			}
+		}
+	}
+	return 1500, zero
+}
+
+func (l *Link) initRecv(maxDatagram int) {
+	n := l.batch
+	l.rmsgs = make([]unix.Mmsghdr, n)
+	l.riovs = make([]unix.Iovec, n)
+	l.rnames = make([]unix.RawSockaddrInet6, n)
+	l.roob = make([]byte, n*oobSize)
+	l.rbufs = make([][]byte, n)
+	l.frames = make([][]byte, 0, n)
+	for i := range l.rbufs {
+		l.rbufs[i] = make([]byte, headroom+maxDatagram)
+		l.riovs[i].Base = &l.rbufs[i][headroom]
+		l.riovs[i].SetLen(maxDatagram)
+		h := &l.rmsgs[i].Hdr
+		h.Name = (*byte)(unsafe.Pointer(&l.rnames[i]))
+		h.Iov = &l.riovs[i]
+		h.SetIovlen(1)
+		h.Control = &l.roob[i*oobSize]
+	}
+	l.tryRecvFn = l.tryRecv
+	l.recvFn = l.recv
+	l.interruptFn = l.interrupt
+}
+
+func (l *Link) initSend() {
+	n := l.batch
+	l.wmsgs = make([]unix.Mmsghdr, n)
+	l.wiovs = make([]unix.Iovec, n)
+	l.wnames = make([]unix.RawSockaddrInet6, n)
+	l.woob = make([]byte, n*oobSize)
+	for i := range l.wmsgs {
+		h := &l.wmsgs[i].Hdr
+		h.Name = (*byte)(unsafe.Pointer(&l.wnames[i]))
+		h.Iov = &l.wiovs[i]
+		h.SetIovlen(1)
+	}
+	l.sendFn = l.send
+}
+
+// resetRecv restores the in/out fields recvmmsg overwrites.
+func (l *Link) resetRecv() {
+	for i := range l.rmsgs {
+		h := &l.rmsgs[i].Hdr
+		h.Namelen = unix.SizeofSockaddrInet6
+		h.SetControllen(oobSize)
+		h.Flags = 0
+		l.rmsgs[i].Len = 0
+	}
+}
+
+func (l *Link) tryRecv(fd uintptr) bool {
+	l.rn, l.rerr = sys.Recvmmsg(int(fd), l.rmsgs, unix.MSG_DONTWAIT)
+	return true
+}
+
+func (l *Link) recv(fd uintptr) bool {
+	l.rn, l.rerr = sys.Recvmmsg(int(fd), l.rmsgs, unix.MSG_DONTWAIT)
+	return l.rerr != unix.EAGAIN
+}
+
+// interrupt wakes a ReadBatch blocked in the poller when its context ends.
+func (l *Link) interrupt() {
+	l.dlMu.Lock()
+	defer l.dlMu.Unlock()
+	if l.waiting {
+		_ = l.conn.SetReadDeadline(time.Unix(1, 0))
+	}
+}
+
+// ReadBatch waits for datagrams and calls fn with up to Options.Batch of
+// them as synthesized Ethernet frames, valid only during fn.
+func (l *Link) ReadBatch(ctx context.Context, fn func(frames [][]byte)) (int, error) {
+	l.readMu.Lock()
+	defer l.readMu.Unlock()
+	for {
+		if l.closed.Load() {
+			return 0, link.ErrClosed
+		}
+		l.resetRecv()
+		if err := l.rc.Read(l.tryRecvFn); err != nil {
+			return 0, l.mapErr(err)
+		}
+		if l.rerr == unix.EAGAIN {
+			if err := l.wait(ctx); err != nil {
+				return 0, err
+			}
+		}
+		switch l.rerr {
+		case nil:
+			if n := l.deliver(fn); n > 0 {
+				return n, nil
+			}
+		case unix.EAGAIN, unix.EINTR:
+		default:
+			return 0, fmt.Errorf("udplink: recvmmsg: %w", l.rerr)
+		}
+	}
+}
+
+// wait blocks in the poller until recvmmsg succeeds or fails for a reason
+// other than EAGAIN, ctx ends or the link is closed.
+func (l *Link) wait(ctx context.Context) error {
+	if ctx.Done() == nil {
+		if err := l.rc.Read(l.recvFn); err != nil {
+			return l.mapErr(err)
+		}
+		return nil
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	l.dlMu.Lock()
+	l.waiting = true
+	l.dlMu.Unlock()
+	stop := context.AfterFunc(ctx, l.interruptFn)
+	err := l.rc.Read(l.recvFn)
+	fired := !stop()
+	l.dlMu.Lock()
+	l.waiting = false
+	if fired || errors.Is(err, os.ErrDeadlineExceeded) {
+		_ = l.conn.SetReadDeadline(time.Time{})
+	}
+	l.dlMu.Unlock()
+	if err != nil {
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			if cerr := ctx.Err(); cerr != nil {
+				return cerr
+			}
+			l.rerr = unix.EAGAIN // a stale interrupt: try again
+			return nil
+		}
+		return l.mapErr(err)
+	}
+	return nil
+}
+
+func (l *Link) mapErr(err error) error {
+	if l.closed.Load() || errors.Is(err, net.ErrClosed) {
+		return link.ErrClosed
+	}
+	return fmt.Errorf("udplink: %w", err)
+}
+
+// deliver turns the received datagrams into frames and hands them to fn.
+func (l *Link) deliver(fn func(frames [][]byte)) int {
+	frames := l.frames[:0]
+	for i := 0; i < l.rn; i++ {
+		m := &l.rmsgs[i]
+		if m.Hdr.Flags&unix.MSG_TRUNC != 0 {
+			l.truncated.Add(1)
+			continue
+		}
+		plen := int(m.Len)
+		h := link.Header{Dst: l.macArr, TTL: synthTTL, DF: true, DstPort: l.port, DstAddr: l.addr}
+		if !l.synthAddrs(i, &h) {
+			continue
+		}
+		hs := h.HeaderSize()
+		buf := l.rbufs[i]
+		h.Put(buf[headroom-hs:headroom], plen)
+		frames = append(frames, buf[headroom-hs:headroom+plen])
+	}
+	l.frames = frames
+	if len(frames) == 0 {
+		return 0
+	}
+	fn(frames)
+	clear(frames)
+	return len(frames)
+}
+
+// synthAddrs fills the source from the sender address and the destination
+// and TOS from the control messages of datagram i.
+func (l *Link) synthAddrs(i int, h *link.Header) bool {
+	name := &l.rnames[i]
+	switch name.Family {
+	case unix.AF_INET:
+		sa := (*unix.RawSockaddrInet4)(unsafe.Pointer(name))
+		p := (*[2]byte)(unsafe.Pointer(&sa.Port))
+		h.SrcAddr = netip.AddrFrom4(sa.Addr)
+		h.SrcPort = uint16(p[0])<<8 | uint16(p[1])
+	case unix.AF_INET6:
+		p := (*[2]byte)(unsafe.Pointer(&name.Port))
+		h.SrcAddr = netip.AddrFrom16(name.Addr)
+		h.SrcPort = uint16(p[0])<<8 | uint16(p[1])
+	default:
+		return false
+	}
+	oob := l.roob[i*oobSize : i*oobSize+int(l.rmsgs[i].Hdr.Controllen)]
+	for {
+		c, rest, ok := sys.NextCmsg(oob)
+		if !ok {
+			break
+		}
+		oob = rest
+		switch {
+		case c.Level == unix.IPPROTO_IP && c.Type == unix.IP_PKTINFO && len(c.Data) >= unix.SizeofInet4Pktinfo:
+			pi := (*unix.Inet4Pktinfo)(unsafe.Pointer(&c.Data[0]))
+			h.DstAddr = netip.AddrFrom4(pi.Addr)
+		case c.Level == unix.IPPROTO_IP && c.Type == unix.IP_TOS && len(c.Data) >= 1:
+			h.TOS = c.Data[0]
+		case c.Level == unix.IPPROTO_IPV6 && c.Type == unix.IPV6_PKTINFO && len(c.Data) >= unix.SizeofInet6Pktinfo:
+			pi := (*unix.Inet6Pktinfo)(unsafe.Pointer(&c.Data[0]))
+			h.DstAddr = netip.AddrFrom16(pi.Addr)
+		case c.Level == unix.IPPROTO_IPV6 && c.Type == unix.IPV6_TCLASS && len(c.Data) >= 4:
+			h.TOS = uint8(*(*int32)(unsafe.Pointer(&c.Data[0])))
+		}
+	}
+	return h.SrcAddr.Is4() == h.DstAddr.Is4()
+}
+
+// WriteBatch sends the UDP payload of each frame to the frame's destination
+// address and port. A frame that is not a well-formed IPv4/IPv6 UDP frame of
+// the link's family, from the link's address and port, is refused with a
+// FrameError (errors.Is: link.ErrTruncated, ErrNotIP, ErrNotUDP,
+// ErrMalformed, ErrFamily, ErrSourceAddr, ErrSourcePort; ErrTooLarge when
+// the kernel reports it exceeds the path MTU); the frames before it are
+// sent, and n counts them.
+func (l *Link) WriteBatch(frames [][]byte) (n int, err error) {
+	l.writeMu.Lock()
+	defer l.writeMu.Unlock()
+	if l.closed.Load() {
+		return 0, link.ErrClosed
+	}
+	for n < len(frames) {
+		count := 0
+		var bad error
+		for n+count < len(frames) && count < l.batch {
+			if bad = l.prepare(count, frames[n+count]); bad != nil {
+				break
+			}
+			count++
+		}
+		l.wcount, l.wsent, l.werr = count, 0, nil
+		if count > 0 {
+			if err := l.rc.Write(l.sendFn); err != nil {
+				l.clearSend(count)
+				return n, l.mapErr(err)
+			}
+		}
+		l.clearSend(count)
+		n += l.wsent
+		if l.werr != nil {
+			e := l.werr
+			if e == unix.EMSGSIZE {
+				e = link.ErrTooLarge
+			}
+			return n, &link.FrameError{Index: n, Err: e}
+		}
+		if bad != nil {
+			return n, &link.FrameError{Index: n, Err: bad}
+		}
+	}
+	return n, nil
+}
+
+func (l *Link) send(fd uintptr) bool {
+	for l.wsent < l.wcount {
+		k, err := sys.Sendmmsg(int(fd), l.wmsgs[l.wsent:l.wcount], unix.MSG_DONTWAIT)
+		if err == unix.EAGAIN {
+			return false
+		}
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			l.werr = err
+			return true
+		}
+		l.wsent += k
+	}
+	return true
+}
+
+// clearSend drops the references to the caller's frames.
+func (l *Link) clearSend(count int) {
+	for i := 0; i < count; i++ {
+		l.wiovs[i].Base = nil
+	}
+}
+
+// prepare fills send slot j from frame.
+func (l *Link) prepare(j int, frame []byte) error {
+	f, err := link.ParseFrame(frame)
+	if err != nil {
+		return err
+	}
+	if (f.Version == 6) != l.v6 {
+		return link.ErrFamily
+	}
+	if f.SrcPort != l.port {
+		return link.ErrSourcePort
+	}
+	if !l.wildcard && f.Src != l.addr {
+		return link.ErrSourceAddr
+	}
+	m := &l.wmsgs[j].Hdr
+	name := &l.wnames[j]
+	oob := l.woob[j*oobSize : (j+1)*oobSize]
+	off := 0
+	if f.Version == 4 {
+		sa := (*unix.RawSockaddrInet4)(unsafe.Pointer(name))
+		sa.Family = unix.AF_INET
+		p := (*[2]byte)(unsafe.Pointer(&sa.Port))
+		p[0], p[1] = byte(f.DstPort>>8), byte(f.DstPort)
+		sa.Addr = f.Dst.As4()
+		m.Namelen = unix.SizeofSockaddrInet4
+		if l.wildcard {
+			d, sp := sys.PutCmsg(oob, unix.IPPROTO_IP, unix.IP_PKTINFO, unix.SizeofInet4Pktinfo)
+			pi := (*unix.Inet4Pktinfo)(unsafe.Pointer(&d[0]))
+			pi.Spec_dst = f.Src.As4()
+			off += sp
+		}
+		if f.TOS != 0 {
+			d, sp := sys.PutCmsg(oob[off:], unix.IPPROTO_IP, unix.IP_TOS, 4)
+			*(*int32)(unsafe.Pointer(&d[0])) = int32(f.TOS)
+			off += sp
+		}
+	} else {
+		name.Family = unix.AF_INET6
+		p := (*[2]byte)(unsafe.Pointer(&name.Port))
+		p[0], p[1] = byte(f.DstPort>>8), byte(f.DstPort)
+		name.Addr = f.Dst.As16()
+		m.Namelen = unix.SizeofSockaddrInet6
+		if l.wildcard {
+			d, sp := sys.PutCmsg(oob, unix.IPPROTO_IPV6, unix.IPV6_PKTINFO, unix.SizeofInet6Pktinfo)
+			pi := (*unix.Inet6Pktinfo)(unsafe.Pointer(&d[0]))
+			pi.Addr = f.Src.As16()
+			off += sp
+		}
+		if f.TOS != 0 {
+			d, sp := sys.PutCmsg(oob[off:], unix.IPPROTO_IPV6, unix.IPV6_TCLASS, 4)
+			*(*int32)(unsafe.Pointer(&d[0])) = int32(f.TOS)
+			off += sp
+		}
+	}
+	if off > 0 {
+		m.Control = &oob[0]
+	} else {
+		m.Control = nil
+	}
+	m.SetControllen(off)
+	iov := &l.wiovs[j]
+	if f.End > f.Payload {
+		iov.Base = &frame[f.Payload]
+	} else {
+		iov.Base = nil
+	}
+	iov.SetLen(f.End - f.Payload)
+	return nil
+}
+
+// LocalAddr returns the bound address and port.
+func (l *Link) LocalAddr() netip.AddrPort { return netip.AddrPortFrom(l.addr, l.port) }
+
+// Stats returns the drop counters.
+func (l *Link) Stats() Stats { return Stats{Truncated: l.truncated.Load()} }
+
+// MTU returns the MTU of the interface holding the bound address (1500
+// when bound to a wildcard).
+func (l *Link) MTU() int { return l.mtu }
+
+// HardwareAddr returns the MAC of that interface (zero on loopback or a
+// wildcard); it is the destination MAC of synthesized frames.
+func (l *Link) HardwareAddr() net.HardwareAddr { return l.mac }
+
+// Info reports a synthetic kernel UDP link.
+func (l *Link) Info() link.Info {
+	return link.Info{Kind: link.KindUDP, Name: l.name, Synthetic: true, FixedSourcePort: l.port, IPIDZero: !l.v6}
+}
+
+// Close closes the socket; blocked ReadBatch calls return link.ErrClosed.
+func (l *Link) Close() error {
+	if l.closed.Swap(true) {
+		return nil
+	}
+	return l.conn.Close()
+}
