@@ -56,7 +56,7 @@ var (
 	featNeedWakeup = FeatureError{Feature: "AF_XDP need_wakeup (XDP_USE_NEED_WAKEUP)", MinVersion: "5.4"}
 	featSharedUMEM = FeatureError{Feature: "AF_XDP shared UMEM across queues (XDP_SHARED_UMEM)", MinVersion: "5.10"}
 	featSG         = FeatureError{Feature: "AF_XDP multi-buffer (XDP_USE_SG)", MinVersion: "6.6"}
-	featZeroCopy   = FeatureError{Feature: "AF_XDP zero-copy on this driver/queue (XDP_ZEROCOPY)", MinVersion: "4.20"}
+	featZeroCopy   = FeatureError{Feature: "AF_XDP zero-copy (XDP_ZEROCOPY) on this device", MinVersion: "4.20 and a driver with zero-copy support"}
 )
 
 func notSupported(f FeatureError, err error) error {

@@ -619,7 +619,8 @@ func (s *Socket) Release(descs []Desc) int {
 	}
 	s.fill.cachedProd += n
 	s.fill.submit()
-	if !s.needWakeup || s.fill.needWakeup() {
+	// Without need_wakeup the driver polls the fill ring by itself.
+	if s.needWakeup && s.fill.needWakeup() {
 		_ = kickRx(s.fd)
 	}
 	return int(n)

@@ -26,11 +26,13 @@ type receiver struct {
 	got    int
 	bytes  int
 	multi  int // frames that arrived in more than one descriptor
+	minOff uint64 // lowest offset of a frame in its chunk
 	others int // frames that were not ours (IPv6 autoconfiguration etc.)
+	d      time.Duration
 }
 
 func newReceiver(t testing.TB, s *xdp.Socket, src []byte) *receiver {
-	return &receiver{t: t, s: s, src: src, descs: make([]xdp.Desc, 256), buf: make([]byte, 16384), want: make([]byte, 16384)}
+	return &receiver{t: t, s: s, src: src, minOff: 1 << 20, descs: make([]xdp.Desc, 256), buf: make([]byte, 16384), want: make([]byte, 16384)}
 }
 
 // until receives until total frames have arrived or the timeout passes.
@@ -48,6 +50,9 @@ func (r *receiver) until(total int, timeout time.Duration) {
 				r.t.Fatal(err)
 			}
 			continue
+		}
+		for _, d := range r.descs[:n] {
+			r.minOff = min(r.minOff, d.Addr&uint64(r.s.FrameSize()-1))
 		}
 		for i := 0; i < n; {
 			var f []byte
@@ -98,6 +103,12 @@ func (r *receiver) check(f []byte) {
 // in batches and checks each byte on arrival.
 func cross(t testing.TB, from, to *side, total, maxLen, batch int) (frames, nbytes, multi int, d time.Duration) {
 	t.Helper()
+	r := crossR(t, from, to, total, maxLen, batch)
+	return r.got, r.bytes, r.multi, r.d
+}
+
+func crossR(t testing.TB, from, to *side, total, maxLen, batch int) *receiver {
+	t.Helper()
 	bufs := make([][]byte, batch)
 	for i := range bufs {
 		bufs[i] = make([]byte, maxLen)
@@ -129,18 +140,23 @@ func cross(t testing.TB, from, to *side, total, maxLen, batch int) (frames, nbyt
 		seq += uint32(k)
 		r.until(sent, 5*time.Second)
 	}
-	return r.got, r.bytes, r.multi, time.Since(start)
+	r.d = time.Since(start)
+	return r
 }
 
 func TestCrossVeth(t *testing.T) {
 	for _, tc := range []struct {
-		mtu, frameSize, total int
+		mtu, frameSize, headroom, total int
 	}{
-		{1500, 2048, 20000},
-		{3000, 4096, 20000},
+		{1500, 2048, 0, 20000},
+		{3000, 4096, 0, 20000},
+		{1500, 2048, 200, 5000},
 	} {
-		t.Run(fmt.Sprintf("mtu%d-frame%d", tc.mtu, tc.frameSize), func(t *testing.T) {
-			a, b := newPair(t, tc.mtu, xdp.Config{UMEMConfig: xdp.UMEMConfig{FrameSize: tc.frameSize}})
+		t.Run(fmt.Sprintf("mtu%d-frame%d-headroom%d", tc.mtu, tc.frameSize, tc.headroom), func(t *testing.T) {
+			a, b := newPair(t, tc.mtu, xdp.Config{UMEMConfig: xdp.UMEMConfig{FrameSize: tc.frameSize, Headroom: tc.headroom}})
+			if want := tc.frameSize - 256 - tc.headroom; a.sock.RxChunkCapacity() != want {
+				t.Errorf("RxChunkCapacity %d, want %d", a.sock.RxChunkCapacity(), want)
+			}
 			t.Logf("zero-copy %v, need_wakeup %v", a.sock.ZeroCopy(), a.sock.NeedWakeup())
 			if zc, err := a.sock.KernelZeroCopy(); err != nil || zc {
 				t.Errorf("XDP_OPTIONS on veth: zero-copy %v, %v; want copy mode", zc, err)
@@ -150,9 +166,13 @@ func TestCrossVeth(t *testing.T) {
 				name     string
 				from, to *side
 			}{{"A->B", a, b}, {"B->A", b, a}} {
-				n, nb, _, d := cross(t, dir.from, dir.to, tc.total, maxLen, 64)
+				r := crossR(t, dir.from, dir.to, tc.total, maxLen, 64)
+				n, nb, d := r.got, r.bytes, r.d
 				t.Logf("%s: %d frames, %d bytes byte-exact in %v (%.0f frames/s, %.1f MB/s)",
 					dir.name, n, nb, d.Round(time.Millisecond), float64(n)/d.Seconds(), float64(nb)/d.Seconds()/1e6)
+				if r.minOff < uint64(256+tc.headroom) {
+					t.Errorf("a frame started at offset %d of its chunk, inside the %d+%d bytes of headroom", r.minOff, 256, tc.headroom)
+				}
 			}
 			st, err := b.sock.Stats()
 			if err != nil {
@@ -436,4 +456,34 @@ func TestOversizeReceiveWithoutSG(t *testing.T) {
 		t.Fatalf("Transmit: %d, %v", n, err)
 	}
 	newReceiver(t, b.sock, a.mac).until(1, 5*time.Second)
+}
+
+// TestZeroCopyUnsupported asks for zero-copy on veth, which has none.
+func TestZeroCopyUnsupported(t *testing.T) {
+	netnstest.RequireCaps(t, unix.CAP_NET_RAW, unix.CAP_NET_ADMIN)
+	p := netnstest.NewPair(t, 1500)
+	err := p.A.Do(func() error {
+		s, err := xdp.Open(p.VethA.Name, 0, xdp.Config{Mode: xdp.ModeZeroCopy})
+		if err == nil {
+			s.Close()
+			return errors.New("zero-copy bind on veth succeeded")
+		}
+		if !errors.Is(err, xdp.ErrNotSupported) {
+			return fmt.Errorf("ModeZeroCopy on veth: %v, want ErrNotSupported", err)
+		}
+		t.Log(err)
+		// Auto mode falls back to copy mode on the same queue.
+		s, err = xdp.Open(p.VethA.Name, 0, xdp.Config{})
+		if err != nil {
+			return err
+		}
+		defer s.Close()
+		if s.ZeroCopy() {
+			return errors.New("auto mode reports zero-copy on veth")
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
 }
