@@ -25,9 +25,9 @@ type receiver struct {
 	next   uint32 // expected sequence number
 	got    int
 	bytes  int
-	multi  int // frames that arrived in more than one descriptor
+	multi  int    // frames that arrived in more than one descriptor
 	minOff uint64 // lowest offset of a frame in its chunk
-	others int // frames that were not ours (IPv6 autoconfiguration etc.)
+	others int    // frames that were not ours (IPv6 autoconfiguration etc.)
 	d      time.Duration
 }
 
