@@ -340,5 +340,13 @@ func (l *Link) Info() link.Info { return link.Info{Kind: link.KindAFXDP, Name: l
 // Socket returns the AF_XDP socket, for statistics.
 func (l *Link) Socket() *xdp.Socket { return l.sock }
 
+// SteeringStats returns the steering program's counters.
+func (l *Link) SteeringStats() (bpf.Stats, error) {
+	if l.closed.Load() {
+		return bpf.Stats{}, ErrClosed
+	}
+	return l.prog.Stats()
+}
+
 // AttachMode returns how the steering program is attached.
 func (l *Link) AttachMode() bpf.AttachMode { return l.att.Mode() }
