@@ -16,7 +16,6 @@ import (
 	"github.com/goroce/goroce/roce/link"
 )
 
-
 var (
 	duration = flag.Duration("linkbench.duration", 200*time.Millisecond,
 		"how long each TestLinkTable case sends (use a few seconds for real figures)")
