@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"math/bits"
+	"sync/atomic"
 	"time"
 	"unsafe"
 
@@ -113,6 +114,8 @@ type Socket struct {
 	zeroCopy   bool
 	needWakeup bool
 	sg         bool
+
+	oversize uint64 // frames dropped by Receive: more segments than asked for
 
 	pfd    [1]unix.PollFd
 	closed bool
@@ -521,42 +524,78 @@ func (s *Socket) Stats() (Stats, error) {
 	}, nil
 }
 
-// Receive takes up to len(descs) descriptors from the RX ring. It returns
-// whole frames only, unless one frame has more segments than len(descs),
-// in which case its first len(descs) segments are returned (the last with
-// More set) and the rest follow on the next call. The chunks belong to the
-// caller until passed to Release.
+// Receive takes up to len(descs) descriptors from the RX ring, whole frames
+// only: a multi-buffer frame is never split between calls. A frame with more
+// segments than len(descs) is dropped and its chunks recycled (see
+// Oversize); 18 descriptors always suffice, as the kernel builds at most
+// MAX_SKB_FRAGS+1 segments. The chunks belong to the caller until passed
+// to Release.
 func (s *Socket) Receive(descs []Desc) int {
 	if s.closed || len(descs) == 0 {
 		return 0
 	}
-	avail := s.rx.avail()
-	if avail == 0 {
-		return 0
-	}
-	max := uint32(len(descs))
-	if avail < max {
-		max = avail
-	}
-	whole := uint32(0)
-	cons := s.rx.cachedCons
-	for i := uint32(0); i < max; i++ {
-		d := s.rx.descs[(cons+i)&s.rx.mask]
-		descs[i] = Desc{Addr: d.Addr, Len: d.Len, Options: d.Options}
-		if d.Options&unix.XDP_PKT_CONTD == 0 {
-			whole = i + 1
+	for {
+		avail := s.rx.avail()
+		if avail == 0 {
+			return 0
 		}
-	}
-	if whole == 0 {
-		if max < uint32(len(descs)) {
+		max := uint32(len(descs))
+		if avail < max {
+			max = avail
+		}
+		whole := uint32(0)
+		cons := s.rx.cachedCons
+		for i := uint32(0); i < max; i++ {
+			d := s.rx.descs[(cons+i)&s.rx.mask]
+			descs[i] = Desc{Addr: d.Addr, Len: d.Len, Options: d.Options}
+			if d.Options&unix.XDP_PKT_CONTD == 0 {
+				whole = i + 1
+			}
+		}
+		if whole > 0 {
+			s.rx.release(whole)
+			return int(whole)
+		}
+		if max < uint32(len(descs)) || !s.dropLongFrame() {
 			// The kernel publishes whole frames; wait for the rest.
 			return 0
 		}
-		whole = max
 	}
-	s.rx.release(whole)
-	return int(whole)
 }
+
+// dropLongFrame recycles the frame at the head of the RX ring, which has
+// more segments than the caller can take. It reports whether the whole
+// frame was there.
+func (s *Socket) dropLongFrame() bool {
+	s.rx.cachedProd = atomic.LoadUint32(s.rx.producer)
+	cons := s.rx.cachedCons
+	n := uint32(0)
+	for {
+		if n == s.rx.cachedProd-cons {
+			return false
+		}
+		d := s.rx.descs[(cons+n)&s.rx.mask]
+		n++
+		if d.Options&unix.XDP_PKT_CONTD == 0 {
+			break
+		}
+	}
+	if s.fill.free(n) < n {
+		return false
+	}
+	for i := uint32(0); i < n; i++ {
+		s.fill.addrs[(s.fill.cachedProd+i)&s.fill.mask] = s.rx.descs[(cons+i)&s.rx.mask].Addr & s.chunkMask
+	}
+	s.fill.cachedProd += n
+	s.fill.submit()
+	s.rx.release(n)
+	s.oversize++
+	return true
+}
+
+// Oversize returns how many received frames Receive dropped because they
+// had more segments than the descriptor slice it was given.
+func (s *Socket) Oversize() uint64 { return s.oversize }
 
 // Frame returns the bytes of a received descriptor, in place in the UMEM,
 // or nil for a descriptor that does not lie inside this socket's chunks.

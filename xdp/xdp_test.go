@@ -487,3 +487,43 @@ func TestZeroCopyUnsupported(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestReceiveFewerDescsThanSegments gives Receive fewer descriptors than a
+// 9014-byte frame has segments (six 1792-byte pieces): the frame is dropped
+// and counted, never handed out in pieces, and the next frame is intact.
+func TestReceiveFewerDescsThanSegments(t *testing.T) {
+	a, b := newPair(t, 9000, xdp.Config{UMEMConfig: xdp.UMEMConfig{FrameSize: 2048}, Multibuffer: true})
+	big, small := make([]byte, 9014), make([]byte, 1000)
+	fillFrame(big, b.mac, a.mac, 0)
+	fillFrame(small, b.mac, a.mac, 0)
+	if n, err := a.sock.Transmit([][]byte{big, small}); n != 2 || err != nil {
+		t.Fatalf("Transmit: %d, %v", n, err)
+	}
+	descs := make([]xdp.Desc, 4)
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		n := b.sock.Receive(descs)
+		if n == 0 {
+			if time.Now().After(deadline) {
+				t.Fatalf("small frame did not arrive; oversize %d", b.sock.Oversize())
+			}
+			b.sock.Poll(unix.POLLIN, 10)
+			continue
+		}
+		if descs[n-1].More() {
+			t.Fatal("Receive handed out part of a frame")
+		}
+		found := false
+		for _, d := range descs[:n] {
+			f := b.sock.Frame(d)
+			found = found || len(f) == 1000 && binary.BigEndian.Uint16(f[12:14]) == testEtherType
+		}
+		b.sock.Release(descs[:n])
+		if found {
+			break
+		}
+	}
+	if b.sock.Oversize() != 1 {
+		t.Fatalf("Oversize = %d, want 1", b.sock.Oversize())
+	}
+}
