@@ -23,7 +23,10 @@
 // is carried by several descriptors chained with XDP_PKT_CONTD.
 //
 // Kernel features that are missing produce errors matching ErrNotSupported
-// that name the feature and the first kernel version that has it.
+// that name the feature and the first kernel version that has it. The
+// package needs Linux 5.4 (ring flags for need_wakeup); sharing a UMEM
+// across queues needs 5.10, multi-buffer 6.6. Only aligned chunk mode is
+// supported.
 //
 // A Socket is not safe for concurrent use, except that one goroutine may
 // receive while another transmits.

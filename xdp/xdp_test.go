@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"os"
 	"testing"
 	"time"
 
@@ -525,5 +526,47 @@ func TestReceiveFewerDescsThanSegments(t *testing.T) {
 	}
 	if b.sock.Oversize() != 1 {
 		t.Fatalf("Oversize = %d, want 1", b.sock.Oversize())
+	}
+}
+
+// TestOpenCloseNoLeak opens and closes sockets repeatedly and checks that
+// descriptors and mappings are all given back.
+func TestOpenCloseNoLeak(t *testing.T) {
+	netnstest.RequireCaps(t, unix.CAP_NET_RAW, unix.CAP_NET_ADMIN)
+	p := netnstest.NewPair(t, 1500)
+	count := func() (fds, maps int) {
+		ents, _ := os.ReadDir("/proc/self/fd")
+		b, _ := os.ReadFile("/proc/self/maps")
+		return len(ents), bytes.Count(b, []byte("\n"))
+	}
+	err := p.A.Do(func() error {
+		s, err := xdp.Open(p.VethA.Name, 0, xdp.Config{UMEMConfig: xdp.UMEMConfig{NumFrames: 64}})
+		if err != nil {
+			return err
+		}
+		s.Close()
+		fds0, maps0 := count()
+		for i := 0; i < 30; i++ {
+			s, err := xdp.Open(p.VethA.Name, 0, xdp.Config{UMEMConfig: xdp.UMEMConfig{NumFrames: 64}, Multibuffer: i%2 == 0})
+			if err != nil {
+				return err
+			}
+			if err := s.Close(); err != nil {
+				return err
+			}
+		}
+		// A failing open (bad ring size) must not leak either.
+		if _, err := xdp.Open(p.VethA.Name, 0, xdp.Config{UMEMConfig: xdp.UMEMConfig{NumFrames: 64}, RingSize: 3}); err == nil {
+			return errors.New("ring size 3 accepted")
+		}
+		fds1, maps1 := count()
+		if fds1 > fds0 || maps1 > maps0+2 {
+			return fmt.Errorf("after 30 open/close cycles: fds %d -> %d, mappings %d -> %d", fds0, fds1, maps0, maps1)
+		}
+		t.Logf("fds %d -> %d, mappings %d -> %d", fds0, fds1, maps0, maps1)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 }

@@ -173,7 +173,9 @@ func (l *Link) wake() {
 	unix.Write(l.efd, (*[8]byte)(unsafe.Pointer(&one))[:])
 }
 
-// ReadBatch waits for frames and hands up to the batch size of them to fn.
+// ReadBatch waits for frames and hands up to Options.Batch of them to fn.
+// The frames are valid only during fn, which must not call Close. One
+// goroutine reads at a time; WriteBatch may run concurrently.
 func (l *Link) ReadBatch(ctx context.Context, fn func(frames [][]byte)) (int, error) {
 	l.rxMu.Lock()
 	defer l.rxMu.Unlock()

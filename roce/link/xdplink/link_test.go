@@ -5,11 +5,13 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"os"
 	"testing"
 	"time"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/goroce/goroce/bpf"
 	"github.com/goroce/goroce/internal/netnstest"
 	"github.com/goroce/goroce/roce/link"
 	"github.com/goroce/goroce/roce/link/xdplink"
@@ -343,5 +345,47 @@ func BenchmarkCross(b *testing.B) {
 			}
 			bb.ReportMetric(float64(bb.N*batch)/bb.Elapsed().Seconds(), "frames/s")
 		})
+	}
+}
+
+// TestOpenCloseNoLeak opens and closes links repeatedly: descriptors
+// (socket, program, maps, eventfd) and the XDP attachment are given back.
+func TestOpenCloseNoLeak(t *testing.T) {
+	netnstest.RequireCaps(t, unix.CAP_NET_RAW, unix.CAP_NET_ADMIN, unix.CAP_BPF)
+	p := netnstest.NewPair(t, 1500)
+	fds := func() int {
+		ents, _ := os.ReadDir("/proc/self/fd")
+		return len(ents)
+	}
+	err := p.A.Do(func() error {
+		l, err := xdplink.Open(p.VethA.Name, xdplink.Options{NumFrames: 64})
+		if err != nil {
+			return err
+		}
+		l.Close()
+		before := fds()
+		for i := 0; i < 20; i++ {
+			l, err := xdplink.Open(p.VethA.Name, xdplink.Options{NumFrames: 64})
+			if err != nil {
+				return fmt.Errorf("cycle %d: %w", i, err)
+			}
+			if err := l.Close(); err != nil {
+				return err
+			}
+		}
+		if after := fds(); after > before {
+			return fmt.Errorf("descriptors %d -> %d after 20 open/close cycles", before, after)
+		}
+		info, err := bpf.Attached(p.VethA.Index)
+		if err != nil {
+			return err
+		}
+		if info.Attached {
+			return fmt.Errorf("an XDP program is still attached after Close: %+v", info)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 }
