@@ -41,6 +41,8 @@ type Options struct {
 	Port uint16
 	// Batch is the most descriptors taken per ReadBatch (0: 64).
 	Batch int
+	// Attach selects driver or generic XDP (default: driver, then generic).
+	Attach bpf.AttachMode
 }
 
 // ErrTxBusy is returned by WriteBatch (inside a link.FrameError) when the
@@ -113,7 +115,7 @@ func Open(ifname string, opts Options) (_ *Link, err error) {
 	if err := l.prog.Register(opts.Queue, l.sock.FD()); err != nil {
 		return nil, fmt.Errorf("xdplink: registering socket: %w", err)
 	}
-	l.att, err = l.prog.Attach(ifi.Index, bpf.AttachAuto)
+	l.att, err = l.prog.Attach(ifi.Index, opts.Attach)
 	if err != nil {
 		return nil, fmt.Errorf("xdplink: attaching to %s: %w", ifname, err)
 	}

@@ -159,14 +159,20 @@ func TestCross(t *testing.T) {
 	for _, tc := range []struct {
 		mtu, frameSize int
 		multi          bool
+		attach         bpf.AttachMode
 	}{
-		{1500, 2048, false},
-		{3000, 4096, false},
-		{9000, 4096, true},
-		{9000, 2048, true},
+		{1500, 2048, false, bpf.AttachAuto},
+		{3000, 4096, false, bpf.AttachAuto},
+		{9000, 4096, true, bpf.AttachAuto},
+		{9000, 2048, true, bpf.AttachAuto},
+		{1500, 2048, false, bpf.AttachGeneric},
+		{9000, 4096, true, bpf.AttachGeneric},
 	} {
-		t.Run(fmt.Sprintf("mtu%d-frame%d", tc.mtu, tc.frameSize), func(t *testing.T) {
-			a, b := pair(t, tc.mtu, xdplink.Options{FrameSize: tc.frameSize, Multibuffer: tc.multi})
+		t.Run(fmt.Sprintf("mtu%d-frame%d-%v", tc.mtu, tc.frameSize, tc.attach), func(t *testing.T) {
+			a, b := pair(t, tc.mtu, xdplink.Options{FrameSize: tc.frameSize, Multibuffer: tc.multi, Attach: tc.attach})
+			if tc.attach != bpf.AttachAuto && a.l.AttachMode() != tc.attach {
+				t.Fatalf("attached in %v mode, want %v", a.l.AttachMode(), tc.attach)
+			}
 			t.Logf("attach mode %v, zero-copy %v, multi-buffer %v", a.l.AttachMode(), a.l.Socket().ZeroCopy(), a.l.Socket().Multibuffer())
 			if a.l.MTU() != tc.mtu || len(a.l.HardwareAddr()) != 6 || a.l.Info().Kind != "afxdp" {
 				t.Fatalf("MTU %d, MAC %v, info %+v", a.l.MTU(), a.l.HardwareAddr(), a.l.Info())
