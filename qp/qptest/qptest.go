@@ -222,10 +222,10 @@ var DefaultRC = RCParams{MTU: ib.MTU1024, Timeout: 14, RetryCnt: 7, RNRRetry: 7,
 // Connect brings a (on side A) and b (on side B) to RTS connected to each other.
 // RC and UC use p; UD QPs get Q_Key 0x11111111.
 func (n *Net) Connect(a, b *qp.QP, p RCParams) error {
-	if err := bringUp(a, b, p, p.PSNA, p.PSNB, n.A.GID, n.B.GID); err != nil {
+	if err := BringUp(a, b.QPN(), p, p.PSNA, p.PSNB, n.A.GID, n.B.GID); err != nil {
 		return fmt.Errorf("QP A: %w", err)
 	}
-	if err := bringUp(b, a, p, p.PSNB, p.PSNA, n.B.GID, n.A.GID); err != nil {
+	if err := BringUp(b, a.QPN(), p, p.PSNB, p.PSNA, n.B.GID, n.A.GID); err != nil {
 		return fmt.Errorf("QP B: %w", err)
 	}
 	return nil
@@ -234,7 +234,8 @@ func (n *Net) Connect(a, b *qp.QP, p RCParams) error {
 // UDQKey is the Q_Key Connect gives UD QPs.
 const UDQKey = 0x11111111
 
-func bringUp(q, peer *qp.QP, p RCParams, sq, rq uint32, sgid, dgid ib.GID) error {
+// BringUp moves q from RESET to RTS, connected (RC/UC) to peerQPN at dgid.
+func BringUp(q *qp.QP, peerQPN uint32, p RCParams, sq, rq uint32, sgid, dgid ib.GID) error {
 	var a qp.QPAttr
 	a.State = qp.StateInit
 	a.Port = 1
@@ -254,7 +255,7 @@ func bringUp(q, peer *qp.QP, p RCParams, sq, rq uint32, sgid, dgid ib.GID) error
 	if q.Type() != qp.UD {
 		a.AV = qp.AddressVector{DGID: dgid, SGID: sgid, HopLimit: 64}
 		a.PathMTU = p.MTU
-		a.DestQPN = peer.QPN()
+		a.DestQPN = peerQPN
 		a.RQPSN = rq
 		mask |= qp.AttrAV | qp.AttrPathMTU | qp.AttrDestQPN | qp.AttrRQPSN
 		if q.Type() == qp.RC {
