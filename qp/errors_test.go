@@ -316,3 +316,37 @@ func TestPostSendErrors(t *testing.T) {
 	}
 	expectStatus(t, waitWC(t, q, q.a.SCQ, 1, time.Second)[0], 4, qp.WCLocProtErr)
 }
+
+// TestReadThenWriteOrder posts a READ of a remote region and, right behind it,
+// a WRITE to the same region: the responder executes in order, so the READ
+// must return the data from before the WRITE.
+func TestReadThenWriteOrder(t *testing.T) {
+	p := newPair(t, qp.RC, cleanNet, qptest.DefaultRC, 16)
+	const n = 64 << 10
+	remote := make([]byte, n)
+	fill(remote, 5)
+	old := append([]byte(nil), remote...)
+	local := make([]byte, 2*n)
+	fill(local[n:], 6)
+	aMR := p.regMR(p.a, local, 0, qp.AccessLocalWrite)
+	bMR := p.regMR(p.b, remote, 0x100000, allAccess)
+	rd := qp.SendWR{ID: 1, Opcode: qp.WRRDMARead, Flags: qp.SendSignaled, RemoteAddr: 0x100000, RKey: bMR.RKey(),
+		SGL: []qp.SGE{{Addr: 0, Length: n, LKey: aMR.LKey()}}}
+	wr := qp.SendWR{ID: 2, Opcode: qp.WRRDMAWrite, Flags: qp.SendSignaled, RemoteAddr: 0x100000, RKey: bMR.RKey(),
+		SGL: []qp.SGE{{Addr: n, Length: n, LKey: aMR.LKey()}}}
+	if err := p.a.QP.PostSend(&rd); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.a.QP.PostSend(&wr); err != nil {
+		t.Fatal(err)
+	}
+	wcs := waitWC(t, p, p.a.SCQ, 2, time.Second)
+	expectStatus(t, wcs[0], 1, qp.WCSuccess)
+	expectStatus(t, wcs[1], 2, qp.WCSuccess)
+	if string(local[:n]) != string(old) {
+		t.Fatal("the READ returned data written by the later WRITE")
+	}
+	if string(remote) != string(local[n:]) {
+		t.Fatal("the WRITE did not land")
+	}
+}

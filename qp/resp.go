@@ -3,6 +3,7 @@ package qp
 import (
 	"encoding/binary"
 	"time"
+	"unsafe"
 
 	"github.com/goroce/goroce/ib"
 )
@@ -381,6 +382,9 @@ func (q *QP) respond(p *ib.Packet) error {
 			}
 			if plen > 0 {
 				mem, _ := mr.span(r.wva, uint32(plen))
+				if q.readPending(mem) {
+					return q.deferRequest()
+				}
 				copy(mem, p.Payload)
 			}
 			r.wva += uint64(plen)
@@ -499,6 +503,9 @@ func (q *QP) executeAtomic(p *ib.Packet, psn ib.PSN, low uint8) error {
 	if va&7 != 0 {
 		return q.classAC(psn, ib.NAKInvalidRequest, WCRemInvReqErr)
 	}
+	if q.readPending(mem) {
+		return q.deferRequest()
+	}
 	// The target is a host-order 64-bit word, as rxe treats it.
 	orig := binary.NativeEndian.Uint64(mem)
 	v := orig
@@ -517,6 +524,50 @@ func (q *QP) executeAtomic(p *ib.Packet, psn ib.PSN, low uint8) error {
 	r.inMsg = msgNone
 	q.queueRes(i)
 	return nil
+}
+
+// readPending reports whether a READ response still to be sent covers memory
+// overlapping mem. Read responses are built when the device asks for packets;
+// executing a later WRITE or atomic on that memory first would let the READ
+// return data newer than itself, breaking the responder's in-order execution.
+func (q *QP) readPending(mem []byte) bool {
+	r := &q.resp
+	if r.outLen == 0 || len(mem) == 0 {
+		return false
+	}
+	lo := uintptr(unsafe.Pointer(unsafe.SliceData(mem)))
+	hi := lo + uintptr(len(mem))
+	for i := range r.res {
+		s := &r.res[i]
+		if !s.queued || s.kind != resRead || s.resid == 0 {
+			continue
+		}
+		mr := q.e.lookupMR(q.pd, s.rkey, AccessRemoteRead)
+		if mr == nil {
+			continue
+		}
+		rm, ok := mr.span(s.va, s.resid)
+		if !ok {
+			continue
+		}
+		rlo := uintptr(unsafe.Pointer(unsafe.SliceData(rm)))
+		if lo < rlo+uintptr(len(rm)) && rlo < hi {
+			return true
+		}
+	}
+	return false
+}
+
+// deferRequest refuses a request that must wait for earlier READ responses to
+// leave: it is dropped and, behind those responses, a sequence-error NAK asks
+// the requester to resend from it.
+func (q *QP) deferRequest() error {
+	r := &q.resp
+	if !r.nakSent {
+		r.nakSent = true
+		q.queueAck(ib.NAKSyndrome(ib.NAKPSNSequenceError), r.epsn, r.msn)
+	}
+	return ErrDropped
 }
 
 // duplicate handles an RC request with a PSN before ePSN (rxe duplicate_request).
