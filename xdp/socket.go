@@ -197,7 +197,7 @@ func openOn(ifindex int, ifname string, queue int, u *UMEM, first, n uint32, cfg
 		if owner != nil && owner.ifindex == ifindex && owner.queue == queue {
 			return nil, fmt.Errorf("%w: sharing a UMEM on the same queue (%s/%d) would share its fill ring", ErrBadConfig, ifname, queue)
 		}
-		s, err := bindVariant(ifindex, ifname, queue, u, first, n, cfg, unix.XDP_SHARED_UMEM, ownerFD)
+		s, err := bind(ifindex, ifname, queue, u, first, n, cfg, unix.XDP_SHARED_UMEM, ownerFD)
 		if errors.Is(err, unix.EINVAL) {
 			return nil, notSupported(featSharedUMEM, err)
 		}
@@ -213,7 +213,7 @@ func openOn(ifindex int, ifname string, queue int, u *UMEM, first, n uint32, cfg
 	}
 	var zcErr error
 	if cfg.Mode != ModeCopy {
-		s, err := bindVariant(ifindex, ifname, queue, u, first, n, cfg, unix.XDP_ZEROCOPY|extra, -1)
+		s, err := bind(ifindex, ifname, queue, u, first, n, cfg, unix.XDP_ZEROCOPY|extra, -1)
 		if err == nil {
 			return s, nil
 		}
@@ -225,7 +225,7 @@ func openOn(ifindex int, ifname string, queue int, u *UMEM, first, n uint32, cfg
 		}
 		zcErr = err
 	}
-	s, err := bindVariant(ifindex, ifname, queue, u, first, n, cfg, unix.XDP_COPY|extra, -1)
+	s, err := bind(ifindex, ifname, queue, u, first, n, cfg, unix.XDP_COPY|extra, -1)
 	if err == nil {
 		return s, nil
 	}
@@ -235,7 +235,7 @@ func openOn(ifindex int, ifname string, queue int, u *UMEM, first, n uint32, cfg
 	// EINVAL from a copy-mode bind: find out whether a flag is unknown to
 	// this kernel.
 	if extra&unix.XDP_USE_SG != 0 {
-		probe, perr := bindVariant(ifindex, ifname, queue, u, first, n, cfg, unix.XDP_COPY|(extra&^unix.XDP_USE_SG), -1)
+		probe, perr := bind(ifindex, ifname, queue, u, first, n, cfg, unix.XDP_COPY|(extra&^unix.XDP_USE_SG), -1)
 		if perr == nil {
 			probe.discard()
 			return nil, notSupported(featSG, err)
@@ -243,7 +243,7 @@ func openOn(ifindex int, ifname string, queue int, u *UMEM, first, n uint32, cfg
 	}
 	if extra&unix.XDP_USE_NEED_WAKEUP != 0 {
 		// Kernels before 5.4 do not know the flag; run without it.
-		s, perr := bindVariant(ifindex, ifname, queue, u, first, n, cfg, unix.XDP_COPY|(extra&^unix.XDP_USE_NEED_WAKEUP), -1)
+		s, perr := bind(ifindex, ifname, queue, u, first, n, cfg, unix.XDP_COPY|(extra&^unix.XDP_USE_NEED_WAKEUP), -1)
 		if perr == nil {
 			return s, nil
 		}
@@ -258,6 +258,9 @@ func openOn(ifindex int, ifname string, queue int, u *UMEM, first, n uint32, cfg
 func isBindRefusal(err error) bool {
 	return errors.Is(err, unix.EOPNOTSUPP) || errors.Is(err, unix.EINVAL) || errors.Is(err, unix.ENOTSUP)
 }
+
+// bind is bindVariant; tests replace it to play kernels without a feature.
+var bind = bindVariant
 
 // bindVariant creates, sets up and binds one socket with the given flags.
 func bindVariant(ifindex int, ifname string, queue int, u *UMEM, first, n uint32, cfg *Config, flags uint16, sharedFD int) (_ *Socket, err error) {
