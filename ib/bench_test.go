@@ -123,6 +123,7 @@ func TestZeroAllocs(t *testing.T) {
 			}
 		}},
 		{"ICRC", func() { _ = ICRC(frame[14:34], frame[34:len(frame)-4]) }},
+		{"ICRCSplit", func() { _ = ICRCSplit(frame[14:34], frame[34:42], frame[42:len(frame)-4]) }},
 		{"Fields", func() { _ = p.BTH.Fields(); _ = p.RETH.Fields(); _ = p.IPv4.Fields() }},
 	}
 	for _, c := range checks {

@@ -102,3 +102,32 @@ func ExampleRXESourcePort() {
 	fmt.Printf("%#x\n", ib.RXESourcePort(1))
 	// Output: 0xd872
 }
+
+// On a link where the kernel owns IP and UDP (a UDP socket on port 4791),
+// build only the IB packet; the ICRC still covers the IP and UDP headers the
+// kernel will send, so the sender reconstructs them to compute it.
+func ExampleBuildIB() {
+	spec := ib.FrameSpec{
+		BTH:  ib.BTHFields{Opcode: ib.RCAck, PKey: 0xffff, DestQP: 0x11, PSN: 1},
+		AETH: &ib.AETHFields{Syndrome: ib.SyndromeACKUnlimited, MSN: 1},
+	}
+	pkt := make([]byte, spec.IBLen())
+	n, err := ib.BuildIB(pkt, &spec)
+	if err != nil {
+		panic(err)
+	}
+
+	// The headers the kernel will put in front (vector V3 of the wire reference).
+	udpLen := uint16(ib.UDPSize + n)
+	ip := ib.IPv4(make([]byte, ib.IPv4Size))
+	ip.Encode(&ib.IPv4Fields{
+		TotalLength: ib.IPv4Size + udpLen, ID: 1, DontFragment: true, TTL: 64,
+		Protocol: ib.IPProtocolUDP,
+		Src:      netip.MustParseAddr("192.168.1.2"), Dst: netip.MustParseAddr("192.168.1.1"),
+	})
+	udp := ib.UDP(make([]byte, ib.UDPSize))
+	udp.Encode(&ib.UDPFields{SrcPort: ib.RXESourcePort(0x12), DstPort: ib.RoCEv2Port, Length: udpLen})
+	ib.PutICRC(pkt[n-ib.ICRCSize:], ib.ICRCSplit(ip, udp, pkt[:n-ib.ICRCSize]))
+	fmt.Printf("% x\n", pkt[:n])
+	// Output: 11 00 ff ff 00 00 00 11 00 00 00 01 1f 00 00 01 34 ac b1 c5
+}

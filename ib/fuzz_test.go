@@ -396,5 +396,10 @@ func FuzzICRC(f *testing.F) {
 		if want := crc32IEEE(all); got != want {
 			t.Fatalf("ICRC %#x, reference %#x", got, want)
 		}
+		for _, k := range []int{0, len(rest) / 3, min(len(rest), UDPSize), len(rest)} {
+			if s := ICRCSplit(ip, rest[:k], rest[k:]); s != got {
+				t.Fatalf("ICRCSplit at %d: %#x, ICRC %#x", k, s, got)
+			}
+		}
 	})
 }

@@ -19,7 +19,18 @@ const icrcSeed = 0xDEBB20E3
 // nibble of ipHeader; bytes beyond the fixed header size are ignored, and
 // short inputs are treated as they are (never read out of bounds). ICRC does
 // not allocate.
-func ICRC(ipHeader, udpAndIB []byte) uint32 {
+func ICRC(ipHeader, udpAndIB []byte) uint32 { return icrc(ipHeader, udpAndIB, nil) }
+
+// ICRCSplit is ICRC for a UDP header and IB packet (BTH … pad, without the
+// ICRC) held in separate buffers, as on a kernel UDP socket link where the
+// sender composes the headers the kernel will transmit.
+func ICRCSplit(ipHeader, udpHeader, ibPacket []byte) uint32 {
+	return icrc(ipHeader, udpHeader, ibPacket)
+}
+
+// icrc computes the ICRC over ipHeader and the concatenation a‖b (UDP header
+// onwards).
+func icrc(ipHeader, a, b []byte) uint32 {
 	// The masked headers are fed from stack copies through a local table-driven
 	// CRC: handing a stack slice to crc32.Update would move it to the heap
 	// (the IEEE implementation is called through a function variable).
@@ -39,15 +50,21 @@ func ICRC(ipHeader, udpAndIB []byte) uint32 {
 	}
 	crc := crcUpdateRaw(icrcSeed, hdr[:n])
 
+	// UDP header and BTH: the first 20 bytes of a‖b.
 	var ub [UDPSize + BTHSize]byte
-	m := copy(ub[:], udpAndIB)
+	ka := copy(ub[:], a)
+	kb := copy(ub[ka:], b) // 0 unless a is shorter than 20 bytes
 	ub[udpCsum], ub[udpCsum+1], ub[UDPSize+bthQPN] = 0xff, 0xff, 0xff
-	crc = crcUpdateRaw(crc, ub[:m])
-	if len(udpAndIB) <= m {
-		return ^crc
+	crc = crcUpdateRaw(crc, ub[:ka+kb])
+	// crc32.Update inverts on entry and exit: switch to the inverted form.
+	c := ^crc
+	if ka < len(a) {
+		c = crc32.Update(c, crc32.IEEETable, a[ka:])
 	}
-	// crc32.Update inverts on entry and exit; hand it the inverted raw state.
-	return crc32.Update(^crc, crc32.IEEETable, udpAndIB[m:])
+	if kb < len(b) {
+		c = crc32.Update(c, crc32.IEEETable, b[kb:])
+	}
+	return c
 }
 
 // crcUpdateRaw advances a raw (non-inverted) reflected CRC-32 state over b
