@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"net"
 	"net/netip"
 	"os"
 	"testing"
@@ -12,6 +13,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/goroce/goroce/ib"
+	"github.com/goroce/goroce/internal/netnstest"
 	"github.com/goroce/goroce/roce/link"
 )
 
@@ -314,70 +317,126 @@ func TestNoAllocSteadyState(t *testing.T) {
 	}
 }
 
-// TestWireIPv4IDZero checks, on the wire, the assumption behind
-// Info.IPIDZero: an unconnected socket with DF set sends IPv4 ID 0, so the
-// ICRC the transport computes over its own header (ID 0, DF) is what the
-// peer will verify.
-func TestWireIPv4IDZero(t *testing.T) {
+// rocev2 builds a real RoCEv2 UD SEND frame, ICRC included, as the
+// transport would for this link: source port from Info, IPv4 ID ipid.
+func rocev2(t *testing.T, src, dst netip.AddrPort, ipid uint16, seq int) []byte {
+	t.Helper()
+	s := ib.FrameSpec{
+		Src: src.Addr(), Dst: dst.Addr(), SrcPort: src.Port(), DstPort: dst.Port(),
+		HopLimit: 64, DontFragment: true, IPID: ipid,
+		BTH:     ib.BTHFields{Opcode: ib.UDSendOnly, PKey: 0xFFFF, DestQP: 17, PSN: ib.PSN(seq)},
+		DETH:    &ib.DETHFields{QKey: 0x11111111, SrcQP: 18},
+		Payload: payload(seq, 100),
+	}
+	buf := make([]byte, 512)
+	n, err := ib.Build(buf, &s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return buf[:n]
+}
+
+// TestWireICRC checks on the wire the assumption behind Info.IPIDZero and
+// FixedSourcePort: an unconnected socket with DF set sends IPv4 ID 0 from
+// the bound port, so the ICRC the transport computes over its own headers
+// is the one a peer verifies on the frame the kernel actually sends. It
+// captures the loopback of a private namespace (where the receiver can own
+// port 4791) with an AF_PACKET socket.
+func TestWireICRC(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("capturing with AF_PACKET needs root (CAP_NET_RAW)")
 	}
-	fd, err := unix.Socket(unix.AF_PACKET, unix.SOCK_RAW|unix.SOCK_CLOEXEC, int(htons(unix.ETH_P_ALL)))
-	if err != nil {
-		t.Skipf("AF_PACKET socket: %v", err)
+	for _, addr := range []string{"127.0.0.1", "::1"} {
+		t.Run(addr, func(t *testing.T) {
+			ns := netnstest.New(t)
+			var fd int
+			var a, b *Link
+			err := ns.Do(func() (err error) {
+				if fd, err = unix.Socket(unix.AF_PACKET, unix.SOCK_RAW|unix.SOCK_CLOEXEC, int(htons(unix.ETH_P_ALL))); err != nil {
+					return err
+				}
+				lo, err := net.InterfaceByName("lo")
+				if err != nil {
+					return err
+				}
+				if err := unix.Bind(fd, &unix.SockaddrLinklayer{Protocol: htons(unix.ETH_P_ALL), Ifindex: lo.Index}); err != nil {
+					return err
+				}
+				if a, err = ListenOptions(netip.AddrPortFrom(netip.MustParseAddr(addr), 0), Options{EphemeralPort: true}); err != nil {
+					return err
+				}
+				b, err = Listen(netip.AddrPortFrom(netip.MustParseAddr(addr), 0)) // the RoCEv2 port
+				return err
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer unix.Close(fd)
+			defer a.Close()
+			defer b.Close()
+			wireICRC(t, fd, a, b)
+		})
 	}
-	defer unix.Close(fd)
-	if err := unix.Bind(fd, &unix.SockaddrLinklayer{Protocol: htons(unix.ETH_P_ALL), Ifindex: 1}); err != nil {
-		t.Fatal(err)
-	}
+}
+
+func wireICRC(t *testing.T, fd int, a, b *Link) {
 	tv := unix.Timeval{Usec: 100000}
 	unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv)
-
-	a, b := listen(t, "127.0.0.1"), listen(t, "127.0.0.1")
 	const n = 5
 	sent := make([][]byte, n)
 	for i := range sent {
-		sent[i] = mkframe(a.LocalAddr(), b.LocalAddr(), 0, payload(i, 100))
+		sent[i] = rocev2(t, a.LocalAddr(), b.LocalAddr(), 0, i)
 	}
-	if _, err := a.WriteBatch(sent); err != nil {
+	// A frame whose ICRC assumed another IPv4 ID: the check must fail on
+	// the wire, which shows the check can fail.
+	wrongID := rocev2(t, a.LocalAddr(), b.LocalAddr(), 0x1234, n)
+	if _, err := a.WriteBatch(append(sent, wrongID)); err != nil {
 		t.Fatal(err)
 	}
 	buf := make([]byte, 70000)
 	seen := map[int]bool{}
 	deadline := time.Now().Add(3 * time.Second)
-	for len(seen) < n && time.Now().Before(deadline) {
+	for len(seen) < n+1 && time.Now().Before(deadline) {
 		k, _, err := unix.Recvfrom(fd, buf, 0)
 		if err != nil {
 			continue
 		}
-		pf, err := link.ParseFrame(buf[:k])
+		wire := buf[:k]
+		pf, err := link.ParseFrame(wire)
 		if err != nil || pf.SrcPort != a.LocalAddr().Port() || pf.DstPort != b.LocalAddr().Port() {
 			continue
 		}
-		i := int(binary.BigEndian.Uint32(buf[pf.Payload:]))
-		if i >= n {
-			t.Fatalf("unexpected datagram %d", i)
+		i := int(ib.BTH(wire[pf.Payload:]).PSN())
+		if pf.Version == 4 {
+			ip := wire[pf.IPOffset : pf.IPOffset+20]
+			if id := binary.BigEndian.Uint16(ip[4:]); id != 0 {
+				t.Fatalf("IPv4 ID %#x on the wire, want 0 (header % x)", id, ip)
+			}
+			if binary.BigEndian.Uint16(ip[6:])&0x4000 == 0 {
+				t.Fatal("DF not set on the wire")
+			}
 		}
-		wire := buf[pf.IPOffset : pf.IPOffset+20]
-		ours := sent[i][link.EthernetSize : link.EthernetSize+20]
-		t.Logf("wire IPv4 header % x", wire)
-		if id := binary.BigEndian.Uint16(wire[4:]); id != 0 {
-			t.Fatalf("IPv4 ID %#x on the wire, want 0", id)
-		}
-		if binary.BigEndian.Uint16(wire[6:])&0x4000 == 0 {
-			t.Fatal("DF not set on the wire")
-		}
-		// Everything the ICRC covers must match the header we built.
-		if string(wire[:8]) != string(ours[:8]) || wire[9] != ours[9] || string(wire[12:20]) != string(ours[12:20]) {
-			t.Fatalf("wire header % x differs from ours % x", wire, ours)
-		}
-		if string(buf[pf.Payload:pf.End]) != string(sent[i][42:]) {
-			t.Fatal("payload differs on the wire")
+		err = ib.VerifyFrameICRC(wire)
+		switch {
+		case i == n && pf.Version == 4 && err == nil:
+			t.Fatal("a frame built with IPv4 ID 0x1234 verified on the wire")
+		case i == n && pf.Version == 6 && err != nil:
+			t.Fatalf("IPv6 has no ID; the frame should verify: %v", err)
+		case i < n && err != nil:
+			t.Fatalf("frame %d: ICRC on the wire: %v", i, err)
 		}
 		seen[i] = true
 	}
-	if len(seen) < n {
-		t.Fatalf("captured %d of %d datagrams", len(seen), n)
+	if len(seen) < n+1 {
+		t.Fatalf("captured %d of %d datagrams", len(seen), n+1)
+	}
+	// The receiving link's synthesized frames carry ID 0 too, so from a
+	// Linux sender they verify as well.
+	got := collect(t, b, a.LocalAddr(), n+1, 5*time.Second)
+	for i, f := range got[:n] {
+		if err := ib.VerifyFrameICRC(f); err != nil {
+			t.Fatalf("received frame %d: %v", i, err)
+		}
 	}
 }
 
