@@ -55,6 +55,7 @@ func TestWiresharkDissectsBuiltFrames(t *testing.T) {
 		}
 		for i, v6 := range []bool{false, true} {
 			s := fullSpec(op, v6, i == 1, 13)
+			s.UDPChecksum = o%2 == 0 // let Wireshark verify our UDP checksums too
 			frames = append(frames, frameFor(t, s))
 			specs = append(specs, s)
 		}
@@ -71,9 +72,10 @@ func TestWiresharkDissectsBuiltFrames(t *testing.T) {
 		"infiniband.atomiceth.swapdt", "infiniband.atomiceth.cmpdt",
 		"infiniband.aeth.syndrome", "infiniband.aeth.msn", "infiniband.atomicacketh.origremdt",
 		"infiniband.immdt", "infiniband.ieth", "data.data", "infiniband.invariant.crc",
-		"_ws.malformed", "_ws.expert.message",
+		"udp.checksum.status", "ip.checksum.status", "_ws.malformed", "_ws.expert.message",
 	}
-	args := []string{"-r", path, "-n", "-T", "fields", "-E", "separator=/t", "-E", "occurrence=f"}
+	args := []string{"-r", path, "-n", "-o", "udp.check_checksum:TRUE", "-o", "ip.check_checksum:TRUE",
+		"-T", "fields", "-E", "separator=/t", "-E", "occurrence=f"}
 	for _, f := range fields {
 		args = append(args, "-e", f)
 	}
@@ -168,6 +170,18 @@ func TestWiresharkDissectsBuiltFrames(t *testing.T) {
 		f := frames[i]
 		if want := uint64(binary.BigEndian.Uint32(f[len(f)-4:])); num(v["infiniband.invariant.crc"]) != want {
 			t.Errorf("%s: ICRC field %q, built %#x", name, v["infiniband.invariant.crc"], want)
+		}
+		// Checksum status 1 is "good"; 3 is "not present" (a zero UDP checksum
+		// over IPv4 means none), 4 "illegal" (zero over IPv6).
+		wantUDP := map[bool]string{true: "1", false: "3"}[s.UDPChecksum]
+		if !s.UDPChecksum && !s.isIPv4() {
+			wantUDP = "4"
+		}
+		if v["udp.checksum.status"] != wantUDP {
+			t.Errorf("%s: UDP checksum status %q, want %s", name, v["udp.checksum.status"], wantUDP)
+		}
+		if s.isIPv4() && v["ip.checksum.status"] != "1" {
+			t.Errorf("%s: IPv4 checksum status %q", name, v["ip.checksum.status"])
 		}
 		// A zero UDP checksum is what rxe sends; Wireshark flags it under IPv6.
 		if msg := v["_ws.expert.message"]; v["_ws.malformed"] != "" || (msg != "" && msg != "Illegal checksum value (0)") {
