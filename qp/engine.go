@@ -27,6 +27,9 @@ const (
 	grhAreaLen     = 40
 )
 
+// GSIQKey is the Q_Key of QP1 (IB_QP1_QKEY).
+const GSIQKey = 0x80010000
+
 // Config configures an Engine.
 type Config struct {
 	// Clock is required.
@@ -121,6 +124,10 @@ func New(cfg Config) (*Engine, error) {
 	e.keys.init()
 	return e, nil
 }
+
+// HasWork reports whether some QP may have packets to send: the device calls
+// Transmit when it does (after Receive, PostSend, Modify or Advance).
+func (e *Engine) HasWork() bool { return e.ready.head != nil }
 
 // Stats returns the engine counters.
 func (e *Engine) Stats() Stats { return e.stats }

@@ -72,7 +72,8 @@ type sendWQE struct {
 type QP struct {
 	e      *Engine
 	pd     *PD
-	typ    QPType
+	typ    QPType // GSI QPs are UD internally
+	gsi    bool
 	qpn    uint32
 	sendCQ *CQ
 	recvCQ *CQ
@@ -108,8 +109,14 @@ func (pd *PD) CreateQP(init *QPInitAttr) (*QP, error) {
 	if pd.closed {
 		return nil, ErrClosed
 	}
-	switch init.Type {
+	typ, gsi := init.Type, false
+	switch typ {
 	case RC, UC, UD:
+	case GSI:
+		if e.qps[1] != nil {
+			return nil, ErrBusy
+		}
+		typ, gsi = UD, true
 	default:
 		return nil, ErrOpNotSupported
 	}
@@ -138,12 +145,15 @@ func (pd *PD) CreateQP(init *QPInitAttr) (*QP, error) {
 	if c.MaxRecvSGE == 0 {
 		c.MaxRecvSGE = 1
 	}
-	qpn, ok := e.allocQPN()
+	qpn, ok := uint32(1), true
+	if !gsi {
+		qpn, ok = e.allocQPN()
+	}
 	if !ok {
 		return nil, ErrNoResources
 	}
 	q := &QP{
-		e: e, pd: pd, typ: init.Type, qpn: qpn,
+		e: e, pd: pd, typ: typ, gsi: gsi, qpn: qpn,
 		sendCQ: init.SendCQ, recvCQ: init.RecvCQ, srq: init.SRQ,
 		cap: c, sigAll: init.SigAll,
 		sq:      make([]sendWQE, c.MaxSendWR),
@@ -194,7 +204,12 @@ func (e *Engine) allocQPN() (uint32, bool) {
 func (q *QP) QPN() uint32 { return q.qpn }
 
 // Type returns the transport type.
-func (q *QP) Type() QPType { return q.typ }
+func (q *QP) Type() QPType {
+	if q.gsi {
+		return GSI
+	}
+	return q.typ
+}
 
 // State returns the current state.
 func (q *QP) State() QPState { return q.state }

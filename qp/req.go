@@ -177,8 +177,12 @@ func (q *QP) requestRCUC(now time.Duration, w *sendWQE, buf []byte, t *TxPacket)
 	}
 	ackReq := false
 	if q.typ == RC {
-		q.req.noack++
-		if last || q.req.noack > maxPktPerAck {
+		// rxe: AckReq on the last packet of a message, and on a packet that
+		// finds more than RXE_MAX_PKT_PER_ACK earlier ones without it.
+		if last {
+			ackReq = true
+			q.req.noack = 0
+		} else if q.req.noack++; q.req.noack > maxPktPerAck+1 {
 			ackReq = true
 			q.req.noack = 0
 		}
@@ -224,7 +228,11 @@ func (q *QP) requestUD(w *sendWQE, buf []byte, t *TxPacket) (n int, ok, again bo
 	}
 	op := uint8(transportUD | opSendOnly)
 	h := ib.BTHSize
-	ib.DETH(buf[h : h+ib.DETHSize]).Encode(&ib.DETHFields{QKey: w.qkey, SrcQP: q.qpn})
+	qkey := w.qkey
+	if q.gsi {
+		qkey = GSIQKey // rxe: QP1 always sends the GSI Q_Key
+	}
+	ib.DETH(buf[h : h+ib.DETHSize]).Encode(&ib.DETHFields{QKey: qkey, SrcQP: q.qpn})
 	h += ib.DETHSize
 	if w.op == WRSendWithImm {
 		op = transportUD | opSendOnlyImm

@@ -620,7 +620,11 @@ func (q *QP) respondUD(p *ib.Packet, src *Source) error {
 	if len(p.DETH) < ib.DETHSize || (low == opSendOnlyImm && len(p.ImmDt) < ib.ImmDtSize) {
 		return ErrBadHeader
 	}
-	if p.DETH.QKey() != q.attr.QKey {
+	want := q.attr.QKey
+	if q.gsi {
+		want = GSIQKey
+	}
+	if p.DETH.QKey() != want {
 		return ErrBadQKey
 	}
 	rq := &q.rq

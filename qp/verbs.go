@@ -183,11 +183,13 @@ const (
 // QPType is the transport service of a queue pair (ibv_qp_type values).
 type QPType uint8
 
-// Queue pair types.
+// Queue pair types. GSI is the special UD queue pair number 1 that carries
+// management datagrams (CM); it uses Q_Key GSIQKey.
 const (
-	RC QPType = 2
-	UC QPType = 3
-	UD QPType = 4
+	GSI QPType = 1
+	RC  QPType = 2
+	UC  QPType = 3
+	UD  QPType = 4
 )
 
 func (t QPType) String() string {
@@ -198,6 +200,8 @@ func (t QPType) String() string {
 		return "UC"
 	case UD:
 		return "UD"
+	case GSI:
+		return "GSI"
 	}
 	return "QPType(" + strconv.Itoa(int(t)) + ")"
 }

@@ -240,7 +240,7 @@ func BringUp(q *qp.QP, peerQPN uint32, p RCParams, sq, rq uint32, sgid, dgid ib.
 	a.State = qp.StateInit
 	a.Port = 1
 	mask := qp.AttrState | qp.AttrPKeyIndex | qp.AttrPort
-	if q.Type() == qp.UD {
+	if q.Type() == qp.UD || q.Type() == qp.GSI {
 		a.QKey = UDQKey
 		mask |= qp.AttrQKey
 	} else {
@@ -252,7 +252,7 @@ func BringUp(q *qp.QP, peerQPN uint32, p RCParams, sq, rq uint32, sgid, dgid ib.
 	}
 	a = qp.QPAttr{State: qp.StateRTR}
 	mask = qp.AttrState
-	if q.Type() != qp.UD {
+	if q.Type() == qp.RC || q.Type() == qp.UC {
 		a.AV = qp.AddressVector{DGID: dgid, SGID: sgid, HopLimit: 64}
 		a.PathMTU = p.MTU
 		a.DestQPN = peerQPN

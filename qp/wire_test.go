@@ -1,0 +1,207 @@
+package qp_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/goroce/goroce/ib"
+	"github.com/goroce/goroce/qp"
+	"github.com/goroce/goroce/qp/qptest"
+)
+
+// TestRequesterWireRules watches the requester's packets: AckReq on the last
+// packet of each message and on the 66th packet without one (rxe's rule), at
+// most 128 unacknowledged PSNs, READ requests consuming one PSN per response
+// packet, and no more than max_rd_atomic READ/atomic requests unanswered.
+func TestRequesterWireRules(t *testing.T) {
+	prm := qptest.DefaultRC
+	prm.MTU = ib.MTU256
+	prm.RdAtomic = 2
+	prm.PSNA = 0xFFFFF0
+	p := newPair(t, qp.RC, cleanNet, prm, 64)
+	const big = 300 * 256 // 300 packets
+	aMR := p.regMR(p.a, make([]byte, big), 0, qp.AccessLocalWrite)
+	bMR := p.regMR(p.b, make([]byte, big), 0, allAccess)
+
+	var sinceAck, maxSince int
+	var lastPSN ib.PSN
+	outstanding := map[ib.PSN]bool{} // last PSN of each unanswered READ/atomic
+	maxRd := 0
+	var maxSpan int32
+	ackedPSN := ib.PSN(prm.PSNA) // first unacknowledged, as seen on the wire
+	var pkt ib.Packet
+	p.net.Tap = func(from string, b []byte) {
+		if err := ib.ParseIB(b, &pkt); err != nil {
+			t.Fatal(err)
+		}
+		op := pkt.BTH.Opcode()
+		if from == "B" {
+			if op == ib.RCReadResponseLast || op == ib.RCReadResponseOnly || op == ib.RCAtomicAck {
+				delete(outstanding, pkt.BTH.PSN())
+			}
+			if pkt.AETH != nil && pkt.AETH.Syndrome().Type() == ib.SyndromeACK {
+				ackedPSN = pkt.BTH.PSN().Next()
+			}
+			return
+		}
+		psn := pkt.BTH.PSN()
+		if d := ib.PSNDiff(psn, ackedPSN); d > maxSpan {
+			maxSpan = d
+		}
+		lastPSN = psn
+		switch op {
+		case ib.RCReadRequest:
+			outstanding[psn.Add((pkt.RETH.DMALen()+255)/256-1)] = true
+		case ib.RCFetchAdd, ib.RCCompareSwap:
+			outstanding[psn] = true
+		}
+		maxRd = max(maxRd, len(outstanding))
+		last := op == ib.RCWriteLast || op == ib.RCWriteOnly || op == ib.RCReadRequest || op == ib.RCFetchAdd || op == ib.RCSendOnly
+		if pkt.BTH.AckReq() {
+			if !last && sinceAck != 65 {
+				t.Fatalf("AckReq on a middle packet after %d packets without one", sinceAck)
+			}
+			sinceAck = 0
+		} else {
+			if last {
+				t.Fatalf("%v without AckReq", op)
+			}
+			sinceAck++
+			maxSince = max(maxSince, sinceAck)
+		}
+	}
+	// One long WRITE, then several READs and atomics.
+	post := func(wr qp.SendWR) {
+		if err := p.a.QP.PostSend(&wr); err != nil {
+			t.Fatal(err)
+		}
+	}
+	post(qp.SendWR{ID: 1, Opcode: qp.WRRDMAWrite, SGL: []qp.SGE{{Addr: 0, Length: big, LKey: aMR.LKey()}}, RemoteAddr: 0, RKey: bMR.RKey()})
+	for i := 0; i < 6; i++ {
+		post(qp.SendWR{ID: uint64(2 + i), Opcode: qp.WRRDMARead, SGL: []qp.SGE{{Addr: 0, Length: 1000, LKey: aMR.LKey()}}, RemoteAddr: 0, RKey: bMR.RKey()})
+		post(qp.SendWR{ID: uint64(20 + i), Opcode: qp.WRAtomicFetchAndAdd, SGL: []qp.SGE{{Addr: 8, Length: 8, LKey: aMR.LKey()}}, RemoteAddr: 16, RKey: bMR.RKey(), CompareAdd: 1})
+	}
+	post(qp.SendWR{ID: 99, Opcode: qp.WRSend, Flags: qp.SendSignaled})
+	p.b.QP.PostRecv(&qp.RecvWR{ID: 1})
+	waitWC(t, p, p.a.SCQ, 1, time.Second)
+	if maxSince != 65 {
+		t.Fatalf("longest run without AckReq %d, want 65", maxSince)
+	}
+	if maxSpan > 128 {
+		t.Fatalf("%d PSNs in flight beyond the last ACK, window is 128", maxSpan)
+	}
+	if maxRd != 2 {
+		t.Fatalf("%d READ/atomic requests outstanding at once, want max_rd_atomic = 2", maxRd)
+	}
+	// 300 WRITE PSNs + 6 READs of 4 PSNs + 6 atomics + 1 SEND.
+	if got, want := p.a.QP.Attr().SQPSN, prm.PSNA; got != want {
+		t.Fatalf("SQPSN attr changed: %#x", got)
+	}
+	if want := ib.PSN(prm.PSNA).Add(300 + 6*4 + 6 + 1); lastPSN.Next() != want {
+		t.Fatalf("next PSN %#x, want %#x", lastPSN.Next(), want)
+	}
+}
+
+func TestSRQ(t *testing.T) {
+	n, err := qptest.NewNet(qptest.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pd, _ := n.B.E.AllocPD()
+	srq, err := pd.CreateSRQ(qp.SRQAttr{MaxWR: 16, MaxSGE: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cq, _ := n.B.E.CreateCQ(64)
+	buf := make([]byte, 16*100)
+	mr, _ := pd.RegMR(buf, 0, qp.AccessLocalWrite)
+	for i := 0; i < 16; i++ {
+		if err := srq.PostRecv(&qp.RecvWR{ID: uint64(i), SGL: []qp.SGE{{Addr: uint64(i * 100), Length: 100, LKey: mr.LKey()}}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Two senders share B's SRQ through two QPs.
+	var senders []*qptest.Endpoint
+	for i := 0; i < 2; i++ {
+		a, _ := qptest.NewEndpoint(n.A.E, qp.RC, 16)
+		bq, err := pd.CreateQP(&qp.QPInitAttr{Type: qp.RC, SendCQ: cq, RecvCQ: cq, SRQ: srq, Cap: qp.QPCap{MaxSendWR: 4}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := n.Connect(a.QP, bq, qptest.DefaultRC); err != nil {
+			t.Fatal(err)
+		}
+		if err := bq.PostRecv(&qp.RecvWR{}); err == nil {
+			t.Fatal("PostRecv on an SRQ QP accepted")
+		}
+		senders = append(senders, a)
+	}
+	for k := 0; k < 5; k++ {
+		for i, a := range senders {
+			if err := a.QP.PostSend(&qp.SendWR{ID: uint64(k), Opcode: qp.WRSend, Flags: qp.SendSignaled | qp.SendInline,
+				Inline: []byte{byte(i), byte(k)}}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	var wcs []qp.WorkCompletion
+	if err := n.Run(func() bool { wcs = pollAll(cq, wcs); return len(wcs) == 10 }, time.Second); err != nil {
+		t.Fatal(err)
+	}
+	for i, wc := range wcs {
+		if wc.WRID != uint64(i) || wc.ByteLen != 2 || wc.Status != qp.WCSuccess {
+			t.Fatalf("completion %d: %+v", i, wc)
+		}
+	}
+	if srq.Len() != 6 {
+		t.Fatalf("%d receives left in the SRQ, want 6", srq.Len())
+	}
+}
+
+func TestGSI(t *testing.T) {
+	n, err := qptest.NewNet(qptest.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var eps [2]*qptest.Endpoint
+	for i, e := range []*qp.Engine{n.A.E, n.B.E} {
+		pd, _ := e.AllocPD()
+		cq, _ := e.CreateCQ(16)
+		q, err := pd.CreateQP(&qp.QPInitAttr{Type: qp.GSI, SendCQ: cq, RecvCQ: cq, Cap: qp.QPCap{MaxSendWR: 4, MaxRecvWR: 4, MaxInlineData: 256}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if q.QPN() != 1 || q.Type() != qp.GSI {
+			t.Fatalf("GSI QP is %d %v", q.QPN(), q.Type())
+		}
+		if _, err := pd.CreateQP(&qp.QPInitAttr{Type: qp.GSI, SendCQ: cq, RecvCQ: cq, Cap: qp.QPCap{MaxSendWR: 4, MaxRecvWR: 4}}); err == nil {
+			t.Fatal("second GSI QP created")
+		}
+		eps[i] = &qptest.Endpoint{PD: pd, SCQ: cq, RCQ: cq, QP: q}
+	}
+	if err := n.Connect(eps[0].QP, eps[1].QP, qptest.DefaultRC); err != nil {
+		t.Fatal(err)
+	}
+	rb := make([]byte, 40+256)
+	mr, _ := eps[1].PD.RegMR(rb, 0, qp.AccessLocalWrite)
+	eps[1].QP.PostRecv(&qp.RecvWR{ID: 5, SGL: []qp.SGE{{Length: uint32(len(rb)), LKey: mr.LKey()}}})
+	ah, _ := eps[0].PD.CreateAH(qp.AddressVector{DGID: n.B.GID})
+	var qkey uint32
+	var pkt ib.Packet
+	n.Tap = func(from string, b []byte) {
+		if ib.ParseIB(b, &pkt) == nil && pkt.DETH != nil {
+			qkey = pkt.DETH.QKey()
+		}
+	}
+	mad := []byte("a management datagram")
+	if err := eps[0].QP.PostSend(&qp.SendWR{ID: 1, Opcode: qp.WRSend, Flags: qp.SendInline, Inline: mad, AH: ah, RemoteQPN: 1, RemoteQKey: 0}); err != nil {
+		t.Fatal(err)
+	}
+	var wcs []qp.WorkCompletion
+	if err := n.Run(func() bool { wcs = pollAll(eps[1].RCQ, wcs); return len(wcs) > 0 }, time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if qkey != qp.GSIQKey || wcs[0].SrcQP != 1 || string(rb[40:40+len(mad)]) != string(mad) {
+		t.Fatalf("Q_Key %#x, completion %+v", qkey, wcs[0])
+	}
+}
