@@ -217,7 +217,8 @@ func (s *FrameSpec) writeIB(b []byte, info *OpcodeInfo) {
 // unless s.UDPChecksum), the IB headers, payload, zero pad and the ICRC. It
 // returns the frame length (s.Len()). Build does not allocate. s.Payload may
 // already sit in buf at its final offset (s.Len()-ICRCSize-pad-len(Payload)),
-// which saves the copy of a payload read straight into the transmit buffer.
+// which saves the copy of a payload read straight into the transmit buffer;
+// it must not overlap buf anywhere else.
 func Build(buf []byte, s *FrameSpec) (int, error) {
 	info, err := s.checkIB()
 	if err != nil {

@@ -118,18 +118,18 @@ func (p *Packet) parse(frame []byte) bool {
 		} else if ihl > IPv4Size {
 			return p.fail("ipv4", off, ErrUnsupported, "IPv4 options")
 		}
+		if ip.Protocol() != IPProtocolUDP {
+			return p.fail("ipv4", off+ipv4Proto, ErrUnsupported, "protocol is not UDP")
+		}
+		if ip.MoreFragments() || ip.FragmentOffset() != 0 {
+			return p.fail("ipv4", off+ipv4FlagsOff, ErrUnsupported, "IP fragment")
+		}
 		tl := int(ip.TotalLength())
 		if tl < IPv4Size+UDPSize {
 			return p.fail("ipv4", off+ipv4TotalLen, ErrMalformed, "total length too small for IPv4 and UDP headers")
 		}
 		if tl > len(frame)-off {
 			return p.fail("ipv4", off+ipv4TotalLen, ErrTruncated, "total length beyond end of frame")
-		}
-		if ip.MoreFragments() || ip.FragmentOffset() != 0 {
-			return p.fail("ipv4", off+ipv4FlagsOff, ErrUnsupported, "IP fragment")
-		}
-		if ip.Protocol() != IPProtocolUDP {
-			return p.fail("ipv4", off+ipv4Proto, ErrUnsupported, "protocol is not UDP")
 		}
 		p.IPv4 = ip
 		p.ip = frame[off : off+IPv4Size : off+IPv4Size]
