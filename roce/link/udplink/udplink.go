@@ -82,7 +82,8 @@ type Link struct {
 	tryRecvFn func(fd uintptr) bool // single non-blocking attempt
 
 	dlMu        sync.Mutex // orders context interrupts against their cleanup
-	waiting     bool
+	waiting     bool       // a ReadBatch is blocked and may be interrupted
+	deadlineSet bool       // an interrupt set the read deadline
 	interruptFn func()
 
 	writeMu sync.Mutex // guards the send state below
@@ -285,6 +286,7 @@ func (l *Link) interrupt() {
 	defer l.dlMu.Unlock()
 	if l.waiting {
 		_ = l.conn.SetReadDeadline(time.Unix(1, 0))
+		l.deadlineSet = true
 	}
 }
 
@@ -335,11 +337,15 @@ func (l *Link) wait(ctx context.Context) error {
 	l.dlMu.Unlock()
 	stop := context.AfterFunc(ctx, l.interruptFn)
 	err := l.rc.Read(l.recvFn)
-	fired := !stop()
+	stop()
+	// An interrupt that already started (this call's, or a late one from
+	// an earlier call) either set the deadline before this point, and it
+	// is cleared here, or finds waiting false and does nothing.
 	l.dlMu.Lock()
 	l.waiting = false
-	if fired || errors.Is(err, os.ErrDeadlineExceeded) {
+	if l.deadlineSet {
 		_ = l.conn.SetReadDeadline(time.Time{})
+		l.deadlineSet = false
 	}
 	l.dlMu.Unlock()
 	if err != nil {

@@ -466,3 +466,39 @@ func BenchmarkLoopback(b *testing.B) {
 		})
 	}
 }
+
+// TestCancelStress interleaves context expiries with arriving traffic: no
+// expiry may leak into a later call (as a spurious timeout or a lost
+// frame).
+func TestCancelStress(t *testing.T) {
+	a, b := listen(t, "127.0.0.1"), listen(t, "127.0.0.1")
+	const n = 3000
+	go func() {
+		for i := 0; i < n; i += 10 {
+			batch := make([][]byte, 10)
+			for j := range batch {
+				batch[j] = mkframe(a.LocalAddr(), b.LocalAddr(), 0, payload(i+j, 32))
+			}
+			a.WriteBatch(batch)
+			time.Sleep(time.Duration(i%7) * 20 * time.Microsecond)
+		}
+	}()
+	got, timeouts := 0, 0
+	fn := func(f [][]byte) { got += len(f) }
+	deadline := time.Now().Add(20 * time.Second)
+	for i := 0; got < n && time.Now().Before(deadline); i++ {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Duration(i%5)*30*time.Microsecond)
+		_, err := b.ReadBatch(ctx, fn)
+		cancel()
+		switch {
+		case errors.Is(err, context.DeadlineExceeded):
+			timeouts++
+		case err != nil:
+			t.Fatalf("after %d frames: %v", got, err)
+		}
+	}
+	if got != n {
+		t.Fatalf("received %d of %d frames", got, n)
+	}
+	t.Logf("%d frames, %d expiries", got, timeouts)
+}
