@@ -1,0 +1,120 @@
+package roce
+
+import (
+	"sync/atomic"
+
+	"github.com/goroce/goroce/qp"
+)
+
+// counters are the device's own event counts (the engine keeps its own;
+// Counters merges both).
+type counters struct {
+	sentPkts, rcvdPkts   atomic.Uint64
+	rdmaSends, rdmaRecvs atomic.Uint64
+	sendErr              atomic.Uint64
+	icrcErr, badFrame    atomic.Uint64
+	badDGID, unknownQP   atomic.Uint64
+	badKey, rxDropped    atomic.Uint64
+	noNeighbour          atomic.Uint64
+	linkErr              atomic.Uint64
+	retryExc, rnrExc     atomic.Uint64
+	cqOverflow           atomic.Uint64
+}
+
+// Counters are the device's hardware counters. The first group has the
+// names and meaning of rxe's hw_counters
+// (/sys/class/infiniband/rxe0/ports/1/hw_counters); the rest are this
+// device's own.
+type Counters struct {
+	SentPkts             uint64 // sent_pkts: frames handed to the link
+	RcvdPkts             uint64 // rcvd_pkts: frames received from the link
+	DuplicateRequest     uint64 // duplicate_request: requests with a PSN already executed
+	OutOfSeqRequest      uint64 // out_of_seq_request: requests past the expected PSN (NAK sent)
+	RcvdSeqErr           uint64 // rcvd_seq_err: PSN sequence error NAKs received
+	RcvdRNRErr           uint64 // rcvd_rnr_err: RNR NAKs received
+	SendRNRErr           uint64 // send_rnr_err: RNR NAKs sent
+	AckDeferred          uint64 // ack_deferred: not tracked by the engine (always 0)
+	RetryExceededErr     uint64 // retry_exceeded_err: completions with RETRY_EXC_ERR
+	RetryRNRExceededErr  uint64 // retry_rnr_exceeded_err: completions with RNR_RETRY_EXC_ERR
+	CompleterRetryErr    uint64 // completer_retry_err: go-back-N retransmissions started
+	SendErr              uint64 // send_err: frames that could not be built or sent
+	RDMASends            uint64 // rdma_sends: request packets sent
+	RDMARecvs            uint64 // rdma_recvs: request packets accepted
+	ICRCErr              uint64 // icrc_err: frames dropped for a bad ICRC
+	BadFrame             uint64 // bad_frame: frames that are not well-formed RoCEv2
+	BadDGID              uint64 // bad_dgid: frames to an address not in the GID table
+	UnknownQP            uint64 // unknown_qp: packets for a QPN that does not exist
+	BadKey               uint64 // bad_key: P_Key or Q_Key violations
+	RcvdDropped          uint64 // rcvd_dropped: packets the transport dropped otherwise
+	NoNeighbour          uint64 // no_neighbour: sends or resolutions without a MAC
+	LinkErr              uint64 // link_err: link read errors
+	Timeouts             uint64 // timeouts: retransmit timer expiries
+	CQOverflow           uint64 // cq_overflow: completions lost to full CQs
+}
+
+// CounterNames lists the counters in the order Each reports them.
+var CounterNames = []string{
+	"sent_pkts", "rcvd_pkts", "duplicate_request", "out_of_seq_request", "rcvd_seq_err",
+	"rcvd_rnr_err", "send_rnr_err", "ack_deferred", "retry_exceeded_err", "retry_rnr_exceeded_err",
+	"completer_retry_err", "send_err", "rdma_sends", "rdma_recvs", "icrc_err", "bad_frame",
+	"bad_dgid", "unknown_qp", "bad_key", "rcvd_dropped", "no_neighbour", "link_err", "timeouts",
+	"cq_overflow",
+}
+
+// Each calls fn for every counter with its rxe-style name.
+func (c *Counters) Each(fn func(name string, value uint64)) {
+	v := [...]uint64{
+		c.SentPkts, c.RcvdPkts, c.DuplicateRequest, c.OutOfSeqRequest, c.RcvdSeqErr,
+		c.RcvdRNRErr, c.SendRNRErr, c.AckDeferred, c.RetryExceededErr, c.RetryRNRExceededErr,
+		c.CompleterRetryErr, c.SendErr, c.RDMASends, c.RDMARecvs, c.ICRCErr, c.BadFrame,
+		c.BadDGID, c.UnknownQP, c.BadKey, c.RcvdDropped, c.NoNeighbour, c.LinkErr, c.Timeouts,
+		c.CQOverflow,
+	}
+	for i, name := range CounterNames {
+		fn(name, v[i])
+	}
+}
+
+// Map returns the counters by name.
+func (c *Counters) Map() map[string]uint64 {
+	m := make(map[string]uint64, len(CounterNames))
+	c.Each(func(n string, v uint64) { m[n] = v })
+	return m
+}
+
+// Counters returns a snapshot of the device counters.
+func (d *Device) Counters() Counters {
+	d.mu.Lock()
+	s := d.eng.Stats()
+	d.mu.Unlock()
+	return d.counters(s)
+}
+
+func (d *Device) counters(s qp.Stats) Counters {
+	c := &d.ctr
+	return Counters{
+		SentPkts:            c.sentPkts.Load(),
+		RcvdPkts:            c.rcvdPkts.Load(),
+		DuplicateRequest:    s.DuplicateRequests,
+		OutOfSeqRequest:     s.SeqNAKsSent,
+		RcvdSeqErr:          s.SeqNAKsRcvd,
+		RcvdRNRErr:          s.RNRNAKsRcvd,
+		SendRNRErr:          s.RNRNAKsSent,
+		RetryExceededErr:    c.retryExc.Load(),
+		RetryRNRExceededErr: c.rnrExc.Load(),
+		CompleterRetryErr:   s.Retransmits,
+		SendErr:             c.sendErr.Load() + s.ShortTxBuffer,
+		RDMASends:           c.rdmaSends.Load(),
+		RDMARecvs:           c.rdmaRecvs.Load(),
+		ICRCErr:             c.icrcErr.Load(),
+		BadFrame:            c.badFrame.Load(),
+		BadDGID:             c.badDGID.Load(),
+		UnknownQP:           c.unknownQP.Load(),
+		BadKey:              c.badKey.Load(),
+		RcvdDropped:         c.rxDropped.Load(),
+		NoNeighbour:         c.noNeighbour.Load(),
+		LinkErr:             c.linkErr.Load(),
+		Timeouts:            s.Timeouts,
+		CQOverflow:          c.cqOverflow.Load(),
+	}
+}

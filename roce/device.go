@@ -1,0 +1,725 @@
+package roce
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/goroce/goroce/ib"
+	"github.com/goroce/goroce/qp"
+	"github.com/goroce/goroce/roce/link"
+	"github.com/goroce/goroce/roce/link/udplink"
+	"github.com/goroce/goroce/roce/link/xdplink"
+)
+
+// LinkKind selects the packet link Open uses.
+type LinkKind int
+
+const (
+	// LinkAuto tries AF_XDP and falls back to the kernel UDP link.
+	LinkAuto LinkKind = iota
+	// LinkXDP requires AF_XDP; Open fails if it is unavailable.
+	LinkXDP
+	// LinkUDP uses a kernel UDP socket (no root needed).
+	LinkUDP
+)
+
+func (k LinkKind) String() string {
+	switch k {
+	case LinkAuto:
+		return "auto"
+	case LinkXDP:
+		return "xdp"
+	case LinkUDP:
+		return "udp"
+	}
+	return fmt.Sprintf("LinkKind(%d)", int(k))
+}
+
+// Options configure a Device. The zero value is right for Open.
+type Options struct {
+	// Link selects the link Open uses (default: AF_XDP, falling back to UDP).
+	Link LinkKind
+	// XDP tunes the AF_XDP link (queue, frame size, mode). When the
+	// interface MTU does not fit a 4096-byte UMEM frame, Open turns on
+	// Multibuffer itself.
+	XDP xdplink.Options
+	// UDPAddr is the local address the kernel UDP link binds (default: the
+	// interface's first IPv4 address, else its first non-link-local IPv6
+	// address).
+	UDPAddr netip.Addr
+	// Port is the UDP destination port of every sent packet and the port
+	// the UDP link binds (default 4791). Only tests and private deployments
+	// change it.
+	Port uint16
+
+	// Interface names the network interface whose addresses make the GID
+	// table and whose kernel neighbour table resolves MAC addresses (Open
+	// sets it). With OpenLink and no Interface, the GID table is Addrs and
+	// neighbours come from Neighbours only.
+	Interface string
+	// Addrs are static IP addresses for the GID table (OpenLink without
+	// Interface).
+	Addrs []netip.Addr
+	// Neighbours are static IP → MAC entries consulted before the kernel
+	// neighbour table.
+	Neighbours map[netip.Addr]net.HardwareAddr
+
+	// Capture, if set, receives a classic pcap stream (Ethernet link type)
+	// of every frame the device sends and receives. Writes happen on the
+	// data path under a lock: use a buffered writer.
+	Capture io.Writer
+	// Logger receives device events (fallback, address changes, link
+	// errors). Default slog.Default().
+	Logger *slog.Logger
+	// TxBatch is the number of packets built per link write (default 32).
+	TxBatch int
+	// CQSpin is how long CQ.Wait polls before it parks (default 20µs).
+	CQSpin time.Duration
+}
+
+// DeviceInfo describes an open device.
+type DeviceInfo struct {
+	Name         string // interface name, or the link's name
+	Link         link.Info
+	HardwareAddr net.HardwareAddr
+	NodeGUID     uint64 // EUI-64 of the MAC, as rxe
+	NetdevMTU    int    // IP MTU of the link
+	// Fallback says why AF_XDP was not used when Open fell back to the
+	// kernel UDP link ("" when it was not asked to fall back).
+	Fallback string
+}
+
+// PortState is the state of the device's single port (ibv_port_state).
+type PortState uint8
+
+// Port states.
+const (
+	PortDown   PortState = 1
+	PortActive PortState = 4
+)
+
+func (s PortState) String() string {
+	switch s {
+	case PortDown:
+		return "DOWN"
+	case PortActive:
+		return "ACTIVE"
+	}
+	return fmt.Sprintf("PortState(%d)", uint8(s))
+}
+
+// PortAttr are the attributes of port 1 (struct ibv_port_attr, the fields
+// that mean something on RoCE).
+type PortAttr struct {
+	State        PortState
+	MaxMTU       ib.MTU // 4096, as rxe
+	ActiveMTU    ib.MTU // largest IB MTU ≤ netdev MTU − 80
+	GIDTableLen  int
+	PKeyTableLen int
+	MaxMsgSize   uint32
+	NetdevMTU    int
+	LinkLayer    string // "Ethernet"
+}
+
+// Device is a RoCEv2 device: one port over one link, with the verbs objects
+// of one transport engine. All methods are safe for concurrent use.
+type Device struct {
+	link   link.Link
+	linfo  link.Info
+	opts   Options
+	log    *slog.Logger
+	mac    [6]byte
+	info   DeviceInfo
+	start  time.Time
+	port   uint16 // UDP destination port
+	mtuLim int    // largest IB packet (BTH..ICRC) the link carries
+
+	// mu guards the engine and every engine object.
+	mu  sync.Mutex
+	eng *qp.Engine
+
+	gids  atomic.Pointer[gidTable]
+	neigh *neighbours
+	ctr   counters
+	tap   *pcapTap
+
+	// Transmit: txMu owns the slots; txPending asks the holder to go again.
+	txMu      sync.Mutex
+	txPending atomic.Bool
+	slots     []qp.TxPacket
+	frames    [][]byte
+	ipID      uint16
+	wakeAt    atomic.Int64 // when the timer goroutine will next wake
+	kick      chan struct{}
+	lastTxErr atomic.Pointer[string]
+
+	// Receive goroutine state.
+	pkt  ib.Packet
+	rxFn func(frames [][]byte)
+
+	ctx     context.Context
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup
+	closed  atomic.Bool
+	closeMu sync.Mutex
+	extra   []io.Closer // netlink watchers, owned by the device
+	cqSpin  time.Duration
+}
+
+// Headroom budget: Ethernet + VLAN + IPv6 + UDP, rounded up.
+const (
+	txHeadroom = 128
+	txSlotSize = txHeadroom + 4096 + 256
+	// rxeHeaderBudget is what rxe subtracts from the netdev MTU for the IB
+	// headers (RXE_MAX_HDR_LENGTH) when it derives the active MTU.
+	rxeHeaderBudget = 80
+)
+
+// monoClock is the engine's clock: time since the device opened.
+type monoClock struct{ start time.Time }
+
+func (c monoClock) Now() time.Duration { return time.Since(c.start) }
+
+// Open opens a device on interface ifname: AF_XDP by default, the kernel UDP
+// link with Options.Link = LinkUDP or when AF_XDP is unavailable (the reason
+// is logged and reported in Info().Fallback). It must be called from a thread
+// in the interface's network namespace (it binds its netlink watchers there);
+// the Device may then be used from anywhere. ctx bounds the setup.
+func Open(ctx context.Context, ifname string, opts Options) (*Device, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	nl, err := openNetlink(ifname)
+	if err != nil {
+		return nil, err
+	}
+	ok := false
+	defer func() {
+		if !ok {
+			nl.Close()
+		}
+	}()
+	log := opts.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	var l link.Link
+	fallback := ""
+	if opts.Link == LinkAuto || opts.Link == LinkXDP {
+		xo := opts.XDP
+		if xo.Port == 0 {
+			xo.Port = opts.Port
+		}
+		fs := xo.FrameSize
+		if fs == 0 {
+			fs = 4096
+		}
+		if nl.mtu+link.EthernetSize+link.VLANTagSize > fs-xo.Headroom-256 {
+			xo.Multibuffer = true
+		}
+		xl, err := xdplink.Open(ifname, xo)
+		if err != nil {
+			if opts.Link == LinkXDP {
+				return nil, fmt.Errorf("roce: AF_XDP on %s: %w", ifname, err)
+			}
+			fallback = err.Error()
+			log.Warn("roce: AF_XDP unavailable, falling back to the kernel UDP link", "interface", ifname, "err", err)
+		} else {
+			l = xl
+		}
+	}
+	if l == nil {
+		addr := opts.UDPAddr
+		if !addr.IsValid() {
+			addr = nl.preferredAddr()
+			if !addr.IsValid() {
+				return nil, fmt.Errorf("roce: %s: %w", ifname, ErrNoAddress)
+			}
+		}
+		port := opts.Port
+		if port == 0 {
+			port = ib.RoCEv2Port
+		}
+		ul, err := udplink.Listen(netip.AddrPortFrom(addr, port))
+		if err != nil {
+			return nil, fmt.Errorf("roce: UDP link on %s: %w", ifname, err)
+		}
+		l = ul
+	}
+	opts.Interface = ifname
+	opts.Logger = log
+	d, err := newDevice(l, opts, nl)
+	if err != nil {
+		l.Close()
+		return nil, err
+	}
+	d.info.Fallback = fallback
+	d.info.Name = ifname
+	ok = true
+	return d, nil
+}
+
+// OpenLink opens a device over an already open link (memlink in tests, or a
+// link configured by hand). The device owns the link and closes it. When
+// opts.Interface is set, it must be called from a thread in that interface's
+// network namespace.
+func OpenLink(l link.Link, opts Options) (*Device, error) {
+	if l == nil {
+		return nil, ErrInvalidConfig
+	}
+	var nl *netlinkWatch
+	if opts.Interface != "" {
+		var err error
+		if nl, err = openNetlink(opts.Interface); err != nil {
+			return nil, err
+		}
+	}
+	d, err := newDevice(l, opts, nl)
+	if err != nil {
+		if nl != nil {
+			nl.Close()
+		}
+		return nil, err
+	}
+	return d, nil
+}
+
+func newDevice(l link.Link, opts Options, nl *netlinkWatch) (*Device, error) {
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	if opts.TxBatch <= 0 {
+		opts.TxBatch = 32
+	}
+	if opts.CQSpin == 0 {
+		opts.CQSpin = 20 * time.Microsecond
+	}
+	d := &Device{
+		link:   l,
+		linfo:  l.Info(),
+		opts:   opts,
+		log:    opts.Logger,
+		start:  time.Now(),
+		port:   opts.Port,
+		kick:   make(chan struct{}, 1),
+		cqSpin: opts.CQSpin,
+	}
+	if d.port == 0 {
+		d.port = ib.RoCEv2Port
+	}
+	copy(d.mac[:], l.HardwareAddr())
+	mtu := l.MTU()
+	if mtu <= 0 {
+		mtu = 1500
+	}
+	ipHdr := link.IPv4Size
+	// The IB packet must fit in the IP MTU with the IP and UDP headers.
+	d.mtuLim = mtu - ipHdr - link.UDPSize
+	eng, err := qp.New(qp.Config{Clock: monoClock{d.start}, PortMTU: ib.ActiveMTU(mtu)})
+	if err != nil {
+		return nil, err
+	}
+	d.eng = eng
+	d.info = DeviceInfo{
+		Name:         d.linfo.Name,
+		Link:         d.linfo,
+		HardwareAddr: append(net.HardwareAddr(nil), d.mac[:]...),
+		NodeGUID:     eui64(d.mac),
+		NetdevMTU:    mtu,
+	}
+	d.neigh = newNeighbours(opts.Neighbours, nl, d.linfo.Synthetic)
+	d.gids.Store(buildGIDTable(nil, d.mac, opts.Addrs))
+	if opts.Capture != nil {
+		tap, err := newPcapTap(opts.Capture)
+		if err != nil {
+			return nil, err
+		}
+		d.tap = tap
+	}
+	d.slots = make([]qp.TxPacket, opts.TxBatch)
+	d.frames = make([][]byte, opts.TxBatch)
+	slab := make([]byte, opts.TxBatch*txSlotSize)
+	for i := range d.slots {
+		d.slots[i].Buf = slab[i*txSlotSize : (i+1)*txSlotSize : (i+1)*txSlotSize]
+		d.slots[i].Headroom = txHeadroom
+	}
+	d.rxFn = d.receiveBatch
+	d.ctx, d.cancel = context.WithCancel(context.Background())
+	if nl != nil {
+		d.extra = append(d.extra, nl)
+		if err := nl.watchAddrs(d.ctx, func(addrs []netip.Addr) {
+			old := d.gids.Load()
+			d.gids.Store(buildGIDTable(old, d.mac, addrs))
+			d.log.Debug("roce: GID table updated", "interface", nl.ifname, "addrs", addrs)
+		}); err != nil {
+			d.cancel()
+			return nil, err
+		}
+	}
+	d.wakeAt.Store(int64(time.Duration(1<<62 - 1)))
+	d.wg.Add(2)
+	go d.receiveLoop()
+	go d.timerLoop()
+	return d, nil
+}
+
+// eui64 returns the EUI-64 of a MAC (the universal/local bit flipped), as a
+// big-endian number.
+func eui64(mac [6]byte) uint64 {
+	b := [8]byte{mac[0] ^ 2, mac[1], mac[2], 0xFF, 0xFE, mac[3], mac[4], mac[5]}
+	var v uint64
+	for _, x := range b {
+		v = v<<8 | uint64(x)
+	}
+	return v
+}
+
+// Info describes the device.
+func (d *Device) Info() DeviceInfo {
+	i := d.info
+	i.HardwareAddr = append(net.HardwareAddr(nil), i.HardwareAddr...)
+	return i
+}
+
+// Link returns the link the device runs over.
+func (d *Device) Link() link.Link { return d.link }
+
+// QueryPort returns the attributes of port 1.
+func (d *Device) QueryPort() PortAttr {
+	st := PortActive
+	if d.closed.Load() {
+		st = PortDown
+	}
+	return PortAttr{
+		State:        st,
+		MaxMTU:       ib.MTU4096,
+		ActiveMTU:    d.eng.PortMTU(),
+		GIDTableLen:  gidTableLen,
+		PKeyTableLen: 1,
+		MaxMsgSize:   qp.MaxMsgSize,
+		NetdevMTU:    d.info.NetdevMTU,
+		LinkLayer:    "Ethernet",
+	}
+}
+
+// Close stops the device's goroutines and closes the link. Objects still
+// open become unusable (their methods return ErrClosed).
+func (d *Device) Close() error {
+	d.closeMu.Lock()
+	defer d.closeMu.Unlock()
+	if d.closed.Swap(true) {
+		return ErrClosed
+	}
+	d.cancel()
+	err := d.link.Close()
+	d.wg.Wait()
+	for _, c := range d.extra {
+		c.Close()
+	}
+	if d.tap != nil {
+		d.tap.flush()
+	}
+	return err
+}
+
+// lock takes the engine lock unless the device is closed.
+func (d *Device) lock() error {
+	d.mu.Lock()
+	if d.closed.Load() {
+		d.mu.Unlock()
+		return ErrClosed
+	}
+	return nil
+}
+
+// receiveLoop is the single receive goroutine.
+func (d *Device) receiveLoop() {
+	defer d.wg.Done()
+	for {
+		_, err := d.link.ReadBatch(d.ctx, d.rxFn)
+		if err != nil {
+			if d.ctx.Err() != nil || errors.Is(err, link.ErrClosed) {
+				return
+			}
+			d.ctr.linkErr.Add(1)
+			d.log.Warn("roce: link read failed", "err", err)
+			select {
+			case <-d.ctx.Done():
+				return
+			case <-time.After(10 * time.Millisecond):
+			}
+			continue
+		}
+		d.flush()
+	}
+}
+
+// receiveBatch handles one batch of received frames: parse, check, and feed
+// the engine under one lock acquisition.
+func (d *Device) receiveBatch(frames [][]byte) {
+	gt := d.gids.Load()
+	locked := false
+	for _, f := range frames {
+		d.ctr.rcvdPkts.Add(1)
+		if d.tap != nil {
+			d.tap.write(f)
+		}
+		p := &d.pkt
+		if err := ib.Parse(f, p); err != nil {
+			d.ctr.badFrame.Add(1)
+			continue
+		}
+		if p.UDP.DstPort() != d.port {
+			d.ctr.badFrame.Add(1)
+			continue
+		}
+		if !d.linfo.Synthetic {
+			if err := p.VerifyICRC(); err != nil {
+				d.ctr.icrcErr.Add(1)
+				continue
+			}
+		}
+		var src qp.Source
+		src.SrcPort = p.UDP.SrcPort()
+		if p.IPv4 != nil {
+			src.SGID = ib.GIDFromAddr(p.IPv4.Src())
+			src.DGID = ib.GIDFromAddr(p.IPv4.Dst())
+			src.TrafficClass = p.IPv4.TOS()
+			src.HopLimit = p.IPv4.TTL()
+			src.NetworkHeader = p.IPv4[:ib.IPv4Size]
+		} else {
+			src.SGID = ib.GID(p.IPv6[8:24])
+			src.DGID = ib.GID(p.IPv6[24:40])
+			src.TrafficClass = p.IPv6.TrafficClass()
+			src.HopLimit = p.IPv6.HopLimit()
+			src.FlowLabel = p.IPv6.FlowLabel()
+			src.NetworkHeader = p.IPv6[:ib.IPv6Size]
+		}
+		// rxe_chk_dgid: only packets to one of our GIDs.
+		if !gt.has(src.DGID) {
+			d.ctr.badDGID.Add(1)
+			continue
+		}
+		if !locked {
+			d.mu.Lock()
+			locked = true
+		}
+		if err := d.eng.Receive(p, &src); err != nil {
+			d.countDrop(err)
+			continue
+		}
+		if p.Info.IsRequest {
+			d.ctr.rdmaRecvs.Add(1)
+		}
+	}
+	if locked {
+		d.mu.Unlock()
+	}
+}
+
+func (d *Device) countDrop(err error) {
+	switch err {
+	case qp.ErrUnknownQP:
+		d.ctr.unknownQP.Add(1)
+	case qp.ErrBadPKey, qp.ErrBadQKey:
+		d.ctr.badKey.Add(1)
+	default:
+		d.ctr.rxDropped.Add(1)
+	}
+}
+
+// timerLoop is the single timer goroutine: it runs the engine's retransmit
+// and RNR timers against the real clock.
+func (d *Device) timerLoop() {
+	defer d.wg.Done()
+	t := time.NewTimer(time.Hour)
+	defer t.Stop()
+	const never = time.Duration(1<<62 - 1)
+	for {
+		d.mu.Lock()
+		now := time.Since(d.start)
+		d.eng.Advance(now)
+		d.mu.Unlock()
+		d.flush()
+		d.mu.Lock()
+		next, ok := d.eng.NextDeadline()
+		d.mu.Unlock()
+		if !ok {
+			next = never
+		}
+		d.wakeAt.Store(int64(next))
+		wait := next - time.Since(d.start)
+		if wait < 10*time.Microsecond {
+			wait = 10 * time.Microsecond
+		}
+		t.Reset(wait)
+		select {
+		case <-t.C:
+		case <-d.kick:
+			if !t.Stop() {
+				select {
+				case <-t.C:
+				default:
+				}
+			}
+		case <-d.ctx.Done():
+			return
+		}
+	}
+}
+
+// flush transmits everything the engine has to send. Whoever holds txMu
+// sends; a caller that finds it busy leaves a note so the holder goes again.
+func (d *Device) flush() {
+	d.txPending.Store(true)
+	for {
+		if !d.txMu.TryLock() {
+			return
+		}
+		d.txPending.Store(false)
+		d.transmit()
+		d.txMu.Unlock()
+		if !d.txPending.Load() {
+			return
+		}
+	}
+}
+
+// transmit runs with txMu held.
+func (d *Device) transmit() {
+	for {
+		d.mu.Lock()
+		if d.closed.Load() {
+			d.mu.Unlock()
+			return
+		}
+		n := d.eng.Transmit(d.slots)
+		if n > 0 {
+			if next, ok := d.eng.NextDeadline(); ok && int64(next) < d.wakeAt.Load() {
+				d.wakeAt.Store(int64(next))
+				select {
+				case d.kick <- struct{}{}:
+				default:
+				}
+			}
+		}
+		d.mu.Unlock()
+		if n == 0 {
+			return
+		}
+		k := 0
+		for i := 0; i < n; i++ {
+			if f, ok := d.buildFrame(&d.slots[i]); ok {
+				d.frames[k] = f
+				k++
+			}
+		}
+		d.write(d.frames[:k])
+		for i := range d.frames[:k] {
+			d.frames[i] = nil
+		}
+		if n < len(d.slots) {
+			return
+		}
+	}
+}
+
+// write hands frames to the link, skipping any frame the link refuses.
+func (d *Device) write(frames [][]byte) {
+	if d.tap != nil {
+		for _, f := range frames {
+			d.tap.write(f)
+		}
+	}
+	for len(frames) > 0 {
+		n, err := d.link.WriteBatch(frames)
+		d.ctr.sentPkts.Add(uint64(n))
+		if err == nil {
+			return
+		}
+		if errors.Is(err, link.ErrClosed) {
+			return
+		}
+		d.ctr.sendErr.Add(1)
+		if d.ctr.sendErr.Load()&(d.ctr.sendErr.Load()-1) == 0 { // log at powers of two
+			s := err.Error()
+			d.lastTxErr.Store(&s)
+			d.log.Warn("roce: link refused a frame", "err", err, "count", d.ctr.sendErr.Load())
+		}
+		var fe *link.FrameError
+		if errors.As(err, &fe) && fe.Index >= n {
+			frames = frames[fe.Index+1:]
+			continue
+		}
+		frames = frames[n+1:]
+	}
+}
+
+// buildFrame puts the Ethernet/IP/UDP headers in front of the IB packet the
+// engine wrote into t and seals it with the ICRC.
+func (d *Device) buildFrame(t *qp.TxPacket) ([]byte, bool) {
+	av := &t.AV
+	dst := av.DGID.Addr()
+	src := av.SGID.Addr()
+	if !src.IsValid() || src.IsUnspecified() {
+		src = d.gids.Load().defaultSource(dst.Is4())
+	}
+	if !dst.IsValid() || !src.IsValid() || dst.Is4() != src.Is4() {
+		d.ctr.noNeighbour.Add(1)
+		return nil, false
+	}
+	mac, ok := d.neigh.lookup(dst)
+	if !ok {
+		d.ctr.noNeighbour.Add(1)
+		return nil, false
+	}
+	pl := t.Payload()
+	if len(pl) > d.mtuLim+link.IPv4Size-ipHeaderSize(dst) {
+		d.ctr.sendErr.Add(1)
+		return nil, false
+	}
+	if opc := ib.BTH(pl).Opcode().Info(); opc.IsRequest {
+		d.ctr.rdmaSends.Add(1)
+	}
+	h := link.Header{
+		Dst: mac, Src: d.mac,
+		SrcAddr: src, DstAddr: dst,
+		SrcPort: av.SrcPort, DstPort: d.port,
+		TOS: av.TrafficClass, TTL: av.HopLimit,
+		FlowLabel: av.FlowLabel, DF: true,
+	}
+	if h.TTL == 0 {
+		h.TTL = 64
+	}
+	if d.linfo.FixedSourcePort != 0 {
+		h.SrcPort = d.linfo.FixedSourcePort
+	}
+	if !d.linfo.IPIDZero {
+		d.ipID++
+		h.IPID = d.ipID
+	}
+	hs := h.HeaderSize()
+	start := t.Headroom - hs
+	h.Put(t.Buf[start:t.Headroom], len(pl))
+	frame := t.Buf[start : t.Headroom+t.Len]
+	ipLen := ipHeaderSize(dst)
+	ip := frame[link.EthernetSize : link.EthernetSize+ipLen]
+	crc := ib.ICRC(ip, frame[link.EthernetSize+ipLen:len(frame)-ib.ICRCSize])
+	ib.PutICRC(frame[len(frame)-ib.ICRCSize:], crc)
+	return frame, true
+}
+
+func ipHeaderSize(a netip.Addr) int {
+	if a.Unmap().Is4() {
+		return link.IPv4Size
+	}
+	return link.IPv6Size
+}

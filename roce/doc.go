@@ -1,0 +1,74 @@
+// Package roce is the goroce RoCEv2 device: one port over one link, with a
+// verbs-shaped API (Device → PD → MR, CQ, QP, AH, SRQ) on top of the transport
+// engine of package qp.
+//
+// # Opening a device
+//
+// Open takes over a network interface: by default with AF_XDP (package
+// xdplink: the steering program sends UDP port 4791 to the socket, everything
+// else to the kernel), falling back to a kernel UDP socket (package udplink)
+// when AF_XDP is unavailable or when Options.Link is LinkUDP. The fallback is
+// logged with log/slog and reported in DeviceInfo.Fallback. OpenLink runs a
+// device over any link.Link, such as the in-memory pair of package memlink.
+//
+// The GID table is built like the kernel's for rxe: index 0 is the default
+// GID fe80::EUI-64(MAC), followed by one RoCEv2 GID per interface address
+// (IPv4 as ::ffff:a.b.c.d, then IPv6). A netlink address subscription keeps it
+// current; an address that stays keeps its index. The port's active MTU is
+// rxe's: the largest IB MTU not above the netdev MTU − 80.
+//
+// Destination MAC addresses come from the kernel's neighbour table through
+// netlink. When there is no entry the device asks the kernel to resolve one
+// (RTM_NEWNEIGH with NTF_USE, or a throwaway datagram) and waits, bounded by
+// the caller's context: in QP.Modify with an address vector, PD.CreateAH and
+// Device.ResolveNeighbour. The data path only looks the result up, so a send
+// to an unresolved destination is dropped and counted (no_neighbour) rather
+// than blocking.
+//
+// # Goroutines and locking
+//
+// A device runs two goroutines:
+//
+//   - the receive goroutine: link.ReadBatch → ib.Parse → ICRC check (skipped
+//     when the link synthesizes headers, Info.Synthetic) → destination GID
+//     check → Engine.Receive for the whole batch under one lock acquisition,
+//     then a transmit pass;
+//   - the timer goroutine: Engine.Advance with the real monotonic clock at the
+//     engine's next deadline (it is kicked when a transmit arms an earlier
+//     timer), then a transmit pass.
+//
+// A transmit pass also follows every PostSend and Modify. It runs in the
+// calling goroutine: Engine.Transmit into pooled slots with headroom, the
+// Ethernet/IP/UDP headers prepended in place, the ICRC computed, then one
+// link.WriteBatch per batch. Only one goroutine transmits at a time; a caller
+// that finds a pass under way leaves a note and the running pass goes round
+// again, so no work is stranded and no caller waits for another's I/O.
+//
+// All engine state (QPs, CQs, MRs) is behind one mutex, so every method of
+// every object is safe for concurrent use. The GID table and the neighbour
+// cache are copy-on-write snapshots read without a lock. The data path
+// allocates nothing per packet.
+//
+// Completion queues are filled by those goroutines. CQ.Poll takes
+// completions without blocking; CQ.Wait spins for Options.CQSpin and then
+// parks on a channel the completion path signals; CQ.Ready exposes that
+// channel for select loops.
+//
+// # Memory
+//
+// Memory regions are registered over caller []byte, and the engine reads and
+// writes them directly, so RDMA READ and WRITE land in the caller's buffers
+// and receives are zero-copy. RecvSlab keeps a slab of fixed-size receive
+// buffers posted and hands completed ones back in place.
+//
+// # Wire details
+//
+// Each QP sends from rxe's UDP source port (0xC000 | hash of the QPN) unless
+// its address vector names one or the link fixes it (kernel UDP link). The
+// address vector's traffic class becomes the IPv4 TOS / IPv6 traffic class
+// byte (DSCP<<2 | ECN) and its hop limit the TTL (0 means 64).
+//
+// Options.Capture writes a classic pcap stream of every frame sent and
+// received. Device.Counters reports rxe's hw_counters plus the device's own;
+// package rocemetrics exports them to Prometheus.
+package roce

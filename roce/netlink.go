@@ -1,0 +1,359 @@
+package roce
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/netip"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
+)
+
+// netlinkWatch ties a device to one interface of one network namespace: it
+// lists and follows the interface's addresses and resolves neighbours through
+// the kernel's neighbour table.
+type netlinkWatch struct {
+	ifname  string
+	ifindex int
+	mtu     int
+	ns      netns.NsHandle
+	h       *netlink.Handle
+	// Sockets opened in the namespace to provoke neighbour resolution by
+	// sending a throwaway datagram when netlink cannot (-1 if unavailable).
+	sock4, sock6 int
+
+	done     chan struct{}
+	closeOne sync.Once
+	wg       sync.WaitGroup
+}
+
+// openNetlink binds to ifname in the calling thread's network namespace.
+func openNetlink(ifname string) (_ *netlinkWatch, err error) {
+	ns, err := netns.Get()
+	if err != nil {
+		return nil, fmt.Errorf("roce: network namespace: %w", err)
+	}
+	w := &netlinkWatch{ifname: ifname, ns: ns, sock4: -1, sock6: -1, done: make(chan struct{})}
+	defer func() {
+		if err != nil {
+			w.Close()
+		}
+	}()
+	if w.h, err = netlink.NewHandleAt(ns); err != nil {
+		return nil, fmt.Errorf("roce: netlink: %w", err)
+	}
+	l, err := w.h.LinkByName(ifname)
+	if err != nil {
+		return nil, fmt.Errorf("roce: interface %q: %w", ifname, err)
+	}
+	w.ifindex = l.Attrs().Index
+	w.mtu = l.Attrs().MTU
+	if fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC|unix.SOCK_NONBLOCK, 0); err == nil {
+		w.sock4 = fd
+	}
+	if fd, err := unix.Socket(unix.AF_INET6, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC|unix.SOCK_NONBLOCK, 0); err == nil {
+		w.sock6 = fd
+	}
+	return w, nil
+}
+
+// Close stops the address watcher and releases the handles.
+func (w *netlinkWatch) Close() error {
+	w.closeOne.Do(func() {
+		close(w.done)
+		w.wg.Wait()
+		if w.h != nil {
+			w.h.Close()
+		}
+		if w.sock4 >= 0 {
+			unix.Close(w.sock4)
+		}
+		if w.sock6 >= 0 {
+			unix.Close(w.sock6)
+		}
+		w.ns.Close()
+	})
+	return nil
+}
+
+// addrs lists the interface's addresses: IPv4 first, then IPv6, each in
+// kernel order.
+func (w *netlinkWatch) addrs() ([]netip.Addr, error) {
+	l, err := w.h.LinkByIndex(w.ifindex)
+	if err != nil {
+		return nil, err
+	}
+	list, err := w.h.AddrList(l, netlink.FAMILY_ALL)
+	if err != nil {
+		return nil, err
+	}
+	var out []netip.Addr
+	for _, a := range list {
+		ip, ok := netip.AddrFromSlice(a.IP)
+		if !ok {
+			continue
+		}
+		out = append(out, ip.Unmap())
+	}
+	sort.SliceStable(out, func(i, j int) bool { return out[i].Is4() && !out[j].Is4() })
+	return out, nil
+}
+
+// preferredAddr is the address the UDP link binds by default.
+func (w *netlinkWatch) preferredAddr() netip.Addr {
+	addrs, _ := w.addrs()
+	for _, a := range addrs {
+		if a.Is4() {
+			return a
+		}
+	}
+	for _, a := range addrs {
+		if !a.IsLinkLocalUnicast() {
+			return a
+		}
+	}
+	return netip.Addr{}
+}
+
+// watchAddrs calls fn with the current address list now and after every
+// address change of the interface, until ctx ends or the watch is closed.
+func (w *netlinkWatch) watchAddrs(ctx context.Context, fn func([]netip.Addr)) error {
+	ch := make(chan netlink.AddrUpdate, 64)
+	ns := w.ns
+	err := netlink.AddrSubscribeWithOptions(ch, w.done, netlink.AddrSubscribeOptions{
+		Namespace:     &ns,
+		ErrorCallback: func(error) {},
+	})
+	if err != nil {
+		return fmt.Errorf("roce: address subscription: %w", err)
+	}
+	addrs, err := w.addrs()
+	if err != nil {
+		return fmt.Errorf("roce: addresses of %s: %w", w.ifname, err)
+	}
+	fn(addrs)
+	w.wg.Add(1)
+	go func() {
+		defer w.wg.Done()
+		for {
+			select {
+			case u, ok := <-ch:
+				if !ok {
+					return
+				}
+				if u.LinkIndex != w.ifindex {
+					continue
+				}
+				// Coalesce a burst of updates into one re-listing.
+				for more := true; more; {
+					select {
+					case _, ok := <-ch:
+						if !ok {
+							more = false
+						}
+					default:
+						more = false
+					}
+				}
+				if a, err := w.addrs(); err == nil {
+					fn(a)
+				}
+			case <-ctx.Done():
+				return
+			case <-w.done:
+				return
+			}
+		}
+	}()
+	return nil
+}
+
+const nudValid = netlink.NUD_REACHABLE | netlink.NUD_STALE | netlink.NUD_DELAY | netlink.NUD_PROBE |
+	netlink.NUD_PERMANENT | netlink.NUD_NOARP
+
+// resolve returns the MAC of the next hop towards dst, asking the kernel to
+// resolve it (ARP or ND) if it has no entry, and waiting until ctx ends.
+func (w *netlinkWatch) resolve(ctx context.Context, dst netip.Addr) ([6]byte, error) {
+	var zero [6]byte
+	dst = dst.Unmap()
+	nh := dst
+	if routes, err := w.h.RouteGet(net.IP(dst.AsSlice())); err == nil && len(routes) > 0 {
+		r := routes[0]
+		if r.LinkIndex != 0 && r.LinkIndex != w.ifindex {
+			name := fmt.Sprint(r.LinkIndex)
+			if l, err := w.h.LinkByIndex(r.LinkIndex); err == nil {
+				name = l.Attrs().Name
+			}
+			return zero, fmt.Errorf("%w: %v: the route leaves through %s, not %s", ErrNoNeighbour, dst, name, w.ifname)
+		}
+		if gw, ok := netip.AddrFromSlice(r.Gw); ok && r.Gw != nil && !gw.IsUnspecified() {
+			nh = gw.Unmap()
+		}
+	} else if err != nil {
+		return zero, fmt.Errorf("%w: %v: no route: %v", ErrNoNeighbour, dst, err)
+	}
+	fam := netlink.FAMILY_V4
+	if nh.Is6() {
+		fam = netlink.FAMILY_V6
+	}
+	var triggered time.Time
+	delay := time.Millisecond
+	for {
+		list, err := w.h.NeighList(w.ifindex, fam)
+		if err != nil {
+			return zero, fmt.Errorf("%w: %v: %v", ErrNoNeighbour, dst, err)
+		}
+		failed := false
+		for _, n := range list {
+			a, ok := netip.AddrFromSlice(n.IP)
+			if !ok || a.Unmap() != nh {
+				continue
+			}
+			if n.State&nudValid != 0 && len(n.HardwareAddr) == 6 {
+				var mac [6]byte
+				copy(mac[:], n.HardwareAddr)
+				return mac, nil
+			}
+			if n.State&netlink.NUD_FAILED != 0 {
+				failed = true
+			}
+		}
+		if failed && !triggered.IsZero() && time.Since(triggered) > 50*time.Millisecond {
+			return zero, fmt.Errorf("%w: %v: the kernel's resolution failed (no answer to ARP/ND via %s)", ErrNoNeighbour, nh, w.ifname)
+		}
+		if triggered.IsZero() || time.Since(triggered) > time.Second {
+			w.trigger(nh, fam)
+			triggered = time.Now()
+		}
+		t := time.NewTimer(delay)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return zero, fmt.Errorf("%w: %v via %s: %w", ErrNoNeighbour, nh, w.ifname, ctx.Err())
+		case <-w.done:
+			t.Stop()
+			return zero, ErrClosed
+		case <-t.C:
+		}
+		if delay < 20*time.Millisecond {
+			delay *= 2
+		}
+	}
+}
+
+// trigger makes the kernel start resolving nh: an RTM_NEWNEIGH with NTF_USE
+// (neigh_event_send), or, if that is refused, a one-byte datagram to the
+// discard port, which needs the neighbour too.
+func (w *netlinkWatch) trigger(nh netip.Addr, fam int) {
+	err := w.h.NeighSet(&netlink.Neigh{
+		LinkIndex: w.ifindex,
+		Family:    fam,
+		State:     netlink.NUD_INCOMPLETE,
+		Flags:     netlink.NTF_USE,
+		IP:        net.IP(nh.AsSlice()),
+	})
+	if err == nil {
+		return
+	}
+	var sa unix.Sockaddr
+	fd := w.sock4
+	if nh.Is4() {
+		sa = &unix.SockaddrInet4{Port: 9, Addr: nh.As4()}
+	} else {
+		fd = w.sock6
+		s6 := &unix.SockaddrInet6{Port: 9, Addr: nh.As16()}
+		if nh.IsLinkLocalUnicast() {
+			s6.ZoneId = uint32(w.ifindex)
+		}
+		sa = s6
+	}
+	if fd >= 0 {
+		_ = unix.Sendto(fd, []byte{0}, unix.MSG_DONTWAIT, sa)
+	}
+}
+
+// neighbours caches resolved MACs for the data path. The cache is a
+// copy-on-write map so lookups take no lock.
+type neighbours struct {
+	static    map[netip.Addr][6]byte
+	nl        *netlinkWatch
+	synthetic bool
+	mu        sync.Mutex
+	cache     atomic.Pointer[map[netip.Addr][6]byte]
+}
+
+func newNeighbours(static map[netip.Addr]net.HardwareAddr, nl *netlinkWatch, synthetic bool) *neighbours {
+	n := &neighbours{static: make(map[netip.Addr][6]byte), nl: nl, synthetic: synthetic}
+	for a, m := range static {
+		var mac [6]byte
+		copy(mac[:], m)
+		n.static[a.Unmap()] = mac
+	}
+	empty := map[netip.Addr][6]byte{}
+	n.cache.Store(&empty)
+	return n
+}
+
+// lookup is the data-path lookup; it never blocks.
+func (n *neighbours) lookup(dst netip.Addr) ([6]byte, bool) {
+	if n.synthetic {
+		// The kernel builds the link-layer header of a UDP link.
+		return [6]byte{}, true
+	}
+	if m, ok := n.static[dst]; ok {
+		return m, true
+	}
+	m, ok := (*n.cache.Load())[dst]
+	return m, ok
+}
+
+// resolve finds the MAC for dst and caches it for the data path.
+func (n *neighbours) resolve(ctx context.Context, dst netip.Addr) ([6]byte, error) {
+	dst = dst.Unmap()
+	if m, ok := n.lookup(dst); ok {
+		return m, nil
+	}
+	if n.nl == nil {
+		return [6]byte{}, fmt.Errorf("%w: %v: no static entry and no interface to ask", ErrNoNeighbour, dst)
+	}
+	m, err := n.nl.resolve(ctx, dst)
+	if err != nil {
+		return m, err
+	}
+	n.store(dst, m)
+	return m, nil
+}
+
+func (n *neighbours) store(dst netip.Addr, m [6]byte) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	old := *n.cache.Load()
+	nm := make(map[netip.Addr][6]byte, len(old)+1)
+	for k, v := range old {
+		nm[k] = v
+	}
+	nm[dst] = m
+	n.cache.Store(&nm)
+}
+
+// ResolveNeighbour returns the MAC address packets to addr are sent to (the
+// next hop's), resolving it through the kernel (ARP/ND) if needed, and waits
+// at most until ctx ends. On the kernel UDP link, which leaves link-layer
+// headers to the kernel, it returns a zero MAC at once.
+func (d *Device) ResolveNeighbour(ctx context.Context, addr netip.Addr) (net.HardwareAddr, error) {
+	if d.closed.Load() {
+		return nil, ErrClosed
+	}
+	m, err := d.neigh.resolve(ctx, addr)
+	if err != nil {
+		d.ctr.noNeighbour.Add(1)
+		return nil, err
+	}
+	return net.HardwareAddr(m[:]), nil
+}

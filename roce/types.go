@@ -1,0 +1,171 @@
+package roce
+
+import (
+	"errors"
+
+	"github.com/goroce/goroce/qp"
+)
+
+// Plain data types of the transport engine, re-exported so that users of the
+// device need not import package qp. Objects with behaviour (PD, MR, CQ, QP,
+// AH, SRQ) are wrapped instead, because the engine is single-threaded and the
+// device serialises every call into it.
+type (
+	// AddressVector says where packets of a connected QP go (struct ibv_ah_attr
+	// with the GIDs in place of GID indices; see Device.GID).
+	AddressVector = qp.AddressVector
+	// QPAttr holds the modifiable attributes of a queue pair (struct ibv_qp_attr).
+	QPAttr = qp.QPAttr
+	// AttrMask selects the QPAttr fields Modify sets (ibv_qp_attr_mask).
+	AttrMask = qp.AttrMask
+	// QPCap sizes a queue pair's work queues.
+	QPCap = qp.QPCap
+	// QPType is RC, UC or UD.
+	QPType = qp.QPType
+	// QPState is a queue pair state (ibv_qp_state).
+	QPState = qp.QPState
+	// Access are memory region and QP access flags (ibv_access_flags).
+	Access = qp.Access
+	// SGE is a scatter/gather element: Length bytes at Addr in the MR with LKey.
+	SGE = qp.SGE
+	// RecvWR is a receive work request.
+	RecvWR = qp.RecvWR
+	// SendFlags are ibv_send_flags.
+	SendFlags = qp.SendFlags
+	// WROpcode is a send work request opcode (ibv_wr_opcode).
+	WROpcode = qp.WROpcode
+	// WorkCompletion is one completion queue entry (struct ibv_wc).
+	WorkCompletion = qp.WorkCompletion
+	// WCStatus is a completion status with the ibv_wc_status names.
+	WCStatus = qp.WCStatus
+	// WCOpcode is the operation a completion reports (ibv_wc_opcode).
+	WCOpcode = qp.WCOpcode
+	// WCFlags are ibv_wc_flags.
+	WCFlags = qp.WCFlags
+	// SRQAttr sizes a shared receive queue.
+	SRQAttr = qp.SRQAttr
+)
+
+// Queue pair types.
+const (
+	RC = qp.RC
+	UC = qp.UC
+	UD = qp.UD
+)
+
+// Queue pair states.
+const (
+	StateReset = qp.StateReset
+	StateInit  = qp.StateInit
+	StateRTR   = qp.StateRTR
+	StateRTS   = qp.StateRTS
+	StateSQD   = qp.StateSQD
+	StateSQE   = qp.StateSQE
+	StateErr   = qp.StateErr
+)
+
+// Access flags.
+const (
+	AccessLocalWrite   = qp.AccessLocalWrite
+	AccessRemoteWrite  = qp.AccessRemoteWrite
+	AccessRemoteRead   = qp.AccessRemoteRead
+	AccessRemoteAtomic = qp.AccessRemoteAtomic
+)
+
+// Attribute mask bits.
+const (
+	AttrState           = qp.AttrState
+	AttrCurState        = qp.AttrCurState
+	AttrAccessFlags     = qp.AttrAccessFlags
+	AttrPKeyIndex       = qp.AttrPKeyIndex
+	AttrPort            = qp.AttrPort
+	AttrQKey            = qp.AttrQKey
+	AttrAV              = qp.AttrAV
+	AttrPathMTU         = qp.AttrPathMTU
+	AttrTimeout         = qp.AttrTimeout
+	AttrRetryCnt        = qp.AttrRetryCnt
+	AttrRNRRetry        = qp.AttrRNRRetry
+	AttrRQPSN           = qp.AttrRQPSN
+	AttrMaxQPRdAtomic   = qp.AttrMaxQPRdAtomic
+	AttrMinRNRTimer     = qp.AttrMinRNRTimer
+	AttrSQPSN           = qp.AttrSQPSN
+	AttrMaxDestRdAtomic = qp.AttrMaxDestRdAtomic
+	AttrDestQPN         = qp.AttrDestQPN
+)
+
+// Send work request opcodes.
+const (
+	WRRDMAWrite         = qp.WRRDMAWrite
+	WRRDMAWriteWithImm  = qp.WRRDMAWriteWithImm
+	WRSend              = qp.WRSend
+	WRSendWithImm       = qp.WRSendWithImm
+	WRRDMARead          = qp.WRRDMARead
+	WRAtomicCmpAndSwp   = qp.WRAtomicCmpAndSwp
+	WRAtomicFetchAndAdd = qp.WRAtomicFetchAndAdd
+	WRSendWithInv       = qp.WRSendWithInv
+)
+
+// Send flags.
+const (
+	SendFence     = qp.SendFence
+	SendSignaled  = qp.SendSignaled
+	SendSolicited = qp.SendSolicited
+	SendInline    = qp.SendInline
+)
+
+// Work completion statuses (ibv_wc_status).
+const (
+	WCSuccess        = qp.WCSuccess
+	WCLocLenErr      = qp.WCLocLenErr
+	WCLocQPOpErr     = qp.WCLocQPOpErr
+	WCLocProtErr     = qp.WCLocProtErr
+	WCWRFlushErr     = qp.WCWRFlushErr
+	WCBadRespErr     = qp.WCBadRespErr
+	WCLocAccessErr   = qp.WCLocAccessErr
+	WCRemInvReqErr   = qp.WCRemInvReqErr
+	WCRemAccessErr   = qp.WCRemAccessErr
+	WCRemOpErr       = qp.WCRemOpErr
+	WCRetryExcErr    = qp.WCRetryExcErr
+	WCRNRRetryExcErr = qp.WCRNRRetryExcErr
+	WCRemInvRDReqErr = qp.WCRemInvRDReqErr
+	WCRemAbortErr    = qp.WCRemAbortErr
+	WCFatalErr       = qp.WCFatalErr
+	WCRespTimeoutErr = qp.WCRespTimeoutErr
+	WCGeneralErr     = qp.WCGeneralErr
+)
+
+// Work completion opcodes.
+const (
+	WCSend            = qp.WCSend
+	WCRDMAWrite       = qp.WCRDMAWrite
+	WCRDMARead        = qp.WCRDMARead
+	WCCompSwap        = qp.WCCompSwap
+	WCFetchAdd        = qp.WCFetchAdd
+	WCRecv            = qp.WCRecv
+	WCRecvRDMAWithImm = qp.WCRecvRDMAWithImm
+)
+
+// Work completion flags.
+const (
+	WCWithGRH = qp.WCWithGRH
+	WCWithImm = qp.WCWithImm
+	WCWithInv = qp.WCWithInv
+)
+
+// GRHSize is the area at the start of every UD receive buffer that receives
+// the network header of the datagram (IPv6 header, or 20 zero bytes and the
+// IPv4 header), as rxe and hardware do.
+const GRHSize = 40
+
+// Errors of the device layer. Engine errors (qp.ErrInvalidState, ...) are
+// passed through wrapped, so errors.Is works on both.
+var (
+	ErrClosed        = errors.New("roce: device or object closed")
+	ErrNoAddress     = errors.New("roce: interface has no usable IP address")
+	ErrNoNeighbour   = errors.New("roce: neighbour could not be resolved")
+	ErrNoGID         = errors.New("roce: no such GID")
+	ErrMTU           = errors.New("roce: path MTU larger than the link carries")
+	ErrWrongDevice   = errors.New("roce: object belongs to another device")
+	ErrNotSupported  = errors.New("roce: not supported")
+	ErrInvalidConfig = errors.New("roce: invalid option")
+)

@@ -1,0 +1,669 @@
+package roce
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"runtime"
+	"sync/atomic"
+	"time"
+	"unsafe"
+
+	"github.com/goroce/goroce/ib"
+	"github.com/goroce/goroce/qp"
+)
+
+// PD is a protection domain (ibv_pd).
+type PD struct {
+	d  *Device
+	pd *qp.PD
+}
+
+// AllocPD creates a protection domain.
+func (d *Device) AllocPD() (*PD, error) {
+	if err := d.lock(); err != nil {
+		return nil, err
+	}
+	defer d.mu.Unlock()
+	pd, err := d.eng.AllocPD()
+	if err != nil {
+		return nil, err
+	}
+	return &PD{d: d, pd: pd}, nil
+}
+
+// Close destroys the PD; it fails (qp.ErrBusy) while objects still use it.
+func (pd *PD) Close() error {
+	if err := pd.d.lock(); err != nil {
+		return err
+	}
+	defer pd.d.mu.Unlock()
+	return pd.pd.Close()
+}
+
+// Device returns the device the PD belongs to.
+func (pd *PD) Device() *Device { return pd.d }
+
+// MR is a memory region registered over caller memory (ibv_mr). The device
+// reads and writes the memory directly: local and remote operations on it
+// are zero-copy from the caller's point of view, and the caller must not
+// touch bytes that an outstanding operation targets.
+type MR struct {
+	d    *Device
+	mr   *qp.MR
+	buf  []byte
+	key  uint32
+	addr uint64
+}
+
+// RegisterMR registers buf (ibv_reg_mr). Its address on the wire (RETH VA,
+// SGE Addr) is the memory's virtual address, as in ibverbs; Addr returns it.
+// Remote write or atomic access requires AccessLocalWrite.
+func (pd *PD) RegisterMR(buf []byte, access Access) (*MR, error) {
+	var iova uint64
+	if len(buf) > 0 {
+		iova = uint64(uintptr(unsafe.Pointer(unsafe.SliceData(buf))))
+	}
+	return pd.RegisterMRAt(buf, iova, access)
+}
+
+// RegisterMRAt registers buf with an explicit I/O virtual address (e.g. 0,
+// or offsets a protocol agreed on).
+func (pd *PD) RegisterMRAt(buf []byte, iova uint64, access Access) (*MR, error) {
+	if err := pd.d.lock(); err != nil {
+		return nil, err
+	}
+	defer pd.d.mu.Unlock()
+	mr, err := pd.pd.RegMR(buf, iova, access)
+	if err != nil {
+		return nil, fmt.Errorf("roce: register MR of %d bytes: %w", len(buf), err)
+	}
+	return &MR{d: pd.d, mr: mr, buf: buf, key: mr.LKey(), addr: iova}, nil
+}
+
+// LKey returns the local key.
+func (mr *MR) LKey() uint32 { return mr.key }
+
+// RKey returns the remote key (equal to the local key, as in rxe).
+func (mr *MR) RKey() uint32 { return mr.key }
+
+// Addr returns the region's address on the wire.
+func (mr *MR) Addr() uint64 { return mr.addr }
+
+// Len returns the region's length.
+func (mr *MR) Len() int { return len(mr.buf) }
+
+// Bytes returns the registered memory.
+func (mr *MR) Bytes() []byte { return mr.buf }
+
+// SGE returns a scatter/gather element for n bytes at offset off.
+func (mr *MR) SGE(off, n int) SGE {
+	return SGE{Addr: mr.addr + uint64(off), Length: uint32(n), LKey: mr.key}
+}
+
+// Close deregisters the region (ibv_dereg_mr): its keys are never honoured
+// again.
+func (mr *MR) Close() error {
+	if err := mr.d.lock(); err != nil {
+		return err
+	}
+	defer mr.d.mu.Unlock()
+	return mr.mr.Dereg()
+}
+
+// CQ is a completion queue (ibv_cq). Completions are added by the device's
+// goroutines; Poll takes them, Wait blocks until there are some.
+type CQ struct {
+	d     *Device
+	cq    *qp.CQ
+	ready chan struct{}
+	avail atomic.Int64
+}
+
+// CreateCQ creates a completion queue with room for cqe entries.
+func (d *Device) CreateCQ(cqe int) (*CQ, error) {
+	if err := d.lock(); err != nil {
+		return nil, err
+	}
+	defer d.mu.Unlock()
+	c, err := d.eng.CreateCQ(cqe)
+	if err != nil {
+		return nil, fmt.Errorf("roce: create CQ of %d entries: %w", cqe, err)
+	}
+	cq := &CQ{d: d, cq: c, ready: make(chan struct{}, 1)}
+	// Runs under d.mu on the completion path: must not block.
+	c.Notify = func() {
+		cq.avail.Add(1)
+		select {
+		case cq.ready <- struct{}{}:
+		default:
+		}
+	}
+	return cq, nil
+}
+
+// Poll moves up to len(wc) completions into wc, oldest first, and returns how
+// many (ibv_poll_cq). It never blocks.
+func (cq *CQ) Poll(wc []WorkCompletion) int {
+	if cq.avail.Load() <= 0 {
+		return 0
+	}
+	d := cq.d
+	d.mu.Lock()
+	n := cq.cq.Poll(wc)
+	d.mu.Unlock()
+	cq.avail.Add(int64(-n))
+	for i := range wc[:n] {
+		switch wc[i].Status {
+		case qp.WCRetryExcErr:
+			d.ctr.retryExc.Add(1)
+		case qp.WCRNRRetryExcErr:
+			d.ctr.rnrExc.Add(1)
+		}
+	}
+	return n
+}
+
+// Len returns the number of completions waiting.
+func (cq *CQ) Len() int { return int(cq.avail.Load()) }
+
+// Ready returns a channel that receives a value after completions were added
+// (for select loops over several CQs). A receive may be spurious: Poll
+// afterwards. Do not mix it with Wait on the same CQ from two goroutines.
+func (cq *CQ) Ready() <-chan struct{} { return cq.ready }
+
+// Wait blocks until the CQ holds a completion, ctx ends (its error is
+// returned) or the device closes (ErrClosed). It polls for CQSpin first,
+// which keeps latency low for ping-pong traffic, then parks.
+func (cq *CQ) Wait(ctx context.Context) error {
+	if cq.avail.Load() > 0 {
+		return nil
+	}
+	if spin := cq.d.cqSpin; spin > 0 {
+		deadline := time.Now().Add(spin)
+		for i := 0; ; i++ {
+			if cq.avail.Load() > 0 {
+				return nil
+			}
+			if i&15 == 15 {
+				if time.Now().After(deadline) {
+					break
+				}
+				runtime.Gosched()
+			}
+		}
+	}
+	done := ctx.Done()
+	for {
+		if cq.avail.Load() > 0 {
+			return nil
+		}
+		select {
+		case <-cq.ready:
+		case <-done:
+			if cq.avail.Load() > 0 {
+				return nil
+			}
+			return ctx.Err()
+		case <-cq.d.ctx.Done():
+			return ErrClosed
+		}
+	}
+}
+
+// Overflows returns how many completions were lost because the CQ was full.
+func (cq *CQ) Overflows() uint64 {
+	cq.d.mu.Lock()
+	defer cq.d.mu.Unlock()
+	return cq.cq.Overflows()
+}
+
+// Close destroys the CQ; it fails (qp.ErrBusy) while a QP uses it.
+func (cq *CQ) Close() error {
+	if err := cq.d.lock(); err != nil {
+		return err
+	}
+	defer cq.d.mu.Unlock()
+	return cq.cq.Close()
+}
+
+// SRQ is a shared receive queue (ibv_srq).
+type SRQ struct {
+	d   *Device
+	srq *qp.SRQ
+}
+
+// CreateSRQ creates a shared receive queue.
+func (pd *PD) CreateSRQ(attr SRQAttr) (*SRQ, error) {
+	if err := pd.d.lock(); err != nil {
+		return nil, err
+	}
+	defer pd.d.mu.Unlock()
+	s, err := pd.pd.CreateSRQ(attr)
+	if err != nil {
+		return nil, err
+	}
+	return &SRQ{d: pd.d, srq: s}, nil
+}
+
+// PostRecv posts a receive work request.
+func (s *SRQ) PostRecv(wr *RecvWR) error {
+	if err := s.d.lock(); err != nil {
+		return err
+	}
+	err := s.srq.PostRecv(wr)
+	s.d.mu.Unlock()
+	return err
+}
+
+// Close destroys the SRQ.
+func (s *SRQ) Close() error {
+	if err := s.d.lock(); err != nil {
+		return err
+	}
+	defer s.d.mu.Unlock()
+	return s.srq.Close()
+}
+
+// AH is an address handle for UD sends (ibv_ah): a resolved destination.
+type AH struct {
+	d  *Device
+	ah *qp.AH
+	av AddressVector
+}
+
+// CreateAH resolves av.DGID's MAC address (waiting at most until ctx ends)
+// and creates an address handle. A zero av.SGID is filled with the device's
+// address of the same family.
+func (pd *PD) CreateAH(ctx context.Context, av AddressVector) (*AH, error) {
+	d := pd.d
+	if err := d.prepareAV(ctx, &av); err != nil {
+		return nil, err
+	}
+	if err := d.lock(); err != nil {
+		return nil, err
+	}
+	defer d.mu.Unlock()
+	ah, err := pd.pd.CreateAH(av)
+	if err != nil {
+		return nil, err
+	}
+	return &AH{d: d, ah: ah, av: av}, nil
+}
+
+// AV returns the address vector, with the SGID filled in.
+func (ah *AH) AV() AddressVector { return ah.av }
+
+// Close destroys the address handle.
+func (ah *AH) Close() error {
+	if err := ah.d.lock(); err != nil {
+		return err
+	}
+	defer ah.d.mu.Unlock()
+	return ah.ah.Destroy()
+}
+
+// prepareAV fills in the source GID, checks it is ours, and resolves the
+// destination's MAC so the data path finds it.
+func (d *Device) prepareAV(ctx context.Context, av *AddressVector) error {
+	dst := av.DGID.Addr()
+	if !dst.IsValid() || dst.IsUnspecified() {
+		return fmt.Errorf("roce: destination GID %v: %w", av.DGID, qp.ErrInvalidArgument)
+	}
+	if av.SGID == (ib.GID{}) {
+		g, err := d.SourceGID(dst)
+		if err != nil {
+			return err
+		}
+		av.SGID = g
+	} else if !d.gids.Load().has(av.SGID) {
+		return fmt.Errorf("roce: source GID %v is not in the GID table: %w", av.SGID, ErrNoGID)
+	}
+	if av.SGID.Addr().Is4() != dst.Is4() {
+		return fmt.Errorf("roce: source GID %v and destination GID %v differ in address family: %w",
+			av.SGID, av.DGID, qp.ErrInvalidArgument)
+	}
+	if av.HopLimit == 0 {
+		av.HopLimit = 64
+	}
+	_, err := d.neigh.resolve(ctx, dst)
+	if err != nil {
+		d.ctr.noNeighbour.Add(1)
+	}
+	return err
+}
+
+// QPInitAttr describes a queue pair to create (struct ibv_qp_init_attr).
+type QPInitAttr struct {
+	Type           QPType
+	SendCQ, RecvCQ *CQ
+	SRQ            *SRQ // optional: the QP then has no receive queue of its own
+	Cap            QPCap
+	SigAll         bool // every send WR generates a completion
+}
+
+// QP is a queue pair (ibv_qp).
+type QP struct {
+	d   *Device
+	q   *qp.QP
+	qpn uint32
+	typ QPType
+	wr  qp.SendWR // scratch for PostSend, used under d.mu
+}
+
+// CreateQP creates a queue pair in the RESET state. Zero capacities get
+// defaults (128 WRs, 4 SGEs, 64 bytes inline).
+func (pd *PD) CreateQP(attr *QPInitAttr) (*QP, error) {
+	if attr == nil || attr.SendCQ == nil || attr.RecvCQ == nil {
+		return nil, fmt.Errorf("roce: create QP needs a send and a receive CQ: %w", qp.ErrInvalidArgument)
+	}
+	d := pd.d
+	if attr.SendCQ.d != d || attr.RecvCQ.d != d || (attr.SRQ != nil && attr.SRQ.d != d) {
+		return nil, ErrWrongDevice
+	}
+	c := attr.Cap
+	if c.MaxSendWR == 0 {
+		c.MaxSendWR = 128
+	}
+	if c.MaxRecvWR == 0 && attr.SRQ == nil {
+		c.MaxRecvWR = 128
+	}
+	if c.MaxSendSGE == 0 {
+		c.MaxSendSGE = 4
+	}
+	if c.MaxRecvSGE == 0 {
+		c.MaxRecvSGE = 4
+	}
+	if c.MaxInlineData == 0 {
+		c.MaxInlineData = 64
+	}
+	ia := qp.QPInitAttr{Type: attr.Type, SendCQ: attr.SendCQ.cq, RecvCQ: attr.RecvCQ.cq, Cap: c, SigAll: attr.SigAll}
+	if attr.SRQ != nil {
+		ia.SRQ = attr.SRQ.srq
+	}
+	if err := d.lock(); err != nil {
+		return nil, err
+	}
+	defer d.mu.Unlock()
+	q, err := pd.pd.CreateQP(&ia)
+	if err != nil {
+		return nil, fmt.Errorf("roce: create %v QP: %w", attr.Type, err)
+	}
+	return &QP{d: d, q: q, qpn: q.QPN(), typ: attr.Type}, nil
+}
+
+// QPN returns the queue pair number.
+func (q *QP) QPN() uint32 { return q.qpn }
+
+// Type returns RC, UC or UD.
+func (q *QP) Type() QPType { return q.typ }
+
+// State returns the current state.
+func (q *QP) State() QPState {
+	q.d.mu.Lock()
+	defer q.d.mu.Unlock()
+	return q.q.State()
+}
+
+// Attr returns the current attributes (ibv_query_qp).
+func (q *QP) Attr() QPAttr {
+	q.d.mu.Lock()
+	defer q.d.mu.Unlock()
+	return q.q.Attr()
+}
+
+// SourcePort returns the UDP source port of the QP's packets: the link's
+// fixed port, the AV's, or rxe's hash of the QPN.
+func (q *QP) SourcePort() uint16 {
+	if p := q.d.linfo.FixedSourcePort; p != 0 {
+		return p
+	}
+	if p := q.Attr().AV.SrcPort; p != 0 {
+		return p
+	}
+	return ib.RXESourcePort(q.qpn)
+}
+
+// Modify changes state and attributes like ibv_modify_qp. With AttrAV it
+// fills a zero AV.SGID, checks the SGID is in the GID table and resolves the
+// destination's MAC, waiting at most until ctx ends; with AttrPathMTU it
+// refuses an MTU whose packets the link cannot carry (ErrMTU).
+func (q *QP) Modify(ctx context.Context, attr *QPAttr, mask AttrMask) error {
+	d := q.d
+	a := *attr
+	if mask&AttrAV != 0 {
+		if err := d.prepareAV(ctx, &a.AV); err != nil {
+			return err
+		}
+	}
+	if mask&AttrPathMTU != 0 {
+		ip := link4
+		if mask&AttrAV != 0 && !a.AV.DGID.IsIPv4() {
+			ip = link6
+		}
+		// Largest packet: BTH + RETH + ImmDt + MTU bytes of payload + ICRC.
+		need := ib.BTHSize + ib.RETHSize + ib.ImmDtSize + a.PathMTU.Bytes() + ib.ICRCSize
+		if limit := d.mtuLim + link4 - ip; a.PathMTU.Bytes() > 0 && need > limit {
+			return fmt.Errorf("roce: path MTU %d needs %d-byte IB packets, the link's MTU %d carries %d: %w",
+				a.PathMTU.Bytes(), need, d.info.NetdevMTU, limit, ErrMTU)
+		}
+	}
+	if err := d.lock(); err != nil {
+		return err
+	}
+	err := q.q.Modify(&a, mask)
+	d.mu.Unlock()
+	if err != nil {
+		return fmt.Errorf("roce: modify QP %d: %w", q.qpn, err)
+	}
+	if mask&AttrAV != 0 {
+		attr.AV = a.AV
+	}
+	// A move to ERR flushes work requests; RTS may release queued sends.
+	d.flush()
+	return nil
+}
+
+const (
+	link4 = ib.IPv4Size
+	link6 = ib.IPv6Size
+)
+
+// SendWR is a send work request (struct ibv_send_wr, one at a time).
+type SendWR struct {
+	ID             uint64
+	Opcode         WROpcode
+	Flags          SendFlags
+	SGL            []SGE
+	Inline         []byte // payload when Flags has SendInline (copied at post time)
+	Imm            uint32 // immediate data for *_WITH_IMM, as on the wire
+	InvalidateRKey uint32 // SEND_WITH_INV
+	RemoteAddr     uint64 // RDMA and atomics
+	RKey           uint32
+	CompareAdd     uint64 // atomics: compare (CmpSwap) or add (FetchAdd)
+	Swap           uint64 // CmpSwap
+	// UD only.
+	AH         *AH
+	RemoteQPN  uint32
+	RemoteQKey uint32
+}
+
+func (q *QP) fill(wr *SendWR) {
+	w := &q.wr
+	w.ID, w.Opcode, w.Flags = wr.ID, wr.Opcode, wr.Flags
+	w.SGL, w.Inline, w.Imm, w.InvalidateRKey = wr.SGL, wr.Inline, wr.Imm, wr.InvalidateRKey
+	w.RemoteAddr, w.RKey, w.CompareAdd, w.Swap = wr.RemoteAddr, wr.RKey, wr.CompareAdd, wr.Swap
+	w.AH = nil
+	if wr.AH != nil {
+		w.AH = wr.AH.ah
+	}
+	w.RemoteQPN, w.RemoteQKey = wr.RemoteQPN, wr.RemoteQKey
+}
+
+// PostSend posts a send work request and starts transmitting it. Structural
+// errors (wrong state, queue full, too many SGEs, opcode not valid for the QP
+// type) are returned; memory errors surface as error completions.
+func (q *QP) PostSend(wr *SendWR) error {
+	if wr == nil {
+		return fmt.Errorf("roce: post send: nil work request: %w", qp.ErrInvalidArgument)
+	}
+	_, err := q.PostSendBatch(unsafe.Slice(wr, 1))
+	return err
+}
+
+// PostSendBatch posts several send work requests under one lock and one
+// transmit pass. It returns how many were posted; on error wrs[n] failed.
+func (q *QP) PostSendBatch(wrs []SendWR) (int, error) {
+	if wrs == nil {
+		return 0, nil
+	}
+	d := q.d
+	if err := d.lock(); err != nil {
+		return 0, err
+	}
+	n := 0
+	var err error
+	for i := range wrs {
+		if wrs[i].AH != nil && wrs[i].AH.d != d {
+			err = ErrWrongDevice
+			break
+		}
+		q.fill(&wrs[i])
+		err = q.q.PostSend(&q.wr)
+		if err != nil {
+			break
+		}
+		n++
+	}
+	q.wr.SGL, q.wr.Inline, q.wr.AH = nil, nil, nil
+	d.mu.Unlock()
+	if n > 0 {
+		d.flush()
+	}
+	if err != nil {
+		return n, fmt.Errorf("roce: post send on QP %d: %w", q.qpn, err)
+	}
+	return n, nil
+}
+
+// PostRecv posts a receive work request. For UD QPs the first GRHSize bytes of
+// the buffer receive the datagram's network header.
+func (q *QP) PostRecv(wr *RecvWR) error {
+	d := q.d
+	if err := d.lock(); err != nil {
+		return err
+	}
+	err := q.q.PostRecv(wr)
+	d.mu.Unlock()
+	if err != nil {
+		return fmt.Errorf("roce: post receive on QP %d: %w", q.qpn, err)
+	}
+	// A receive may satisfy an RNR-waiting peer only when it retries, but a
+	// UC/RC responder may also have queued an ACK: nothing to send here.
+	return nil
+}
+
+// Close destroys the QP (ibv_destroy_qp); outstanding work requests are
+// dropped without completions.
+func (q *QP) Close() error {
+	d := q.d
+	if err := d.lock(); err != nil {
+		return err
+	}
+	defer d.mu.Unlock()
+	return q.q.Destroy()
+}
+
+// ConnectAttr are the parameters Connect applies: the usual rc_pingpong /
+// rdma_cm choices, with defaults for zero fields.
+type ConnectAttr struct {
+	// Remote end (RC/UC).
+	RemoteQPN uint32
+	RemoteGID ib.GID // or RemoteAddr
+	// RemoteAddr is used when RemoteGID is zero.
+	RemoteAddr netip.Addr
+	RemotePSN  uint32 // the peer's initial send PSN (our RQ PSN)
+	LocalPSN   uint32 // our initial send PSN
+	// SGID is the source GID (default: the device address of the remote's family).
+	SGID ib.GID
+	// PathMTU defaults to the port's active MTU.
+	PathMTU ib.MTU
+	// Access is the remote access the responder allows (default: remote
+	// read, write and atomic).
+	Access Access
+	// Timeout (default 14: ~67 ms), RetryCnt and RNRRetry (default 7:
+	// forever, as rxe), MinRNRTimer (default 12: 0.64 ms), RdAtomic (default 16).
+	Timeout, RetryCnt, RNRRetry, MinRNRTimer, RdAtomic uint8
+	// NoDefaults takes Timeout, RetryCnt, RNRRetry and MinRNRTimer as given,
+	// zeros included.
+	NoDefaults bool
+	// TrafficClass (DSCP<<2 | ECN) and HopLimit (TTL, default 64).
+	TrafficClass, HopLimit uint8
+	// QKey is the UD QP's Q_Key.
+	QKey uint32
+}
+
+// Connect brings a QP from RESET to RTS: INIT, RTR (with the remote end and
+// neighbour resolution, bounded by ctx) and RTS. UD QPs need only QKey.
+func (q *QP) Connect(ctx context.Context, c *ConnectAttr) error {
+	d := q.d
+	var a QPAttr
+	a.State, a.Port = StateInit, 1
+	mask := AttrState | AttrPKeyIndex | AttrPort
+	if q.typ == UD {
+		a.QKey = c.QKey
+		mask |= AttrQKey
+	} else {
+		a.AccessFlags = c.Access
+		if a.AccessFlags == 0 {
+			a.AccessFlags = AccessRemoteRead | AccessRemoteWrite | AccessRemoteAtomic | AccessLocalWrite
+		}
+		mask |= AttrAccessFlags
+	}
+	if err := q.Modify(ctx, &a, mask); err != nil {
+		return err
+	}
+	a = QPAttr{State: StateRTR}
+	mask = AttrState
+	if q.typ != UD {
+		dgid := c.RemoteGID
+		if dgid == (ib.GID{}) {
+			if !c.RemoteAddr.IsValid() {
+				return fmt.Errorf("roce: connect: no remote GID or address: %w", qp.ErrInvalidArgument)
+			}
+			dgid = ib.GIDFromAddr(c.RemoteAddr)
+		}
+		a.AV = AddressVector{DGID: dgid, SGID: c.SGID, TrafficClass: c.TrafficClass, HopLimit: c.HopLimit}
+		a.PathMTU = c.PathMTU
+		if a.PathMTU == 0 {
+			a.PathMTU = d.eng.PortMTU()
+		}
+		a.DestQPN, a.RQPSN = c.RemoteQPN, c.RemotePSN
+		mask |= AttrAV | AttrPathMTU | AttrDestQPN | AttrRQPSN
+		if q.typ == RC {
+			a.MaxDestRdAtomic = orDefault(c.RdAtomic, 16, false)
+			a.MinRNRTimer = orDefault(c.MinRNRTimer, 12, c.NoDefaults)
+			mask |= AttrMaxDestRdAtomic | AttrMinRNRTimer
+		}
+	}
+	if err := q.Modify(ctx, &a, mask); err != nil {
+		return err
+	}
+	a = QPAttr{State: StateRTS, SQPSN: c.LocalPSN}
+	mask = AttrState | AttrSQPSN
+	if q.typ == RC {
+		a.Timeout = orDefault(c.Timeout, 14, c.NoDefaults)
+		a.RetryCnt = orDefault(c.RetryCnt, 7, c.NoDefaults)
+		a.RNRRetry = orDefault(c.RNRRetry, 7, c.NoDefaults)
+		a.MaxRdAtomic = orDefault(c.RdAtomic, 16, false)
+		mask |= AttrTimeout | AttrRetryCnt | AttrRNRRetry | AttrMaxQPRdAtomic
+	}
+	return q.Modify(ctx, &a, mask)
+}
+
+func orDefault(v, def uint8, keep bool) uint8 {
+	if v == 0 && !keep {
+		return def
+	}
+	return v
+}
