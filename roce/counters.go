@@ -26,30 +26,30 @@ type counters struct {
 // (/sys/class/infiniband/rxe0/ports/1/hw_counters); the rest are this
 // device's own.
 type Counters struct {
-	SentPkts             uint64 // sent_pkts: frames handed to the link
-	RcvdPkts             uint64 // rcvd_pkts: frames received from the link
-	DuplicateRequest     uint64 // duplicate_request: requests with a PSN already executed
-	OutOfSeqRequest      uint64 // out_of_seq_request: requests past the expected PSN (NAK sent)
-	RcvdSeqErr           uint64 // rcvd_seq_err: PSN sequence error NAKs received
-	RcvdRNRErr           uint64 // rcvd_rnr_err: RNR NAKs received
-	SendRNRErr           uint64 // send_rnr_err: RNR NAKs sent
-	AckDeferred          uint64 // ack_deferred: not tracked by the engine (always 0)
-	RetryExceededErr     uint64 // retry_exceeded_err: completions with RETRY_EXC_ERR
-	RetryRNRExceededErr  uint64 // retry_rnr_exceeded_err: completions with RNR_RETRY_EXC_ERR
-	CompleterRetryErr    uint64 // completer_retry_err: go-back-N retransmissions started
-	SendErr              uint64 // send_err: frames that could not be built or sent
-	RDMASends            uint64 // rdma_sends: request packets sent
-	RDMARecvs            uint64 // rdma_recvs: request packets accepted
-	ICRCErr              uint64 // icrc_err: frames dropped for a bad ICRC
-	BadFrame             uint64 // bad_frame: frames that are not well-formed RoCEv2
-	BadDGID              uint64 // bad_dgid: frames to an address not in the GID table
-	UnknownQP            uint64 // unknown_qp: packets for a QPN that does not exist
-	BadKey               uint64 // bad_key: P_Key or Q_Key violations
-	RcvdDropped          uint64 // rcvd_dropped: packets the transport dropped otherwise
-	NoNeighbour          uint64 // no_neighbour: sends or resolutions without a MAC
-	LinkErr              uint64 // link_err: link read errors
-	Timeouts             uint64 // timeouts: retransmit timer expiries
-	CQOverflow           uint64 // cq_overflow: completions lost to full CQs
+	SentPkts            uint64 // sent_pkts: frames handed to the link
+	RcvdPkts            uint64 // rcvd_pkts: frames received from the link
+	DuplicateRequest    uint64 // duplicate_request: requests with a PSN already executed
+	OutOfSeqRequest     uint64 // out_of_seq_request: requests past the expected PSN (NAK sent)
+	RcvdSeqErr          uint64 // rcvd_seq_err: PSN sequence error NAKs received
+	RcvdRNRErr          uint64 // rcvd_rnr_err: RNR NAKs received
+	SendRNRErr          uint64 // send_rnr_err: RNR NAKs sent
+	AckDeferred         uint64 // ack_deferred: not tracked by the engine (always 0)
+	RetryExceededErr    uint64 // retry_exceeded_err: completions with RETRY_EXC_ERR
+	RetryRNRExceededErr uint64 // retry_rnr_exceeded_err: completions with RNR_RETRY_EXC_ERR
+	CompleterRetryErr   uint64 // completer_retry_err: go-back-N retransmissions started
+	SendErr             uint64 // send_err: frames that could not be built or sent
+	RDMASends           uint64 // rdma_sends: request packets sent
+	RDMARecvs           uint64 // rdma_recvs: request packets accepted
+	ICRCErr             uint64 // icrc_err: frames dropped for a bad ICRC
+	BadFrame            uint64 // bad_frame: frames that are not well-formed RoCEv2
+	BadDGID             uint64 // bad_dgid: frames to an address not in the GID table
+	UnknownQP           uint64 // unknown_qp: packets for a QPN that does not exist
+	BadKey              uint64 // bad_key: P_Key or Q_Key violations
+	RcvdDropped         uint64 // rcvd_dropped: packets the transport dropped otherwise
+	NoNeighbour         uint64 // no_neighbour: sends or resolutions without a MAC
+	LinkErr             uint64 // link_err: link read errors
+	Timeouts            uint64 // timeouts: retransmit timer expiries
+	CQOverflow          uint64 // cq_overflow: completions lost to full CQs
 }
 
 // CounterNames lists the counters in the order Each reports them.
