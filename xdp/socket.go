@@ -116,6 +116,8 @@ type Socket struct {
 	sg         bool
 
 	oversize uint64 // frames dropped by Receive: more segments than asked for
+	received uint64 // frames handed out by Receive
+	sent     uint64 // frames queued by Transmit
 
 	pfd    [1]unix.PollFd
 	closed bool
@@ -546,17 +548,19 @@ func (s *Socket) Receive(descs []Desc) int {
 		if avail < max {
 			max = avail
 		}
-		whole := uint32(0)
+		whole, frames := uint32(0), uint64(0)
 		cons := s.rx.cachedCons
 		for i := uint32(0); i < max; i++ {
 			d := s.rx.descs[(cons+i)&s.rx.mask]
 			descs[i] = Desc{Addr: d.Addr, Len: d.Len, Options: d.Options}
 			if d.Options&unix.XDP_PKT_CONTD == 0 {
 				whole = i + 1
+				frames++
 			}
 		}
 		if whole > 0 {
 			s.rx.release(whole)
+			s.received += frames
 			return int(whole)
 		}
 		if max < uint32(len(descs)) || !s.dropLongFrame() {
@@ -595,6 +599,12 @@ func (s *Socket) dropLongFrame() bool {
 	s.oversize++
 	return true
 }
+
+// Received returns how many frames Receive has handed out.
+func (s *Socket) Received() uint64 { return s.received }
+
+// Sent returns how many frames Transmit has queued.
+func (s *Socket) Sent() uint64 { return s.sent }
 
 // Oversize returns how many received frames Receive dropped because they
 // had more segments than the descriptor slice it was given.
@@ -749,6 +759,7 @@ func (s *Socket) Transmit(frames [][]byte) (int, error) {
 		s.tx.cachedProd += segs
 		queued = true
 		n++
+		s.sent++
 	}
 	if queued {
 		s.tx.submit()

@@ -26,9 +26,13 @@ var ErrClosed = link.ErrClosed
 type Options struct {
 	// Queue is the receive queue to take over.
 	Queue int
+	// Queues, if not empty, lists several receive queues to take over
+	// (one AF_XDP socket each; Queue is ignored). Frames are sent on the
+	// first.
+	Queues []int
 	// FrameSize is the UMEM chunk size, 2048 or 4096 (0: 4096).
 	FrameSize int
-	// NumFrames is the number of UMEM chunks (0: 4096).
+	// NumFrames is the number of UMEM chunks per queue (0: 4096).
 	NumFrames int
 	// Headroom is reserved in front of received frames.
 	Headroom int
@@ -39,7 +43,7 @@ type Options struct {
 	Multibuffer bool
 	// Port is the UDP destination port steered to the socket (0: 4791).
 	Port uint16
-	// Batch is the most descriptors taken per ReadBatch (0: 64).
+	// Batch is the most descriptors taken per queue and ReadBatch (0: 64).
 	Batch int
 	// Attach selects driver or generic XDP (default: driver, then generic).
 	Attach bpf.AttachMode
@@ -52,33 +56,40 @@ var ErrTxBusy = errors.New("xdplink: transmit queue stayed full")
 // txWait bounds how long WriteBatch waits for transmit space.
 const txWait = 100 * time.Millisecond
 
-// Link is a link.Link over an AF_XDP socket.
+// rxQueue is the receive state of one socket.
+type rxQueue struct {
+	sock    *xdp.Socket
+	descs   []xdp.Desc
+	n       int    // descriptors taken in the current batch
+	scratch []byte // assembly space for multi-buffer frames
+}
+
+// Link is a link.Link over AF_XDP sockets.
 type Link struct {
-	sock   *xdp.Socket
+	socks  []*xdp.Socket
+	sock   *xdp.Socket // the transmitting socket, socks[0]
 	prog   *bpf.Program
 	att    *bpf.Attachment
 	ifname string
 	mtu    int
 	mac    net.HardwareAddr
-	queue  int
 
 	closed  atomic.Bool
 	closeMu sync.Mutex
 	efd     int // eventfd that wakes a blocked ReadBatch
 
-	rxMu    sync.Mutex
-	pfds    [2]unix.PollFd
-	descs   []xdp.Desc
-	frames  [][]byte
-	scratch []byte // assembly space for multi-buffer frames
+	rxMu   sync.Mutex
+	rx     []rxQueue
+	pfds   []unix.PollFd // one per socket, then the eventfd
+	frames [][]byte
 
 	txMu sync.Mutex
 }
 
-// Open takes over queue opts.Queue of ifname: it loads the steering program,
-// opens the AF_XDP socket, registers it and attaches the program. It must
-// run on a thread in the interface's network namespace; the Link may then be
-// used from anywhere.
+// Open takes over receive queue(s) of ifname: it loads the steering
+// program, opens an AF_XDP socket per queue, registers them and attaches
+// the program. It must run on a thread in the interface's network
+// namespace; the Link may then be used from anywhere.
 func Open(ifname string, opts Options) (_ *Link, err error) {
 	if opts.Batch == 0 {
 		opts.Batch = 64
@@ -90,30 +101,49 @@ func Open(ifname string, opts Options) (_ *Link, err error) {
 		// A frame of up to 18 descriptors must fit one Receive.
 		opts.Batch = 2 * xdp.MaxSegments
 	}
+	queues := opts.Queues
+	if len(queues) == 0 {
+		queues = []int{opts.Queue}
+	}
+	maxq := 0
+	for i, q := range queues {
+		for _, p := range queues[:i] {
+			if p == q {
+				return nil, fmt.Errorf("%w: queue %d listed twice", xdp.ErrBadConfig, q)
+			}
+		}
+		maxq = max(maxq, q)
+	}
 	ifi, err := net.InterfaceByName(ifname)
 	if err != nil {
 		return nil, fmt.Errorf("xdplink: %w: %q", xdp.ErrNoSuchInterface, ifname)
 	}
-	l := &Link{ifname: ifname, mtu: ifi.MTU, mac: ifi.HardwareAddr, queue: opts.Queue, efd: -1}
+	l := &Link{ifname: ifname, mtu: ifi.MTU, mac: ifi.HardwareAddr, efd: -1}
 	defer func() {
 		if err != nil {
 			l.free()
 		}
 	}()
-	l.sock, err = xdp.Open(ifname, opts.Queue, xdp.Config{
-		UMEMConfig:  xdp.UMEMConfig{FrameSize: opts.FrameSize, NumFrames: opts.NumFrames, Headroom: opts.Headroom},
-		Mode:        opts.Mode,
-		Multibuffer: opts.Multibuffer,
-	})
-	if err != nil {
-		return nil, err
+	for _, q := range queues {
+		s, err := xdp.Open(ifname, q, xdp.Config{
+			UMEMConfig:  xdp.UMEMConfig{FrameSize: opts.FrameSize, NumFrames: opts.NumFrames, Headroom: opts.Headroom},
+			Mode:        opts.Mode,
+			Multibuffer: opts.Multibuffer,
+		})
+		if err != nil {
+			return nil, err
+		}
+		l.socks = append(l.socks, s)
 	}
-	l.prog, err = bpf.Load(bpf.Options{Port: opts.Port, Queues: opts.Queue + 1, Frags: opts.Multibuffer})
+	l.sock = l.socks[0]
+	l.prog, err = bpf.Load(bpf.Options{Port: opts.Port, Queues: maxq + 1, Frags: opts.Multibuffer})
 	if err != nil {
 		return nil, fmt.Errorf("xdplink: loading steering program: %w", err)
 	}
-	if err := l.prog.Register(opts.Queue, l.sock.FD()); err != nil {
-		return nil, fmt.Errorf("xdplink: registering socket: %w", err)
+	for i, q := range queues {
+		if err := l.prog.Register(q, l.socks[i].FD()); err != nil {
+			return nil, fmt.Errorf("xdplink: registering socket of queue %d: %w", q, err)
+		}
 	}
 	l.att, err = l.prog.Attach(ifi.Index, opts.Attach)
 	if err != nil {
@@ -123,13 +153,16 @@ func Open(ifname string, opts Options) (_ *Link, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("xdplink: eventfd: %w", err)
 	}
-	l.pfds[0] = unix.PollFd{Fd: int32(l.sock.FD()), Events: unix.POLLIN}
-	l.pfds[1] = unix.PollFd{Fd: int32(l.efd), Events: unix.POLLIN}
-	l.descs = make([]xdp.Desc, opts.Batch)
-	l.frames = make([][]byte, opts.Batch)
-	if l.sock.Multibuffer() {
-		l.scratch = make([]byte, opts.Batch*l.sock.RxChunkCapacity())
+	for _, s := range l.socks {
+		q := rxQueue{sock: s, descs: make([]xdp.Desc, opts.Batch)}
+		if s.Multibuffer() {
+			q.scratch = make([]byte, opts.Batch*s.RxChunkCapacity())
+		}
+		l.rx = append(l.rx, q)
+		l.pfds = append(l.pfds, unix.PollFd{Fd: int32(s.FD()), Events: unix.POLLIN})
 	}
+	l.pfds = append(l.pfds, unix.PollFd{Fd: int32(l.efd), Events: unix.POLLIN})
+	l.frames = make([][]byte, opts.Batch*len(l.socks))
 	return l, nil
 }
 
@@ -142,8 +175,8 @@ func (l *Link) free() error {
 	if l.prog != nil {
 		errs = append(errs, l.prog.Close())
 	}
-	if l.sock != nil {
-		errs = append(errs, l.sock.Close())
+	for _, s := range l.socks {
+		errs = append(errs, s.Close())
 	}
 	if l.efd >= 0 {
 		errs = append(errs, unix.Close(l.efd))
@@ -175,9 +208,9 @@ func (l *Link) wake() {
 	unix.Write(l.efd, (*[8]byte)(unsafe.Pointer(&one))[:])
 }
 
-// ReadBatch waits for frames and hands up to Options.Batch of them to fn.
-// The frames are valid only during fn, which must not call Close. One
-// goroutine reads at a time; WriteBatch may run concurrently.
+// ReadBatch waits for frames and hands up to Options.Batch of them per queue
+// to fn. The frames are valid only during fn, which must not call Close.
+// One goroutine reads at a time; WriteBatch may run concurrently.
 func (l *Link) ReadBatch(ctx context.Context, fn func(frames [][]byte)) (int, error) {
 	l.rxMu.Lock()
 	defer l.rxMu.Unlock()
@@ -185,12 +218,26 @@ func (l *Link) ReadBatch(ctx context.Context, fn func(frames [][]byte)) (int, er
 		if l.closed.Load() {
 			return 0, ErrClosed
 		}
-		if n := l.sock.Receive(l.descs); n > 0 {
-			k := l.collect(n)
+		k, took := 0, false
+		for i := range l.rx {
+			q := &l.rx[i]
+			q.n = q.sock.Receive(q.descs)
+			if q.n > 0 {
+				took = true
+				k = q.collect(l.frames, k)
+			}
+		}
+		if took {
 			if k > 0 {
 				fn(l.frames[:k])
 			}
-			l.sock.Release(l.descs[:n])
+			for i := range l.rx {
+				q := &l.rx[i]
+				if q.n > 0 {
+					q.sock.Release(q.descs[:q.n])
+					q.n = 0
+				}
+			}
 			clear(l.frames[:k])
 			if k > 0 {
 				return k, nil
@@ -206,26 +253,26 @@ func (l *Link) ReadBatch(ctx context.Context, fn func(frames [][]byte)) (int, er
 	}
 }
 
-// collect turns n descriptors into frames: single-chunk frames as UMEM
-// views, multi-buffer frames assembled in scratch.
-func (l *Link) collect(n int) int {
-	k, off := 0, 0
-	for i := 0; i < n; {
-		d := l.descs[i]
+// collect appends the frames of q's n descriptors to frames[k:]: single-chunk
+// frames as UMEM views, multi-buffer frames assembled in scratch.
+func (q *rxQueue) collect(frames [][]byte, k int) int {
+	off := 0
+	for i := 0; i < q.n; {
+		d := q.descs[i]
 		if !d.More() {
-			if f := l.sock.Frame(d); f != nil {
-				l.frames[k] = f
+			if f := q.sock.Frame(d); f != nil {
+				frames[k] = f
 				k++
 			}
 			i++
 			continue
 		}
-		fl, used, err := l.sock.CopyFrame(l.scratch[off:], l.descs[i:n])
+		fl, used, err := q.sock.CopyFrame(q.scratch[off:], q.descs[i:q.n])
 		if used == 0 {
 			used = 1
 		}
 		if err == nil {
-			l.frames[k] = l.scratch[off : off+fl : off+fl]
+			frames[k] = q.scratch[off : off+fl : off+fl]
 			k++
 			off += fl
 		}
@@ -234,23 +281,26 @@ func (l *Link) collect(n int) int {
 	return k
 }
 
-// wait blocks in poll(2) until the socket is readable, the link is closed
-// or ctx is done.
+// wait blocks in poll(2) until a socket is readable, the link is closed or
+// ctx is done.
 func (l *Link) wait(ctx context.Context) error {
 	if ctx.Done() != nil {
 		stop := context.AfterFunc(ctx, l.wake)
 		defer stop()
 	}
+	ev := &l.pfds[len(l.pfds)-1]
 	for {
-		l.pfds[0].Revents, l.pfds[1].Revents = 0, 0
-		_, err := unix.Poll(l.pfds[:], -1)
+		for i := range l.pfds {
+			l.pfds[i].Revents = 0
+		}
+		_, err := unix.Poll(l.pfds, -1)
 		if err == unix.EINTR {
 			continue
 		}
 		if err != nil {
 			return fmt.Errorf("xdplink: poll: %w", err)
 		}
-		if l.pfds[1].Revents != 0 {
+		if ev.Revents != 0 {
 			var b [8]byte
 			unix.Read(l.efd, b[:])
 		}
@@ -341,8 +391,12 @@ func (l *Link) HardwareAddr() net.HardwareAddr { return l.mac }
 // Info describes the link: frames are exactly what was on the wire.
 func (l *Link) Info() link.Info { return link.Info{Kind: link.KindAFXDP, Name: l.ifname} }
 
-// Socket returns the AF_XDP socket, for statistics.
+// Socket returns the AF_XDP socket that transmits (the first queue's), for
+// statistics.
 func (l *Link) Socket() *xdp.Socket { return l.sock }
+
+// Sockets returns the AF_XDP sockets, one per queue in Options order.
+func (l *Link) Sockets() []*xdp.Socket { return l.socks }
 
 // SteeringStats returns the steering program's counters.
 func (l *Link) SteeringStats() (bpf.Stats, error) {
