@@ -20,7 +20,9 @@
 // copying or allocating; errors are *[ParseError] values naming the layer and
 // byte offset at fault and wrapping one of [ErrTruncated], [ErrMalformed] or
 // [ErrUnsupported]. [Build] writes a complete frame, including the IPv4
-// header checksum and the ICRC, into a caller-supplied buffer.
+// header checksum and the ICRC, into a caller-supplied buffer. [ParseIB] and
+// [BuildIB] handle only BTH … ICRC, for links where the kernel owns IP and
+// UDP; [ICRCSplit] then computes the ICRC over separately held headers.
 //
 // The ICRC is computed exactly as Linux rdma_rxe does: a CRC-32 (IEEE) over
 // 8 bytes of 0xFF, the IP header and UDP header with their variant fields

@@ -234,6 +234,30 @@ func (h HeaderMask) Size() int {
 	return 0
 }
 
+// String lists the headers in h in wire order, e.g. "RETH|ImmDt"; "none" if empty.
+func (h HeaderMask) String() string {
+	names := [numHeaders]string{"RDETH", "DETH", "XRCETH", "FETH", "RETH", "AtomicETH", "AETH", "AtomicAckETH", "ImmDt", "IETH", "CNPReserved"}
+	s := ""
+	for i, x := range headerOrder {
+		if h&x != 0 {
+			if s != "" {
+				s += "|"
+			}
+			s += names[i]
+		}
+	}
+	if rest := h &^ (HdrCNPReserved<<1 - 1); rest != 0 {
+		if s != "" {
+			s += "|"
+		}
+		s += "0x" + strconv.FormatUint(uint64(rest), 16)
+	}
+	if s == "" {
+		return "none"
+	}
+	return s
+}
+
 // Layer returns the ParseError layer name of a single header h.
 func (h HeaderMask) Layer() string {
 	switch h {

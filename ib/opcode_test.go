@@ -133,6 +133,15 @@ func TestOpcodeTable(t *testing.T) {
 	if len(counts) != len(want) {
 		t.Errorf("transports %v", counts)
 	}
+	if s := RDWriteOnlyImm.Info().Headers.String(); s != "RDETH|DETH|RETH|ImmDt" {
+		t.Errorf("HeaderMask.String %q", s)
+	}
+	if s := HeaderMask(0).String(); s != "none" {
+		t.Errorf("empty HeaderMask %q", s)
+	}
+	if s := (HdrAETH | 1<<15).String(); s != "AETH|0x8000" {
+		t.Errorf("unknown bits %q", s)
+	}
 	if RCSendOnly.String() != "RC SEND_ONLY" || UDSendOnlyImm.String() != "UD SEND_ONLY_WITH_IMMEDIATE" || CNP.String() != "CNP" {
 		t.Error("names")
 	}
