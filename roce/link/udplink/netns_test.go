@@ -20,6 +20,7 @@ func TestBetweenNamespaces(t *testing.T) {
 	}{
 		{"IPv4", "10.99.0.1/24", "10.99.0.2/24", 20},
 		{"IPv6", "fd99::1/64", "fd99::2/64", 40},
+		{"IPv6-link-local", "fe80::99:1/64", "fe80::99:2/64", 40},
 	} {
 		t.Run(fam.name, func(t *testing.T) {
 			p := netnstest.NewPairConfig(t, netnstest.VethConfig{MTU: 1500,
@@ -33,7 +34,11 @@ func betweenNamespaces(t *testing.T, p *netnstest.Pair, ipHdr int) {
 	var a, b *Link
 	open := func(ns *netnstest.NS, v *netnstest.Veth, l **Link) {
 		if err := ns.Do(func() (err error) {
-			*l, err = Listen(netip.AddrPortFrom(v.Addr.Addr(), 0))
+			ip := v.Addr.Addr()
+			if ip.IsLinkLocalUnicast() {
+				ip = ip.WithZone(v.Name)
+			}
+			*l, err = Listen(netip.AddrPortFrom(ip, 0))
 			return err
 		}); err != nil {
 			t.Fatal(err)

@@ -62,6 +62,7 @@ type Link struct {
 	port     uint16
 	v6       bool
 	wildcard bool
+	scope    uint32 // interface index of a link-local address's zone
 	mtu      int
 	mac      net.HardwareAddr
 	macArr   [6]byte
@@ -103,7 +104,8 @@ var _ link.Link = (*Link)(nil)
 
 // Listen opens a link on addr. Port 0 means DefaultPort. The address
 // family of addr is the link's: an IPv4 link sends and receives only IPv4
-// frames, an IPv6 link (IPV6_V6ONLY) only IPv6 frames.
+// frames, an IPv6 link (IPV6_V6ONLY) only IPv6 frames. An IPv6 link-local
+// address needs its zone (fe80::1%eth0).
 func Listen(addr netip.AddrPort) (*Link, error) {
 	return ListenOptions(addr, Options{})
 }
@@ -119,6 +121,7 @@ func ListenOptions(addr netip.AddrPort, opts Options) (*Link, error) {
 	if opts.SocketBuffer <= 0 {
 		opts.SocketBuffer = defaultSocketBuffer
 	}
+	zone := addr.Addr().Zone()
 	ip := addr.Addr().Unmap().WithZone("")
 	if !ip.IsValid() {
 		return nil, fmt.Errorf("udplink: invalid address %v", addr)
@@ -139,7 +142,18 @@ func ListenOptions(addr netip.AddrPort, opts Options) (*Link, error) {
 		}
 		return soErr
 	}}
-	pc, err := lc.ListenPacket(context.Background(), network, netip.AddrPortFrom(ip, port).String())
+	if zone != "" {
+		// A link-local address names its interface; sends to link-local
+		// destinations go out of it.
+		ifc, err := net.InterfaceByName(zone)
+		if err != nil {
+			if ifc, err = interfaceByIndex(zone); err != nil {
+				return nil, fmt.Errorf("udplink: zone of %v: %w", addr, err)
+			}
+		}
+		l.scope = uint32(ifc.Index)
+	}
+	pc, err := lc.ListenPacket(context.Background(), network, netip.AddrPortFrom(ip.WithZone(zone), port).String())
 	if err != nil {
 		return nil, fmt.Errorf("udplink: %w", err)
 	}
@@ -190,6 +204,14 @@ func (l *Link) setsockopts(fd, bufSize int) error {
 		_ = unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_SNDBUF, bufSize)
 	}
 	return nil
+}
+
+func interfaceByIndex(zone string) (*net.Interface, error) {
+	var i int
+	if _, err := fmt.Sscanf(zone, "%d", &i); err != nil {
+		return nil, fmt.Errorf("no interface %q", zone)
+	}
+	return net.InterfaceByIndex(i)
 }
 
 // interfaceOf returns the MTU and MAC of the interface holding ip, or
@@ -548,6 +570,10 @@ func (l *Link) prepare(j int, frame []byte) error {
 		p := (*[2]byte)(unsafe.Pointer(&name.Port))
 		p[0], p[1] = byte(f.DstPort>>8), byte(f.DstPort)
 		name.Addr = f.Dst.As16()
+		name.Scope_id = 0
+		if f.Dst.IsLinkLocalUnicast() {
+			name.Scope_id = l.scope
+		}
 		m.Namelen = unix.SizeofSockaddrInet6
 		if l.wildcard {
 			d, sp := sys.PutCmsg(oob, unix.IPPROTO_IPV6, unix.IPV6_PKTINFO, unix.SizeofInet6Pktinfo)
