@@ -101,7 +101,8 @@ func PairWithOptions(opts Options) (a, b *Link) {
 }
 
 // ReadBatch waits until at least one frame is due, then calls fn with up
-// to MaxBatch of them. The frames are valid only during fn.
+// to MaxBatch of them. The frames are valid only during fn, which may write
+// on either end. Concurrent calls are serialized.
 func (l *Link) ReadBatch(ctx context.Context, fn func(frames [][]byte)) (int, error) {
 	l.readMu.Lock()
 	defer l.readMu.Unlock()

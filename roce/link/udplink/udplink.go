@@ -313,7 +313,8 @@ func (l *Link) interrupt() {
 }
 
 // ReadBatch waits for datagrams and calls fn with up to Options.Batch of
-// them as synthesized Ethernet frames, valid only during fn.
+// them as synthesized Ethernet frames, valid only during fn. Concurrent
+// calls are serialized (they share the receive buffers).
 func (l *Link) ReadBatch(ctx context.Context, fn func(frames [][]byte)) (int, error) {
 	l.readMu.Lock()
 	defer l.readMu.Unlock()
