@@ -79,8 +79,8 @@ type CMAHeaderFields struct {
 	// IPv4 or v4-mapped, else 6.
 	IPVersion uint8
 	SrcPort   uint16
-	Src     netip.Addr
-	Dst     netip.Addr
+	Src       netip.Addr
+	Dst       netip.Addr
 }
 
 // Version returns the cma_version byte.
