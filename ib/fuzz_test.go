@@ -66,6 +66,7 @@ func FuzzParse(f *testing.F) {
 			return
 		}
 		checkParsed(t, &p, b)
+		checkInconsistent(t, b)
 		if p.IPv6 != nil && (p.IPv6.Src().Is4In6() || p.IPv6.Dst().Is4In6()) {
 			return // Build sends v4-mapped addresses as IPv4, by design
 		}
@@ -90,6 +91,84 @@ func FuzzParse(f *testing.F) {
 			t.Fatal(err)
 		}
 	})
+}
+
+// reparse parses a copy of frame after mutate has edited it through the
+// views of a successful Parse, and returns the error.
+func reparse(t *testing.T, frame []byte, mutate func(p *Packet, c []byte) []byte) error {
+	t.Helper()
+	c := bytes.Clone(frame)
+	var p Packet
+	if err := Parse(c, &p); err != nil {
+		t.Fatalf("reparse: %v", err)
+	}
+	var q Packet
+	return Parse(mutate(&p, c), &q)
+}
+
+// checkInconsistent derives inconsistent variants of a frame that parsed and
+// asserts each is rejected with the specific error.
+func checkInconsistent(t *testing.T, frame []byte) {
+	t.Helper()
+	var p Packet
+	if err := Parse(frame, &p); err != nil {
+		return
+	}
+	expect := func(name string, err error, sentinel error, layer string) {
+		t.Helper()
+		var pe *ParseError
+		if !errors.As(err, &pe) || !errors.Is(err, sentinel) || pe.Layer != layer {
+			t.Fatalf("%s: got %v, want %v in %s", name, err, sentinel, layer)
+		}
+	}
+	// UDP length one beyond the IP datagram (and beyond the frame's IB bytes).
+	err := reparse(t, frame, func(q *Packet, c []byte) []byte {
+		q.UDP.SetLength(q.UDP.Length() + 1)
+		return c
+	})
+	expect("UDP length +1", err, ErrMalformed, "udp")
+	// UDP length shorter than the IP datagram.
+	err = reparse(t, frame, func(q *Packet, c []byte) []byte {
+		q.UDP.SetLength(q.UDP.Length() - 1)
+		return c
+	})
+	expect("UDP length -1", err, ErrMalformed, "udp")
+	// Pad count beyond payload+pad.
+	if rest := len(p.Payload) + len(p.Pad); rest < 3 && p.Info.Payload {
+		err = reparse(t, frame, func(q *Packet, c []byte) []byte {
+			q.BTH.SetPadCount(uint8(rest + 1))
+			return c
+		})
+		expect("pad beyond payload", err, ErrMalformed, "bth")
+	}
+	// The opcode's last extended header cut short (lengths kept consistent).
+	if hl := p.Info.HeaderLen; hl > BTHSize {
+		last := HeaderMask(0)
+		for _, h := range HeaderOrder() {
+			if p.Info.Headers&h != 0 {
+				last = h
+			}
+		}
+		err = reparse(t, frame, func(q *Packet, c []byte) []byte {
+			return cutFrameIB(q, c, hl-1)
+		})
+		expect("header cut short", err, ErrTruncated, last.Layer())
+	}
+}
+
+// cutFrameIB returns frame (which q views) cut so that its IB packet is n
+// bytes, with the IP and UDP lengths rewritten to match.
+func cutFrameIB(q *Packet, frame []byte, n int) []byte {
+	delta := n - len(q.IB)
+	q.UDP.SetLength(uint16(int(q.UDP.Length()) + delta))
+	if q.IPv4 != nil {
+		q.IPv4.SetTotalLength(uint16(int(q.IPv4.TotalLength()) + delta))
+		q.IPv4.UpdateChecksum()
+	} else {
+		q.IPv6.SetPayloadLength(uint16(int(q.IPv6.PayloadLength()) + delta))
+	}
+	ibStart := EthernetSize + len(q.VLAN) + len(q.IPv4) + len(q.IPv6) + UDPSize
+	return frame[:ibStart+n]
 }
 
 func FuzzParseIB(f *testing.F) {
