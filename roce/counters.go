@@ -62,7 +62,7 @@ var CounterNames = []string{
 }
 
 // Each calls fn for every counter with its rxe-style name.
-func (c *Counters) Each(fn func(name string, value uint64)) {
+func (c Counters) Each(fn func(name string, value uint64)) {
 	v := [...]uint64{
 		c.SentPkts, c.RcvdPkts, c.DuplicateRequest, c.OutOfSeqRequest, c.RcvdSeqErr,
 		c.RcvdRNRErr, c.SendRNRErr, c.AckDeferred, c.RetryExceededErr, c.RetryRNRExceededErr,
@@ -76,7 +76,7 @@ func (c *Counters) Each(fn func(name string, value uint64)) {
 }
 
 // Map returns the counters by name.
-func (c *Counters) Map() map[string]uint64 {
+func (c Counters) Map() map[string]uint64 {
 	m := make(map[string]uint64, len(CounterNames))
 	c.Each(func(n string, v uint64) { m[n] = v })
 	return m
