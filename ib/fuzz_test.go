@@ -193,6 +193,21 @@ func FuzzParseIB(f *testing.F) {
 		if p.IPv4 != nil || p.IPv6 != nil || p.UDP != nil {
 			t.Fatal("ParseIB set encapsulation views")
 		}
+		var q Packet
+		var pe *ParseError
+		if hl := p.Info.HeaderLen; hl > BTHSize {
+			err := ParseIB(b[:hl-1], &q)
+			if !errors.As(err, &pe) || !errors.Is(err, ErrTruncated) || pe.Layer == "bth" || pe.Offset >= hl {
+				t.Fatalf("header cut short: %v", err)
+			}
+		}
+		if rest := len(p.Payload) + len(p.Pad); rest < 3 && p.Info.Payload {
+			c := bytes.Clone(b)
+			BTH(c).SetPadCount(uint8(rest + 1))
+			if err := ParseIB(c, &q); !errors.As(err, &pe) || !errors.Is(err, ErrMalformed) || pe.Layer != "bth" {
+				t.Fatalf("pad beyond payload: %v", err)
+			}
+		}
 	})
 }
 
