@@ -19,7 +19,8 @@
 // in batches and allocate nothing: Receive hands out descriptors whose bytes
 // are read in place with Frame and later returned with Release; Transmit
 // copies frames into free TX chunks, which come back through the completion
-// ring. With multi-buffer (XDP_USE_SG, Linux 6.6) a frame larger than a chunk
+// ring; AllocTx, TxBuffer and SubmitTx let a caller build frames in the
+// chunks instead. With multi-buffer (XDP_USE_SG, Linux 6.6) a frame larger than a chunk
 // is carried by several descriptors chained with XDP_PKT_CONTD.
 //
 // Kernel features that are missing produce errors matching ErrNotSupported

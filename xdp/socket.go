@@ -770,6 +770,96 @@ func (s *Socket) Transmit(frames [][]byte) (int, error) {
 	return n, err
 }
 
+// AllocTx takes up to len(descs) free TX chunks for frames to be built in
+// place (see TxBuffer), avoiding the copy Transmit makes. It returns how
+// many it took. Each chunk must go back through SubmitTx or FreeTx.
+func (s *Socket) AllocTx(descs []Desc) int {
+	if s.closed {
+		return 0
+	}
+	if len(s.txFree) < len(descs) {
+		s.reap()
+	}
+	n := min(len(descs), len(s.txFree))
+	for i := 0; i < n; i++ {
+		descs[i] = Desc{Addr: s.txFree[len(s.txFree)-1], Len: s.txCap}
+		s.txFree = s.txFree[:len(s.txFree)-1]
+	}
+	return n
+}
+
+// TxBuffer returns the whole chunk of a descriptor from AllocTx, or nil for
+// one that is not a TX chunk of this socket.
+func (s *Socket) TxBuffer(d Desc) []byte {
+	if s.closed || !s.isTxChunk(d.Addr) {
+		return nil
+	}
+	return s.mem[d.Addr : d.Addr+uint64(s.txCap) : d.Addr+uint64(s.txCap)]
+}
+
+func (s *Socket) isTxChunk(a uint64) bool {
+	fs := uint64(s.frameSize)
+	lo := uint64(s.first+s.nfr/2) * fs
+	hi := uint64(s.first+s.nfr) * fs
+	return a >= lo && a < hi && a&(fs-1) == 0
+}
+
+// SubmitTx queues chunks from AllocTx whose Len the caller has set to the
+// frame length; with multi-buffer, Options may chain chunks with
+// XDP_PKT_CONTD (the last of a frame without it). It returns how many
+// descriptors were queued; those not queued still belong to the caller.
+func (s *Socket) SubmitTx(descs []Desc) (int, error) {
+	if s.closed {
+		return 0, ErrClosed
+	}
+	for i, d := range descs {
+		if !s.isTxChunk(d.Addr) || d.Len == 0 || d.Len > s.txCap ||
+			(d.More() && !s.sg) || d.Options&^unix.XDP_PKT_CONTD != 0 {
+			return 0, fmt.Errorf("xdp: TX descriptor %d (%#x+%d, options %#x) is not a filled chunk of this socket", i, d.Addr, d.Len, d.Options)
+		}
+	}
+	if len(descs) > 0 && descs[len(descs)-1].More() {
+		return 0, fmt.Errorf("xdp: TX batch ends inside a multi-buffer frame")
+	}
+	free := s.tx.free(uint32(len(descs)))
+	n := uint32(len(descs))
+	if free < n {
+		// Queue whole frames only.
+		n = 0
+		for i := uint32(0); i < free; i++ {
+			if !descs[i].More() {
+				n = i + 1
+			}
+		}
+	}
+	if n == 0 {
+		return 0, nil
+	}
+	prod := s.tx.cachedProd
+	for i := uint32(0); i < n; i++ {
+		d := descs[i]
+		s.tx.descs[(prod+i)&s.tx.mask] = unix.XDPDesc{Addr: d.Addr, Len: d.Len, Options: d.Options}
+		if !d.More() {
+			s.sent++
+		}
+	}
+	s.tx.cachedProd += n
+	s.tx.submit()
+	return int(n), s.kick()
+}
+
+// FreeTx gives chunks from AllocTx back unused.
+func (s *Socket) FreeTx(descs []Desc) {
+	if s.closed {
+		return
+	}
+	for _, d := range descs {
+		if s.isTxChunk(d.Addr) && len(s.txFree) < cap(s.txFree) {
+			s.txFree = append(s.txFree, d.Addr)
+		}
+	}
+}
+
 func (s *Socket) tooLarge(l int) error {
 	if s.sg {
 		return fmt.Errorf("%w: %d bytes needs more than %d segments of %d", ErrFrameTooLarge, l, MaxSegments, s.txCap)

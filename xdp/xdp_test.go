@@ -570,3 +570,50 @@ func TestOpenCloseNoLeak(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestInPlaceTx builds frames directly in TX chunks (AllocTx, TxBuffer,
+// SubmitTx) instead of copying them in with Transmit.
+func TestInPlaceTx(t *testing.T) {
+	a, b := newPair(t, 1500, xdp.Config{UMEMConfig: xdp.UMEMConfig{FrameSize: 2048}})
+	free0 := a.sock.TxFree()
+	descs := make([]xdp.Desc, 32)
+	if n := a.sock.AllocTx(descs); n != 32 {
+		t.Fatalf("AllocTx = %d", n)
+	}
+	// Bad descriptors are refused whole.
+	bad := []xdp.Desc{descs[0], {Addr: 12345, Len: 100}}
+	bad[0].Len = 100
+	if n, err := a.sock.SubmitTx(bad); n != 0 || err == nil {
+		t.Fatalf("SubmitTx with a foreign address = %d, %v", n, err)
+	}
+	if n, err := a.sock.SubmitTx([]xdp.Desc{{Addr: descs[0].Addr, Len: 0}}); n != 0 || err == nil {
+		t.Fatalf("SubmitTx with length 0 = %d, %v", n, err)
+	}
+	if n, err := a.sock.SubmitTx([]xdp.Desc{{Addr: descs[0].Addr, Len: 100, Options: unix.XDP_PKT_CONTD}}); n != 0 || err == nil {
+		t.Fatalf("SubmitTx chaining without multi-buffer = %d, %v", n, err)
+	}
+	// Give half back, send the other half.
+	a.sock.FreeTx(descs[16:])
+	r := newReceiver(t, b.sock, a.mac)
+	for i, d := range descs[:16] {
+		buf := a.sock.TxBuffer(d)
+		l := frameLen(uint32(i), 1514)
+		fillFrame(buf[:l], b.mac, a.mac, uint32(i))
+		descs[i].Len = uint32(l)
+	}
+	if n, err := a.sock.SubmitTx(descs[:16]); n != 16 || err != nil {
+		t.Fatalf("SubmitTx = %d, %v", n, err)
+	}
+	r.until(16, 5*time.Second)
+	deadline := time.Now().Add(5 * time.Second)
+	for a.sock.TxFree() != free0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d TX chunks free, want all %d back", a.sock.TxFree(), free0)
+		}
+		a.sock.Complete()
+		time.Sleep(time.Millisecond)
+	}
+	if a.sock.Sent() != 16 {
+		t.Fatalf("Sent = %d", a.sock.Sent())
+	}
+}
