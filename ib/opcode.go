@@ -192,17 +192,17 @@ const (
 // DETH come first, then XRC's XRCETH, then the operation's own headers
 // (FLUSH puts FETH before RETH; WRITE-with-immediate puts RETH before ImmDt;
 // ATOMIC ACKNOWLEDGE puts AETH before AtomicAckETH).
-var headerOrder = [numHeaders]HeaderMask{
+var headerOrder = [NumHeaders]HeaderMask{
 	HdrRDETH, HdrDETH, HdrXRCETH, HdrFETH, HdrRETH, HdrAtomicETH, HdrAETH,
 	HdrAtomicAckETH, HdrImmDt, HdrIETH, HdrCNPReserved,
 }
 
-// numHeaders is the number of distinct extended headers.
-const numHeaders = 11
+// NumHeaders is the number of distinct extended headers (the bits of HeaderMask).
+const NumHeaders = 11
 
 // HeaderOrder returns every extended header in wire order; no opcode carries
 // two headers in any other order.
-func HeaderOrder() [numHeaders]HeaderMask { return headerOrder }
+func HeaderOrder() [NumHeaders]HeaderMask { return headerOrder }
 
 // Size returns the size in bytes of a single header h, or 0 if h is not
 // exactly one header.
@@ -236,7 +236,7 @@ func (h HeaderMask) Size() int {
 
 // String lists the headers in h in wire order, e.g. "RETH|ImmDt"; "none" if empty.
 func (h HeaderMask) String() string {
-	names := [numHeaders]string{"RDETH", "DETH", "XRCETH", "FETH", "RETH", "AtomicETH", "AETH", "AtomicAckETH", "ImmDt", "IETH", "CNPReserved"}
+	names := [NumHeaders]string{"RDETH", "DETH", "XRCETH", "FETH", "RETH", "AtomicETH", "AETH", "AtomicAckETH", "ImmDt", "IETH", "CNPReserved"}
 	s := ""
 	for i, x := range headerOrder {
 		if h&x != 0 {
