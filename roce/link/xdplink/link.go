@@ -76,6 +76,7 @@ type Link struct {
 
 	closed  atomic.Bool
 	closeMu sync.Mutex
+	efdMu   sync.RWMutex
 	efd     int // eventfd that wakes a blocked ReadBatch
 
 	rxMu   sync.Mutex
@@ -178,10 +179,12 @@ func (l *Link) free() error {
 	for _, s := range l.socks {
 		errs = append(errs, s.Close())
 	}
+	l.efdMu.Lock()
 	if l.efd >= 0 {
 		errs = append(errs, unix.Close(l.efd))
 		l.efd = -1
 	}
+	l.efdMu.Unlock()
 	return errors.Join(errs...)
 }
 
@@ -203,9 +206,14 @@ func (l *Link) Close() error {
 
 var one = uint64(1)
 
-// wake makes a ReadBatch blocked in poll return.
+// wake makes a ReadBatch blocked in poll return. A context's wake can run
+// late, so it must never write to a descriptor number Close gave back.
 func (l *Link) wake() {
-	unix.Write(l.efd, (*[8]byte)(unsafe.Pointer(&one))[:])
+	l.efdMu.RLock()
+	if l.efd >= 0 {
+		unix.Write(l.efd, (*[8]byte)(unsafe.Pointer(&one))[:])
+	}
+	l.efdMu.RUnlock()
 }
 
 // ReadBatch waits for frames and hands up to Options.Batch of them per queue
