@@ -472,36 +472,33 @@ func (d *Device) receiveBatch(frames [][]byte) {
 		if d.tap != nil {
 			d.tap.write(f)
 		}
-		p := &d.pkt
-		if err := ib.Parse(f, p); err != nil {
+		// The link's header walk, then the IB packet: this accepts any UDP
+		// port (the link already filtered it), unlike ib.Parse.
+		fr, err := link.ParseFrame(f)
+		if err != nil || fr.End-fr.Payload < ib.BTHSize+ib.ICRCSize {
 			d.ctr.badFrame.Add(1)
 			continue
 		}
-		if p.UDP.DstPort() != d.port {
+		p := &d.pkt
+		if err := ib.ParseIB(f[fr.Payload:fr.End], p); err != nil {
 			d.ctr.badFrame.Add(1)
 			continue
 		}
 		if !d.linfo.Synthetic {
-			if err := p.VerifyICRC(); err != nil {
+			crc := ib.ICRC(f[fr.IPOffset:fr.UDPOffset], f[fr.UDPOffset:fr.End-ib.ICRCSize])
+			if crc != ib.GetICRC(f[fr.End-ib.ICRCSize:fr.End]) {
 				d.ctr.icrcErr.Add(1)
 				continue
 			}
 		}
-		var src qp.Source
-		src.SrcPort = p.UDP.SrcPort()
-		if p.IPv4 != nil {
-			src.SGID = ib.GIDFromAddr(p.IPv4.Src())
-			src.DGID = ib.GIDFromAddr(p.IPv4.Dst())
-			src.TrafficClass = p.IPv4.TOS()
-			src.HopLimit = p.IPv4.TTL()
-			src.NetworkHeader = p.IPv4[:ib.IPv4Size]
-		} else {
-			src.SGID = ib.GID(p.IPv6[8:24])
-			src.DGID = ib.GID(p.IPv6[24:40])
-			src.TrafficClass = p.IPv6.TrafficClass()
-			src.HopLimit = p.IPv6.HopLimit()
-			src.FlowLabel = p.IPv6.FlowLabel()
-			src.NetworkHeader = p.IPv6[:ib.IPv6Size]
+		src := qp.Source{
+			SGID:          ib.GIDFromAddr(fr.Src),
+			DGID:          ib.GIDFromAddr(fr.Dst),
+			SrcPort:       fr.SrcPort,
+			TrafficClass:  fr.TOS,
+			HopLimit:      fr.TTL,
+			FlowLabel:     fr.FlowLabel,
+			NetworkHeader: f[fr.IPOffset:fr.UDPOffset],
 		}
 		// rxe_chk_dgid: only packets to one of our GIDs.
 		if !gt.has(src.DGID) {
