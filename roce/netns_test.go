@@ -1,0 +1,253 @@
+package roce
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"net"
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+
+	"github.com/goroce/goroce/ib"
+	"github.com/goroce/goroce/internal/netnstest"
+	"github.com/goroce/goroce/xdp"
+)
+
+func readyPair(t *testing.T, mtu int) *netnstest.Pair {
+	t.Helper()
+	p := netnstest.NewPair(t, mtu) // skips unless root with netns support
+	for _, v := range []*netnstest.Veth{p.VethA, p.VethB} {
+		if err := v.WaitReady(5 * time.Second); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return p
+}
+
+// openIn opens a device on v inside its namespace.
+func openIn(t *testing.T, v *netnstest.Veth, opts Options) *Device {
+	t.Helper()
+	var d *Device
+	err := v.NS.Do(func() (err error) {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		d, err = Open(ctx, v.Name, opts)
+		return err
+	})
+	if err != nil {
+		if opts.Link == LinkXDP && errors.Is(err, xdp.ErrNotSupported) {
+			t.Skipf("AF_XDP unavailable on this kernel or machine: %v", err)
+		}
+		t.Fatalf("Open(%s, %v): %v", v.Name, opts.Link, err)
+	}
+	t.Cleanup(func() { d.Close() })
+	return d
+}
+
+// waitFor polls cond for up to 3 s.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(3 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func TestNetnsGIDTable(t *testing.T) {
+	p := readyPair(t, 1500)
+	d := openIn(t, p.VethA, Options{Link: LinkUDP})
+	var mac [6]byte
+	copy(mac[:], p.VethA.HardwareAddr)
+	g0, err := d.GID(0)
+	if err != nil || g0 != defaultGID(mac) {
+		t.Fatalf("GID 0 = %v (%v), want %v", g0, err, defaultGID(mac))
+	}
+	g1, err := d.GID(1)
+	if want := ib.GIDFromAddr(netip.MustParseAddr("10.99.0.1")); err != nil || g1 != want {
+		t.Fatalf("GID 1 = %v (%v), want %v; table %v", g1, err, want, d.GIDs())
+	}
+	if got := d.Info().Link.Kind; got != "udp" {
+		t.Fatalf("link kind %q", got)
+	}
+	if pa := d.QueryPort(); pa.ActiveMTU != ib.MTU1024 || pa.State != PortActive {
+		t.Fatalf("port %+v", pa)
+	}
+
+	h := p.A.Netlink()
+	l, err := p.VethA.Link()
+	if err != nil {
+		t.Fatal(err)
+	}
+	extra4 := netip.MustParsePrefix("10.77.0.1/24")
+	extra6 := netip.MustParsePrefix("2001:db8::1/64")
+	for _, pfx := range []netip.Prefix{extra4, extra6} {
+		a := &netlink.Addr{IPNet: prefixNet(pfx)}
+		if pfx.Addr().Is6() {
+			a.Flags = unix.IFA_F_NODAD
+		}
+		if err := h.AddrAdd(l, a); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, "the new addresses in the GID table", func() bool {
+		_, e1 := d.GIDIndex(extra4.Addr())
+		_, e2 := d.GIDIndex(extra6.Addr())
+		return e1 == nil && e2 == nil
+	})
+	i4, _ := d.GIDIndex(extra4.Addr())
+	if i4 < 2 {
+		t.Fatalf("new address at index %d", i4)
+	}
+	t.Logf("GID table: %v", d.GIDs())
+	if err := h.AddrDel(l, &netlink.Addr{IPNet: prefixNet(extra4)}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the removed address to leave the GID table", func() bool {
+		_, err := d.GIDIndex(extra4.Addr())
+		return errors.Is(err, ErrNoGID)
+	})
+	// The others keep their indices.
+	if g, _ := d.GID(1); g != g1 {
+		t.Fatalf("GID 1 changed to %v", g)
+	}
+	if _, err := d.GIDIndex(extra6.Addr()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.GID(i4); !errors.Is(err, ErrNoGID) {
+		t.Fatalf("slot %d of a removed address: %v", i4, err)
+	}
+}
+
+func prefixNet(p netip.Prefix) *net.IPNet {
+	bits := 32
+	if p.Addr().Is6() {
+		bits = 128
+	}
+	return &net.IPNet{IP: net.IP(p.Addr().AsSlice()), Mask: net.CIDRMask(p.Bits(), bits)}
+}
+
+func TestNetnsNoAddress(t *testing.T) {
+	a, b := netnstest.New(t), netnstest.New(t)
+	v, _ := netnstest.NewVeth(t, a, b, netnstest.VethConfig{})
+	err := v.NS.Do(func() error {
+		d, err := Open(context.Background(), v.Name, Options{Link: LinkUDP})
+		if err == nil {
+			d.Close()
+		}
+		return err
+	})
+	if !errors.Is(err, ErrNoAddress) {
+		t.Fatalf("UDP link on an interface without addresses: %v, want ErrNoAddress", err)
+	}
+	err = v.NS.Do(func() error {
+		_, err := Open(context.Background(), "nosuchif0", Options{Link: LinkUDP})
+		return err
+	})
+	if err == nil {
+		t.Fatal("Open of a missing interface succeeded")
+	}
+}
+
+func TestNetnsNeighbour(t *testing.T) {
+	p := readyPair(t, 1500)
+	var w *netlinkWatch
+	if err := p.VethA.NS.Do(func() (err error) { w, err = openNetlink(p.VethA.Name); return err }); err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	// No entry yet: the kernel is asked and answers.
+	mac, err := w.resolve(ctx, netip.MustParseAddr("10.99.0.2"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(mac[:], p.VethB.HardwareAddr) {
+		t.Fatalf("resolved %v, want %v", net.HardwareAddr(mac[:]), p.VethB.HardwareAddr)
+	}
+	// Nobody answers for .77: the error comes within the context deadline.
+	ctx2, cancel2 := context.WithTimeout(context.Background(), 700*time.Millisecond)
+	defer cancel2()
+	start := time.Now()
+	_, err = w.resolve(ctx2, netip.MustParseAddr("10.99.0.77"))
+	if !errors.Is(err, ErrNoNeighbour) {
+		t.Fatalf("unresolvable neighbour: %v", err)
+	}
+	if el := time.Since(start); el > time.Second {
+		t.Fatalf("failure took %v, beyond the 700 ms deadline", el)
+	}
+	t.Log(err)
+	// An address routed elsewhere (here: nowhere) is refused at once.
+	if _, err := w.resolve(ctx, netip.MustParseAddr("192.0.2.1")); !errors.Is(err, ErrNoNeighbour) {
+		t.Fatalf("unroutable address: %v", err)
+	}
+}
+
+// RC and UD between two namespaces over AF_XDP on a veth pair.
+func TestNetnsXDP(t *testing.T) {
+	netnstest.RequireCaps(t, unix.CAP_NET_RAW, unix.CAP_NET_ADMIN, unix.CAP_BPF)
+	p := readyPair(t, 1500)
+	var capA bytes.Buffer
+	da := openIn(t, p.VethA, Options{Link: LinkXDP, Capture: &capA})
+	db := openIn(t, p.VethB, Options{Link: LinkXDP})
+	if k := da.Info().Link.Kind; k != "afxdp" {
+		t.Fatalf("link kind %q", k)
+	}
+	ipA, ipB := p.VethA.Addr.Addr(), p.VethB.Addr.Addr()
+	a := newEndpoint(t, da, RC, 4*30000+64)
+	b := newEndpoint(t, db, RC, 4*30000+64)
+	connect(t, a, b, ipA, ipB, ConnectAttr{})
+	exerciseRC(t, a, b, 30000)
+
+	ua := newEndpoint(t, da, UD, 4096)
+	ub := newEndpoint(t, db, UD, 4096)
+	connect(t, ua, ub, ipA, ipB, ConnectAttr{})
+	exerciseUD(t, ua, ub, ib.GIDFromAddr(ipB), 1024, 10)
+
+	mac, err := da.ResolveNeighbour(context.Background(), ipB)
+	if err != nil || !bytes.Equal(mac, p.VethB.HardwareAddr) {
+		t.Fatalf("neighbour %v (%v), want %v", mac, err, p.VethB.HardwareAddr)
+	}
+	// A neighbour nobody answers for fails Connect within its context.
+	q := newEndpoint(t, da, RC, 64)
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	defer cancel()
+	err = q.qp.Connect(ctx, &ConnectAttr{RemoteQPN: 17, RemoteAddr: netip.MustParseAddr("10.99.0.99")})
+	if !errors.Is(err, ErrNoNeighbour) {
+		t.Fatalf("connect to a silent address: %v", err)
+	}
+	c := da.Counters()
+	if c.ICRCErr != 0 || c.BadFrame != 0 || c.SentPkts == 0 {
+		t.Fatalf("counters: %v", c.Map())
+	}
+	// The KernelUDP/XDP ICRC matched on the wire: B accepted everything.
+	if cb := db.Counters(); cb.ICRCErr != 0 || cb.RDMARecvs == 0 {
+		t.Fatalf("B counters: %v", cb.Map())
+	}
+}
+
+// When AF_XDP cannot be used, Open falls back to the kernel UDP link and says why.
+func TestNetnsFallback(t *testing.T) {
+	p := readyPair(t, 1500)
+	// Queue 3 does not exist on a single-queue veth.
+	d := openIn(t, p.VethA, Options{XDP: xdpOptionsQueue(3)})
+	info := d.Info()
+	if info.Link.Kind != "udp" || info.Fallback == "" {
+		t.Fatalf("info %+v: want a UDP link and a fallback reason", info)
+	}
+	t.Logf("fallback: %s", info.Fallback)
+	// And it works: RC against a UDP-link device in the other namespace.
+	db := openIn(t, p.VethB, Options{Link: LinkUDP})
+	ipA, ipB := p.VethA.Addr.Addr(), p.VethB.Addr.Addr()
+	a := newEndpoint(t, d, RC, 4*5000+64)
+	b := newEndpoint(t, db, RC, 4*5000+64)
+	connect(t, a, b, ipA, ipB, ConnectAttr{})
+	exerciseRC(t, a, b, 5000)
+}
