@@ -195,27 +195,34 @@ func (r *readyList) remove(q *QP) {
 }
 
 // Transmit fills up to len(pkts) slots with packets to send and returns how
-// many it filled. Each slot needs room for Headroom + the path MTU + 64 bytes.
+// many it filled. Each slot needs room for Headroom + the path MTU + 64 bytes;
+// a slot too small for the next packet ends the call (counted in
+// Stats.ShortTxBuffer) without losing anything.
 func (e *Engine) Transmit(pkts []TxPacket) int {
 	n := 0
 	now := e.clock.Now()
-	// Round robin: a QP that still has work after filling the batch stays queued.
 	for n < len(pkts) {
 		q := e.ready.pop()
 		if q == nil {
 			break
 		}
+		short := false
 		for n < len(pkts) {
-			if !q.produce(now, &pkts[n]) {
-				break
+			r := q.produce(now, &pkts[n])
+			if r == produced {
+				n++
+				continue
 			}
-			n++
+			short = r == shortBuffer
+			break
 		}
-		if n == len(pkts) {
-			// Out of slots: keep the QP at the front for the next call if it may have more.
-			if q.mayHaveWork() {
-				e.ready.push(q)
-			}
+		// Round robin: a QP that filled the last slot or met a short one
+		// goes to the back of the queue and keeps its work.
+		if short || (n == len(pkts) && q.mayHaveWork()) {
+			e.ready.push(q)
+		}
+		if short {
+			break
 		}
 	}
 	e.stats.TxPackets += uint64(n)

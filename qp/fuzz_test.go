@@ -45,9 +45,10 @@ func guardsIntact(all []byte) bool {
 // panic or write outside a registered region, and afterwards a valid exchange
 // over the same engines still works.
 //
-// Input: records of [flags][len] + len bytes; flags bit 0 selects the target
-// (0 = responder B, 1 = requester A), bit 1 keeps the packet's own DestQP
-// instead of steering it to the target QP, bits 2-7 extend the length.
+// Input: records of [flags][len hi][len lo] + len bytes; flags bits 0-1 select
+// the target (0 = RC responder B, 1 = RC requester A, 2 = UC QP on B, 3 = UD QP
+// on B), bit 2 keeps the packet's own DestQP instead of steering it to the
+// target QP.
 func FuzzEngine(f *testing.F) {
 	addSeeds(f)
 	f.Fuzz(func(t *testing.T, data []byte) {
@@ -64,6 +65,16 @@ func FuzzEngine(f *testing.F) {
 		if err := n.Connect(a.QP, b.QP, prm); err != nil {
 			t.Fatal(err)
 		}
+		ucA, _ := qptest.NewEndpoint(n.A.E, qp.UC, 4)
+		ucB, _ := qptest.NewEndpoint(n.B.E, qp.UC, 4)
+		udA, _ := qptest.NewEndpoint(n.A.E, qp.UD, 4)
+		udB, _ := qptest.NewEndpoint(n.B.E, qp.UD, 4)
+		if err := n.Connect(ucA.QP, ucB.QP, prm); err != nil {
+			t.Fatal(err)
+		}
+		if err := n.Connect(udA.QP, udB.QP, prm); err != nil {
+			t.Fatal(err)
+		}
 		// Responder memory at the IOVAs seeds use.
 		bAll, bMem := guarded(4096)
 		bMR, err := qp.RegMRWithKey(b.PD, bMem, 0x10000, allAccess, 0x1234)
@@ -74,6 +85,14 @@ func FuzzEngine(f *testing.F) {
 		rMR, _ := b.PD.RegMR(rMem, 0x80000, qp.AccessLocalWrite)
 		for i := 0; i < 4; i++ {
 			b.QP.PostRecv(&qp.RecvWR{ID: uint64(i), SGL: []qp.SGE{{Addr: 0x80000 + uint64(i*256), Length: 256, LKey: rMR.LKey()}}})
+		}
+		// UC and UD receives (their own PD) into guarded memory.
+		uAll, uMem := guarded(1024)
+		ucMR, _ := qp.RegMRWithKey(ucB.PD, uMem[:512], 0x10000, allAccess, 0x2234)
+		udMR, _ := udB.PD.RegMR(uMem[512:], 0x90000, qp.AccessLocalWrite)
+		for i := 0; i < 2; i++ {
+			ucB.QP.PostRecv(&qp.RecvWR{ID: uint64(i), SGL: []qp.SGE{{Addr: 0x10000 + uint64(i*256), Length: 256, LKey: ucMR.LKey()}}})
+			udB.QP.PostRecv(&qp.RecvWR{ID: uint64(i), SGL: []qp.SGE{{Addr: 0x90000 + uint64(i*256), Length: 256, LKey: udMR.LKey()}}})
 		}
 		// Requester with a READ and a FETCH_ADD outstanding (their requests are dropped).
 		aAll, aMem := guarded(1024)
@@ -93,17 +112,22 @@ func FuzzEngine(f *testing.F) {
 		var pkt ib.Packet
 		buf := make([]byte, 1<<14)
 		src := qp.Source{}
-		for len(data) >= 2 {
+		for len(data) >= 3 {
 			flags := data[0]
-			ln := min(int(data[1])|int(flags>>2)<<8, len(data)-2)
+			ln := min(int(data[1])<<8|int(data[2]), len(data)-3)
 			p := buf[:ln]
-			copy(p, data[2:2+ln])
-			data = data[2+ln:]
+			copy(p, data[3:3+ln])
+			data = data[3+ln:]
 			target, e := b.QP, n.B.E
-			if flags&1 != 0 {
+			switch flags & 3 {
+			case 1:
 				target, e = a.QP, n.A.E
+			case 2:
+				target = ucB.QP
+			case 3:
+				target = udB.QP
 			}
-			if flags&2 == 0 && len(p) >= ib.BTHSize {
+			if flags&4 == 0 && len(p) >= ib.BTHSize {
 				p[5], p[6], p[7] = byte(target.QPN()>>16), byte(target.QPN()>>8), byte(target.QPN())
 			}
 			if ib.ParseIB(p, &pkt) != nil {
@@ -117,7 +141,7 @@ func FuzzEngine(f *testing.F) {
 			drain(n.A.E)
 			drain(n.B.E)
 		}
-		if !guardsIntact(bAll) || !guardsIntact(rAll) || !guardsIntact(aAll) {
+		if !guardsIntact(bAll) || !guardsIntact(rAll) || !guardsIntact(aAll) || !guardsIntact(uAll) {
 			t.Fatal("write outside a registered region")
 		}
 
@@ -153,7 +177,7 @@ func FuzzEngine(f *testing.F) {
 
 func addSeeds(f *testing.F) {
 	rec := func(flags byte, p []byte) []byte {
-		return append([]byte{flags | byte(len(p)>>8)<<2, byte(len(p))}, p...)
+		return append([]byte{flags, byte(len(p) >> 8), byte(len(p))}, p...)
 	}
 	mk := func(op ib.Opcode, psn uint32, ext []byte, payload []byte, ack bool) []byte {
 		b := make([]byte, ib.BTHSize)
@@ -201,6 +225,15 @@ func addSeeds(f *testing.F) {
 	r = append(r, rec(1, mk(ib.RCAck, 0x100, aeth(0x21, 2), nil, false))...)
 	f.Add(r)
 	f.Add(rec(1, mk(ib.RCReadResponseOnly, 0x100, aeth(0x1f, 1), pl[:200], false)))
+	// UC: a write and a send; UD: a send with DETH.
+	var u []byte
+	u = append(u, rec(2, mk(ib.UCWriteFirst, 0x200, reth(0x10000, 0x2234, 300), pl, false))...)
+	u = append(u, rec(2, mk(ib.UCWriteLast, 0x201, nil, pl[:44], false))...)
+	u = append(u, rec(2, mk(ib.UCSendOnlyImm, 0x202, []byte{0, 0, 0, 1}, pl[:100], false))...)
+	deth := []byte{0x11, 0x11, 0x11, 0x11, 0, 0, 0, 0x42}
+	u = append(u, rec(3, mk(ib.UDSendOnly, 0, deth, pl[:200], false))...)
+	u = append(u, rec(3, mk(ib.UDSendOnlyImm, 0, append(deth, 1, 2, 3, 4), pl[:250], false))...)
+	f.Add(u)
 	// Real rxe request packets from the reference captures, if present.
 	if root, err := os.Getwd(); err == nil {
 		dir := filepath.Join(root, "..", "..", "shared", "rxe-lab", "captures", "mtu1024")

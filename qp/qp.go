@@ -759,14 +759,21 @@ func (q *QP) postRecvWC(c *curRecv, st WCStatus, n uint32) {
 	q.recvCQ.push(&wc)
 }
 
-// produce writes the next packet of this QP into t; false when it has nothing to send now.
-func (q *QP) produce(now time.Duration, t *TxPacket) bool {
+const (
+	idle = iota
+	produced
+	shortBuffer
+)
+
+// produce writes the next packet of this QP into t.
+func (q *QP) produce(now time.Duration, t *TxPacket) int {
 	if q.destroyed {
-		return false
+		return idle
 	}
 	buf := t.Buf
 	if t.Headroom < 0 || t.Headroom > len(buf) {
-		return false
+		q.e.stats.ShortTxBuffer++
+		return shortBuffer
 	}
 	buf = buf[t.Headroom:]
 	need := q.mtu
@@ -775,17 +782,17 @@ func (q *QP) produce(now time.Duration, t *TxPacket) bool {
 	}
 	if len(buf) < need+maxHeaderLen+ib.ICRCSize {
 		q.e.stats.ShortTxBuffer++
-		return false
+		return shortBuffer
 	}
 	if n, ok := q.resp.produce(q, buf, t); ok {
 		t.Len = n
-		return true
+		return produced
 	}
 	if n, ok := q.request(now, buf, t); ok {
 		t.Len = n
-		return true
+		return produced
 	}
-	return false
+	return idle
 }
 
 func (q *QP) mayHaveWork() bool {

@@ -205,3 +205,21 @@ func TestGSI(t *testing.T) {
 		t.Fatalf("Q_Key %#x, completion %+v", qkey, wcs[0])
 	}
 }
+
+func TestTransmitShortBuffer(t *testing.T) {
+	p := newPair(t, qp.RC, cleanNet, qptest.DefaultRC, 4)
+	if err := p.a.QP.PostSend(&qp.SendWR{ID: 1, Opcode: qp.WRRDMAWrite, Flags: qp.SendSignaled, RKey: 0}); err != nil {
+		t.Fatal(err)
+	}
+	small := []qp.TxPacket{{Buf: make([]byte, 500), Headroom: 64}}
+	if n := p.net.A.E.Transmit(small); n != 0 || p.net.A.E.Stats().ShortTxBuffer != 1 {
+		t.Fatalf("Transmit into a short slot: %d packets, stats %+v", n, p.net.A.E.Stats())
+	}
+	if !p.net.A.E.HasWork() {
+		t.Fatal("work lost after a short slot")
+	}
+	big := []qp.TxPacket{{Buf: make([]byte, 2048), Headroom: 64}}
+	if n := p.net.A.E.Transmit(big); n != 1 {
+		t.Fatalf("Transmit into a good slot: %d packets", n)
+	}
+}
