@@ -223,3 +223,52 @@ func TestTransmitShortBuffer(t *testing.T) {
 		t.Fatalf("Transmit into a good slot: %d packets", n)
 	}
 }
+
+func TestSignaling(t *testing.T) {
+	p := newPair(t, qp.RC, cleanNet, qptest.DefaultRC, 8)
+	aMR := p.regMR(p.a, make([]byte, 64), 0, qp.AccessLocalWrite)
+	bMR := p.regMR(p.b, make([]byte, 64), 0, allAccess)
+	wr := qp.SendWR{Opcode: qp.WRRDMAWrite, SGL: []qp.SGE{{Length: 8, LKey: aMR.LKey()}}, RKey: bMR.RKey()}
+	for id := uint64(1); id <= 4; id++ {
+		wr.ID = id
+		wr.Flags = 0
+		if id == 3 {
+			wr.Flags = qp.SendSignaled
+		}
+		if err := p.a.QP.PostSend(&wr); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A failing unsignaled WR still reports its error.
+	wr.ID, wr.Flags, wr.RKey = 5, 0, bMR.RKey()^0xFF00
+	if err := p.a.QP.PostSend(&wr); err != nil {
+		t.Fatal(err)
+	}
+	wcs := waitWC(t, p, p.a.SCQ, 2, time.Second)
+	expectStatus(t, wcs[0], 3, qp.WCSuccess)
+	expectStatus(t, wcs[1], 5, qp.WCRemAccessErr)
+	if extra := pollAll(p.a.SCQ, nil); len(extra) != 0 {
+		t.Fatalf("unexpected completions %+v", extra)
+	}
+	// SigAll: every WR completes.
+	n, _ := qptest.NewNet(qptest.Options{})
+	e := n.A.E
+	pd, _ := e.AllocPD()
+	cq, _ := e.CreateCQ(8)
+	q, _ := pd.CreateQP(&qp.QPInitAttr{Type: qp.UD, SendCQ: cq, RecvCQ: cq, SigAll: true, Cap: qp.QPCap{MaxSendWR: 4, MaxRecvWR: 1}})
+	peer, _ := qptest.NewEndpoint(n.B.E, qp.UD, 4)
+	if err := n.Connect(q, peer.QP, qptest.DefaultRC); err != nil {
+		t.Fatal(err)
+	}
+	ah, _ := pd.CreateAH(qp.AddressVector{DGID: n.B.GID})
+	for i := 0; i < 3; i++ {
+		if err := q.PostSend(&qp.SendWR{ID: uint64(i), Opcode: qp.WRSend, AH: ah, RemoteQPN: peer.QP.QPN(), RemoteQKey: qptest.UDQKey}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var got []qp.WorkCompletion
+	_ = n.Run(func() bool { got = pollAll(cq, got); return len(got) == 3 }, time.Second)
+	if len(got) != 3 {
+		t.Fatalf("SigAll QP: %d completions", len(got))
+	}
+}
