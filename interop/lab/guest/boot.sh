@@ -24,6 +24,7 @@ ln -sf /proc/self/fd/2 /dev/stderr
 mount -t configfs configfs /sys/kernel/config 2>/dev/null
 
 log() { echo "rxelab: $*" > /dev/console; }
+log_pipe() { while read -r l; do log "$l"; done; }
 # expand6 ADDR: IPv6 address in the 8-group form of /sys/class/infiniband/*/gids/*
 expand6() {
 	echo "$1" | awk '{
@@ -89,7 +90,8 @@ if [ "$P_ipv6" != 1 ]; then
 fi
 ip link set eth0 mtu "$P_mtu" || log "cannot set mtu $P_mtu"
 [ -n "$P_addr" ] && ip addr add "$P_addr" dev eth0
-[ -n "$P_addr6" ] && [ "$P_ipv6" = 1 ] && { ip -6 addr add "$P_addr6" dev eth0 nodad || log "cannot add $P_addr6"; }
+# /sbin/ip, not the busybox applet that "ip" runs in this shell: it lacks nodad.
+[ -n "$P_addr6" ] && [ "$P_ipv6" = 1 ] && { /sbin/ip -6 addr add "$P_addr6" dev eth0 nodad 2>&1 | log_pipe || true; }
 ip link set eth0 up
 i=0
 while ! grep -q 1 /sys/class/net/eth0/carrier 2>/dev/null && [ $i -lt 100 ]; do sleep 0.1; i=$((i+1)); done
