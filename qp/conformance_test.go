@@ -347,3 +347,273 @@ func replayDirection(t *testing.T, pkts []*capPkt, reqSrc, reqDst netip.Addr, mt
 	}
 	return len(outs)
 }
+
+// TestRequesterConformanceWithRxe rebuilds the work requests behind each
+// request stream of the reference captures, runs them through our requester
+// (feeding it rxe's responses in capture order) and checks that we send the
+// packets rxe sent: opcodes, PSNs, AckReq, extension headers and payloads.
+func TestRequesterConformanceWithRxe(t *testing.T) {
+	dir := capturesDir(t)
+	for _, c := range []struct {
+		mtuDir string
+		mtu    ib.MTU
+		names  []string
+	}{
+		{"mtu4096", ib.MTU4096, []string{"rc_send", "rc_write", "rc_read", "rc_atomic", "rc_write_lat_small"}},
+		{"mtu1024", ib.MTU1024, []string{"rc_send", "rc_write", "rc_read"}},
+	} {
+		for _, name := range c.names {
+			t.Run(c.mtuDir+"/"+name, func(t *testing.T) {
+				frames, err := readPcap(filepath.Join(dir, c.mtuDir, name+".pcap"))
+				if err != nil {
+					t.Skip(err)
+				}
+				var pkts []*capPkt
+				for _, f := range frames {
+					cp := &capPkt{}
+					if err := ib.Parse(f, &cp.p); err != nil {
+						t.Fatal(err)
+					}
+					cp.src, cp.dst = cp.p.IPv4.Src(), cp.p.IPv4.Dst()
+					pkts = append(pkts, cp)
+				}
+				dirs := map[[2]netip.Addr]bool{}
+				for _, cp := range pkts {
+					if !isResponse(cp.p.BTH.Opcode()) {
+						dirs[[2]netip.Addr{cp.src, cp.dst}] = true
+					}
+				}
+				total := 0
+				for d := range dirs {
+					total += replayRequester(t, pkts, d[0], d[1], c.mtu)
+				}
+				t.Logf("%d request packets compared", total)
+			})
+		}
+	}
+}
+
+func replayRequester(t *testing.T, pkts []*capPkt, reqSrc, reqDst netip.Addr, mtu ib.MTU) int {
+	t.Helper()
+	var stream, reqs []*capPkt
+	for _, cp := range pkts {
+		isReq := cp.src == reqSrc && cp.dst == reqDst && !isResponse(cp.p.BTH.Opcode())
+		isResp := cp.src == reqDst && cp.dst == reqSrc && isResponse(cp.p.BTH.Opcode())
+		if isReq {
+			reqs = append(reqs, cp)
+		}
+		if isReq || isResp {
+			stream = append(stream, cp)
+		}
+	}
+	var respQPN uint32
+	for _, cp := range stream {
+		if isResponse(cp.p.BTH.Opcode()) {
+			respQPN = cp.p.BTH.DestQP()
+			break
+		}
+	}
+	clock := &qptest.Clock{}
+	e, err := qp.New(qp.Config{Clock: clock, PortMTU: mtu})
+	if err != nil {
+		t.Fatal(err)
+	}
+	qp.SetNextQPN(e, respQPN)
+	ep, err := qptest.NewEndpoint(e, qp.RC, 256)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := qptest.BringUp(ep.QP, reqs[0].p.BTH.DestQP(), qptest.RCParams{MTU: mtu, Timeout: 14, RetryCnt: 7, RNRRetry: 7,
+		MinRNRTimer: 12, RdAtomic: 128, Access: allAccess}, uint32(reqs[0].p.BTH.PSN()), 0,
+		ib.GIDFromAddr(reqSrc), ib.GIDFromAddr(reqDst)); err != nil {
+		t.Fatal(err)
+	}
+	// Rebuild the messages: data goes into a local buffer, one region per WR.
+	local := make([]byte, 64<<20)
+	lmr, _ := ep.PD.RegMR(local, 0, qp.AccessLocalWrite)
+	type msg struct {
+		wr   qp.SendWR
+		off  int
+		data []byte // what the message carried, or what READ should bring back
+	}
+	var msgs []*msg
+	var cur *msg
+	off := 0
+	for _, r := range reqs {
+		op := uint8(r.p.BTH.Opcode()) & 0x1F
+		cl := op
+		first := cl == 0x00 || cl == 0x04 || cl == 0x05 || cl == 0x06 || cl == 0x0A || cl == 0x0B || cl == 0x0C ||
+			cl == 0x13 || cl == 0x14 || cl == 0x17
+		if first {
+			cur = &msg{off: off}
+			msgs = append(msgs, cur)
+			cur.wr.ID = uint64(len(msgs))
+			cur.wr.Flags = qp.SendSignaled
+		}
+		if cur == nil {
+			t.Fatalf("capture starts mid-message (%v)", r.p.BTH.Opcode())
+		}
+		w := &cur.wr
+		switch {
+		case op <= 0x05 || op == 0x16 || op == 0x17:
+			w.Opcode = qp.WRSend
+		case op <= 0x0B:
+			w.Opcode = qp.WRRDMAWrite
+		case op == 0x0C:
+			w.Opcode = qp.WRRDMARead
+		case op == 0x13:
+			w.Opcode = qp.WRAtomicCmpAndSwp
+		case op == 0x14:
+			w.Opcode = qp.WRAtomicFetchAndAdd
+		}
+		if r.p.RETH != nil {
+			w.RemoteAddr, w.RKey = r.p.RETH.VA(), r.p.RETH.RKey()
+			if op == 0x0C {
+				cur.data = make([]byte, r.p.RETH.DMALen())
+			}
+		}
+		if r.p.AtomicETH != nil {
+			w.RemoteAddr, w.RKey = r.p.AtomicETH.VA(), r.p.AtomicETH.RKey()
+			if op == 0x13 {
+				w.Swap, w.CompareAdd = r.p.AtomicETH.SwapAdd(), r.p.AtomicETH.Compare()
+			} else {
+				w.CompareAdd = r.p.AtomicETH.SwapAdd()
+			}
+			cur.data = make([]byte, 8)
+		}
+		if r.p.ImmDt != nil {
+			w.Imm = r.p.ImmDt.Imm()
+			if w.Opcode == qp.WRSend {
+				w.Opcode = qp.WRSendWithImm
+			} else {
+				w.Opcode = qp.WRRDMAWriteWithImm
+			}
+		}
+		if r.p.IETH != nil {
+			w.Opcode, w.InvalidateRKey = qp.WRSendWithInv, r.p.IETH.RKey()
+		}
+		if r.p.BTH.Solicited() {
+			w.Flags |= qp.SendSolicited
+		}
+		if op <= 0x0B || op == 0x16 || op == 0x17 {
+			cur.data = append(cur.data, r.p.Payload...)
+		}
+	}
+	for _, m := range msgs {
+		m.off = off
+		if m.wr.Opcode == qp.WRRDMARead || m.wr.Opcode == qp.WRAtomicCmpAndSwp || m.wr.Opcode == qp.WRAtomicFetchAndAdd {
+			// Expected results come from rxe's responses, filled in below.
+		} else {
+			copy(local[off:], m.data)
+		}
+		m.wr.SGL = []qp.SGE{{Addr: uint64(off), Length: uint32(len(m.data)), LKey: lmr.LKey()}}
+		off += (len(m.data) + 63) &^ 63
+		if err := ep.QP.PostSend(&m.wr); err != nil {
+			t.Fatal(err)
+		}
+	}
+	slots := make([]qp.TxPacket, 16)
+	for i := range slots {
+		slots[i] = qp.TxPacket{Buf: make([]byte, 4096+256), Headroom: 64}
+	}
+	var ours []ib.Packet
+	pull := func() {
+		for {
+			n := e.Transmit(slots)
+			for k := 0; k < n; k++ {
+				var p ib.Packet
+				if err := ib.ParseIB(append([]byte(nil), slots[k].Payload()...), &p); err != nil {
+					t.Fatal(err)
+				}
+				ours = append(ours, p)
+			}
+			if n < len(slots) {
+				return
+			}
+		}
+	}
+	src := qp.Source{SGID: ib.GIDFromAddr(reqDst), DGID: ib.GIDFromAddr(reqSrc)}
+	compared := 0
+	readResp := map[ib.PSN][]byte{}
+	for _, cp := range stream {
+		if isResponse(cp.p.BTH.Opcode()) {
+			readResp[cp.p.BTH.PSN()] = cp.p.Payload
+			if cp.p.AtomicAckETH != nil {
+				b := make([]byte, 8)
+				binary.NativeEndian.PutUint64(b, cp.p.AtomicAckETH.Orig())
+				readResp[cp.p.BTH.PSN()] = b
+			}
+			if err := e.Receive(&cp.p, &src); err != nil {
+				t.Fatalf("rxe response %v psn %#x rejected: %v", cp.p.BTH.Opcode(), cp.p.BTH.PSN(), err)
+			}
+			continue
+		}
+		if len(ours) == 0 {
+			pull()
+		}
+		if len(ours) == 0 {
+			t.Fatalf("rxe sent %v psn %#x; we had nothing to send", cp.p.BTH.Opcode(), cp.p.BTH.PSN())
+		}
+		got, want := &ours[0], &cp.p
+		ours = ours[1:]
+		where := fmt.Sprintf("request %d (rxe: %v psn %#x)", compared, want.BTH.Opcode(), want.BTH.PSN())
+		if got.BTH.Fields() != want.BTH.Fields() {
+			t.Fatalf("%s: BTH %+v, rxe %+v", where, got.BTH.Fields(), want.BTH.Fields())
+		}
+		for _, h := range [][2][]byte{{got.RETH, want.RETH}, {got.AtomicETH, want.AtomicETH}, {got.ImmDt, want.ImmDt},
+			{got.IETH, want.IETH}, {got.Payload, want.Payload}} {
+			if !bytes.Equal(h[0], h[1]) {
+				t.Fatalf("%s: headers or payload differ: % x vs rxe % x", where, h[0], h[1])
+			}
+		}
+		compared++
+	}
+	pull()
+	if len(ours) != 0 {
+		t.Fatalf("we sent %d more packets than rxe (first %v psn %#x)", len(ours), ours[0].BTH.Opcode(), ours[0].BTH.PSN())
+	}
+	wcs := pollAll(ep.SCQ, nil)
+	if len(wcs) != len(msgs) {
+		t.Fatalf("%d completions for %d messages", len(wcs), len(msgs))
+	}
+	for i, wc := range wcs {
+		if wc.Status != qp.WCSuccess || wc.WRID != uint64(i+1) {
+			t.Fatalf("completion %d: %+v", i, wc)
+		}
+	}
+	// READ and atomic results are what rxe answered.
+	for _, r := range reqs {
+		op := r.p.BTH.Opcode()
+		if op != ib.RCReadRequest && op != ib.RCFetchAdd && op != ib.RCCompareSwap {
+			continue
+		}
+		var want []byte
+		for k := uint32(0); ; k++ {
+			b, ok := readResp[r.p.BTH.PSN().Add(k)]
+			if !ok {
+				break
+			}
+			want = append(want, b...)
+			if op != ib.RCReadRequest || uint32(len(want)) >= r.p.RETH.DMALen() {
+				break
+			}
+		}
+		var m *msg
+		for _, x := range msgs {
+			if x.wr.RemoteAddr == rAddr(r) && x.wr.Opcode != qp.WRRDMAWrite {
+				m = x
+			}
+		}
+		if m == nil || !bytes.Equal(local[m.off:m.off+len(want)], want) {
+			t.Fatalf("result of %v psn %#x differs from rxe's response", op, r.p.BTH.PSN())
+		}
+	}
+	return compared
+}
+
+func rAddr(r *capPkt) uint64 {
+	if r.p.RETH != nil {
+		return r.p.RETH.VA()
+	}
+	return r.p.AtomicETH.VA()
+}
