@@ -323,7 +323,8 @@ func (l *Link) wait(ctx context.Context) error {
 }
 
 // WriteBatch copies frames into the UMEM and queues them for transmission.
-// A frame that cannot be sent stops the batch with a *link.FrameError.
+// A frame that cannot be sent stops the batch with a *link.FrameError; a
+// device that cannot send (ENETDOWN) gives a plain error.
 func (l *Link) WriteBatch(frames [][]byte) (int, error) {
 	l.txMu.Lock()
 	defer l.txMu.Unlock()
@@ -344,11 +345,17 @@ func (l *Link) WriteBatch(frames [][]byte) (int, error) {
 		}
 	}
 	sent, err := l.write(frames[:end])
-	if err != nil {
-		if errors.Is(err, xdp.ErrFrameTooLarge) {
-			err = fmt.Errorf("%w: %w", link.ErrTooLarge, err)
-		}
+	switch {
+	case err == nil:
+	case errors.Is(err, xdp.ErrFrameTooLarge):
+		return sent, &link.FrameError{Index: sent, Err: fmt.Errorf("%w: %w", link.ErrTooLarge, err)}
+	case errors.Is(err, xdp.ErrEmptyFrame), errors.Is(err, ErrTxBusy):
 		return sent, &link.FrameError{Index: sent, Err: err}
+	default:
+		// The device refused to send (e.g. ENETDOWN): not one frame's
+		// fault. Frames counted in sent are queued and go out once the
+		// device can send.
+		return sent, err
 	}
 	if bad != nil {
 		return sent, &link.FrameError{Index: sent, Err: bad}
