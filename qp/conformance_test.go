@@ -617,3 +617,117 @@ func rAddr(r *capPkt) uint64 {
 	}
 	return r.p.AtomicETH.VA()
 }
+
+// TestUDConformanceWithRxe checks UD against ibv_ud_pingpong traffic: our UD
+// sends carry what rxe's did (BTH with the running PSN, DETH Q_Key and source
+// QP, payload), and rxe's packets are received with the 40-byte GRH area and
+// the source QP in the completion.
+func TestUDConformanceWithRxe(t *testing.T) {
+	dir := capturesDir(t)
+	for _, mtuDir := range []string{"mtu4096", "mtu1024"} {
+		t.Run(mtuDir, func(t *testing.T) {
+			frames, err := readPcap(filepath.Join(dir, mtuDir, "ud_send.pcap"))
+			if err != nil {
+				t.Skip(err)
+			}
+			var pkts []*capPkt
+			for _, f := range frames {
+				cp := &capPkt{}
+				if err := ib.Parse(f, &cp.p); err != nil {
+					t.Fatal(err)
+				}
+				cp.src, cp.dst = cp.p.IPv4.Src(), cp.p.IPv4.Dst()
+				pkts = append(pkts, cp)
+			}
+			senders := map[netip.Addr][]*capPkt{}
+			for _, cp := range pkts {
+				senders[cp.src] = append(senders[cp.src], cp)
+			}
+			for srcAddr, sent := range senders {
+				first := sent[0].p
+				e, _ := qp.New(qp.Config{Clock: &qptest.Clock{}, PortMTU: ib.MTU4096})
+				qp.SetNextQPN(e, first.DETH.SrcQP())
+				ep, err := qptest.NewEndpoint(e, qp.UD, 16)
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, s := range []struct {
+					a    qp.QPAttr
+					mask qp.AttrMask
+				}{
+					{qp.QPAttr{State: qp.StateInit, Port: 1, QKey: first.DETH.QKey()}, qp.AttrState | qp.AttrPKeyIndex | qp.AttrPort | qp.AttrQKey},
+					{qp.QPAttr{State: qp.StateRTR}, qp.AttrState},
+					{qp.QPAttr{State: qp.StateRTS, SQPSN: uint32(first.BTH.PSN())}, qp.AttrState | qp.AttrSQPSN},
+				} {
+					if err := ep.QP.Modify(&s.a, s.mask); err != nil {
+						t.Fatal(err)
+					}
+				}
+				buf := make([]byte, 64<<10)
+				mr, _ := ep.PD.RegMR(buf, 0, qp.AccessLocalWrite)
+				ah, _ := ep.PD.CreateAH(qp.AddressVector{DGID: ib.GIDFromAddr(sent[0].dst), SGID: ib.GIDFromAddr(srcAddr)})
+				for i, cp := range sent {
+					copy(buf[i*4096:], cp.p.Payload)
+					wr := qp.SendWR{ID: uint64(i), Opcode: qp.WRSend, AH: ah, RemoteQPN: cp.p.BTH.DestQP(), RemoteQKey: cp.p.DETH.QKey(),
+						SGL: []qp.SGE{{Addr: uint64(i * 4096), Length: uint32(len(cp.p.Payload)), LKey: mr.LKey()}}}
+					if cp.p.ImmDt != nil {
+						wr.Opcode, wr.Imm = qp.WRSendWithImm, cp.p.ImmDt.Imm()
+					}
+					if err := ep.QP.PostSend(&wr); err != nil {
+						t.Fatal(err)
+					}
+				}
+				slots := make([]qp.TxPacket, len(sent)+1)
+				for i := range slots {
+					slots[i] = qp.TxPacket{Buf: make([]byte, 4096+256), Headroom: 64}
+				}
+				if n := e.Transmit(slots); n != len(sent) {
+					t.Fatalf("sent %d packets, rxe %d", n, len(sent))
+				}
+				for i, cp := range sent {
+					var p ib.Packet
+					if err := ib.ParseIB(slots[i].Payload(), &p); err != nil {
+						t.Fatal(err)
+					}
+					if p.BTH.Fields() != cp.p.BTH.Fields() || !bytes.Equal(p.DETH, cp.p.DETH) || !bytes.Equal(p.Payload, cp.p.Payload) {
+						t.Fatalf("UD send %d: BTH %+v DETH % x, rxe BTH %+v DETH % x", i, p.BTH.Fields(), []byte(p.DETH),
+							cp.p.BTH.Fields(), []byte(cp.p.DETH))
+					}
+					if slots[i].AV.DGID != ib.GIDFromAddr(cp.dst) {
+						t.Fatal("UD send addressed wrongly")
+					}
+				}
+				// Receive what the peer sent to this address.
+				rbuf := make([]byte, 16*(40+4096))
+				rmr, _ := ep.PD.RegMR(rbuf, 1<<20, qp.AccessLocalWrite)
+				var in []*capPkt
+				for _, cp := range pkts {
+					if cp.dst == srcAddr {
+						in = append(in, cp)
+					}
+				}
+				for i := range in {
+					ep.QP.PostRecv(&qp.RecvWR{ID: uint64(i), SGL: []qp.SGE{{Addr: 1<<20 + uint64(i*(40+4096)), Length: 40 + 4096, LKey: rmr.LKey()}}})
+				}
+				for _, cp := range in {
+					src := qp.Source{SGID: ib.GIDFromAddr(cp.src), NetworkHeader: cp.p.IPv4[:20]}
+					if err := e.Receive(&cp.p, &src); err != nil {
+						t.Fatal(err)
+					}
+				}
+				wcs := pollAll(ep.RCQ, nil)
+				if len(wcs) != len(in) {
+					t.Fatalf("%d receive completions for %d packets", len(wcs), len(in))
+				}
+				for i, wc := range wcs {
+					b := rbuf[i*(40+4096):]
+					n := len(in[i].p.Payload)
+					if wc.Status != qp.WCSuccess || wc.ByteLen != uint32(40+n) || wc.SrcQP != in[i].p.DETH.SrcQP() ||
+						!bytes.Equal(b[20:40], in[i].p.IPv4[:20]) || !bytes.Equal(b[40:40+n], in[i].p.Payload) {
+						t.Fatalf("receive %d: %+v", i, wc)
+					}
+				}
+			}
+		})
+	}
+}
