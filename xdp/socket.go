@@ -153,6 +153,12 @@ func Open(ifname string, queue int, cfg Config) (*Socket, error) {
 			return nil, err
 		}
 	}
+	if cfg.Frames < 0 || cfg.Frames == 1 {
+		if private {
+			u.Close()
+		}
+		return nil, fmt.Errorf("%w: %d frames for a socket (want at least 2: receive and transmit)", ErrBadConfig, cfg.Frames)
+	}
 	frames := uint32(cfg.Frames)
 	if frames == 0 {
 		if private {
