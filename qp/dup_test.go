@@ -1,0 +1,139 @@
+package qp_test
+
+import (
+	"bytes"
+	"encoding/binary"
+	"testing"
+
+	"github.com/goroce/goroce/ib"
+	"github.com/goroce/goroce/qp"
+	"github.com/goroce/goroce/qp/qptest"
+)
+
+// responderRig is a single RC QP fed with hand-made request packets.
+type responderRig struct {
+	t     *testing.T
+	e     *qp.Engine
+	ep    *qptest.Endpoint
+	mem   []byte
+	mr    *qp.MR
+	slots []qp.TxPacket
+}
+
+const rigPSN = 0xFFFFFE
+
+func newResponderRig(t *testing.T) *responderRig {
+	e, _ := qp.New(qp.Config{Clock: &qptest.Clock{}})
+	ep, err := qptest.NewEndpoint(e, qp.RC, 16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	prm := qptest.DefaultRC
+	prm.MTU = ib.MTU256
+	if err := qptest.BringUp(ep.QP, 0x99, prm, 0, rigPSN, ib.GID{}, ib.GID{}); err != nil {
+		t.Fatal(err)
+	}
+	r := &responderRig{t: t, e: e, ep: ep, mem: make([]byte, 4096)}
+	fill(r.mem, 77)
+	r.mr, err = qp.RegMRWithKey(ep.PD, r.mem, 0x10000, allAccess, 0x4242)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.slots = make([]qp.TxPacket, 32)
+	for i := range r.slots {
+		r.slots[i] = qp.TxPacket{Buf: make([]byte, 2048), Headroom: 0}
+	}
+	return r
+}
+
+func (r *responderRig) req(op ib.Opcode, psn uint32, ext []byte, payload []byte, ackReq bool) []ib.Packet {
+	r.t.Helper()
+	b := make([]byte, ib.BTHSize)
+	pc := (-len(payload)) & 3
+	ib.BTH(b).Encode(&ib.BTHFields{Opcode: op, PKey: 0xFFFF, DestQP: r.ep.QP.QPN(), PSN: ib.PSN(psn), AckReq: ackReq, PadCount: uint8(pc)})
+	b = append(append(append(b, ext...), payload...), make([]byte, pc+4)...)
+	var p ib.Packet
+	if err := ib.ParseIB(b, &p); err != nil {
+		r.t.Fatal(err)
+	}
+	r.e.Receive(&p, &qp.Source{})
+	var out []ib.Packet
+	n := r.e.Transmit(r.slots)
+	for i := 0; i < n; i++ {
+		var o ib.Packet
+		if err := ib.ParseIB(append([]byte(nil), r.slots[i].Payload()...), &o); err != nil {
+			r.t.Fatal(err)
+		}
+		out = append(out, o)
+	}
+	return out
+}
+
+func rethBytes(va uint64, key, n uint32) []byte {
+	b := make([]byte, 16)
+	ib.RETH(b).Encode(&ib.RETHFields{VA: va, RKey: key, DMALen: n})
+	return b
+}
+
+func TestDuplicateRequests(t *testing.T) {
+	r := newResponderRig(t)
+	p0 := uint32(rigPSN)
+	// READ of 1000 bytes at mtu 256: 4 responses, PSNs p0..p0+3 (wrapping).
+	out := r.req(ib.RCReadRequest, p0, rethBytes(0x10000+100, 0x4242, 1000), nil, true)
+	if len(out) != 4 || out[0].BTH.Opcode() != ib.RCReadResponseFirst || out[3].BTH.Opcode() != ib.RCReadResponseLast {
+		t.Fatalf("read responses %d", len(out))
+	}
+	// The requester lost responses 2 and 3 and re-reads from PSN p0+2 for the rest.
+	re := r.req(ib.RCReadRequest, uint32(ib.PSN(p0).Add(2)), rethBytes(0x10000+100+512, 0x4242, 488), nil, true)
+	if len(re) != 2 || re[0].BTH.Opcode() != ib.RCReadResponseMiddle || re[1].BTH.Opcode() != ib.RCReadResponseLast ||
+		re[0].BTH.PSN() != ib.PSN(p0).Add(2) || re[0].AETH != nil || re[1].AETH == nil {
+		t.Fatalf("replayed read: %d packets, first %v psn %#x", len(re), re[0].BTH.Opcode(), re[0].BTH.PSN())
+	}
+	if !bytes.Equal(append(re[0].Payload, re[1].Payload...), r.mem[100+512:1100]) {
+		t.Fatal("replayed read data differs")
+	}
+	// A re-read outside the original range, or with another key, is ignored.
+	if o := r.req(ib.RCReadRequest, uint32(ib.PSN(p0).Add(1)), rethBytes(0x10000+100+256, 0x4242, 2000), nil, true); len(o) != 0 {
+		t.Fatal("re-read beyond the original range answered")
+	}
+	// FETCH_ADD at p0+4, then its duplicate: the same original, executed once.
+	atom := make([]byte, 28)
+	ib.AtomicETH(atom).Encode(&ib.AtomicETHFields{VA: 0x10000 + 8, RKey: 0x4242, SwapAdd: 5})
+	before := binary.NativeEndian.Uint64(r.mem[8:])
+	a1 := r.req(ib.RCFetchAdd, uint32(ib.PSN(p0).Add(4)), atom, nil, true)
+	a2 := r.req(ib.RCFetchAdd, uint32(ib.PSN(p0).Add(4)), atom, nil, true)
+	if len(a1) != 1 || len(a2) != 1 || a1[0].AtomicAckETH.Orig() != before || a2[0].AtomicAckETH.Orig() != before {
+		t.Fatalf("atomic replies %d/%d", len(a1), len(a2))
+	}
+	if got := binary.NativeEndian.Uint64(r.mem[8:]); got != before+5 {
+		t.Fatalf("counter %d, want %d: the duplicate ran again", got, before+5)
+	}
+	// WRITE at p0+5; its duplicate gets an ACK for ePSN−1 and is not executed again.
+	w := r.req(ib.RCWriteOnly, uint32(ib.PSN(p0).Add(5)), rethBytes(0x10000+2000, 0x4242, 4), []byte{1, 2, 3, 4}, true)
+	copy(r.mem[2000:], []byte{9, 9, 9, 9})
+	d := r.req(ib.RCWriteOnly, uint32(ib.PSN(p0).Add(5)), rethBytes(0x10000+2000, 0x4242, 4), []byte{1, 2, 3, 4}, false)
+	if len(w) != 1 || len(d) != 1 || d[0].BTH.PSN() != ib.PSN(p0).Add(5) || d[0].AETH.Syndrome() != ib.SyndromeACKUnlimited {
+		t.Fatalf("write ACK %d, duplicate ACK %d", len(w), len(d))
+	}
+	if !bytes.Equal(r.mem[2000:2004], []byte{9, 9, 9, 9}) {
+		t.Fatal("duplicate WRITE re-executed")
+	}
+	// MSN: one READ, one atomic, one WRITE.
+	if d[0].AETH.MSN() != 3 {
+		t.Fatalf("MSN %d, want 3", d[0].AETH.MSN())
+	}
+	// A gap: one NAK, then silence until the expected PSN arrives.
+	g1 := r.req(ib.RCWriteOnly, uint32(ib.PSN(p0).Add(8)), rethBytes(0x10000, 0x4242, 4), []byte{1, 2, 3, 4}, true)
+	g2 := r.req(ib.RCWriteOnly, uint32(ib.PSN(p0).Add(9)), rethBytes(0x10000, 0x4242, 4), []byte{1, 2, 3, 4}, true)
+	if len(g1) != 1 || g1[0].AETH.Syndrome() != ib.NAKSyndrome(ib.NAKPSNSequenceError) || g1[0].BTH.PSN() != ib.PSN(p0).Add(6) || len(g2) != 0 {
+		t.Fatalf("gap: %d then %d packets", len(g1), len(g2))
+	}
+	// SEND without a posted receive: RNR NAK carrying min_rnr_timer, PSN of the SEND.
+	s := r.req(ib.RCSendOnly, uint32(ib.PSN(p0).Add(6)), nil, []byte{1}, true)
+	if len(s) != 1 || s[0].AETH.Syndrome() != ib.RNRNAKSyndrome(12) || s[0].BTH.PSN() != ib.PSN(p0).Add(6) {
+		t.Fatalf("RNR: %+v", s)
+	}
+	if r.ep.QP.State() != qp.StateRTS {
+		t.Fatalf("state %v", r.ep.QP.State())
+	}
+}
