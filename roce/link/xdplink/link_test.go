@@ -289,17 +289,31 @@ func TestBadInput(t *testing.T) {
 // TestNoAllocs guards the data path: WriteBatch on one end and ReadBatch on
 // the other allocate nothing per batch.
 func TestNoAllocs(t *testing.T) {
-	a, b := pair(t, 1500, xdplink.Options{FrameSize: 2048})
+	for _, tc := range []struct {
+		mtu, frameSize, frameLen int
+		multi                    bool
+	}{
+		{1500, 2048, 1000, false},
+		{9000, 4096, 4170, true}, // every frame in two chunks
+	} {
+		t.Run(fmt.Sprint(tc.frameLen), func(t *testing.T) {
+			noAllocs(t, tc.mtu, tc.frameLen, xdplink.Options{FrameSize: tc.frameSize, Multibuffer: tc.multi})
+		})
+	}
+}
+
+func noAllocs(t *testing.T, mtu, frameLen int, opts xdplink.Options) {
+	a, b := pair(t, mtu, opts)
 	const batch = 32
 	frames := make([][]byte, batch)
 	for i := range frames {
-		frames[i] = make([]byte, 1000)
+		frames[i] = make([]byte, frameLen)
 		udpFrame(frames[i], b.mac, a.mac, uint32(i))
 	}
 	got := 0
 	count := func(fs [][]byte) {
 		for _, f := range fs {
-			if isOurs(f) {
+			if isOurs(f) && len(f) == frameLen {
 				got++
 			}
 		}
