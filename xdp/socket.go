@@ -731,16 +731,16 @@ func (s *Socket) Transmit(frames [][]byte) (int, error) {
 	var err error
 	queued := false
 	for _, f := range frames {
-		l := uint32(len(f))
-		if l == 0 {
+		if len(f) == 0 {
 			err = ErrEmptyFrame
 			break
 		}
-		segs := (l + s.txCap - 1) / s.txCap
-		if segs > 1 && (!s.sg || segs > MaxSegments) {
+		if len(f) > s.MaxFrame() {
 			err = s.tooLarge(len(f))
 			break
 		}
+		l := uint32(len(f))
+		segs := (l + s.txCap - 1) / s.txCap
 		if uint32(len(s.txFree)) < segs || s.tx.free(segs) < segs {
 			s.reap()
 			if uint32(len(s.txFree)) < segs || s.tx.free(segs) < segs {
