@@ -191,6 +191,9 @@ func TestMultibuffer(t *testing.T) {
 			if !a.sock.Multibuffer() {
 				t.Fatal("socket not in multi-buffer mode")
 			}
+			if n, err := a.sock.Transmit([][]byte{make([]byte, a.sock.MaxFrame()+1)}); n != 0 || !errors.Is(err, xdp.ErrFrameTooLarge) {
+				t.Fatalf("frame of MaxFrame+1 bytes: %d, %v", n, err)
+			}
 			// A 4096-MTU RoCE frame first: 4170 bytes.
 			for _, dir := range []struct{ from, to *side }{{a, b}, {b, a}} {
 				frame := make([]byte, 4170)
