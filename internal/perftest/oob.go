@@ -1,0 +1,339 @@
+// Copyright The goroce Authors.
+// SPDX-License-Identifier: Apache-2.0
+
+package perftest
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net"
+	"strconv"
+	"strings"
+
+	"github.com/goroce/goroce/ib"
+)
+
+// Version is the perftest version whose protocol this package speaks and
+// announces.
+const Version = "6.06"
+
+// Sizes of perftest's out-of-band messages.
+const (
+	VersionSize = 16  // char version[16]
+	DestSize    = 108 // a key record with GID
+	reportField = 8   // each bandwidth report field
+)
+
+// minVersion is the oldest peer perftest 6.06 accepts.
+const minVersion = 5.70
+
+// Default system data perftest exchanges: the page size it cycles remote
+// addresses within and the cache line it aligns them to.
+const (
+	DefaultCycleBuffer   = 4096
+	DefaultCacheLineSize = 64
+)
+
+var doneMsg = []byte("done\x00")
+
+// Dest is one QP's record in perftest's key exchange (struct pingpong_dest
+// as ethernet_write_keys prints it).
+type Dest struct {
+	LID      uint16
+	OutReads uint16
+	QPN      uint32 // 24 bits
+	PSN      uint32 // 24 bits
+	RKey     uint32
+	VAddr    uint64
+	GID      ib.GID
+	SRQN     uint32
+}
+
+// Marshal returns the 108-byte record, NUL-terminated.
+func (d Dest) Marshal() []byte {
+	b := make([]byte, 0, DestSize)
+	b = fmt.Appendf(b, "%04x:%04x:%06x:%06x:%08x:%016x:", d.LID, d.OutReads, d.QPN&0xFFFFFF, d.PSN&0xFFFFFF, d.RKey, d.VAddr)
+	for _, g := range d.GID {
+		b = fmt.Appendf(b, "%02x:", g)
+	}
+	b = fmt.Appendf(b, "%08x:", d.SRQN)
+	return append(b, 0)
+}
+
+// ParseDest decodes a 108-byte record.
+func ParseDest(b []byte) (Dest, error) {
+	var d Dest
+	if len(b) != DestSize {
+		return d, fmt.Errorf("%w: perftest record of %d bytes, want %d", ErrBadRecord, len(b), DestSize)
+	}
+	if b[len(b)-1] != 0 {
+		return d, fmt.Errorf("%w: perftest record not NUL-terminated", ErrBadRecord)
+	}
+	s, ok := strings.CutSuffix(string(b[:len(b)-1]), ":")
+	if !ok {
+		return d, fmt.Errorf("%w: perftest record does not end in ':'", ErrBadRecord)
+	}
+	f := strings.Split(s, ":")
+	if len(f) != 6+16+1 {
+		return d, fmt.Errorf("%w: perftest record has %d fields, want 23", ErrBadRecord, len(f))
+	}
+	var v [6]uint64
+	for i, spec := range []struct {
+		bits int
+		name string
+	}{{16, "LID"}, {16, "OUT_READS"}, {24, "QPN"}, {24, "PSN"}, {32, "RKEY"}, {64, "VADDR"}} {
+		x, err := parseHex(f[i], spec.bits, spec.name)
+		if err != nil {
+			return d, err
+		}
+		v[i] = x
+	}
+	for i := range d.GID {
+		x, err := parseHex(f[6+i], 8, "GID byte")
+		if err != nil {
+			return d, err
+		}
+		d.GID[i] = byte(x)
+	}
+	srqn, err := parseHex(f[22], 32, "SRQN")
+	if err != nil {
+		return d, err
+	}
+	d.LID, d.OutReads, d.QPN, d.PSN = uint16(v[0]), uint16(v[1]), uint32(v[2]), uint32(v[3])
+	d.RKey, d.VAddr, d.SRQN = uint32(v[4]), v[5], uint32(srqn)
+	return d, nil
+}
+
+// Role says which end of the TCP connection this side is. The client
+// writes first in every exchange.
+type Role int
+
+const (
+	Server Role = iota
+	Client
+)
+
+func (r Role) String() string {
+	if r == Client {
+		return "client"
+	}
+	return "server"
+}
+
+// ErrVersion is returned when the peer's perftest is too old to talk to.
+var ErrVersion = errors.New("perftest: peer version not supported")
+
+// Conn is perftest's out-of-band connection ("Data ex. method: Ethernet").
+// Each exchange is bounded by the context given to it.
+type Conn struct {
+	c    net.Conn
+	role Role
+	// RemoteVersion is the peer's version string (after ExchangeVersions).
+	RemoteVersion string
+	remVer        float64
+}
+
+// NewConn wraps an established connection.
+func NewConn(c net.Conn, role Role) *Conn {
+	return &Conn{c: c, role: role, remVer: 6.06}
+}
+
+// Role returns the side this end plays.
+func (c *Conn) Role() Role { return c.role }
+
+// Close closes the TCP connection.
+func (c *Conn) Close() error { return c.c.Close() }
+
+// Exchange sends my and reads len(rem) bytes into rem, in the order of the
+// side's role (ctx_xchg_data).
+func (c *Conn) Exchange(ctx context.Context, my, rem []byte) error {
+	defer deadline(ctx, c.c)()
+	if c.role == Client {
+		if err := c.write(my); err != nil {
+			return ctxErr(ctx, err)
+		}
+		return ctxErr(ctx, c.read(rem))
+	}
+	if err := c.read(rem); err != nil {
+		return ctxErr(ctx, err)
+	}
+	return ctxErr(ctx, c.write(my))
+}
+
+func (c *Conn) write(b []byte) error {
+	if _, err := c.c.Write(b); err != nil {
+		return fmt.Errorf("perftest: out-of-band write: %w", err)
+	}
+	return nil
+}
+
+func (c *Conn) read(b []byte) error {
+	if _, err := io.ReadFull(c.c, b); err != nil {
+		if err == io.EOF {
+			err = io.ErrUnexpectedEOF
+		}
+		return fmt.Errorf("perftest: out-of-band read: %w", err)
+	}
+	return nil
+}
+
+// ExchangeVersions swaps version strings (exchange_versions) and refuses a
+// peer older than perftest accepts (check_version_compatibility).
+func (c *Conn) ExchangeVersions(ctx context.Context) error {
+	var my, rem [VersionSize]byte
+	copy(my[:], Version)
+	if err := c.Exchange(ctx, my[:], rem[:]); err != nil {
+		return err
+	}
+	s, _, _ := bytes.Cut(rem[:], []byte{0})
+	c.RemoteVersion = string(s)
+	v := atof(c.RemoteVersion)
+	if v < minVersion {
+		return fmt.Errorf("%w: %q is older than %.2f", ErrVersion, c.RemoteVersion, minVersion)
+	}
+	c.remVer = v
+	return nil
+}
+
+// atof reads the leading decimal number of s as C's atof does (0 if none).
+func atof(s string) float64 {
+	end := 0
+	dot := false
+	for end < len(s) && (s[end] >= '0' && s[end] <= '9' || s[end] == '.' && !dot) {
+		dot = dot || s[end] == '.'
+		end++
+	}
+	v, err := strconv.ParseFloat(strings.TrimSuffix(s[:end], "."), 64)
+	if err != nil {
+		return 0
+	}
+	return v
+}
+
+// SysData swaps the cycle buffer (page) and cache line sizes and returns the
+// larger of each (check_sys_data), which both ends then use to lay out
+// their buffers.
+func (c *Conn) SysData(ctx context.Context, cycleBuffer, cacheLine int) (int, int, error) {
+	var my, rem [4]byte
+	binary.BigEndian.PutUint32(my[:], uint32(cycleBuffer))
+	if err := c.Exchange(ctx, my[:], rem[:]); err != nil {
+		return 0, 0, err
+	}
+	rc := int(int32(binary.BigEndian.Uint32(rem[:])))
+	binary.BigEndian.PutUint32(my[:], uint32(cacheLine))
+	if err := c.Exchange(ctx, my[:], rem[:]); err != nil {
+		return 0, 0, err
+	}
+	rl := int(int32(binary.BigEndian.Uint32(rem[:])))
+	return max(cycleBuffer, rc), max(cacheLine, rl), nil
+}
+
+// MTU swaps the IB MTU codes of both ports, as a decimal string in a
+// two-byte field (check_mtu), and returns the path MTU both use: the smaller,
+// ignoring a peer value that is not an MTU code.
+func (c *Conn) MTU(ctx context.Context, mine ib.MTU) (ib.MTU, error) {
+	var my, rem [2]byte
+	copy(my[:], strconv.Itoa(int(mine)))
+	if err := c.Exchange(ctx, my[:], rem[:]); err != nil {
+		return 0, err
+	}
+	s, _, _ := bytes.Cut(rem[:], []byte{0})
+	r, err := strconv.Atoi(string(s))
+	if err == nil && ib.MTU(r).Valid() && ib.MTU(r) < mine {
+		return ib.MTU(r), nil
+	}
+	return mine, nil
+}
+
+// Setup runs the exchanges every test starts with: versions, system data
+// and MTU. It returns the agreed cycle buffer, cache line and path MTU.
+func (c *Conn) Setup(ctx context.Context, mtu ib.MTU) (cycle, cacheLine int, pathMTU ib.MTU, err error) {
+	if err = c.ExchangeVersions(ctx); err != nil {
+		return
+	}
+	if cycle, cacheLine, err = c.SysData(ctx, DefaultCycleBuffer, DefaultCacheLineSize); err != nil {
+		return
+	}
+	pathMTU, err = c.MTU(ctx, mtu)
+	return
+}
+
+// HandShake swaps key records (ctx_hand_shake).
+func (c *Conn) HandShake(ctx context.Context, me Dest) (Dest, error) {
+	var rem [DestSize]byte
+	if err := c.Exchange(ctx, me.Marshal(), rem[:]); err != nil {
+		return Dest{}, err
+	}
+	return ParseDest(rem[:])
+}
+
+// BWReport is a bandwidth result as perftest exchanges it (struct
+// bw_report_data without the per-port fields).
+type BWReport struct {
+	Size    uint64
+	Iters   uint64
+	BWPeak  float64
+	BWAvg   float64
+	MsgRate float64
+}
+
+// ExchangeBWReports swaps reports (xchg_bw_reports): size, iterations, peak,
+// average and message rate, each an 8-byte big-endian exchange of its own.
+func (c *Conn) ExchangeBWReports(ctx context.Context, my BWReport) (BWReport, error) {
+	var rem BWReport
+	var a, b [reportField]byte
+	itersSize := 8
+	if c.remVer < 5.33 {
+		itersSize = 4
+	}
+	xchg := func(v uint64, n int) (uint64, error) {
+		if n == 4 {
+			binary.BigEndian.PutUint32(a[:4], uint32(v))
+		} else {
+			binary.BigEndian.PutUint64(a[:], v)
+		}
+		if err := c.Exchange(ctx, a[:n], b[:n]); err != nil {
+			return 0, err
+		}
+		if n == 4 {
+			return uint64(binary.BigEndian.Uint32(b[:4])), nil
+		}
+		return binary.BigEndian.Uint64(b[:]), nil
+	}
+	var err error
+	if rem.Size, err = xchg(my.Size, 8); err != nil {
+		return rem, err
+	}
+	if rem.Iters, err = xchg(my.Iters, itersSize); err != nil {
+		return rem, err
+	}
+	var x uint64
+	for _, f := range []struct{ my, rem *float64 }{{&my.BWPeak, &rem.BWPeak}, {&my.BWAvg, &rem.BWAvg}, {&my.MsgRate, &rem.MsgRate}} {
+		if x, err = xchg(math.Float64bits(*f.my), 8); err != nil {
+			return rem, err
+		}
+		*f.rem = math.Float64frombits(x)
+	}
+	return rem, nil
+}
+
+// CloseTest ends a test (ctx_close_connection): one more handshake, then
+// "done" from each side. It reads the peer's "done" if it comes, so closing
+// does not reset a connection with data unread, but does not require it.
+func (c *Conn) CloseTest(ctx context.Context, me Dest) error {
+	if _, err := c.HandShake(ctx, me); err != nil {
+		return err
+	}
+	defer deadline(ctx, c.c)()
+	if err := c.write(doneMsg); err != nil {
+		return ctxErr(ctx, err)
+	}
+	var buf [5]byte
+	io.ReadFull(c.c, buf[:])
+	return nil
+}
