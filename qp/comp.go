@@ -58,8 +58,7 @@ func (q *QP) complete(p *ib.Packet, now time.Duration) error {
 		q.comp.startedRetry = false
 		q.syncReq()
 		if ib.PSNDiff(q.req.maxPSN, q.comp.psn) > 0 && q.rto > 0 && !q.req.rnrWait {
-			q.comp.armed = true
-			q.comp.deadline = now + q.rto
+			q.armRTO(now)
 		} else if q.sqHead == q.sqTail || ib.PSNDiff(q.req.maxPSN, q.comp.psn) <= 0 {
 			q.comp.armed = false
 		}
@@ -191,6 +190,7 @@ func (q *QP) completeOne(p *ib.Packet, now time.Duration, psn ib.PSN, low uint8,
 			q.req.needRetry = true
 			q.req.rnrWait = true
 			q.req.rnrUntil = now + syn.RNRTimer().Duration()
+			q.watchTimers()
 			q.comp.armed = false
 			return nil
 		case ib.SyndromeNAK:
@@ -268,8 +268,7 @@ func (q *QP) retryAt(now time.Duration, timer bool, psn, from ib.PSN) {
 	q.comp.startedRetry = true
 	q.comp.retryFrom = q.comp.psn
 	if q.rto > 0 {
-		q.comp.armed = true
-		q.comp.deadline = now + q.rto
+		q.armRTO(now)
 	}
 	q.e.schedule(q)
 }

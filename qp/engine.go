@@ -100,8 +100,9 @@ type Engine struct {
 
 	keys keyTable
 
-	ready readyList
-	stats Stats
+	ready  readyList
+	timers []*QP // QPs that may have a timer running
+	stats  Stats
 }
 
 // New creates an engine.
@@ -254,8 +255,8 @@ func (e *Engine) Receive(p *ib.Packet, src *Source) error {
 func (e *Engine) NextDeadline() (time.Duration, bool) {
 	var best time.Duration
 	ok := false
-	for _, q := range e.qpList {
-		if d, has := q.deadline(); has && (!ok || d < best) {
+	for _, q := range e.timers {
+		if d, has := q.deadline(); has && !q.destroyed && (!ok || d < best) {
 			best, ok = d, true
 		}
 	}
@@ -264,9 +265,23 @@ func (e *Engine) NextDeadline() (time.Duration, bool) {
 
 // Advance runs every timer due at or before now.
 func (e *Engine) Advance(now time.Duration) {
-	for _, q := range e.qpList {
-		q.advance(now)
+	for i := 0; i < len(e.timers); i++ {
+		if q := e.timers[i]; !q.destroyed {
+			q.advance(now)
+		}
 	}
+	// Forget QPs whose timers are all stopped.
+	k := 0
+	for _, q := range e.timers {
+		if _, has := q.deadline(); has && !q.destroyed {
+			e.timers[k] = q
+			k++
+		} else {
+			q.inTimers = false
+		}
+	}
+	clear(e.timers[k:])
+	e.timers = e.timers[:k]
 }
 
 func (e *Engine) schedule(q *QP) { e.ready.push(q) }

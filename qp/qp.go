@@ -100,6 +100,7 @@ type QP struct {
 
 	inReady   bool
 	readyNext *QP
+	inTimers  bool
 	destroyed bool
 }
 
@@ -805,6 +806,21 @@ func (q *QP) fillAV(t *TxPacket, av *AddressVector) {
 		t.AV.SrcPort = q.sport
 	}
 	t.SrcQPN = q.qpn
+}
+
+// armRTO (re)starts the retransmit timer.
+func (q *QP) armRTO(now time.Duration) {
+	q.comp.armed = true
+	q.comp.deadline = now + q.rto
+	q.watchTimers()
+}
+
+// watchTimers puts the QP on the engine's list of QPs with running timers.
+func (q *QP) watchTimers() {
+	if !q.inTimers {
+		q.inTimers = true
+		q.e.timers = append(q.e.timers, q)
+	}
 }
 
 // deadline returns the QP's earliest timer.

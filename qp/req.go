@@ -208,8 +208,7 @@ func (q *QP) requestRCUC(now time.Duration, w *sendWQE, buf []byte, t *TxPacket)
 		q.req.off = off + uint32(paylen)
 	}
 	if q.typ == RC && !q.comp.armed && q.rto > 0 {
-		q.comp.armed = true
-		q.comp.deadline = now + q.rto
+		q.armRTO(now)
 	}
 	q.fillAV(t, &q.attr.AV)
 	return n, true
