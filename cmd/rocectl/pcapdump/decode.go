@@ -142,6 +142,9 @@ func (d *Decoder) Decode(f Frame, r *Record) {
 	p.Reset()
 	if err := ib.Parse(f.Data, p); err != nil {
 		r.Error = err.Error()
+		if f.OrigLen > len(f.Data) {
+			r.Error = fmt.Sprintf("%v (the capture kept %d of %d bytes)", err, len(f.Data), f.OrigLen)
+		}
 		return
 	}
 

@@ -3,6 +3,7 @@ package pcapdump
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -31,7 +32,7 @@ func baseSpec(op ib.Opcode, v6 bool) ib.FrameSpec {
 	return s
 }
 
-func build(t *testing.T, s ib.FrameSpec) []byte {
+func build(t testing.TB, s ib.FrameSpec) []byte {
 	t.Helper()
 	buf := make([]byte, s.Len())
 	n, err := ib.Build(buf, &s)
@@ -43,7 +44,7 @@ func build(t *testing.T, s ib.FrameSpec) []byte {
 
 // sampleFrames returns one frame of each header combination, named by the
 // JSON keys it must carry beyond the common ones.
-func sampleFrames(t *testing.T) (frames [][]byte, extra [][]string) {
+func sampleFrames(t testing.TB) (frames [][]byte, extra [][]string) {
 	add := func(s ib.FrameSpec, keys ...string) {
 		frames = append(frames, build(t, s))
 		extra = append(extra, keys)
@@ -84,7 +85,7 @@ func sampleFrames(t *testing.T) (frames [][]byte, extra [][]string) {
 	return frames, extra
 }
 
-func writePCAP(t *testing.T, frames [][]byte) string {
+func writePCAP(t testing.TB, frames [][]byte) string {
 	t.Helper()
 	var buf bytes.Buffer
 	w := pcapgo.NewWriter(&buf)
@@ -104,7 +105,7 @@ func writePCAP(t *testing.T, frames [][]byte) string {
 	return path
 }
 
-func writePCAPNG(t *testing.T, frames [][]byte) string {
+func writePCAPNG(t testing.TB, frames [][]byte) string {
 	t.Helper()
 	var buf bytes.Buffer
 	w, err := pcapgo.NewNgWriter(&buf, layers.LinkTypeEthernet)
@@ -381,14 +382,53 @@ func TestRealCaptures(t *testing.T) {
 	t.Logf("%d captures, %d RoCEv2 frames, all ICRCs good", len(files), roce)
 }
 
-func TestReadFramesAllocs(t *testing.T) {
-	// Decoding is not on the data path, but the decoder reuses one ib.Packet:
-	// a frame costs no allocation beyond the record's optional headers.
-	frames, _ := sampleFrames(t)
+func TestDecodeAllocs(t *testing.T) {
+	// Decoding is not on the data path, but it reuses one ib.Packet, so a
+	// frame costs only the two address strings and one allocation per
+	// optional header object in the record.
+	frames, extra := sampleFrames(t)
 	var d Decoder
 	var r Record
-	f := Frame{Number: 1, LinkType: layers.LinkTypeEthernet, Data: frames[0]}
-	if n := testing.AllocsPerRun(100, func() { d.Decode(f, &r) }); n > 2 {
-		t.Errorf("Decode of RC SEND_ONLY: %v allocs", n)
+	for i, fr := range frames {
+		f := Frame{Number: 1, LinkType: layers.LinkTypeEthernet, Data: fr}
+		n := testing.AllocsPerRun(100, func() { d.Decode(f, &r) })
+		if want := float64(2 + len(extra[i])); n > want {
+			t.Errorf("Decode of %s: %v allocs, want <= %v", r.OpcodeName, n, want)
+		}
+	}
+}
+
+// TestCutFile checks that a file cut inside a record is an error, not a
+// silent end, and that a frame cut by the capture's snap length says so.
+func TestCutFile(t *testing.T) {
+	frames, _ := sampleFrames(t)
+	b, err := os.ReadFile(writePCAP(t, frames[:1]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, cut := range []int{24 + 8, 24 + 16, len(b) - 3} {
+		err := ReadFrames(bytes.NewReader(b[:cut]), func(Frame) error { return nil })
+		if err == nil {
+			t.Errorf("file cut at %d of %d bytes: no error", cut, len(b))
+		}
+	}
+
+	var buf bytes.Buffer
+	w := pcapgo.NewWriter(&buf)
+	if err := w.WriteFileHeader(64, layers.LinkTypeEthernet); err != nil {
+		t.Fatal(err)
+	}
+	f := frames[0]
+	ci := gopacket.CaptureInfo{Timestamp: time.Unix(1, 0), CaptureLength: 64, Length: len(f)}
+	if err := w.WritePacket(ci, f[:64]); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "snap.pcap")
+	if err := os.WriteFile(path, buf.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, out, _ := runPcap(t, "--json", path)
+	if want := fmt.Sprintf("kept 64 of %d bytes", len(f)); code != 1 || !strings.Contains(out, want) {
+		t.Errorf("snap-cut frame: exit %d, output %s; want %q", code, out, want)
 	}
 }

@@ -28,6 +28,7 @@ type Frame struct {
 	Number   int // 1-based, as tshark's frame.number
 	LinkType layers.LinkType
 	Data     []byte
+	OrigLen  int // length on the wire; more than len(Data) if the capture cut the frame
 }
 
 // ReadFrames reads a pcap or pcapng stream (detected by its magic) and calls
@@ -47,14 +48,18 @@ func ReadFrames(r io.Reader, fn func(Frame) error) error {
 		}
 		lt := pr.LinkType()
 		for n := 1; ; n++ {
-			data, _, err := pr.ZeroCopyReadPacketData()
+			data, ci, err := pr.ZeroCopyReadPacketData()
+			if err == io.EOF && ci.CaptureLength > 0 {
+				// A record header with no data after it: a cut-off file.
+				err = io.ErrUnexpectedEOF
+			}
 			if err == io.EOF {
 				return nil
 			}
 			if err != nil {
 				return fmt.Errorf("frame %d: %w", n, err)
 			}
-			if err := fn(Frame{Number: n, LinkType: lt, Data: data}); err != nil {
+			if err := fn(Frame{Number: n, LinkType: lt, Data: data, OrigLen: ci.Length}); err != nil {
 				return err
 			}
 		}
@@ -76,7 +81,7 @@ func ReadFrames(r io.Reader, fn func(Frame) error) error {
 			if iface, err := ng.Interface(ci.InterfaceIndex); err == nil {
 				lt = iface.LinkType
 			}
-			if err := fn(Frame{Number: n, LinkType: lt, Data: data}); err != nil {
+			if err := fn(Frame{Number: n, LinkType: lt, Data: data, OrigLen: ci.Length}); err != nil {
 				return err
 			}
 		}
