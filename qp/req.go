@@ -22,7 +22,7 @@ type requester struct {
 // request builds the next request packet into buf.
 func (q *QP) request(now time.Duration, buf []byte, t *TxPacket) (int, bool) {
 	for {
-		if q.state != StateRTS || q.req.rnrWait {
+		if q.req.rnrWait || (q.state != StateRTS && q.state != StateSQD) {
 			return 0, false
 		}
 		if q.req.needRetry {
@@ -32,6 +32,11 @@ func (q *QP) request(now time.Duration, buf []byte, t *TxPacket) (int, bool) {
 			return 0, false
 		}
 		w := q.wqe(q.req.idx)
+		// In SQD the requester finishes (and if need be resends) the messages
+		// it had started, and starts no new one.
+		if q.state == StateSQD && !w.started {
+			return 0, false
+		}
 		switch q.typ {
 		case UD:
 			n, ok, again := q.requestUD(w, buf, t)

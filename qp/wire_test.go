@@ -272,3 +272,39 @@ func TestSignaling(t *testing.T) {
 		t.Fatalf("SigAll QP: %d completions", len(got))
 	}
 }
+
+func TestSQD(t *testing.T) {
+	p := newPair(t, qp.RC, cleanNet, qptest.DefaultRC, 8)
+	aMR := p.regMR(p.a, make([]byte, 1<<16), 0, qp.AccessLocalWrite)
+	bMR := p.regMR(p.b, make([]byte, 1<<16), 0, allAccess)
+	for id := uint64(1); id <= 3; id++ {
+		if err := p.a.QP.PostSend(&qp.SendWR{ID: id, Opcode: qp.WRRDMAWrite, Flags: qp.SendSignaled,
+			SGL: []qp.SGE{{Length: 1 << 14, LKey: aMR.LKey()}}, RKey: bMR.RKey()}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Send a few packets of the first WRITE, then drain the send queue.
+	slots := make([]qp.TxPacket, 3)
+	for i := range slots {
+		slots[i] = qp.TxPacket{Buf: make([]byte, 2048)}
+	}
+	if n := p.net.A.E.Transmit(slots); n != 3 {
+		t.Fatalf("sent %d", n)
+	}
+	if err := p.a.QP.Modify(&qp.QPAttr{State: qp.StateSQD}, qp.AttrState); err != nil {
+		t.Fatal(err)
+	}
+
+	// The first WRITE (16 packets) completes; the others wait.
+	wcs := waitWC(t, p, p.a.SCQ, 1, time.Second)
+	expectStatus(t, wcs[0], 1, qp.WCSuccess)
+	_ = p.net.Run(func() bool { return false }, 10*time.Millisecond)
+	if extra := pollAll(p.a.SCQ, nil); len(extra) != 0 {
+		t.Fatalf("a new WR ran in SQD: %+v", extra)
+	}
+	if err := p.a.QP.Modify(&qp.QPAttr{State: qp.StateRTS}, qp.AttrState); err != nil {
+		t.Fatal(err)
+	}
+	wcs = waitWC(t, p, p.a.SCQ, 2, time.Second)
+	expectStatus(t, wcs[1], 3, qp.WCSuccess)
+}
