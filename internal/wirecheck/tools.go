@@ -20,9 +20,10 @@ var ErrToolMissing = errors.New("wirecheck: tool not installed")
 
 // TsharkFields are the fields Tshark extracts, in column order (see also
 // TsharkFrame.Problem). Field names
-// are Wireshark 4.0's (tshark -G fields). Wireshark has no FECN/BECN, TVer
-// or XRCETH/FETH fields of its own for RoCE; the raw BTH bytes
-// (infiniband.bth) let the tests check FECN/BECN where tshark located the BTH.
+// are Wireshark 4.0's (tshark -G fields). Wireshark has no FECN/BECN or
+// XRCETH/FETH fields; the raw BTH bytes (infiniband.bth) let the tests check
+// FECN/BECN where tshark located the BTH. The AtomicETH VA and R_Key come out
+// as infiniband.reth.va and infiniband.reth.r_key.
 var TsharkFields = []string{
 	"frame.number",
 	"ip.src", "ip.dst", "ipv6.src", "ipv6.dst", "vlan.id",

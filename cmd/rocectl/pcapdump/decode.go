@@ -15,7 +15,8 @@ import (
 // Record is the decoded form of one frame, and the schema of the --json
 // output (one object per line). A frame that is not RoCEv2, or that is but
 // cannot be decoded, is written with only frame, error and not_roce (and
-// file).
+// file). Numbers are plain JSON numbers; 64-bit values (va, swap_add,
+// compare, orig) can exceed 2^53, so decode them as integers, not floats.
 type Record struct {
 	File    string `json:"file,omitempty"` // set when several files are decoded
 	Frame   int    `json:"frame"`          // 1-based

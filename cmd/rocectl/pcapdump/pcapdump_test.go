@@ -432,3 +432,19 @@ func TestCutFile(t *testing.T) {
 		t.Errorf("snap-cut frame: exit %d, output %s; want %q", code, out, want)
 	}
 }
+
+func TestStdin(t *testing.T) {
+	frames, _ := sampleFrames(t)
+	f, err := os.Open(writePCAPNG(t, frames))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	saved := os.Stdin
+	os.Stdin = f
+	defer func() { os.Stdin = saved }()
+	code, out, errOut := runPcap(t, "--json", "-")
+	if code != 0 || len(jsonLines(t, out)) != len(frames) {
+		t.Errorf("stdin: exit %d (%s), output:\n%s", code, errOut, out)
+	}
+}

@@ -29,7 +29,7 @@ func Run(args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	jsonOut := fs.Bool("json", false, "write one JSON object per frame instead of a summary line")
 	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "usage: rocectl pcap [--json] FILE...")
+		fmt.Fprintln(fs.Output(), "usage: rocectl pcap [--json] FILE...   (FILE - reads standard input)")
 		fmt.Fprintln(fs.Output(), "Decodes every frame of pcap/pcapng files as RoCEv2. Exit status 1 if a RoCEv2")
 		fmt.Fprintln(fs.Output(), "frame cannot be decoded or has a bad ICRC; other traffic is listed, not counted.")
 		fs.PrintDefaults()
@@ -80,17 +80,21 @@ func Run(args []string, stdout, stderr io.Writer) int {
 
 func dumpFile(w *bufio.Writer, name string, multi, jsonOut bool) (Counts, error) {
 	var c Counts
-	f, err := os.Open(name)
-	if err != nil {
-		return c, err
+	var in io.Reader = os.Stdin // "-", e.g. tcpdump -w - | rocectl pcap -
+	if name != "-" {
+		f, err := os.Open(name)
+		if err != nil {
+			return c, err
+		}
+		defer f.Close()
+		in = f
 	}
-	defer f.Close()
 	var (
 		d   Decoder
 		rec Record
 		enc = json.NewEncoder(w)
 	)
-	err = ReadFrames(f, func(fr Frame) error {
+	err := ReadFrames(in, func(fr Frame) error {
 		rec.File = ""
 		if multi {
 			rec.File = name
