@@ -92,18 +92,21 @@ func (q *QP) completeOne(p *ib.Packet, now time.Duration, psn ib.PSN, low uint8,
 		}
 		k := uint32(ib.PSNDiff(psn, w.firstPSN))
 		npk := uint32(ib.PSNDiff(w.lastPSN, w.firstPSN)) + 1
-		var want uint8
+		// rxe continues a re-requested READ with MIDDLE/LAST; a responder
+		// that treats the retried request as new starts with FIRST/ONLY at
+		// the retry PSN. Both are accepted; the position must fit either way.
+		var ok bool
 		switch {
 		case npk == 1:
-			want = opReadRespOnly
+			ok = low == opReadRespOnly
 		case k == 0:
-			want = opReadRespFirst
+			ok = low == opReadRespFirst
 		case k == npk-1:
-			want = opReadRespLast
+			ok = low == opReadRespLast || low == opReadRespOnly
 		default:
-			want = opReadRespMiddle
+			ok = low == opReadRespMiddle || low == opReadRespFirst
 		}
-		if low != want {
+		if !ok {
 			return ErrDropped
 		}
 		if low != opReadRespMiddle {
