@@ -37,6 +37,7 @@ func exerciseRC(t *testing.T, a, b *endpoint, msg int) {
 		t.Fatal(err)
 	}
 	wantOK(t, waitWC(t, a.scq, to), WCRDMAWrite)
+	b.mr.Sync() // nothing on b's side reported the WRITE
 	if !bytes.Equal(b.buf[msg:2*msg], src) {
 		t.Fatal("WRITE: data differs")
 	}
@@ -59,6 +60,7 @@ func exerciseRC(t *testing.T, a, b *endpoint, msg int) {
 
 	// READ b → a: a reads b's region into a.buf[msg:].
 	fill(b.buf[:msg], 4)
+	b.mr.Sync() // publish to b's device before the READ fetches it
 	if err := a.qp.PostSend(&SendWR{ID: 4, Opcode: WRRDMARead, Flags: SendSignaled, SGL: []SGE{a.mr.SGE(msg, msg)},
 		RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()}); err != nil {
 		t.Fatal(err)
@@ -71,7 +73,8 @@ func exerciseRC(t *testing.T, a, b *endpoint, msg int) {
 
 	// Atomics on b.buf[2*msg:] (8-byte aligned).
 	off := (2*msg + 7) &^ 7
-	binary.LittleEndian.PutUint64(b.buf[off:], 0) // host order is irrelevant: compare as the engine stores it
+	binary.LittleEndian.PutUint64(b.buf[off:], 0)
+	b.mr.Sync()
 	if err := a.qp.PostSend(&SendWR{ID: 5, Opcode: WRAtomicFetchAndAdd, Flags: SendSignaled, SGL: []SGE{a.mr.SGE(off, 8)},
 		RemoteAddr: b.mr.Addr() + uint64(off), RKey: b.mr.RKey(), CompareAdd: 5}); err != nil {
 		t.Fatal(err)
@@ -82,6 +85,7 @@ func exerciseRC(t *testing.T, a, b *endpoint, msg int) {
 		t.Fatal(err)
 	}
 	wantOK(t, waitWC(t, a.scq, to), WCCompSwap)
+	b.mr.Sync()
 	orig1, orig2 := atomicVal(a.buf[off:]), atomicVal(a.buf[off+8:])
 	if orig1 != 0 || orig2 != 5 || atomicVal(b.buf[off:]) != 42 {
 		t.Fatalf("atomics: fetch-add returned %d (want 0), cmp-swap returned %d (want 5), target %d (want 42)",

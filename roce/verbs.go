@@ -101,6 +101,19 @@ func (mr *MR) SGE(off, n int) SGE {
 	return SGE{Addr: mr.addr + uint64(off), Length: uint32(n), LKey: mr.key}
 }
 
+// Sync orders the caller after every access the device has made to the
+// region so far, and the device's later accesses after the caller's earlier
+// ones (it takes and releases the device lock). Go's memory model needs this
+// edge where nothing else provides it: before reading bytes a remote WRITE or
+// atomic changed when no local completion reported it (polling on a flag
+// byte), and after writing bytes a remote READ will fetch. A completion taken
+// from a CQ of the same device already provides it.
+func (mr *MR) Sync() {
+	mr.d.mu.Lock()
+	//lint:ignore SA2001 the critical section is the point: it is a memory barrier.
+	mr.d.mu.Unlock()
+}
+
 // Close deregisters the region (ibv_dereg_mr): its keys are never honoured
 // again.
 func (mr *MR) Close() error {
