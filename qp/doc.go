@@ -18,4 +18,11 @@
 // retry_cnt 7 means "retry forever", positive ACKs always carry syndrome
 // 0x1F, and a READ request consumes one PSN per response packet), because
 // rxe is the peer goroce must interoperate with first.
+//
+// Not implemented: memory windows, fast registration and local invalidate
+// (SEND_WITH_INV invalidates an ordinary MR), FLUSH and ATOMIC_WRITE (answered
+// with NAK invalid request), alternate paths, multicast, end-to-end credits
+// (received credits are ignored, ACKs carry 0x1F as rxe's do), XRC and RD.
+// Atomics are atomic with respect to this engine only. A full CQ drops
+// completions and counts them (CQ.Overflows); size CQs for the queues they serve.
 package qp

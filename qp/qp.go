@@ -62,7 +62,6 @@ type sendWQE struct {
 	qkey      uint32
 
 	started   bool // PSNs assigned
-	sentAll   bool // every packet sent at least once
 	rdCounted bool // holds one of the max_rd_atomic slots
 	firstPSN  ib.PSN
 	lastPSN   ib.PSN
@@ -660,7 +659,7 @@ func (q *QP) PostSend(wr *SendWR) error {
 	if q.typ == UD {
 		w.av, w.remoteQPN, w.qkey = wr.AH.av, wr.RemoteQPN, wr.RemoteQKey
 	}
-	w.started, w.sentAll, w.rdCounted = false, false, false
+	w.started, w.rdCounted = false, false
 	q.sqTail++
 	if q.state == StateErr {
 		// ibverbs: WRs posted in the error state complete with a flush error.

@@ -201,7 +201,6 @@ func (q *QP) requestRCUC(now time.Duration, w *sendWQE, buf []byte, t *TxPacket)
 		q.req.maxPSN = nextPSN
 	}
 	if last {
-		w.sentAll = true
 		q.req.idx++
 		q.req.off = 0
 		if q.typ == UC {
