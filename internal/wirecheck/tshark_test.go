@@ -84,7 +84,7 @@ func tsharkBytes(s string) ([]byte, error) {
 
 // compareTshark compares one rocectl record with tshark's dissection of the
 // same frame. diffs are disagreements; gaps name headers rocectl decoded that
-// tshark did not (allowed only where tsharkGaps says so).
+// tshark did not (allowed only where tsharkCoverage says so).
 func compareTshark(r *pcapdump.Record, tf TsharkFrame) (diffs, gaps []string) {
 	diff := func(format string, a ...any) { diffs = append(diffs, fmt.Sprintf(format, a...)) }
 	num := func(field string, want uint64) {
