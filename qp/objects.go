@@ -1,7 +1,5 @@
 package qp
 
-import "github.com/goroce/goroce/ib"
-
 // PD is a protection domain: MRs, AHs, SRQs and QPs of one PD may be used together.
 type PD struct {
 	e      *Engine
@@ -413,4 +411,3 @@ func pkeyMatch(a, b uint16) bool {
 	return a&0x8000 != 0 || b&0x8000 != 0
 }
 
-var _ = ib.BTHSize

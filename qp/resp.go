@@ -2,7 +2,6 @@ package qp
 
 import (
 	"encoding/binary"
-	"time"
 	"unsafe"
 
 	"github.com/goroce/goroce/ib"
@@ -772,4 +771,3 @@ func (r *responder) readResponse(q *QP, s *respRes, buf []byte, t *TxPacket) (in
 	return n, true
 }
 
-var _ = time.Duration(0)
