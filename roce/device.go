@@ -518,7 +518,22 @@ func (d *Device) receiveBatch(frames [][]byte) {
 		}
 	}
 	if locked {
+		// A received NAK may have armed a timer (RNR) without anything
+		// to transmit.
+		d.noteDeadline()
 		d.mu.Unlock()
+	}
+}
+
+// noteDeadline kicks the timer goroutine if the engine's next deadline is
+// earlier than its planned wake-up. Called with d.mu held.
+func (d *Device) noteDeadline() {
+	if next, ok := d.eng.NextDeadline(); ok && int64(next) < d.wakeAt.Load() {
+		d.wakeAt.Store(int64(next))
+		select {
+		case d.kick <- struct{}{}:
+		default:
+		}
 	}
 }
 
@@ -542,17 +557,18 @@ func (d *Device) timerLoop() {
 	const never = time.Duration(1<<62 - 1)
 	for {
 		d.mu.Lock()
-		now := time.Since(d.start)
-		d.eng.Advance(now)
+		d.eng.Advance(time.Since(d.start))
 		d.mu.Unlock()
 		d.flush()
+		// Read the deadline and publish it under the lock, so that a timer
+		// armed by another goroutine is either seen here or kicks us.
 		d.mu.Lock()
 		next, ok := d.eng.NextDeadline()
-		d.mu.Unlock()
 		if !ok {
 			next = never
 		}
 		d.wakeAt.Store(int64(next))
+		d.mu.Unlock()
 		wait := next - time.Since(d.start)
 		if wait < 10*time.Microsecond {
 			wait = 10 * time.Microsecond
@@ -600,13 +616,7 @@ func (d *Device) transmit() {
 		}
 		n := d.eng.Transmit(d.slots)
 		if n > 0 {
-			if next, ok := d.eng.NextDeadline(); ok && int64(next) < d.wakeAt.Load() {
-				d.wakeAt.Store(int64(next))
-				select {
-				case d.kick <- struct{}{}:
-				default:
-				}
-			}
+			d.noteDeadline()
 		}
 		d.mu.Unlock()
 		if n == 0 {

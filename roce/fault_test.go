@@ -130,3 +130,24 @@ func TestBadInput(t *testing.T) {
 		t.Fatalf("closing a PD in use: %v", err)
 	}
 }
+
+// A SEND that finds no receive posted is RNR NAKed and retried by the timer
+// until the receive appears.
+func TestRNRRetry(t *testing.T) {
+	da, db := memPair(t, faultnet.Config{}, faultnet.Config{}, nil)
+	a := newEndpoint(t, da, RC, 4096)
+	b := newEndpoint(t, db, RC, 4096)
+	connect(t, a, b, addrA, addrB, ConnectAttr{MinRNRTimer: 4}) // 0.06 ms
+	if err := a.qp.PostSend(&SendWR{ID: 1, Opcode: WRSend, Flags: SendSignaled, SGL: []SGE{a.mr.SGE(0, 100)}}); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(50 * time.Millisecond)
+	if err := b.qp.PostRecv(&RecvWR{ID: 2, SGL: []SGE{b.mr.SGE(0, 100)}}); err != nil {
+		t.Fatal(err)
+	}
+	wantOK(t, waitWC(t, a.scq, 5*time.Second), WCSend)
+	wantOK(t, waitWC(t, b.rcq, 5*time.Second), WCRecv)
+	if ca, cb := da.Counters(), db.Counters(); ca.RcvdRNRErr == 0 || cb.SendRNRErr == 0 {
+		t.Fatalf("RNR counters did not move: A %v B %v", ca.Map(), cb.Map())
+	}
+}
