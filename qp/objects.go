@@ -410,4 +410,3 @@ func pkeyMatch(a, b uint16) bool {
 	}
 	return a&0x8000 != 0 || b&0x8000 != 0
 }
-

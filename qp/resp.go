@@ -770,4 +770,3 @@ func (r *responder) readResponse(q *QP, s *respRes, buf []byte, t *TxPacket) (in
 	q.fillAV(t, &q.attr.AV)
 	return n, true
 }
-
