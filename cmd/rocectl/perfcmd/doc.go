@@ -1,0 +1,12 @@
+// Copyright The goroce Authors.
+// SPDX-License-Identifier: Apache-2.0
+
+// Package perfcmd runs the RDMA benchmark tools' tests on a goroce device:
+// rocectl's "pingpong" (ibv_rc_pingpong / ibv_ud_pingpong) and "perf"
+// (perftest's ib_{send,write,read,atomic}_{bw,lat}) commands. Either end
+// interoperates with the real tool at the other end, or with itself.
+//
+// The runners take an open device and a way to reach the peer's TCP
+// endpoint, so tests can open both inside another network namespace and run
+// the rest anywhere; Run* functions are the command-line front ends.
+package perfcmd

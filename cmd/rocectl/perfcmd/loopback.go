@@ -1,0 +1,91 @@
+// Copyright The goroce Authors.
+// SPDX-License-Identifier: Apache-2.0
+
+package perfcmd
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/netip"
+
+	"github.com/goroce/goroce/roce"
+	"github.com/goroce/goroce/roce/link/udplink"
+)
+
+// Loopback runs both ends of a test in this process: two devices on kernel
+// UDP sockets on 127.0.0.1 (kernel-chosen ports, so no root and no clash
+// with a real RoCE port) and the out-of-band exchange over loopback TCP.
+// The client's output goes to out; both sides' results are returned, and
+// the received data is checked against the pattern the other end sends.
+func Loopback(ctx context.Context, cfg PerfConfig, out io.Writer, asJSON bool) (client, server []PerfResult, err error) {
+	lo := netip.MustParseAddr("127.0.0.1")
+	la, err := udplink.ListenOptions(netip.AddrPortFrom(lo, 0), udplink.Options{EphemeralPort: true})
+	if err != nil {
+		return nil, nil, err
+	}
+	lb, err := udplink.ListenOptions(netip.AddrPortFrom(lo, 0), udplink.Options{EphemeralPort: true})
+	if err != nil {
+		la.Close()
+		return nil, nil, err
+	}
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	da, err := roce.OpenLink(la, roce.Options{Addrs: []netip.Addr{lo}, Port: lb.LocalAddr().Port(), Logger: quiet})
+	if err != nil {
+		la.Close()
+		lb.Close()
+		return nil, nil, err
+	}
+	defer da.Close()
+	db, err := roce.OpenLink(lb, roce.Options{Addrs: []netip.Addr{lo}, Port: la.LocalAddr().Port(), Logger: quiet})
+	if err != nil {
+		lb.Close()
+		return nil, nil, err
+	}
+	defer db.Close()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, nil, err
+	}
+	defer ln.Close()
+	if cfg.Device == "" {
+		cfg.Device = "lo"
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	type res struct {
+		r   []PerfResult
+		err error
+	}
+	srvDone := make(chan res, 1)
+	var srvOut bytes.Buffer
+	go func() {
+		r, err := perfRun(ctx, db, OOB{Listener: ln}, cfg, &srvOut, false, true)
+		if err != nil {
+			cancel()
+		}
+		srvDone <- res{r, err}
+	}()
+	dial := DialRetry(ln.Addr().String(), 0)
+	client, cerr := perfRun(ctx, da, OOB{Dial: dial}, cfg, out, asJSON, true)
+	if cerr != nil {
+		cancel()
+	}
+	s := <-srvDone
+	server = s.r
+	switch {
+	case cerr != nil:
+		return client, server, fmt.Errorf("client: %w", cerr)
+	case s.err != nil:
+		return client, server, fmt.Errorf("server: %w", s.err)
+	}
+	for _, r := range append(client, server...) {
+		if r.DataErrors > 0 {
+			return client, server, fmt.Errorf("%s %s: received data differs from what the peer sent", r.Test, r.Role)
+		}
+	}
+	return client, server, nil
+}

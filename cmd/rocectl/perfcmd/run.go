@@ -1,0 +1,286 @@
+// Copyright The goroce Authors.
+// SPDX-License-Identifier: Apache-2.0
+
+package perfcmd
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"time"
+
+	"github.com/goroce/goroce/internal/perftest"
+	"github.com/goroce/goroce/roce"
+)
+
+// PerfTests maps "send-bw", "write-lat", ... to their verb and kind.
+var PerfTests = map[string]struct {
+	Verb    perftest.Verb
+	Latency bool
+}{}
+
+func init() {
+	for v, n := range []string{"send", "write", "read", "atomic"} {
+		PerfTests[n+"-bw"] = struct {
+			Verb    perftest.Verb
+			Latency bool
+		}{perftest.Verb(v), false}
+		PerfTests[n+"-lat"] = struct {
+			Verb    perftest.Verb
+			Latency bool
+		}{perftest.Verb(v), true}
+	}
+}
+
+func signalContext(timeout time.Duration) (context.Context, context.CancelFunc) {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	if timeout <= 0 {
+		return ctx, stop
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	return ctx, func() { cancel(); stop() }
+}
+
+func openDevice(ctx context.Context, ifname, link string, stderr io.Writer) (*roce.Device, error) {
+	if ifname == "" {
+		return nil, errors.New("-d <interface> is required")
+	}
+	kind, err := linkKind(link)
+	if err != nil {
+		return nil, err
+	}
+	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	return roce.Open(ctx, ifname, roce.Options{Link: kind, Logger: logger})
+}
+
+// RunPingpong is "rocectl pingpong {rc,ud} [flags] [server]".
+func RunPingpong(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("pingpong", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintln(fs.Output(), "usage: rocectl pingpong {rc|ud} [flags] [server]\n\n"+
+			"Runs ibv_rc_pingpong / ibv_ud_pingpong's test; without a server address it waits\n"+
+			"for a client. Either end may be the real tool.\n\nflags:")
+		fs.PrintDefaults()
+	}
+	dev := fs.String("d", "", "network `interface` to run RoCEv2 on")
+	gidx := fs.Int("g", -1, "local port GID `index` (default: the first IPv4 GID)")
+	size := fs.Int("s", 0, "message `size` (default 4096 RC, 2048 UD)")
+	iters := fs.Int("n", 1000, "number of exchanges")
+	mtu := fs.Int("m", 1024, "path MTU (RC)")
+	rx := fs.Int("r", 500, "number of receives to post at a time")
+	events := fs.Bool("e", false, "sleep on CQ events (default poll)")
+	port := fs.Int("p", DefaultPort, "listen on/connect to TCP `port`")
+	link := fs.String("link", "auto", "packet link: xdp, udp or auto (xdp, falling back to udp)")
+	timeout := fs.Duration("timeout", 0, "give up after this long (0: never)")
+	if len(args) > 0 && (args[0] == "-h" || args[0] == "-help" || args[0] == "--help") {
+		fs.SetOutput(stdout)
+		fs.Usage()
+		return 0
+	}
+	if len(args) == 0 || (args[0] != "rc" && args[0] != "ud") {
+		fs.Usage()
+		return 2
+	}
+	typ := roce.RC
+	if args[0] == "ud" {
+		typ = roce.UD
+	}
+	pos, err := parseInterspersed(fs, args[1:])
+	if err != nil {
+		return 2
+	}
+	if len(pos) > 1 {
+		fs.Usage()
+		return 2
+	}
+	m, err := parseMTU(*mtu)
+	if err != nil {
+		fmt.Fprintln(stderr, "rocectl pingpong:", err)
+		return 2
+	}
+	ctx, cancel := signalContext(*timeout)
+	defer cancel()
+	d, err := openDevice(ctx, *dev, *link, stderr)
+	if err != nil {
+		fmt.Fprintln(stderr, "rocectl pingpong:", err)
+		return 1
+	}
+	defer d.Close()
+	var oob OOB
+	if len(pos) == 1 {
+		oob.Dial = DialRetry(peerAddr(pos[0], *port), 0)
+	} else if oob.Listener, err = ListenOOB(*port); err != nil {
+		fmt.Fprintln(stderr, "rocectl pingpong: Couldn't listen to port", *port, err)
+		return 1
+	}
+	if oob.Listener != nil {
+		defer oob.Listener.Close()
+	}
+	cfg := PingpongConfig{Type: typ, Size: *size, Iters: *iters, RxDepth: *rx, MTU: m, Events: *events, GIDIndex: *gidx}
+	if _, err := Pingpong(ctx, d, oob, cfg, stdout); err != nil {
+		fmt.Fprintln(stderr, "rocectl pingpong:", err)
+		return 1
+	}
+	return 0
+}
+
+// perfFlags are perftest's flags, as far as goroce implements them.
+type perfFlags struct {
+	fs       *flag.FlagSet
+	dev      *string
+	size     *int
+	iters    *int
+	gid      *int
+	mtu      *int
+	txDepth  *int
+	rxDepth  *int
+	cqMod    *int
+	port     *int
+	all      *bool
+	events   *bool
+	gbits    *bool
+	rdmaCM   *bool
+	json     *bool
+	loopback *bool
+	link     *string
+	atomic   *string
+	timeout  *time.Duration
+}
+
+func newPerfFlags(stderr io.Writer) *perfFlags {
+	fs := flag.NewFlagSet("perf", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	f := &perfFlags{fs: fs}
+	f.dev = fs.String("d", "", "network `interface` to run RoCEv2 on (perftest: IB device)")
+	f.size = fs.Int("s", 0, "message `size` (default 65536 BW, 2 latency)")
+	f.iters = fs.Int("n", 0, "number of iterations (default 1000)")
+	f.gid = fs.Int("x", -1, "local GID `index` (default: the first IPv4 GID)")
+	f.mtu = fs.Int("m", 0, "path MTU (default: the port's active MTU)")
+	f.txDepth = fs.Int("t", 0, "TX queue depth (default 128 BW, 1 latency)")
+	f.rxDepth = fs.Int("r", 0, "RX queue depth of send tests (default 512)")
+	f.cqMod = fs.Int("Q", 0, "request a completion every this many messages (default 100)")
+	f.port = fs.Int("p", DefaultPort, "TCP `port` of the out-of-band exchange")
+	f.all = fs.Bool("a", false, "run sizes from 2 till 2^23")
+	f.events = fs.Bool("e", false, "sleep on CQ events (default poll)")
+	fs.Bool("F", false, "accepted for perftest compatibility (no CPU frequency check here)")
+	f.gbits = fs.Bool("report_gbits", false, "report bandwidth in Gb/s")
+	f.rdmaCM = fs.Bool("R", false, "connect QPs with rdma_cm (not implemented yet)")
+	f.json = fs.Bool("json", false, "print one JSON object per result instead of perftest's text")
+	f.loopback = fs.Bool("loopback", false, "run both ends in this process over kernel UDP on 127.0.0.1 (no root needed)")
+	f.link = fs.String("link", "auto", "packet link: xdp, udp or auto (xdp, falling back to udp)")
+	f.atomic = fs.String("A", "FETCH_AND_ADD", "atomic type: CMP_AND_SWAP or FETCH_AND_ADD")
+	f.timeout = fs.Duration("timeout", 0, "give up after this long (0: never; loopback: 60s)")
+	return f
+}
+
+// RunPerf is "rocectl perf {send,write,read,atomic}-{bw,lat} [flags] [server]".
+func RunPerf(args []string, stdout, stderr io.Writer) int {
+	f := newPerfFlags(stderr)
+	names := make([]string, 0, len(PerfTests))
+	for n := range PerfTests {
+		names = append(names, n)
+	}
+	f.fs.Usage = func() {
+		fmt.Fprintln(f.fs.Output(), "usage: rocectl perf <test> [flags] [server]\n\n"+
+			"tests: send-bw write-bw read-bw atomic-bw send-lat write-lat read-lat atomic-lat\n\n"+
+			"Runs perftest's ib_<test> against perftest or rocectl; without a server address\n"+
+			"it waits for a client. --loopback runs both ends here.\n\nflags:")
+		f.fs.PrintDefaults()
+	}
+	if len(args) > 0 && (args[0] == "-h" || args[0] == "-help" || args[0] == "--help") {
+		f.fs.SetOutput(stdout)
+		f.fs.Usage()
+		return 0
+	}
+	if len(args) == 0 {
+		f.fs.Usage()
+		return 2
+	}
+	test, ok := PerfTests[args[0]]
+	if !ok {
+		fmt.Fprintf(stderr, "rocectl perf: unknown test %q (%s)\n", args[0], strings.Join(sortedNames(), ", "))
+		return 2
+	}
+	pos, err := parseInterspersed(f.fs, args[1:])
+	if err != nil {
+		return 2
+	}
+	if len(pos) > 1 {
+		f.fs.Usage()
+		return 2
+	}
+	if *f.rdmaCM {
+		fmt.Fprintln(stderr, "rocectl perf: -R (rdma_cm) is not implemented yet")
+		return 2
+	}
+	m, err := parseMTU(*f.mtu)
+	if err != nil {
+		fmt.Fprintln(stderr, "rocectl perf:", err)
+		return 2
+	}
+	cfg := PerfConfig{
+		Verb: test.Verb, Latency: test.Latency, Size: *f.size, Iters: *f.iters, TxDepth: *f.txDepth,
+		RxDepth: *f.rxDepth, CQMod: *f.cqMod, MTU: m, GIDIndex: *f.gid, Events: *f.events,
+		Gbits: *f.gbits, RunAll: *f.all, Device: *f.dev,
+	}
+	switch *f.atomic {
+	case "FETCH_AND_ADD":
+		cfg.AtomicOp = perftest.FetchAndAdd
+	case "CMP_AND_SWAP":
+		cfg.AtomicOp = perftest.CmpAndSwap
+	default:
+		fmt.Fprintf(stderr, "rocectl perf: -A %q: CMP_AND_SWAP or FETCH_AND_ADD\n", *f.atomic)
+		return 2
+	}
+	if *f.loopback {
+		if len(pos) > 0 {
+			fmt.Fprintln(stderr, "rocectl perf: --loopback takes no server address")
+			return 2
+		}
+		timeout := *f.timeout
+		if timeout == 0 {
+			timeout = time.Minute
+		}
+		ctx, cancel := signalContext(timeout)
+		defer cancel()
+		if _, _, err := Loopback(ctx, cfg, stdout, *f.json); err != nil {
+			fmt.Fprintln(stderr, "rocectl perf:", err)
+			return 1
+		}
+		return 0
+	}
+	ctx, cancel := signalContext(*f.timeout)
+	defer cancel()
+	d, err := openDevice(ctx, *f.dev, *f.link, stderr)
+	if err != nil {
+		fmt.Fprintln(stderr, "rocectl perf:", err)
+		return 1
+	}
+	defer d.Close()
+	var oob OOB
+	if len(pos) == 1 {
+		oob.Dial = DialRetry(peerAddr(pos[0], *f.port), 0)
+	} else if oob.Listener, err = ListenOOB(*f.port); err != nil {
+		fmt.Fprintln(stderr, "rocectl perf: Couldn't listen to port", *f.port, err)
+		return 1
+	}
+	if oob.Listener != nil {
+		defer oob.Listener.Close()
+	}
+	if _, err := Perf(ctx, d, oob, cfg, stdout, *f.json); err != nil {
+		fmt.Fprintln(stderr, "rocectl perf:", err)
+		return 1
+	}
+	return 0
+}
+
+func sortedNames() []string {
+	return []string{"send-bw", "write-bw", "read-bw", "atomic-bw", "send-lat", "write-lat", "read-lat", "atomic-lat"}
+}
