@@ -147,29 +147,37 @@ func TestRNRRetryExceeded(t *testing.T) {
 }
 
 func TestRNRRecovers(t *testing.T) {
-	prm := qptest.DefaultRC
-	prm.RNRRetry = 7 // infinite
-	p := newPair(t, qp.RC, cleanNet, prm, 16)
-	src := make([]byte, 3000)
-	fill(src, 1)
-	dst := make([]byte, 3000)
-	aMR := p.regMR(p.a, src, 0x1000, qp.AccessLocalWrite)
-	bMR := p.regMR(p.b, dst, 0x1000, qp.AccessLocalWrite)
-	wr := qp.SendWR{ID: 1, Opcode: qp.WRSend, Flags: qp.SendSignaled, SGL: []qp.SGE{{Addr: 0x1000, Length: 3000, LKey: aMR.LKey()}}}
-	if err := p.a.QP.PostSend(&wr); err != nil {
-		t.Fatal(err)
-	}
-	// Let several RNR NAKs happen, then post the receive.
-	_ = p.net.Run(func() bool { return p.net.A.E.Stats().RNRNAKsRcvd >= 3 }, 10*time.Second)
-	if err := p.b.QP.PostRecv(&qp.RecvWR{ID: 9, SGL: []qp.SGE{{Addr: 0x1000, Length: 3000, LKey: bMR.LKey()}}}); err != nil {
-		t.Fatal(err)
-	}
-	wcs := waitWC(t, p, p.a.SCQ, 1, 10*time.Second)
-	expectStatus(t, wcs[0], 1, qp.WCSuccess)
-	r := waitWC(t, p, p.b.RCQ, 1, time.Second)
-	expectStatus(t, r[0], 9, qp.WCSuccess)
-	if r[0].ByteLen != 3000 || string(dst) != string(src) {
-		t.Fatalf("received %d bytes, data equal %v", r[0].ByteLen, string(dst) == string(src))
+	for _, op := range []qp.WROpcode{qp.WRSend, qp.WRRDMAWriteWithImm} {
+		t.Run(op.String(), func(t *testing.T) {
+			prm := qptest.DefaultRC
+			prm.RNRRetry = 7 // infinite
+			p := newPair(t, qp.RC, cleanNet, prm, 16)
+			src := make([]byte, 3000)
+			fill(src, 1)
+			dst := make([]byte, 3000)
+			aMR := p.regMR(p.a, src, 0x1000, qp.AccessLocalWrite)
+			bMR := p.regMR(p.b, dst, 0x1000, allAccess)
+			wr := qp.SendWR{ID: 1, Opcode: op, Flags: qp.SendSignaled, Imm: 5, RemoteAddr: 0x1000, RKey: bMR.RKey(),
+				SGL: []qp.SGE{{Addr: 0x1000, Length: 3000, LKey: aMR.LKey()}}}
+			if err := p.a.QP.PostSend(&wr); err != nil {
+				t.Fatal(err)
+			}
+			// Let several RNR NAKs happen, then post the receive.
+			_ = p.net.Run(func() bool { return p.net.A.E.Stats().RNRNAKsRcvd >= 3 }, 10*time.Second)
+			if p.net.A.E.Stats().RNRNAKsRcvd < 3 {
+				t.Fatal("no RNR NAKs")
+			}
+			if err := p.b.QP.PostRecv(&qp.RecvWR{ID: 9, SGL: []qp.SGE{{Addr: 0x1000, Length: 3000, LKey: bMR.LKey()}}}); err != nil {
+				t.Fatal(err)
+			}
+			wcs := waitWC(t, p, p.a.SCQ, 1, 10*time.Second)
+			expectStatus(t, wcs[0], 1, qp.WCSuccess)
+			r := waitWC(t, p, p.b.RCQ, 1, time.Second)
+			expectStatus(t, r[0], 9, qp.WCSuccess)
+			if r[0].ByteLen != 3000 || string(dst) != string(src) {
+				t.Fatalf("received %d bytes, data equal %v", r[0].ByteLen, string(dst) == string(src))
+			}
+		})
 	}
 }
 

@@ -157,6 +157,17 @@ const (
 	WRSendWithInv       WROpcode = 9
 )
 
+var wrOpcodeNames = [...]string{"RDMA_WRITE", "RDMA_WRITE_WITH_IMM", "SEND", "SEND_WITH_IMM", "RDMA_READ",
+	"ATOMIC_CMP_AND_SWP", "ATOMIC_FETCH_AND_ADD", "LOCAL_INV", "BIND_MW", "SEND_WITH_INV"}
+
+// String returns the ibverbs enumerator name without the IBV_WR_ prefix.
+func (o WROpcode) String() string {
+	if int(o) < len(wrOpcodeNames) {
+		return wrOpcodeNames[o]
+	}
+	return "WROpcode(" + strconv.Itoa(int(o)) + ")"
+}
+
 // SendFlags are ibv_send_flags.
 type SendFlags uint8
 
