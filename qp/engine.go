@@ -100,6 +100,7 @@ type Engine struct {
 
 	keys keyTable
 
+	closed bool
 	ready  readyList
 	timers []*QP // QPs that may have a timer running
 	stats  Stats
@@ -124,6 +125,18 @@ func New(cfg Config) (*Engine, error) {
 	}
 	e.keys.init()
 	return e, nil
+}
+
+// Close destroys every QP; the engine accepts no packets afterwards.
+func (e *Engine) Close() error {
+	if e.closed {
+		return ErrClosed
+	}
+	for len(e.qpList) > 0 {
+		e.qpList[len(e.qpList)-1].Destroy()
+	}
+	e.closed = true
+	return nil
 }
 
 // HasWork reports whether some QP may have packets to send: the device calls
@@ -230,11 +243,15 @@ func (e *Engine) Transmit(pkts []TxPacket) int {
 	return n
 }
 
-// Receive processes one received IB packet. src describes the network source.
+// Receive processes one received IB packet. src describes the network source
+// (it may be nil; UD receives then get a zero GRH area).
 // A non-nil error says why the packet was dropped; it never needs handling
 // beyond counting.
 func (e *Engine) Receive(p *ib.Packet, src *Source) error {
 	e.stats.RxPackets++
+	if e.closed {
+		return ErrClosed
+	}
 	if len(p.BTH) < ib.BTHSize {
 		e.stats.RxDropped++
 		return ErrBadHeader

@@ -132,7 +132,7 @@ type WorkCompletion struct {
 	Opcode          WCOpcode
 	VendorErr       uint32
 	ByteLen         uint32
-	Imm             uint32 // immediate data as carried on the wire (valid with WCWithImm)
+	Imm             uint32 // immediate data, the wire value as an integer (ntohl of ibv_wc.imm_data); valid with WCWithImm
 	InvalidatedRKey uint32 // valid with WCWithInv
 	QPN             uint32 // the local QP
 	SrcQP           uint32 // UD: the sender's QPN

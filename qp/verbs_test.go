@@ -280,3 +280,20 @@ func TestUC(t *testing.T) {
 		})
 	}
 }
+
+func TestEngineClose(t *testing.T) {
+	p := newPair(t, qp.RC, cleanNet, qptest.DefaultRC, 4)
+	if err := p.net.A.E.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if p.net.A.E.QP(p.a.QP.QPN()) != nil || p.a.QP.PostSend(&qp.SendWR{Opcode: qp.WRSend}) == nil {
+		t.Fatal("QP still usable after Close")
+	}
+	var pkt ib.Packet
+	if err := p.net.A.E.Receive(&pkt, nil); !errors.Is(err, qp.ErrClosed) {
+		t.Fatalf("Receive after Close: %v", err)
+	}
+	if err := p.net.A.E.Close(); !errors.Is(err, qp.ErrClosed) {
+		t.Fatalf("second Close: %v", err)
+	}
+}
