@@ -31,6 +31,9 @@ func impairments() []impairment {
 			faultnet.Config{Seed: 6, Reorder: 0.05, ReorderDepth: 2, Delay: d}},
 		{"dup", faultnet.Config{Seed: 7, Duplicate: 0.05, Delay: d}, faultnet.Config{Seed: 8, Duplicate: 0.05, Delay: d}},
 		{"ackloss", faultnet.Config{Delay: d}, faultnet.Config{Seed: 9, Loss: 0.3, Delay: d}},
+		// The round trip (100 ms) exceeds the 67 ms ACK timeout: spurious
+		// retransmissions everywhere, which must stay harmless.
+		{"slow", faultnet.Config{Delay: 50 * time.Millisecond}, faultnet.Config{Delay: 50 * time.Millisecond}},
 		{"mixed", faultnet.Config{Seed: 10, Loss: 0.03, Duplicate: 0.02, Reorder: 0.03, Corrupt: 0.01, Delay: d, Jitter: d},
 			faultnet.Config{Seed: 11, Loss: 0.03, Duplicate: 0.02, Reorder: 0.03, Delay: d}},
 	}
