@@ -5,7 +5,10 @@
 // WritePCAP) and its tests compare, frame by frame, what rocectl reports with
 // what tshark dissects (Tshark) and with the ICRC that scapy's RoCE layer and
 // an independent masked pseudo-header computation produce
-// (testdata/roce_icrc.py, run by ScapyICRC). The same comparisons run on the
+// (testdata/roce_icrc.py, run by ScapyICRC). Headers Wireshark 4.0 cannot
+// dissect (RD, XRC, CNP, FLUSH, ATOMIC_WRITE) are compared with a second,
+// table-driven decoder written from the IBA/rxe layout tables
+// (testdata/roce_layout.py, run by Layout). The same comparisons run on the
 // real Soft-RoCE captures in ../shared/rxe-lab/captures next to the
 // repository, when present.
 //

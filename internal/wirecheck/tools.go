@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -12,6 +13,8 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+
+	"github.com/goroce/goroce/cmd/rocectl/pcapdump"
 )
 
 // ErrToolMissing is returned (wrapped) when tshark or a python3 with scapy
@@ -239,6 +242,53 @@ func ScapyICRC(ctx context.Context, python, script string, files ...string) (map
 		}
 	}
 	return res, nil
+}
+
+// Layout runs script (testdata/roce_layout.py) with python on files and
+// returns, per file, its decoding of every RoCEv2 frame, in the schema of
+// "rocectl pcap --json" (only the fields that script decodes are set).
+func Layout(ctx context.Context, python, script string, files ...string) (map[string][]pcapdump.Record, error) {
+	out, err := runTool(ctx, python, append([]string{script}, files...)...)
+	if err != nil {
+		return nil, err
+	}
+	res := make(map[string][]pcapdump.Record, len(files))
+	cur := ""
+	for _, l := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		if name, ok := strings.CutPrefix(l, "== "); ok {
+			cur = name
+			res[cur] = []pcapdump.Record{}
+			continue
+		}
+		var r pcapdump.Record
+		if err := json.Unmarshal([]byte(l), &r); err != nil || cur == "" {
+			return nil, fmt.Errorf("roce_layout.py: bad line %q: %v", l, err)
+		}
+		res[cur] = append(res[cur], r)
+	}
+	for _, f := range files {
+		if _, ok := res[f]; !ok {
+			return nil, fmt.Errorf("roce_layout.py: no output for %s", f)
+		}
+	}
+	return res, nil
+}
+
+// LayoutOpcodes returns the opcodes roce_layout.py's table defines.
+func LayoutOpcodes(ctx context.Context, python, script string) ([]int, error) {
+	out, err := runTool(ctx, python, script, "--opcodes")
+	if err != nil {
+		return nil, err
+	}
+	var ops []int
+	for _, l := range strings.Fields(string(out)) {
+		n, err := strconv.Atoi(l)
+		if err != nil {
+			return nil, fmt.Errorf("roce_layout.py --opcodes: %q", l)
+		}
+		ops = append(ops, n)
+	}
+	return ops, nil
 }
 
 func runTool(ctx context.Context, name string, args ...string) ([]byte, error) {
