@@ -261,28 +261,18 @@ func (q *QP) requestUD(w *sendWQE, buf []byte, t *TxPacket) (n int, ok, again bo
 	return n, true, false
 }
 
-// failWQE completes the WQE at the requester position with a local error and
-// moves the QP to the error state, flushing the rest.
+// failWQE reports a local error of the WQE at the requester position and
+// moves the QP to the error state. Completions stay in order: older WQEs still
+// waiting for their ACK are flushed first, then the failing one is reported,
+// then the rest are flushed by the error transition.
 func (q *QP) failWQE(st WCStatus) {
-	// Everything before it is still outstanding for RC; ibverbs completes in
-	// order, so the failing WQE is reported when it reaches the head. For
-	// simplicity and like rxe's error path, the QP errors now: earlier WQEs are
-	// flushed after this one's error.
-	w := q.wqe(q.req.idx)
-	if q.req.idx == q.sqHead {
-		q.postSendWC(w, st)
+	for q.sqHead != q.req.idx {
+		q.postSendWC(q.wqe(q.sqHead), WCWRFlushErr)
 		q.sqHead++
-		q.req.idx++
-	} else {
-		// Report in order: flush the older ones first, then this error.
-		for q.sqHead != q.req.idx {
-			q.postSendWC(q.wqe(q.sqHead), WCWRFlushErr)
-			q.sqHead++
-		}
-		q.postSendWC(w, st)
-		q.sqHead++
-		q.req.idx++
 	}
+	q.postSendWC(q.wqe(q.req.idx), st)
+	q.sqHead++
+	q.req.idx++
 	q.toError()
 }
 
