@@ -146,8 +146,8 @@ type CQ struct {
 	overflow uint64
 	refs     int
 	closed   bool
-	// Notify, if set, is called after completions were added (at most once per
-	// engine call that added some); the device uses it to wake pollers.
+	// Notify, if set, is called after each completion is added; the device
+	// uses it to wake pollers.
 	Notify  func()
 	pending bool
 }
@@ -179,8 +179,8 @@ func (cq *CQ) Poll(wc []WorkCompletion) int {
 func (cq *CQ) Len() int { return cq.n }
 
 // Overflows returns how many completions were lost because the CQ was full.
-// ibverbs reports this as an asynchronous CQ error; a correctly sized CQ never
-// overflows.
+// As in rxe, a QP whose completion does not fit moves to the error state; a
+// correctly sized CQ never overflows.
 func (cq *CQ) Overflows() uint64 { return cq.overflow }
 
 // Close destroys the CQ; it fails with ErrBusy while a QP uses it.
@@ -195,10 +195,10 @@ func (cq *CQ) Close() error {
 	return nil
 }
 
-func (cq *CQ) push(wc *WorkCompletion) {
+func (cq *CQ) push(wc *WorkCompletion) bool {
 	if cq.n == len(cq.ring) {
 		cq.overflow++
-		return
+		return false
 	}
 	i := cq.head + cq.n
 	if i >= len(cq.ring) {
@@ -209,6 +209,7 @@ func (cq *CQ) push(wc *WorkCompletion) {
 	if cq.Notify != nil {
 		cq.Notify()
 	}
+	return true
 }
 
 // SGE is a scatter/gather element: Length bytes at Addr in the MR with LKey.

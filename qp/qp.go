@@ -560,7 +560,7 @@ func (q *QP) flush() {
 				break
 			}
 			wc := WorkCompletion{WRID: id, Status: WCWRFlushErr, Opcode: WCRecv, QPN: q.qpn}
-			q.recvCQ.push(&wc)
+			q.pushWC(q.recvCQ, &wc)
 		}
 	}
 	q.resp.clearOutput()
@@ -710,7 +710,7 @@ func (q *QP) PostRecv(wr *RecvWR) error {
 			return ErrTooManySGE
 		}
 		wc := WorkCompletion{WRID: wr.ID, Status: WCWRFlushErr, Opcode: WCRecv, QPN: q.qpn}
-		q.recvCQ.push(&wc)
+		q.pushWC(q.recvCQ, &wc)
 		return nil
 	}
 	return q.rq.post(wr)
@@ -722,6 +722,14 @@ func (q *QP) takeRecv(dst *curRecv) bool {
 		return q.srq.rq.take(dst)
 	}
 	return q.rq.take(dst)
+}
+
+// pushWC adds a completion; if the CQ is full the completion is lost and, as
+// rxe does on CQ overflow, the QP moves to the error state.
+func (q *QP) pushWC(cq *CQ, wc *WorkCompletion) {
+	if !cq.push(wc) && q.state != StateErr {
+		q.toError()
+	}
 }
 
 func wcOpcodeFor(op WROpcode) WCOpcode {
@@ -751,12 +759,12 @@ func (q *QP) postSendWC(w *sendWQE, st WCStatus) {
 	if w.op == WRSendWithImm || w.op == WRRDMAWriteWithImm {
 		wc.Flags |= WCWithImm
 	}
-	q.sendCQ.push(&wc)
+	q.pushWC(q.sendCQ, &wc)
 }
 
 func (q *QP) postRecvWC(c *curRecv, st WCStatus, n uint32) {
 	wc := WorkCompletion{WRID: c.id, Status: st, Opcode: WCRecv, ByteLen: n, QPN: q.qpn}
-	q.recvCQ.push(&wc)
+	q.pushWC(q.recvCQ, &wc)
 }
 
 const (

@@ -452,7 +452,7 @@ func (q *QP) respond(p *ib.Packet) error {
 			wc = WorkCompletion{WRID: r.cur.id, Status: WCRemInvReqErr, Opcode: WCRecv, QPN: q.qpn}
 		}
 		r.haveRecv = false
-		q.recvCQ.push(&wc)
+		q.pushWC(q.recvCQ, &wc)
 		if invFailed {
 			q.toError()
 		}
@@ -660,7 +660,7 @@ func (q *QP) respondUD(p *ib.Packet, src *Source) error {
 		wc.Flags |= WCWithImm
 		wc.Imm = p.ImmDt.Imm()
 	}
-	q.recvCQ.push(&wc)
+	q.pushWC(q.recvCQ, &wc)
 	if st != WCSuccess {
 		q.toError()
 	}

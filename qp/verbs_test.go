@@ -297,3 +297,22 @@ func TestEngineClose(t *testing.T) {
 		t.Fatalf("second Close: %v", err)
 	}
 }
+
+func TestCQOverflowErrorsQP(t *testing.T) {
+	n, _ := qptest.NewNet(qptest.Options{})
+	a, _ := qptest.NewEndpoint(n.A.E, qp.RC, 8)
+	pd, _ := n.B.E.AllocPD()
+	small, _ := n.B.E.CreateCQ(1)
+	bq, _ := pd.CreateQP(&qp.QPInitAttr{Type: qp.RC, SendCQ: small, RecvCQ: small, Cap: qp.QPCap{MaxSendWR: 4, MaxRecvWR: 4}})
+	if err := n.Connect(a.QP, bq, qptest.DefaultRC); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 3; i++ {
+		bq.PostRecv(&qp.RecvWR{ID: uint64(i)})
+		a.QP.PostSend(&qp.SendWR{ID: uint64(i), Opcode: qp.WRSend})
+	}
+	_ = n.Run(func() bool { return bq.State() == qp.StateErr }, time.Second)
+	if bq.State() != qp.StateErr || small.Overflows() == 0 {
+		t.Fatalf("state %v, overflows %d", bq.State(), small.Overflows())
+	}
+}
