@@ -1,0 +1,303 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gopacket/gopacket/pcapgo"
+	"github.com/goroce/goroce/ib"
+	"github.com/goroce/goroce/internal/netnstest"
+	"github.com/goroce/goroce/internal/wirecheck"
+	"golang.org/x/sys/unix"
+)
+
+// helperEnv makes the test binary act as rocectl (TestRocectlHelper), so
+// tests can run commands as separate processes that exit or are killed.
+const helperEnv = "GOROCE_ROCECTL_HELPER"
+
+// TestRocectlHelper is not a test: run as a subprocess by rocectlCmd, it
+// runs rocectl with the arguments after "--" and exits with its status.
+func TestRocectlHelper(t *testing.T) {
+	if os.Getenv(helperEnv) != "1" {
+		return
+	}
+	args := os.Args
+	for i, a := range args {
+		if a == "--" {
+			args = args[i+1:]
+			break
+		}
+	}
+	os.Exit(run(args, os.Stdout, os.Stderr))
+}
+
+// rocectlCmd returns a command running rocectl args in a subprocess.
+func rocectlCmd(args ...string) *exec.Cmd {
+	cmd := exec.Command(os.Args[0], append([]string{"-test.run=^TestRocectlHelper$", "--"}, args...)...)
+	cmd.Env = append(os.Environ(), helperEnv+"=1")
+	return cmd
+}
+
+// runIn runs rocectl args in-process on a thread in ns and returns the exit
+// status, stdout and stderr.
+func runIn(t *testing.T, ns *netnstest.NS, args ...string) (int, string, string) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	code := -1
+	if err := ns.Do(func() error {
+		code = run(args, &out, &errOut)
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return code, out.String(), errOut.String()
+}
+
+// rawSender writes whole Ethernet frames onto an interface with an
+// AF_PACKET socket, bypassing the kernel's IP stack.
+type rawSender struct {
+	fd      int
+	ifindex int
+}
+
+// newRawSender opens the sender on veth v; it must run in v's namespace.
+func newRawSender(t *testing.T, v *netnstest.Veth) *rawSender {
+	t.Helper()
+	var s *rawSender
+	err := v.NS.Do(func() error {
+		fd, err := unix.Socket(unix.AF_PACKET, unix.SOCK_RAW|unix.SOCK_CLOEXEC, 0)
+		if err != nil {
+			return err
+		}
+		s = &rawSender{fd: fd, ifindex: v.Index}
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("AF_PACKET socket: %v", err)
+	}
+	t.Cleanup(func() { unix.Close(s.fd) })
+	return s
+}
+
+func (s *rawSender) send(frame []byte) error {
+	return unix.Sendto(s.fd, frame, 0, &unix.SockaddrLinklayer{Ifindex: s.ifindex, Halen: 6})
+}
+
+// udSend builds a UD SEND-only frame from a to b with the given PSN, UDP
+// destination port and addresses (IPv4 or IPv6).
+func udSend(t *testing.T, src, dst net.HardwareAddr, sip, dip netip.Addr, port uint16, psn uint32) []byte {
+	t.Helper()
+	spec := ib.FrameSpec{
+		Src: sip, Dst: dip, HopLimit: 64, DontFragment: true,
+		// A zero UDP checksum is not allowed over IPv6 (RFC 8200).
+		UDPChecksum: dip.Is6() && !dip.Is4In6(),
+		SrcPort:     ib.RXESourcePort(0x11), DstPort: port,
+		BTH: ib.BTHFields{
+			Opcode: ib.UDSendOnly, PKey: 0xFFFF, DestQP: 0x11, PSN: ib.PSN(psn),
+		},
+		DETH:    &ib.DETHFields{QKey: 0x11111111, SrcQP: 0x12},
+		Payload: bytes.Repeat([]byte{byte(psn)}, 32+int(psn%7)),
+	}
+	copy(spec.SrcMAC[:], src)
+	copy(spec.DstMAC[:], dst)
+	buf := make([]byte, spec.Len())
+	n, err := ib.Build(buf, &spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return buf[:n]
+}
+
+func TestRoceFilterLayout(t *testing.T) {
+	// Every jump must land inside the program, on or before the two
+	// returns, and the last two instructions must be the returns.
+	f := roceFilter(4791)
+	for i, ins := range f {
+		if ins.Code&0x07 == unix.BPF_JMP {
+			for _, off := range []uint8{ins.Jt, ins.Jf} {
+				if tgt := i + 1 + int(off); tgt >= len(f) {
+					t.Errorf("instruction %d jumps to %d, past the end", i, tgt)
+				}
+			}
+		}
+	}
+	if f[len(f)-2].Code != unix.BPF_RET|unix.BPF_K || f[len(f)-2].K == 0 || f[len(f)-1].Code != unix.BPF_RET|unix.BPF_K || f[len(f)-1].K != 0 {
+		t.Errorf("program does not end in accept, drop: %+v", f[len(f)-2:])
+	}
+}
+
+func TestCaptureUsage(t *testing.T) {
+	var out, errOut bytes.Buffer
+	if code := run([]string{"capture"}, &out, &errOut); code != 2 {
+		t.Errorf("capture without -d/-w: exit %d", code)
+	}
+	if code := run([]string{"capture", "-d", "lo", "-w", "x", "-c", "-1"}, &out, &errOut); code != 2 {
+		t.Errorf("negative count: exit %d", code)
+	}
+	out.Reset()
+	if code := run([]string{"help", "capture"}, &out, &errOut); code != 0 || !strings.Contains(out.String(), "AF_PACKET") {
+		t.Errorf("help capture: exit %d, %q", code, out.String())
+	}
+}
+
+// TestCapture sends RoCEv2 frames (IPv4 and IPv6, one VLAN-tagged) and
+// frames that must not match (another UDP port, ICMP) from one namespace,
+// captures them with rocectl capture in the other, and checks the file with
+// package ib and tshark.
+func TestCapture(t *testing.T) {
+	p := netnstest.NewPair(t, 1500)
+	for _, ns := range []*netnstest.NS{p.A, p.B} {
+		if err := ns.Do(func() error {
+			// No DAD, so the addresses are usable at once.
+			return exec.Command("sysctl", "-q", "-w", "net.ipv6.conf.all.accept_dad=0").Run()
+		}); err != nil {
+			t.Logf("sysctl: %v", err)
+		}
+	}
+	a6 := netip.MustParseAddr("fd00:99::1")
+	b6 := netip.MustParseAddr("fd00:99::2")
+	// Tagged frames need no VLAN interface: packet sockets see them before
+	// the kernel looks for one.
+	file := filepath.Join(t.TempDir(), "cap.pcap")
+	const want = 9
+	done := make(chan struct{})
+	var code int
+	var stderr bytes.Buffer
+	go func() {
+		defer close(done)
+		_ = p.B.Do(func() error {
+			code = run([]string{"capture", "-d", p.VethB.Name, "-w", file, "-c", strconv.Itoa(want), "--duration", "20s"}, io.Discard, &stderr)
+			return nil
+		})
+	}()
+
+	s := newRawSender(t, p.VethA)
+	a4, b4 := p.VethA.Addr.Addr(), p.VethB.Addr.Addr()
+	sent := 0
+	for psn := uint32(1); ; psn++ {
+		select {
+		case <-done:
+		case <-time.After(10 * time.Millisecond):
+			var frames [][]byte
+			switch psn % 4 {
+			case 0:
+				frames = append(frames, udSend(t, p.VethA.HardwareAddr, p.VethB.HardwareAddr, a4, b4, ib.RoCEv2Port, psn))
+			case 1:
+				frames = append(frames, udSend(t, p.VethA.HardwareAddr, p.VethB.HardwareAddr, a6, b6, ib.RoCEv2Port, psn))
+			case 2:
+				// Another UDP port: filtered out.
+				frames = append(frames, udSend(t, p.VethA.HardwareAddr, p.VethB.HardwareAddr, a4, b4, 4792, psn))
+				frames = append(frames, udSend(t, p.VethA.HardwareAddr, p.VethB.HardwareAddr, a6, b6, 4792, psn))
+			case 3:
+				// Tagged: the kernel strips the tag, capture restores it.
+				f := udSend(t, p.VethA.HardwareAddr, p.VethB.HardwareAddr, a4, netip.MustParseAddr("10.99.100.2"), ib.RoCEv2Port, psn)
+				tagged := append(append(append([]byte{}, f[:12]...), 0x81, 0x00, 0x00, 100), f[12:]...)
+				frames = append(frames, tagged)
+			}
+			for _, f := range frames {
+				if err := s.send(f); err != nil {
+					t.Fatalf("send: %v", err)
+				}
+				sent++
+			}
+			if psn < 2000 {
+				continue
+			}
+			t.Fatal("capture did not finish")
+		}
+		break
+	}
+	if code != 0 {
+		t.Fatalf("capture: exit %d: %s", code, stderr.String())
+	}
+	if !strings.Contains(stderr.String(), fmt.Sprintf("%d frames captured", want)) {
+		t.Errorf("capture summary: %q", stderr.String())
+	}
+
+	fh, err := os.Open(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fh.Close()
+	r, err := pcapgo.NewReader(fh)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var v4, v6, tagged, n int
+	var icrcs []uint32
+	for {
+		data, ci, err := r.ReadPacketData()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		n++
+		if ci.CaptureLength != ci.Length || ci.Timestamp.IsZero() {
+			t.Errorf("frame %d: capture info %+v", n, ci)
+		}
+		var pkt ib.Packet
+		if err := ib.Parse(data, &pkt); err != nil {
+			t.Errorf("frame %d: %v", n, err)
+			continue
+		}
+		if err := pkt.VerifyICRC(); err != nil {
+			t.Errorf("frame %d: %v", n, err)
+		}
+		if pkt.UDP.DstPort() != ib.RoCEv2Port {
+			t.Errorf("frame %d: UDP port %d captured", n, pkt.UDP.DstPort())
+		}
+		switch {
+		case pkt.VLAN != nil:
+			tagged++
+			if pkt.VLAN.VID() != 100 {
+				t.Errorf("frame %d: VLAN %d, want 100", n, pkt.VLAN.VID())
+			}
+		case pkt.IPv4 != nil:
+			v4++
+		default:
+			v6++
+		}
+		icrcs = append(icrcs, binary.BigEndian.Uint32(pkt.ICRC))
+	}
+	if n != want || v4 == 0 || v6 == 0 || tagged == 0 {
+		t.Errorf("read %d frames (%d IPv4, %d IPv6, %d tagged), want %d of each kind", n, v4, v6, tagged, want)
+	}
+
+	frames, err := wirecheck.Tshark(context.Background(), file)
+	if errors.Is(err, wirecheck.ErrToolMissing) {
+		t.Skipf("tshark cross-check skipped: %v", err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(frames) != n {
+		t.Fatalf("tshark read %d frames, ib %d", len(frames), n)
+	}
+	for i, f := range frames {
+		if pr := f.Problem(); pr != "" {
+			t.Errorf("tshark frame %d: %s", i+1, pr)
+		}
+		got, err := strconv.ParseUint(f["infiniband.invariant.crc"], 0, 32)
+		if err != nil || uint32(got) != icrcs[i] {
+			t.Errorf("tshark frame %d: ICRC %q, want %#x", i+1, f["infiniband.invariant.crc"], icrcs[i])
+		}
+		if f["infiniband.bth.opcode"] != strconv.Itoa(int(ib.UDSendOnly)) {
+			t.Errorf("tshark frame %d: opcode %q", i+1, f["infiniband.bth.opcode"])
+		}
+	}
+}
