@@ -18,7 +18,7 @@ const (
 	DefaultMaxCMRetries      = 15 // CMA_MAX_CM_RETRIES
 	DefaultPacketLifeTime    = 18 // CMA_IBOE_PACKET_LIFETIME (16 in the newest kernels)
 	DefaultCAACKDelay        = 15 // RXE_LOCAL_CA_ACK_DELAY
-	DefaultMRAServiceTimeout = 24 // CMA_CM_MRA_SETTING without the DELAY flag
+	DefaultMRAServiceTimeout = 24 // CMA_CM_MRA_SETTING of older kernels
 	DefaultHopLimit          = 64
 	DefaultPKey              = 0xFFFF
 )
@@ -187,8 +187,11 @@ type Config struct {
 	HiTID uint32
 	// HopLimit for replies (default 64).
 	HopLimit uint8
-	// MRAServiceTimeout is the service timeout of the MRA sent when a REQ is
-	// repeated before the consumer answered (default 24 ≈ 67 s).
+	// MRAServiceTimeout, when not zero, makes the engine answer a REQ
+	// repeated before the consumer answered with an MRA of that service
+	// timeout (older rdma_cm: 24 ≈ 67 s, DefaultMRAServiceTimeout). Zero, the
+	// default, ignores such duplicates as current kernels do: an MRA makes the
+	// peer wait that long for a lost REP.
 	MRAServiceTimeout uint8
 }
 
@@ -284,9 +287,6 @@ func NewEngine(cfg Config) (*Engine, error) {
 	}
 	if cfg.HopLimit == 0 {
 		cfg.HopLimit = DefaultHopLimit
-	}
-	if cfg.MRAServiceTimeout == 0 {
-		cfg.MRAServiceTimeout = DefaultMRAServiceTimeout
 	}
 	return &Engine{
 		cfg:       cfg,

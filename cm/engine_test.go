@@ -299,6 +299,22 @@ func TestMRAExtendsWait(t *testing.T) {
 	p.b.take(t, EventEstablished)
 }
 
+func TestNoMRAByDefault(t *testing.T) {
+	p := newPair(t)
+	p.b.e.cfg.MRAServiceTimeout = 0
+	_ = p.b.e.Listen(testSID)
+	aID, _ := p.a.e.Connect(p.connectParams(testSID))
+	p.pump()
+	req := p.b.take(t, EventRequest)
+	p.advance() // retransmitted REQ
+	if s, _ := p.b.e.State(req.ID); s != StateREQRcvd || len(p.sent[p.b]) != 0 || p.b.e.Stats().Duplicates != 1 {
+		t.Fatalf("duplicate REQ: state %v, %d MADs sent", s, len(p.sent[p.b]))
+	}
+	if s, _ := p.a.e.State(aID); s != StateREQSent {
+		t.Fatalf("active %v", s)
+	}
+}
+
 func TestConsumerReject(t *testing.T) {
 	p := newPair(t)
 	_ = p.b.e.Listen(testSID)

@@ -33,7 +33,8 @@ type pair struct {
 func newEngine(t testing.TB, clk *fakeClock, seed uint64, guid uint64) *Engine {
 	t.Helper()
 	r := rand.New(rand.NewPCG(seed, seed*7+1))
-	e, err := NewEngine(Config{Clock: clk, Rand: r.Uint32, LocalCAGUID: guid, HiTID: uint32(seed)})
+	e, err := NewEngine(Config{Clock: clk, Rand: r.Uint32, LocalCAGUID: guid, HiTID: uint32(seed),
+		MRAServiceTimeout: DefaultMRAServiceTimeout})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -66,8 +66,11 @@ func (e *Engine) recvREQ(p Path, m mad.MAD) {
 		c := e.conns[id]
 		switch c.state {
 		case StateREQRcvd:
+			if e.cfg.MRAServiceTimeout == 0 {
+				return
+			}
 			// The consumer has not answered yet: tell the peer to wait
-			// (rdma_cm's delayed MRA).
+			// (older rdma_cm's delayed MRA).
 			c.state = StateMRAREQSent
 			e.reply(c, mad.AttrMRA, c.tid, func(o mad.MAD) {
 				o.MRA().Encode(&mad.MRAFields{LocalCommID: c.id, RemoteCommID: c.remoteID,

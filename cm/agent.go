@@ -1,0 +1,388 @@
+package cm
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net/netip"
+	"sync"
+	"time"
+
+	"github.com/goroce/goroce/cm/mad"
+	"github.com/goroce/goroce/ib"
+	"github.com/goroce/goroce/qp"
+	"github.com/goroce/goroce/roce"
+)
+
+// agent runs the CM of one device: it owns the device's GSI QP (QP1), an
+// Engine, and one goroutine that moves MADs between them and fires timers.
+// Listeners and connections of the device share it.
+type agent struct {
+	dev      *roce.Device
+	pd       *roce.PD
+	scq, rcq *roce.CQ
+	gsi      *roce.QP
+	slab     *roce.RecvSlab
+
+	mu        sync.Mutex // guards everything below
+	eng       *Engine
+	ids       map[uint32]*idState
+	listeners map[uint64]*Listener
+	ahs       map[[2]netip.Addr]*roce.AH
+	refs      int
+	stopping  bool
+
+	kick chan struct{}
+	done chan struct{}
+}
+
+// idState routes the events of one communication ID to its owner.
+type idState struct {
+	events chan Event
+	closed chan struct{} // closed when the connection ends (peer DREQ, REJ, timeout)
+	ended  bool
+}
+
+func newIDState() *idState {
+	return &idState{events: make(chan Event, 16), closed: make(chan struct{})}
+}
+
+func (s *idState) end() {
+	if !s.ended {
+		s.ended = true
+		close(s.closed)
+	}
+}
+
+type monoClock struct{ start time.Time }
+
+func (c monoClock) Now() time.Duration { return time.Since(c.start) }
+
+var registry struct {
+	sync.Mutex
+	m map[*roce.Device]*agent
+}
+
+// Linger bounds how long an agent without users keeps running so that its
+// last DREQ/DREP exchanges and timewait complete.
+const agentLinger = 5 * time.Second
+
+// acquire returns the running agent of dev, starting one (and taking QP1)
+// if needed.
+func acquire(dev *roce.Device) (*agent, error) {
+	registry.Lock()
+	defer registry.Unlock()
+	if registry.m == nil {
+		registry.m = map[*roce.Device]*agent{}
+	}
+	if a := registry.m[dev]; a != nil {
+		a.mu.Lock()
+		a.refs++
+		a.stopping = false
+		a.mu.Unlock()
+		return a, nil
+	}
+	a, err := startAgent(dev)
+	if err != nil {
+		return nil, err
+	}
+	a.refs = 1
+	registry.m[dev] = a
+	return a, nil
+}
+
+func (a *agent) release() {
+	a.mu.Lock()
+	a.refs--
+	if a.refs == 0 {
+		a.stopping = true
+	}
+	a.mu.Unlock()
+	a.poke()
+}
+
+func (a *agent) poke() {
+	select {
+	case a.kick <- struct{}{}:
+	default:
+	}
+}
+
+const (
+	gsiRecvBuffers = 64
+	gsiSendWR      = 256
+)
+
+func startAgent(dev *roce.Device) (a *agent, err error) {
+	a = &agent{dev: dev, ids: map[uint32]*idState{}, listeners: map[uint64]*Listener{},
+		ahs: map[[2]netip.Addr]*roce.AH{}, kick: make(chan struct{}, 1), done: make(chan struct{})}
+	defer func() {
+		if err != nil {
+			a.teardown()
+		}
+	}()
+	if a.pd, err = dev.AllocPD(); err != nil {
+		return nil, err
+	}
+	if a.scq, err = dev.CreateCQ(gsiSendWR); err != nil {
+		return nil, err
+	}
+	if a.rcq, err = dev.CreateCQ(gsiRecvBuffers * 2); err != nil {
+		return nil, err
+	}
+	a.gsi, err = a.pd.CreateQP(&roce.QPInitAttr{Type: qp.GSI, SendCQ: a.scq, RecvCQ: a.rcq, SigAll: true,
+		Cap: roce.QPCap{MaxSendWR: gsiSendWR, MaxRecvWR: gsiRecvBuffers, MaxSendSGE: 1, MaxRecvSGE: 1, MaxInlineData: mad.Size}})
+	if err != nil {
+		return nil, fmt.Errorf("cm: cannot take the GSI QP (QP1) of the device: %w", err)
+	}
+	ctx := context.Background()
+	if err = a.gsi.Modify(ctx, &roce.QPAttr{State: roce.StateInit, Port: 1, QKey: qp.GSIQKey},
+		roce.AttrState|roce.AttrPKeyIndex|roce.AttrPort|roce.AttrQKey); err != nil {
+		return nil, err
+	}
+	if err = a.gsi.Modify(ctx, &roce.QPAttr{State: roce.StateRTR}, roce.AttrState); err != nil {
+		return nil, err
+	}
+	if err = a.gsi.Modify(ctx, &roce.QPAttr{State: roce.StateRTS, SQPSN: rand.Uint32() & ib.PSNMask},
+		roce.AttrState|roce.AttrSQPSN); err != nil {
+		return nil, err
+	}
+	// Room for the network-header area too: the slab adds it only for QPs
+	// of type UD, and the GSI QP is type GSI.
+	if a.slab, err = a.pd.NewRecvSlab(a.gsi, gsiRecvBuffers, roce.GRHSize+mad.Size); err != nil {
+		return nil, err
+	}
+	info := dev.Info()
+	a.eng, err = NewEngine(Config{Clock: monoClock{time.Now()}, Rand: rand.Uint32,
+		LocalCAGUID: info.NodeGUID, HiTID: rand.Uint32()})
+	if err != nil {
+		return nil, err
+	}
+	go a.run()
+	return a, nil
+}
+
+func (a *agent) teardown() {
+	if a.gsi != nil {
+		_ = a.gsi.Close()
+	}
+	if a.slab != nil {
+		_ = a.slab.Close()
+	}
+	for _, ah := range a.ahs {
+		_ = ah.Close()
+	}
+	if a.scq != nil {
+		_ = a.scq.Close()
+	}
+	if a.rcq != nil {
+		_ = a.rcq.Close()
+	}
+	if a.pd != nil {
+		_ = a.pd.Close()
+	}
+}
+
+// run is the agent's goroutine.
+func (a *agent) run() {
+	defer close(a.done)
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	var lingerUntil time.Time
+	wcs := make([]roce.WorkCompletion, 32)
+	for {
+		a.mu.Lock()
+		if a.stopping {
+			if lingerUntil.IsZero() {
+				lingerUntil = time.Now().Add(agentLinger)
+			}
+			if n, _ := a.eng.Len(); n == 0 || time.Now().After(lingerUntil) {
+				a.mu.Unlock()
+				a.exit()
+				return
+			}
+		} else {
+			lingerUntil = time.Time{}
+		}
+		wait := time.Hour
+		if d, ok := a.eng.NextDeadline(); ok {
+			wait = max(d-a.eng.cfg.Clock.Now(), 0)
+		}
+		if a.stopping {
+			wait = min(wait, time.Until(lingerUntil))
+		}
+		a.mu.Unlock()
+		timer.Reset(wait)
+		select {
+		case <-a.rcq.Ready():
+		case <-timer.C:
+		case <-a.kick:
+		}
+		if !timer.Stop() {
+			select {
+			case <-timer.C:
+			default:
+			}
+		}
+		if err := a.step(wcs); errors.Is(err, roce.ErrClosed) {
+			a.mu.Lock()
+			for _, s := range a.ids {
+				s.end()
+			}
+			a.mu.Unlock()
+			a.exit()
+			return
+		}
+	}
+}
+
+func (a *agent) exit() {
+	registry.Lock()
+	if registry.m[a.dev] == a {
+		delete(registry.m, a.dev)
+	}
+	registry.Unlock()
+	a.teardown()
+}
+
+// step receives MADs, runs timers, dispatches events and sends MADs.
+func (a *agent) step(wcs []roce.WorkCompletion) error {
+	for {
+		n := a.rcq.Poll(wcs)
+		for i := range wcs[:n] {
+			wc := &wcs[i]
+			if !a.slab.Owns(wc) {
+				continue
+			}
+			if wc.Status == roce.WCSuccess {
+				grh, b := a.slab.GRH(wc), a.slab.Bytes(wc)
+				if grh == nil && len(b) >= roce.GRHSize {
+					grh, b = b[:roce.GRHSize], b[roce.GRHSize:]
+				}
+				if p, ok := grhPath(grh); ok {
+					a.mu.Lock()
+					_ = a.eng.Receive(p, b) // malformed MADs are counted and dropped
+					a.mu.Unlock()
+				}
+			}
+			if err := a.slab.Repost(wc); err != nil {
+				return err
+			}
+		}
+		if n < len(wcs) {
+			break
+		}
+	}
+	for a.scq.Poll(wcs) > 0 { // send completions only free the send queue
+	}
+	a.mu.Lock()
+	a.eng.Advance()
+	a.dispatchLocked()
+	var outs []Outbound
+	for {
+		o, ok := a.eng.PollOutbound()
+		if !ok {
+			break
+		}
+		outs = append(outs, o)
+	}
+	a.mu.Unlock()
+	for i := range outs {
+		if err := a.sendMAD(&outs[i]); errors.Is(err, roce.ErrClosed) {
+			return err
+		}
+	}
+	return nil
+}
+
+// grhPath reads the addresses from the network-header area of a UD receive.
+func grhPath(g []byte) (Path, bool) {
+	if len(g) < roce.GRHSize {
+		return Path{}, false
+	}
+	if g[20]>>4 == 4 { // 20 zero bytes, then the IPv4 header
+		return Path{Remote: netip.AddrFrom4([4]byte(g[32:36])), Local: netip.AddrFrom4([4]byte(g[36:40]))}, true
+	}
+	if g[0]>>4 == 6 {
+		return Path{Remote: netip.AddrFrom16([16]byte(g[8:24])), Local: netip.AddrFrom16([16]byte(g[24:40]))}, true
+	}
+	return Path{}, false
+}
+
+// sendMAD posts one MAD to the remote QP1 (inline: no send buffer to manage).
+func (a *agent) sendMAD(o *Outbound) error {
+	key := [2]netip.Addr{o.Path.Local, o.Path.Remote}
+	a.mu.Lock()
+	ah := a.ahs[key]
+	a.mu.Unlock()
+	if ah == nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		var err error
+		ah, err = a.pd.CreateAH(ctx, roce.AddressVector{DGID: ib.GIDFromAddr(o.Path.Remote),
+			SGID: ib.GIDFromAddr(o.Path.Local), TrafficClass: o.Path.TrafficClass, HopLimit: o.Path.HopLimit})
+		cancel()
+		if err != nil {
+			return err // the retry timer sends it again
+		}
+		a.mu.Lock()
+		a.ahs[key] = ah
+		a.mu.Unlock()
+	}
+	return a.gsi.PostSend(&roce.SendWR{Opcode: roce.WRSend, Flags: roce.SendInline | roce.SendSignaled,
+		Inline: o.MAD[:], AH: ah, RemoteQPN: 1, RemoteQKey: qp.GSIQKey})
+}
+
+// dispatchLocked hands engine events to listeners and waiting IDs.
+func (a *agent) dispatchLocked() {
+	for {
+		ev, ok := a.eng.PollEvent()
+		if !ok {
+			return
+		}
+		switch ev.Type {
+		case EventRequest, EventSIDRRequest:
+			l := a.listeners[ev.ServiceID]
+			if l == nil || !l.offerLocked(ev) {
+				a.refuseLocked(ev)
+			}
+			continue
+		case EventExit:
+			continue
+		}
+		s := a.ids[ev.ID]
+		if s == nil {
+			continue
+		}
+		select {
+		case s.events <- ev:
+		default:
+		}
+		switch ev.Type {
+		case EventRejected, EventTimeout, EventDisconnected, EventDisconnectDone:
+			s.end()
+		case EventSIDRReply:
+			if ev.Err != nil {
+				s.end()
+			}
+		}
+	}
+}
+
+func (a *agent) refuseLocked(ev Event) {
+	if ev.Type == EventSIDRRequest {
+		_ = a.eng.SIDRReply(ev.ID, mad.SIDRReject, 0, 0, nil)
+		return
+	}
+	_ = a.eng.Reject(ev.ID, mad.RejConsumerDefined, nil, nil)
+}
+
+// do runs f on the engine under the lock, registers id's state if asked,
+// and wakes the goroutine to send what f queued.
+func (a *agent) do(f func(e *Engine) error) error {
+	a.mu.Lock()
+	err := f(a.eng)
+	a.mu.Unlock()
+	a.poke()
+	return err
+}
