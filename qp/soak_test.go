@@ -3,6 +3,7 @@ package qp_test
 import (
 	"bytes"
 	"encoding/binary"
+	"flag"
 	"fmt"
 	"math/rand/v2"
 	"testing"
@@ -201,19 +202,30 @@ func (w *workload) check() {
 	}
 }
 
+var soakSeeds = flag.Int("qp.soakseeds", 0, "extra random-seed rounds for TestRCSoak (each with fresh impairment seeds)")
+
 // TestRCSoak runs random mixes of every RC operation in both directions at
 // once, on two QP pairs sharing the engines, over impaired links.
 func TestRCSoak(t *testing.T) {
 	d := time.Microsecond
-	for _, c := range []struct {
+	type netCase struct {
 		name   string
+		seed   uint64
 		ab, ba faultnet.Config
-	}{
-		{"clean", faultnet.Config{Delay: d}, faultnet.Config{Delay: d}},
-		{"loss5", faultnet.Config{Seed: 31, Loss: 0.05, Delay: d, Jitter: d}, faultnet.Config{Seed: 32, Loss: 0.05, Delay: d}},
-		{"everything", faultnet.Config{Seed: 33, Loss: 0.03, Duplicate: 0.03, Reorder: 0.03, ReorderDepth: 4, Corrupt: 0.01, Delay: d, Jitter: 3 * d},
+	}
+	cases := []netCase{
+		{"clean", 0, faultnet.Config{Delay: d}, faultnet.Config{Delay: d}},
+		{"loss5", 0, faultnet.Config{Seed: 31, Loss: 0.05, Delay: d, Jitter: d}, faultnet.Config{Seed: 32, Loss: 0.05, Delay: d}},
+		{"everything", 0, faultnet.Config{Seed: 33, Loss: 0.03, Duplicate: 0.03, Reorder: 0.03, ReorderDepth: 4, Corrupt: 0.01, Delay: d, Jitter: 3 * d},
 			faultnet.Config{Seed: 34, Loss: 0.03, Duplicate: 0.03, Reorder: 0.03, Corrupt: 0.01, Delay: d}},
-	} {
+	}
+	for i := 1; i <= *soakSeeds; i++ {
+		s := uint64(1000 + 2*i)
+		cases = append(cases, netCase{fmt.Sprintf("seed%d", i), s,
+			faultnet.Config{Seed: s, Loss: 0.04, Duplicate: 0.02, Reorder: 0.04, ReorderDepth: 1 + i%5, Corrupt: 0.01, Delay: d, Jitter: 2 * d},
+			faultnet.Config{Seed: s + 1, Loss: 0.04, Duplicate: 0.02, Reorder: 0.02, Corrupt: 0.01, Delay: d}})
+	}
+	for _, c := range cases {
 		for _, mtu := range []ib.MTU{ib.MTU256, ib.MTU1024, ib.MTU4096} {
 			t.Run(fmt.Sprintf("%s/mtu%d", c.name, mtu.Bytes()), func(t *testing.T) {
 				n, err := qptest.NewNet(qptest.Options{AtoB: c.ab, BtoA: c.ba, PortMTU: ib.MTU4096})
@@ -236,7 +248,7 @@ func TestRCSoak(t *testing.T) {
 					if err := n.Connect(a.QP, b.QP, prm); err != nil {
 						t.Fatal(err)
 					}
-					loads = append(loads, newWorkload(t, uint64(10*k+1), a, b, ops), newWorkload(t, uint64(10*k+2), b, a, ops))
+					loads = append(loads, newWorkload(t, c.seed+uint64(10*k+1), a, b, ops), newWorkload(t, c.seed+uint64(10*k+2), b, a, ops))
 				}
 				err = n.Run(func() bool {
 					all := true
