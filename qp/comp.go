@@ -81,6 +81,20 @@ func (q *QP) completeOne(p *ib.Packet, now time.Duration, psn ib.PSN, low uint8,
 	}
 	switch low {
 	case opReadRespFirst, opReadRespMiddle, opReadRespLast, opReadRespOnly:
+		if w.op == WRAtomicWrite {
+			// ATOMIC_WRITE is answered by an empty READ_RESPONSE_ONLY.
+			if d != 0 || low != opReadRespOnly || len(p.AETH) < ib.AETHSize || len(p.Payload) != 0 {
+				return ErrDropped
+			}
+			if syn := p.AETH.Syndrome(); syn.Type() != ib.SyndromeACK {
+				q.completeHead(nakStatus(syn))
+				return nil
+			}
+			q.comp.psn = psn.Next()
+			*progress = true
+			q.completeHead(WCSuccess)
+			return nil
+		}
 		if w.op != WRRDMARead {
 			q.completeHead(WCBadRespErr)
 			return ErrDropped

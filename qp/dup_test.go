@@ -137,3 +137,26 @@ func TestDuplicateRequests(t *testing.T) {
 		t.Fatalf("state %v", r.ep.QP.State())
 	}
 }
+
+func TestDuplicateAtomicWrite(t *testing.T) {
+	r := newResponderRig(t)
+	val := []byte{1, 2, 3, 4, 5, 6, 7, 8}
+	a1 := r.req(ib.RCAtomicWrite, rigPSN, rethBytes(0x10000+64, 0x4242, 8), val, true)
+	if len(a1) != 1 || a1[0].BTH.Opcode() != ib.RCReadResponseOnly || len(a1[0].Payload) != 0 || a1[0].AETH.MSN() != 1 ||
+		a1[0].BTH.PSN() != rigPSN || !bytes.Equal(r.mem[64:72], val) {
+		t.Fatalf("ATOMIC_WRITE answer %+v", a1)
+	}
+	copy(r.mem[64:], []byte{9, 9, 9, 9, 9, 9, 9, 9})
+	a2 := r.req(ib.RCAtomicWrite, rigPSN, rethBytes(0x10000+64, 0x4242, 8), val, true)
+	if len(a2) != 1 || a2[0].BTH.Opcode() != ib.RCReadResponseOnly || a2[0].BTH.PSN() != rigPSN {
+		t.Fatalf("replayed answer %+v", a2)
+	}
+	if r.mem[64] != 9 {
+		t.Fatal("duplicate ATOMIC_WRITE executed again")
+	}
+	// Misaligned: NAK invalid request.
+	m := r.req(ib.RCAtomicWrite, uint32(ib.PSN(rigPSN).Next()), rethBytes(0x10000+66, 0x4242, 8), val, true)
+	if len(m) != 1 || m[0].AETH.Syndrome() != ib.NAKSyndrome(ib.NAKInvalidRequest) {
+		t.Fatalf("misaligned ATOMIC_WRITE: %+v", m)
+	}
+}

@@ -51,6 +51,7 @@ const (
 	clRETH
 	clResponse
 	clUnsupported // defined by the IBTA but not implemented here (answered with NAK invalid request)
+	clAtomicWrite
 )
 
 var opClass = [32]uint16{
@@ -78,11 +79,13 @@ var opClass = [32]uint16{
 	opSendLastInv:    clSend | clLast | clInv | clComplete,
 	opSendOnlyInv:    clSend | clFirst | clLast | clInv | clRecv | clComplete,
 	opFlush:          clUnsupported,
-	opAtomicWrite:    clUnsupported,
+	opAtomicWrite:    clAtomicWrite | clFirst | clLast | clRETH,
 }
 
+// isRdAtomicWR reports the operations answered by a response the responder
+// saves (READ, atomics, ATOMIC_WRITE): they count against max_rd_atomic.
 func isRdAtomicWR(op WROpcode) bool {
-	return op == WRRDMARead || op == WRAtomicCmpAndSwp || op == WRAtomicFetchAndAdd
+	return op == WRRDMARead || op == WRAtomicCmpAndSwp || op == WRAtomicFetchAndAdd || op == WRAtomicWrite
 }
 
 func isAtomicWR(op WROpcode) bool {

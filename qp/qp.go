@@ -627,7 +627,7 @@ func (q *QP) PostSend(wr *SendWR) error {
 		return ErrMessageTooLarge
 	}
 	switch wr.Opcode {
-	case WRAtomicCmpAndSwp, WRAtomicFetchAndAdd:
+	case WRAtomicCmpAndSwp, WRAtomicFetchAndAdd, WRAtomicWrite:
 		if length != 8 {
 			return ErrInvalidArgument
 		}
@@ -677,7 +677,7 @@ func (q *QP) opAllowed(op WROpcode) bool {
 	case RC:
 		switch op {
 		case WRRDMAWrite, WRRDMAWriteWithImm, WRSend, WRSendWithImm, WRRDMARead,
-			WRAtomicCmpAndSwp, WRAtomicFetchAndAdd, WRSendWithInv:
+			WRAtomicCmpAndSwp, WRAtomicFetchAndAdd, WRSendWithInv, WRAtomicWrite:
 			return true
 		}
 	case UC:
@@ -742,6 +742,8 @@ func wcOpcodeFor(op WROpcode) WCOpcode {
 		return WCCompSwap
 	case WRAtomicFetchAndAdd:
 		return WCFetchAdd
+	case WRAtomicWrite:
+		return WCAtomicWrite
 	}
 	return WCSend
 }

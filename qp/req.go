@@ -157,6 +157,13 @@ func (q *QP) requestRCUC(now time.Duration, w *sendWQE, buf []byte, t *TxPacket)
 		nextPSN = psn.Add(npk)
 		last = true
 		remaining = 0
+	case WRAtomicWrite:
+		op = opAtomicWrite
+		ib.RETH(buf[h : h+ib.RETHSize]).Encode(&ib.RETHFields{VA: w.remoteAddr, RKey: w.rkey, DMALen: 8})
+		h += ib.RETHSize
+		paylen = 8
+		last = true
+		remaining = 0
 	case WRAtomicCmpAndSwp, WRAtomicFetchAndAdd:
 		f := ib.AtomicETHFields{VA: w.remoteAddr, RKey: w.rkey}
 		if w.op == WRAtomicCmpAndSwp {

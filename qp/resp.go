@@ -11,6 +11,7 @@ const (
 	resNone = iota
 	resRead
 	resAtomic
+	resAtomicWrite
 )
 
 // respRes is a saved READ or atomic, kept for duplicate replay (rxe resp_res).
@@ -34,6 +35,7 @@ const (
 	outAck = iota
 	outRead
 	outAtomic
+	outAtomicWrite
 )
 
 // outEntry is one pending response, in PSN order.
@@ -143,8 +145,11 @@ func (q *QP) queueRes(i int) {
 		return
 	}
 	kind := uint8(outRead)
-	if r.res[i].kind == resAtomic {
+	switch r.res[i].kind {
+	case resAtomic:
 		kind = outAtomic
+	case resAtomicWrite:
+		kind = outAtomicWrite
 	}
 	if r.pushOut(outEntry{kind: kind, res: int32(i)}) {
 		r.res[i].queued = true
@@ -306,12 +311,12 @@ func (q *QP) respond(p *ib.Packet) error {
 	}
 	// Operation allowed by the QP's access flags.
 	acc := q.attr.AccessFlags
-	if (cl&clWrite != 0 && acc&AccessRemoteWrite == 0) || (cl&clRead != 0 && acc&AccessRemoteRead == 0) ||
+	if (cl&(clWrite|clAtomicWrite) != 0 && acc&AccessRemoteWrite == 0) || (cl&clRead != 0 && acc&AccessRemoteRead == 0) ||
 		(cl&clAtomic != 0 && acc&AccessRemoteAtomic == 0) {
 		return q.classAC(psn, ib.NAKInvalidRequest, WCRemInvReqErr)
 	}
 	// Resources.
-	if cl&(clRead|clAtomic) != 0 && q.attr.MaxDestRdAtomic == 0 {
+	if cl&(clRead|clAtomic|clAtomicWrite) != 0 && q.attr.MaxDestRdAtomic == 0 {
 		return q.classAC(psn, ib.NAKInvalidRequest, WCRemInvReqErr)
 	}
 	if cl&clRecv != 0 && !r.haveRecv {
@@ -355,6 +360,8 @@ func (q *QP) respond(p *ib.Packet) error {
 	switch {
 	case cl&clRead != 0:
 		return q.executeRead(p, psn)
+	case cl&clAtomicWrite != 0:
+		return q.executeAtomicWrite(p, psn)
 	case cl&clAtomic != 0:
 		return q.executeAtomic(p, psn, low)
 	case cl&clWrite != 0:
@@ -525,6 +532,35 @@ func (q *QP) executeAtomic(p *ib.Packet, psn ib.PSN, low uint8) error {
 	return nil
 }
 
+// executeAtomicWrite performs an ATOMIC_WRITE: the 8 payload bytes are stored
+// as one aligned word, and the answer is an empty READ_RESPONSE_ONLY (rxe).
+func (q *QP) executeAtomicWrite(p *ib.Packet, psn ib.PSN) error {
+	r := &q.resp
+	va, n := p.RETH.VA(), p.RETH.DMALen()
+	mr := q.e.lookupMR(q.pd, p.RETH.RKey(), AccessRemoteWrite)
+	if mr == nil {
+		return q.classAC(psn, ib.NAKRemoteAccessError, WCRemAccessErr)
+	}
+	mem, ok := mr.span(va, n)
+	if !ok {
+		return q.classAC(psn, ib.NAKRemoteAccessError, WCRemAccessErr)
+	}
+	if n != 8 || len(p.Payload) != 8 || p.BTH.PadCount() != 0 || va&7 != 0 {
+		return q.classAC(psn, ib.NAKInvalidRequest, WCRemInvReqErr)
+	}
+	if q.readPending(mem) {
+		return q.deferRequest()
+	}
+	copy(mem, p.Payload)
+	r.msn = (r.msn + 1) & ib.PSNMask
+	i := r.allocRes()
+	r.res[i] = respRes{kind: resAtomicWrite, firstPSN: psn, lastPSN: psn, curPSN: psn, msn: r.msn}
+	r.epsn = psn.Next()
+	r.inMsg = msgNone
+	q.queueRes(i)
+	return nil
+}
+
 // readPending reports whether a READ response still to be sent covers memory
 // overlapping mem. Read responses are built when the device asks for packets;
 // executing a later WRITE or atomic on that memory first would let the READ
@@ -596,8 +632,12 @@ func (q *QP) duplicate(p *ib.Packet, psn ib.PSN, low uint8, cl uint16) error {
 		s.newState = psn == s.firstPSN
 		s.msn = r.msn
 		q.queueRes(i)
-	case cl&clAtomic != 0:
-		i := r.findRes(psn, resAtomic)
+	case cl&(clAtomic|clAtomicWrite) != 0:
+		kind := uint8(resAtomic)
+		if cl&clAtomicWrite != 0 {
+			kind = resAtomicWrite
+		}
+		i := r.findRes(psn, kind)
 		if i < 0 {
 			return ErrDropped
 		}
@@ -694,6 +734,21 @@ func (r *responder) produce(q *QP, buf []byte, t *TxPacket) (int, bool) {
 			h += ib.AtomicAckETHSize
 			writeBTH(buf, transportRC|opAtomicAck, false, false, 0, q.attr.DestQPN, s.firstPSN)
 			n := finish(buf, h, 0)
+			s.queued = false
+			r.popOut()
+			q.fillAV(t, &q.attr.AV)
+			return n, true
+		case outAtomicWrite:
+			s := &r.res[e.res]
+			if q.state == StateErr || s.kind != resAtomicWrite {
+				s.queued = false
+				r.popOut()
+				continue
+			}
+			h := ib.BTHSize
+			ib.AETH(buf[h : h+ib.AETHSize]).Encode(&ib.AETHFields{Syndrome: ib.SyndromeACKUnlimited, MSN: s.msn})
+			writeBTH(buf, transportRC|opReadRespOnly, false, false, 0, q.attr.DestQPN, s.firstPSN)
+			n := finish(buf, h+ib.AETHSize, 0)
 			s.queued = false
 			r.popOut()
 			q.fillAV(t, &q.attr.AV)

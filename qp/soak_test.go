@@ -91,7 +91,9 @@ func (w *workload) next() soakOp {
 			return w.rng.IntN(soakSlot)
 		}
 	}
-	switch w.rng.IntN(7) {
+	switch w.rng.IntN(8) {
+	case 7:
+		o.op, o.size = qp.WRAtomicWrite, 8
 	case 0:
 		o.op, o.size = qp.WRSend, size()
 	case 1:
@@ -131,7 +133,7 @@ func (w *workload) post() {
 		wr := qp.SendWR{ID: uint64(i), Opcode: o.op, Flags: qp.SendSignaled, Imm: uint32(i),
 			SGL: []qp.SGE{{Addr: 0x10_0000_0000 + slot, Length: uint32(o.size), LKey: w.localMR.LKey()}}}
 		switch o.op {
-		case qp.WRRDMAWrite, qp.WRRDMAWriteWithImm:
+		case qp.WRRDMAWrite, qp.WRRDMAWriteWithImm, qp.WRAtomicWrite:
 			wr.RemoteAddr, wr.RKey = 0x20_0000_0000+slot, w.peerWriteMR.RKey()
 		case qp.WRRDMARead:
 			wr.RemoteAddr, wr.RKey = 0x30_0000_0000+uint64(o.srcOff), w.peerSrcMR.RKey()
@@ -164,7 +166,7 @@ func (w *workload) check() {
 		slot := i * soakSlot
 		mine := w.local[slot : slot+o.size]
 		switch o.op {
-		case qp.WRRDMAWrite, qp.WRRDMAWriteWithImm:
+		case qp.WRRDMAWrite, qp.WRRDMAWriteWithImm, qp.WRAtomicWrite:
 			if !bytes.Equal(w.peerWrite[slot:slot+o.size], mine) {
 				t.Fatalf("op %d WRITE of %d bytes: data differs", i, o.size)
 			}

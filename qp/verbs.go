@@ -85,6 +85,7 @@ const (
 	WCFetchAdd        WCOpcode = 4
 	WCBindMW          WCOpcode = 5
 	WCLocalInv        WCOpcode = 6
+	WCAtomicWrite     WCOpcode = 9
 	WCRecv            WCOpcode = 128
 	WCRecvRDMAWithImm WCOpcode = 129
 )
@@ -106,6 +107,8 @@ func (o WCOpcode) String() string {
 		return "BIND_MW"
 	case WCLocalInv:
 		return "LOCAL_INV"
+	case WCAtomicWrite:
+		return "ATOMIC_WRITE"
 	case WCRecv:
 		return "RECV"
 	case WCRecvRDMAWithImm:
@@ -155,6 +158,7 @@ const (
 	WRLocalInv          WROpcode = 7
 	WRBindMW            WROpcode = 8
 	WRSendWithInv       WROpcode = 9
+	WRAtomicWrite       WROpcode = 15 // 8 bytes written atomically (IBTA 1.5; rxe ≥ 6.2)
 )
 
 var wrOpcodeNames = [...]string{"RDMA_WRITE", "RDMA_WRITE_WITH_IMM", "SEND", "SEND_WITH_IMM", "RDMA_READ",
@@ -164,6 +168,9 @@ var wrOpcodeNames = [...]string{"RDMA_WRITE", "RDMA_WRITE_WITH_IMM", "SEND", "SE
 func (o WROpcode) String() string {
 	if int(o) < len(wrOpcodeNames) {
 		return wrOpcodeNames[o]
+	}
+	if o == WRAtomicWrite {
+		return "ATOMIC_WRITE"
 	}
 	return "WROpcode(" + strconv.Itoa(int(o)) + ")"
 }
