@@ -212,6 +212,8 @@ func addSeeds(f *testing.F) {
 	s = append(s, rec(0, mk(ib.RCFetchAdd, 0x213, atom(0x10008, 0x1234, 5), nil, true))...)
 	s = append(s, rec(0, mk(ib.RCSendOnly, 0x214, nil, pl[:100], true))...)
 	f.Add(s)
+	f.Add(append(rec(0, mk(ib.RCAtomicWrite, 0x200, reth(0x10008, 0x1234, 8), pl[:8], true)),
+		rec(0, mk(ib.RCAtomicWrite, 0x200, reth(0x10008, 0x1234, 8), pl[:8], true))...))
 	f.Add(rec(0, mk(ib.RCWriteOnly, 0x200, reth(0x10000+4090, 0x1234, 100), pl[:100], true)))
 	f.Add(rec(0, mk(ib.RCWriteOnly, 0x200, reth(^uint64(0)-10, 0x1234, 100), pl[:100], true)))
 	f.Add(rec(0, mk(ib.RCSendFirst, 0x200, nil, pl, false)))
