@@ -192,19 +192,27 @@ func (a *agent) run() {
 	var lingerUntil time.Time
 	wcs := make([]roce.WorkCompletion, 32)
 	for {
+		// The registry lock is taken first so that acquire either finds
+		// the agent still registered (and revives it) or not at all.
+		registry.Lock()
 		a.mu.Lock()
 		if a.stopping {
 			if lingerUntil.IsZero() {
 				lingerUntil = time.Now().Add(agentLinger)
 			}
 			if n, _ := a.eng.Len(); n == 0 || time.Now().After(lingerUntil) {
+				if registry.m[a.dev] == a {
+					delete(registry.m, a.dev)
+				}
 				a.mu.Unlock()
-				a.exit()
+				registry.Unlock()
+				a.teardown()
 				return
 			}
 		} else {
 			lingerUntil = time.Time{}
 		}
+		registry.Unlock()
 		wait := time.Hour
 		if d, ok := a.eng.NextDeadline(); ok {
 			wait = max(d-a.eng.cfg.Clock.Now(), 0)

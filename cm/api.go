@@ -24,6 +24,11 @@ type QPOptions struct {
 	SendCQ, RecvCQ *roce.CQ
 	Cap            roce.QPCap
 	SigAll         bool
+	// Prepare, if set, runs once the QP is in INIT and before the CM sends
+	// anything that lets the peer start sending: the place to post
+	// receives (rdma_cm applications post them before rdma_connect and
+	// rdma_accept). An error aborts the connection.
+	Prepare func(c *Conn) error
 }
 
 // DialOptions configure Dial. The zero value dials like rdma_cm with
@@ -214,7 +219,13 @@ func (c *Conn) newQP(dev *roce.Device, o *QPOptions, typ roce.QPType) error {
 		attr.AccessFlags = roce.AccessRemoteWrite | roce.AccessRemoteRead | roce.AccessRemoteAtomic
 		mask |= roce.AttrAccessFlags
 	}
-	return c.qp.Modify(context.Background(), &attr, mask)
+	if err := c.qp.Modify(context.Background(), &attr, mask); err != nil {
+		return err
+	}
+	if o.Prepare != nil {
+		return o.Prepare(c)
+	}
+	return nil
 }
 
 // modifyFromCM applies the CM's RTR and RTS attributes to the QP.

@@ -1,0 +1,338 @@
+// Package rping implements the test of rdma-core's rping over goroce: a
+// client and a server that interoperate with the real tool in either role.
+//
+// Each ping the client advertises a source buffer (address, R_Key, length
+// in a 16-byte SEND), the server RDMA READs the ping data from it and
+// answers with a "go ahead" SEND; the client then advertises a sink buffer,
+// the server RDMA WRITEs the data back into it and sends another go ahead,
+// and the client may compare the two buffers (-V). The connection is made
+// with the rdma_cm conventions of package cm (RDMA_PS_TCP, port 7174 by
+// default, responder resources and initiator depth 1).
+package rping
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net/netip"
+	"strconv"
+
+	"github.com/goroce/goroce/cm"
+	"github.com/goroce/goroce/roce"
+)
+
+// Defaults of the rping tool.
+const (
+	DefaultPort = 7174
+	DefaultSize = 64
+	// MinSize is RPING_MIN_BUFSIZE: room for "rdma-ping-%d: " with any int.
+	MinSize = len("2147483647") + 1 + len("rdma-ping-%d: ") + 1
+	// MaxSize is RPING_BUFSIZE − 1.
+	MaxSize  = 64*1024 - 1
+	infoSize = 16 // struct rping_rdma_info: be64 buf, be32 rkey, be32 size
+	sqDepth  = 16 // RPING_SQ_DEPTH
+)
+
+// Errors of a run.
+var (
+	// ErrMismatch is a -V failure: the data written back differs.
+	ErrMismatch = errors.New("rping: data mismatch")
+	// ErrProtocol reports a message of the wrong size or order from the peer.
+	ErrProtocol = errors.New("rping: protocol error")
+)
+
+// Config is what the rping flags select.
+type Config struct {
+	Size     int       // -S, ping data size (default 64)
+	Count    int       // -C, pings (0: until interrupted)
+	Verbose  bool      // -v, print the ping data
+	Validate bool      // -V, compare the data written back
+	Out      io.Writer // where -v prints (default io.Discard)
+}
+
+func (c *Config) check() error {
+	if c.Size == 0 {
+		c.Size = DefaultSize
+	}
+	if c.Size < MinSize || c.Size > MaxSize {
+		return fmt.Errorf("rping: invalid size %d (valid range is %d to %d)", c.Size, MinSize, MaxSize)
+	}
+	if c.Count < 0 {
+		return fmt.Errorf("rping: invalid count %d", c.Count)
+	}
+	if c.Out == nil {
+		c.Out = io.Discard
+	}
+	return nil
+}
+
+// endpoint holds one side's buffers and the connection.
+type endpoint struct {
+	cfg     Config
+	conn    *cm.Conn
+	recvBuf []byte // the peer's rping_rdma_info
+	sendBuf []byte // ours
+	rdma    []byte // the server's sink / the client's sink
+	recvMR  *roce.MR
+	sendMR  *roce.MR
+	rdmaMR  *roce.MR
+	start   []byte // the client's source buffer
+	startMR *roce.MR
+	wc      [4]roce.WorkCompletion
+}
+
+// prepare registers the buffers in the connection's PD and posts the
+// receive before the connection is up, as rping does.
+func (e *endpoint) prepare(c *cm.Conn, client bool) error {
+	e.conn = c
+	pd := c.PD()
+	var err error
+	e.recvBuf, e.sendBuf = make([]byte, infoSize), make([]byte, infoSize)
+	if e.recvMR, err = pd.RegisterMR(e.recvBuf, roce.AccessLocalWrite); err != nil {
+		return err
+	}
+	if e.sendMR, err = pd.RegisterMR(e.sendBuf, 0); err != nil {
+		return err
+	}
+	access := roce.AccessLocalWrite | roce.AccessRemoteRead | roce.AccessRemoteWrite
+	e.rdma = make([]byte, e.cfg.Size)
+	if e.rdmaMR, err = pd.RegisterMR(e.rdma, access); err != nil {
+		return err
+	}
+	if client {
+		e.start = make([]byte, e.cfg.Size)
+		if e.startMR, err = pd.RegisterMR(e.start, access); err != nil {
+			return err
+		}
+	}
+	return e.postRecv()
+}
+
+func (e *endpoint) postRecv() error {
+	return e.conn.QP().PostRecv(&roce.RecvWR{ID: 1, SGL: []roce.SGE{e.recvMR.SGE(0, infoSize)}})
+}
+
+func (e *endpoint) close() {
+	for _, mr := range []*roce.MR{e.recvMR, e.sendMR, e.rdmaMR, e.startMR} {
+		if mr != nil {
+			_ = mr.Close()
+		}
+	}
+}
+
+func qpOptions(e *endpoint, client bool) cm.QPOptions {
+	return cm.QPOptions{Cap: roce.QPCap{MaxSendWR: sqDepth, MaxRecvWR: 2, MaxSendSGE: 1, MaxRecvSGE: 1},
+		Prepare: func(c *cm.Conn) error { return e.prepare(c, client) }}
+}
+
+// errDisconnected ends a run when the peer disconnects.
+var errDisconnected = errors.New("rping: disconnected")
+
+// wait returns the next completion of the wanted opcode, polling both CQs;
+// it fails on an error completion, on disconnection or when ctx ends.
+func (e *endpoint) wait(ctx context.Context, want roce.WCOpcode) (roce.WorkCompletion, error) {
+	scq, rcq := e.conn.SendCQ(), e.conn.RecvCQ()
+	for {
+		for _, cq := range []*roce.CQ{rcq, scq} {
+			for cq.Poll(e.wc[:1]) == 1 {
+				wc := e.wc[0]
+				if wc.Status != roce.WCSuccess {
+					if wc.Status == roce.WCWRFlushErr {
+						return wc, errDisconnected
+					}
+					return wc, fmt.Errorf("rping: cq completion failed status %d", wc.Status)
+				}
+				if wc.Opcode == want {
+					return wc, nil
+				}
+				// SEND completions are not waited for, like rping.
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return roce.WorkCompletion{}, ctx.Err()
+		case <-e.conn.Done():
+			return roce.WorkCompletion{}, errDisconnected
+		case <-rcq.Ready():
+		case <-scq.Ready():
+		}
+	}
+}
+
+func (e *endpoint) recvInfo(ctx context.Context) (addr uint64, rkey, size uint32, err error) {
+	wc, err := e.wait(ctx, roce.WCRecv)
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	if wc.ByteLen != infoSize {
+		return 0, 0, 0, fmt.Errorf("%w: received bogus data, size %d", ErrProtocol, wc.ByteLen)
+	}
+	addr = binary.BigEndian.Uint64(e.recvBuf)
+	rkey = binary.BigEndian.Uint32(e.recvBuf[8:])
+	size = binary.BigEndian.Uint32(e.recvBuf[12:])
+	return addr, rkey, size, e.postRecv()
+}
+
+func (e *endpoint) sendInfo(mr *roce.MR) error {
+	if mr != nil {
+		binary.BigEndian.PutUint64(e.sendBuf, mr.Addr())
+		binary.BigEndian.PutUint32(e.sendBuf[8:], mr.RKey())
+		binary.BigEndian.PutUint32(e.sendBuf[12:], uint32(e.cfg.Size))
+	}
+	return e.conn.QP().PostSend(&roce.SendWR{ID: 2, Opcode: roce.WRSend, Flags: roce.SendSignaled,
+		SGL: []roce.SGE{e.sendMR.SGE(0, infoSize)}})
+}
+
+// Client runs rping -c against the server at raddr.
+func Client(ctx context.Context, dev *roce.Device, raddr netip.AddrPort, cfg Config) error {
+	if err := cfg.check(); err != nil {
+		return err
+	}
+	e := &endpoint{cfg: cfg}
+	defer e.close()
+	conn, err := cm.Dial(ctx, dev, raddr, &cm.DialOptions{QP: qpOptions(e, true),
+		ResponderResources: 1, InitiatorDepth: 1, RetryCount: 7, RNRRetryCount: 7})
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	err = e.client(ctx)
+	if errors.Is(err, errDisconnected) {
+		fmt.Fprintln(cfg.Out, "client DISCONNECT EVENT...")
+		return nil
+	}
+	dctx, cancel := context.WithTimeout(context.Background(), cm.ConvertToDuration(20))
+	defer cancel()
+	_ = conn.Disconnect(dctx)
+	return err
+}
+
+func (e *endpoint) client(ctx context.Context) error {
+	start := byte(65)
+	for ping := 0; e.cfg.Count == 0 || ping < e.cfg.Count; ping++ {
+		// "rdma-ping-N: " followed by a rotating run of 'A'..'z', NUL-terminated.
+		n := copy(e.start, "rdma-ping-"+strconv.Itoa(ping)+": ")
+		for i, c := n, start; i < len(e.start); i++ {
+			e.start[i] = c
+			if c++; c > 122 {
+				c = 65
+			}
+		}
+		if start++; start > 122 {
+			start = 65
+		}
+		e.start[len(e.start)-1] = 0
+		if err := e.sendInfo(e.startMR); err != nil {
+			return err
+		}
+		if err := e.goAhead(ctx); err != nil {
+			return err
+		}
+		if err := e.sendInfo(e.rdmaMR); err != nil {
+			return err
+		}
+		if err := e.goAhead(ctx); err != nil {
+			return err
+		}
+		if e.cfg.Validate && !bytes.Equal(e.start, e.rdma) {
+			return ErrMismatch
+		}
+		if e.cfg.Verbose {
+			fmt.Fprintf(e.cfg.Out, "ping data: %s\n", cstring(e.rdma))
+		}
+	}
+	return nil
+}
+
+// goAhead waits for the server's 16-byte go-ahead SEND.
+func (e *endpoint) goAhead(ctx context.Context) error {
+	wc, err := e.wait(ctx, roce.WCRecv)
+	if err != nil {
+		return err
+	}
+	if wc.ByteLen != infoSize {
+		return fmt.Errorf("%w: received bogus data, size %d", ErrProtocol, wc.ByteLen)
+	}
+	return e.postRecv()
+}
+
+// Server runs rping -s: it accepts one connection on laddr and serves
+// pings until the client disconnects.
+func Server(ctx context.Context, dev *roce.Device, laddr netip.AddrPort, cfg Config) error {
+	if err := cfg.check(); err != nil {
+		return err
+	}
+	e := &endpoint{cfg: cfg}
+	defer e.close()
+	l, err := cm.Listen(ctx, dev, laddr, &cm.ListenOptions{QP: qpOptions(e, false),
+		ResponderResources: 1, InitiatorDepth: 1, RNRRetryCount: 7, Backlog: 3})
+	if err != nil {
+		return err
+	}
+	conn, err := l.Accept(ctx)
+	l.Close()
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	err = e.server(ctx)
+	if errors.Is(err, errDisconnected) {
+		fmt.Fprintln(cfg.Out, "server DISCONNECT EVENT...")
+		return nil
+	}
+	dctx, cancel := context.WithTimeout(context.Background(), cm.ConvertToDuration(20))
+	defer cancel()
+	_ = conn.Disconnect(dctx)
+	return err
+}
+
+func (e *endpoint) server(ctx context.Context) error {
+	qp := e.conn.QP()
+	for {
+		addr, rkey, size, err := e.recvInfo(ctx)
+		if err != nil {
+			return err
+		}
+		if int(size) > len(e.rdma) {
+			return fmt.Errorf("%w: peer buffer of %d bytes, ours %d", ErrProtocol, size, len(e.rdma))
+		}
+		if err := qp.PostSend(&roce.SendWR{ID: 3, Opcode: roce.WRRDMARead, Flags: roce.SendSignaled,
+			SGL: []roce.SGE{e.rdmaMR.SGE(0, int(size))}, RemoteAddr: addr, RKey: rkey}); err != nil {
+			return err
+		}
+		if _, err := e.wait(ctx, roce.WCRDMARead); err != nil {
+			return err
+		}
+		if e.cfg.Verbose {
+			fmt.Fprintf(e.cfg.Out, "server ping data: %s\n", cstring(e.rdma))
+		}
+		if err := e.sendInfo(nil); err != nil {
+			return err
+		}
+		if addr, rkey, _, err = e.recvInfo(ctx); err != nil {
+			return err
+		}
+		n := len(cstring(e.rdma)) + 1
+		if err := qp.PostSend(&roce.SendWR{ID: 4, Opcode: roce.WRRDMAWrite, Flags: roce.SendSignaled,
+			SGL: []roce.SGE{e.rdmaMR.SGE(0, min(n, len(e.rdma)))}, RemoteAddr: addr, RKey: rkey}); err != nil {
+			return err
+		}
+		if _, err := e.wait(ctx, roce.WCRDMAWrite); err != nil {
+			return err
+		}
+		if err := e.sendInfo(nil); err != nil {
+			return err
+		}
+	}
+}
+
+// cstring returns b up to its first NUL.
+func cstring(b []byte) []byte {
+	if i := bytes.IndexByte(b, 0); i >= 0 {
+		return b[:i]
+	}
+	return b
+}
