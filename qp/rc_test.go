@@ -102,7 +102,7 @@ type opCase struct {
 }
 
 var rcOps = []opCase{
-	{"send", qp.WRSend}, {"send_imm", qp.WRSendWithImm}, {"write", qp.WRRDMAWrite},
+	{"send", qp.WRSend}, {"send_imm", qp.WRSendWithImm}, {"send_inv", qp.WRSendWithInv}, {"write", qp.WRRDMAWrite},
 	{"write_imm", qp.WRRDMAWriteWithImm}, {"read", qp.WRRDMARead},
 }
 
@@ -126,7 +126,14 @@ func runMessages(t *testing.T, p *pair, op qp.WROpcode, sizes []int, limit time.
 		aMR = p.regMR(p.a, srcBuf, 0x1000, qp.AccessLocalWrite)
 		bMR = p.regMR(p.b, dstBuf, 0x7000_0000, allAccess)
 	}
-	needRecv := op == qp.WRSend || op == qp.WRSendWithImm || op == qp.WRRDMAWriteWithImm
+	needRecv := op == qp.WRSend || op == qp.WRSendWithImm || op == qp.WRSendWithInv || op == qp.WRRDMAWriteWithImm
+	// SEND_WITH_INV: every message invalidates its own region at B.
+	var invMRs []*qp.MR
+	if op == qp.WRSendWithInv {
+		for range sizes {
+			invMRs = append(invMRs, p.regMR(p.b, make([]byte, 8), 0x100, allAccess))
+		}
+	}
 	off := 0
 	posted := 0
 	next := 0
@@ -147,8 +154,11 @@ func runMessages(t *testing.T, p *pair, op qp.WROpcode, sizes []int, limit time.
 			wr := qp.SendWR{ID: uint64(next), Opcode: op, Flags: qp.SendSignaled, Imm: uint32(0xA0000000 + next),
 				SGL:        []qp.SGE{{Addr: 0x1000 + uint64(o), Length: uint32(s), LKey: aMR.LKey()}},
 				RemoteAddr: 0x7000_0000 + uint64(o), RKey: bMR.RKey()}
-			if op == qp.WRSend || op == qp.WRSendWithImm {
+			if op == qp.WRSend || op == qp.WRSendWithImm || op == qp.WRSendWithInv {
 				wr.RemoteAddr, wr.RKey = 0, 0
+			}
+			if op == qp.WRSendWithInv {
+				wr.InvalidateRKey = invMRs[next].RKey()
 			}
 			if err := p.a.QP.PostSend(&wr); err != nil {
 				if needRecv {
@@ -196,6 +206,9 @@ func runMessages(t *testing.T, p *pair, op qp.WROpcode, sizes []int, limit time.
 			}
 			if (op == qp.WRSendWithImm || op == qp.WRRDMAWriteWithImm) && (wc.Flags&qp.WCWithImm == 0 || wc.Imm != uint32(0xA0000000+i)) {
 				t.Fatalf("B completion %d imm %#x flags %v", i, wc.Imm, wc.Flags)
+			}
+			if op == qp.WRSendWithInv && (wc.Flags&qp.WCWithInv == 0 || wc.InvalidatedRKey != invMRs[i].RKey() || invMRs[i].Valid()) {
+				t.Fatalf("B completion %d: invalidated key %#x flags %v", i, wc.InvalidatedRKey, wc.Flags)
 			}
 		}
 	}
