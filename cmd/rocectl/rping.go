@@ -1,0 +1,143 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/netip"
+	"os"
+	"os/signal"
+
+	"github.com/vishvananda/netlink"
+
+	"github.com/goroce/goroce/cm/rping"
+	"github.com/goroce/goroce/roce"
+)
+
+func init() {
+	register("rping", command{
+		summary: "rdma-core rping compatible test over rdma_cm, either role",
+		run:     runRping,
+	})
+}
+
+// runRping is "rocectl rping -s|-c [-vV] [-S size] [-C count] [-a addr] [-p port]".
+func runRping(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("rping", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintln(fs.Output(), "usage: rocectl rping -s [-vV] [-S size] [-C count] [-a addr] [-p port]\n"+
+			"       rocectl rping -c [-vV] [-S size] [-C count] -a addr [-p port]\n\n"+
+			"Runs rping's test (rdma_cm connection, RDMA READ of the ping, RDMA WRITE back);\n"+
+			"either end may be the real rping.\n\nflags:")
+		fs.PrintDefaults()
+	}
+	server := fs.Bool("s", false, "server side")
+	client := fs.Bool("c", false, "client side")
+	addr := fs.String("a", "", "`address`: the server's (client), the one to bind (server; default any)")
+	port := fs.Int("p", rping.DefaultPort, "rdma_cm `port`")
+	count := fs.Int("C", 0, "ping `count` (0: until interrupted)")
+	size := fs.Int("S", rping.DefaultSize, "ping data `size`")
+	verbose := fs.Bool("v", false, "display ping data to stdout")
+	validate := fs.Bool("V", false, "validate ping data")
+	_ = fs.Bool("d", false, "debug printfs (accepted for compatibility)")
+	ifname := fs.String("i", "", "network `interface` to run RoCEv2 on (default: the one owning -a, or routing to it)")
+	link := fs.String("link", "auto", "packet link: xdp, udp or auto")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	if *server == *client || fs.NArg() != 0 || (*client && *addr == "") || *port <= 0 || *port > 0xFFFF {
+		fs.Usage()
+		return 2
+	}
+	var a netip.Addr
+	if *addr != "" {
+		ips, err := net.DefaultResolver.LookupNetIP(context.Background(), "ip", *addr)
+		if err != nil || len(ips) == 0 {
+			fmt.Fprintln(stderr, "getaddrinfo failed - invalid hostname or IP address")
+			return 1
+		}
+		a = ips[0].Unmap()
+	} else {
+		a = netip.IPv4Unspecified()
+	}
+	cfg := rping.Config{Size: *size, Count: *count, Verbose: *verbose, Validate: *validate, Out: stdout}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	name := *ifname
+	if name == "" {
+		var err error
+		if name, err = rpingInterface(a, *server); err != nil {
+			fmt.Fprintln(stderr, "rocectl rping:", err)
+			return 1
+		}
+	}
+	var kind roce.LinkKind
+	switch *link {
+	case "auto":
+	case "xdp":
+		kind = roce.LinkXDP
+	case "udp":
+		kind = roce.LinkUDP
+	default:
+		fmt.Fprintf(stderr, "rocectl rping: unknown link %q (udp, xdp or auto)\n", *link)
+		return 2
+	}
+	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	dev, err := roce.Open(ctx, name, roce.Options{Link: kind, Logger: logger})
+	if err != nil {
+		fmt.Fprintln(stderr, "rocectl rping:", err)
+		return 1
+	}
+	defer dev.Close()
+	ap := netip.AddrPortFrom(a, uint16(*port))
+	if *server {
+		err = rping.Server(ctx, dev, ap, cfg)
+	} else {
+		err = rping.Client(ctx, dev, ap, cfg)
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "rping %s failed: %v\n", map[bool]string{true: "server", false: "client"}[*server], err)
+		return 1
+	}
+	return 0
+}
+
+// rpingInterface finds the interface a server address belongs to, or the
+// one the route to a client's destination leaves by.
+func rpingInterface(a netip.Addr, server bool) (string, error) {
+	if server {
+		if a.IsUnspecified() {
+			return "", errors.New("a server bound to any address needs -i <interface>")
+		}
+		ifs, err := net.Interfaces()
+		if err != nil {
+			return "", err
+		}
+		for _, ifc := range ifs {
+			addrs, _ := ifc.Addrs()
+			for _, x := range addrs {
+				if p, err := netip.ParsePrefix(x.String()); err == nil && p.Addr().Unmap() == a {
+					return ifc.Name, nil
+				}
+			}
+		}
+		return "", fmt.Errorf("no interface has address %v", a)
+	}
+	routes, err := netlink.RouteGet(a.AsSlice())
+	if err != nil || len(routes) == 0 {
+		return "", fmt.Errorf("no route to %v: %v", a, err)
+	}
+	l, err := netlink.LinkByIndex(routes[0].LinkIndex)
+	if err != nil {
+		return "", err
+	}
+	return l.Attrs().Name, nil
+}
