@@ -183,6 +183,36 @@ func roceFilter(port uint16) []unix.SockFilter {
 type packetCapture struct {
 	f  *os.File
 	rc syscall.RawConn
+
+	// recvmsg state, kept here so that a read allocates nothing.
+	iov    unix.Iovec
+	msg    unix.Msghdr
+	oobCap int
+	rn     int
+	rerr   error
+	recvFn func(fd uintptr) bool
+}
+
+func newPacketCapture(f *os.File) (*packetCapture, error) {
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return nil, err
+	}
+	c := &packetCapture{f: f, rc: rc}
+	c.recvFn = c.recv
+	return c, nil
+}
+
+// recv is one recvmsg(MSG_TRUNC) attempt; it returns false to wait for the
+// socket to become readable.
+func (c *packetCapture) recv(fd uintptr) bool {
+	c.msg.SetControllen(c.oobCap)
+	r, _, e := unix.Syscall(unix.SYS_RECVMSG, fd, uintptr(unsafe.Pointer(&c.msg)), unix.MSG_TRUNC)
+	c.rn, c.rerr = int(r), nil
+	if e != 0 {
+		c.rerr = e
+	}
+	return e != unix.EAGAIN
 }
 
 func htons(v uint16) uint16 { return v<<8 | v>>8 }
@@ -221,14 +251,13 @@ func openCapture(ifindex int, port uint16) (*packetCapture, error) {
 		return nil, fmt.Errorf("bind: %w", err)
 	}
 	f := os.NewFile(uintptr(fd), "packet")
-	rc, err := f.SyscallConn()
+	ok = true // f owns fd now
+	c, err := newPacketCapture(f)
 	if err != nil {
 		f.Close()
-		ok = true // f owns fd now
 		return nil, err
 	}
-	ok = true
-	return &packetCapture{f: f, rc: rc}, nil
+	return c, nil
 }
 
 func (c *packetCapture) Close() error { return c.f.Close() }
@@ -280,51 +309,98 @@ func (c *packetCapture) Run(ctx context.Context, count int, fn func(frame []byte
 	return n, nil
 }
 
-// read receives one frame into buf[4:], restores its VLAN tag and returns
-// it with its original length and kernel timestamp.
+// read receives one frame into buf[4:] and returns it (VLAN tag restored)
+// with its original length and kernel timestamp. It allocates nothing.
 func (c *packetCapture) read(buf, oob []byte) ([]byte, int, time.Time, error) {
-	var n, oobn int
-	var rerr error
-	err := c.rc.Read(func(fd uintptr) bool {
-		n, oobn, _, _, rerr = unix.Recvmsg(int(fd), buf[4:], oob, unix.MSG_TRUNC)
-		return !errors.Is(rerr, unix.EAGAIN)
-	})
-	if err != nil {
+	c.iov = unix.Iovec{Base: &buf[4]}
+	c.iov.SetLen(len(buf) - 4)
+	c.msg = unix.Msghdr{Iov: &c.iov, Iovlen: 1, Control: &oob[0]}
+	c.oobCap = len(oob)
+	if err := c.rc.Read(c.recvFn); err != nil {
 		return nil, 0, time.Time{}, err
 	}
-	if rerr != nil {
-		return nil, 0, time.Time{}, rerr
+	if c.rerr != nil {
+		return nil, 0, time.Time{}, c.rerr
 	}
-	origLen := n
+	n, oobn := c.rn, int(c.msg.Controllen)
+	if oobn > len(oob) {
+		oobn = len(oob)
+	}
+	frame, origLen, ts := decodeRecv(buf, n, oob[:oobn])
+	if ts.IsZero() {
+		ts = time.Now()
+	}
+	return frame, origLen, ts, nil
+}
+
+// Offsets in struct tpacket_auxdata.
+const (
+	auxStatus   = 0
+	auxVLANTCI  = 16
+	auxVLANTPID = 18
+	auxSize     = 20
+)
+
+// decodeRecv turns what recvmsg(MSG_TRUNC) returned into a frame: n is the
+// frame's length on the wire (it may exceed the buffer), which holds the
+// frame from buf[4:]; oob holds the control messages. An 802.1Q tag the
+// kernel moved into PACKET_AUXDATA is written back after the MAC
+// addresses, using the 4 bytes of room before the frame. ts is zero when
+// there is no SCM_TIMESTAMPNS.
+func decodeRecv(buf []byte, n int, oob []byte) (frame []byte, origLen int, ts time.Time) {
+	if len(buf) < 4 || n < 0 {
+		return nil, 0, time.Time{}
+	}
+	origLen = n
 	if n > len(buf)-4 {
 		n = len(buf) - 4
 	}
-	ts := time.Now()
-	var aux *unix.TpacketAuxdata
-	if cmsgs, err := unix.ParseSocketControlMessage(oob[:oobn]); err == nil {
-		for _, m := range cmsgs {
-			switch {
-			case m.Header.Level == unix.SOL_SOCKET && m.Header.Type == unix.SCM_TIMESTAMPNS && len(m.Data) >= int(unsafe.Sizeof(unix.Timespec{})):
-				t := (*unix.Timespec)(unsafe.Pointer(&m.Data[0]))
-				ts = time.Unix(t.Unix())
-			case m.Header.Level == unix.SOL_PACKET && m.Header.Type == unix.PACKET_AUXDATA && len(m.Data) >= int(unsafe.Sizeof(unix.TpacketAuxdata{})):
-				a := *(*unix.TpacketAuxdata)(unsafe.Pointer(&m.Data[0]))
-				aux = &a
-			}
+	var status uint32
+	var tci, tpid uint16
+	walkCmsgs(oob, func(level, typ int32, data []byte) {
+		switch {
+		case level == unix.SOL_SOCKET && typ == unix.SCM_TIMESTAMPNS && len(data) >= 16:
+			sec := int64(binary.NativeEndian.Uint64(data))
+			nsec := int64(binary.NativeEndian.Uint64(data[8:]))
+			ts = time.Unix(sec, nsec)
+		case level == unix.SOL_PACKET && typ == unix.PACKET_AUXDATA && len(data) >= auxSize:
+			status = binary.NativeEndian.Uint32(data[auxStatus:])
+			tci = binary.NativeEndian.Uint16(data[auxVLANTCI:])
+			tpid = binary.NativeEndian.Uint16(data[auxVLANTPID:])
 		}
-	}
-	frame := buf[4 : 4+n]
-	if aux != nil && aux.Status&unix.TP_STATUS_VLAN_VALID != 0 && n >= 12 {
-		tpid := uint16(unix.ETH_P_8021Q)
-		if aux.Status&unix.TP_STATUS_VLAN_TPID_VALID != 0 && aux.Vlan_tpid != 0 {
-			tpid = aux.Vlan_tpid
+	})
+	frame = buf[4 : 4+n]
+	if status&unix.TP_STATUS_VLAN_VALID != 0 && n >= 12 {
+		if status&unix.TP_STATUS_VLAN_TPID_VALID == 0 || tpid == 0 {
+			tpid = unix.ETH_P_8021Q
 		}
 		// Shift the MACs left by 4 and write the tag after them.
 		copy(buf[0:12], buf[4:16])
 		binary.BigEndian.PutUint16(buf[12:], tpid)
-		binary.BigEndian.PutUint16(buf[14:], aux.Vlan_tci)
+		binary.BigEndian.PutUint16(buf[14:], tci)
 		frame = buf[:4+n]
 		origLen += 4
 	}
-	return frame, origLen, ts, nil
+	return frame, origLen, ts
+}
+
+// cmsgHdrLen is sizeof(struct cmsghdr) on 64-bit Linux: a size_t length
+// and two ints.
+const cmsgHdrLen = 16
+
+// walkCmsgs calls fn for each well-formed control message in oob, without
+// allocating; a malformed length ends the walk.
+func walkCmsgs(oob []byte, fn func(level, typ int32, data []byte)) {
+	for len(oob) >= cmsgHdrLen {
+		l := binary.NativeEndian.Uint64(oob)
+		if l < cmsgHdrLen || l > uint64(len(oob)) {
+			return
+		}
+		fn(int32(binary.NativeEndian.Uint32(oob[8:])), int32(binary.NativeEndian.Uint32(oob[12:])), oob[cmsgHdrLen:l])
+		next := (l + 7) &^ 7 // CMSG_ALIGN
+		if next >= uint64(len(oob)) {
+			return
+		}
+		oob = oob[next:]
+	}
 }

@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gopacket/gopacket"
 	"github.com/gopacket/gopacket/pcapgo"
 	"github.com/goroce/goroce/ib"
 	"github.com/goroce/goroce/internal/netnstest"
@@ -299,5 +300,118 @@ func TestCapture(t *testing.T) {
 		if f["infiniband.bth.opcode"] != strconv.Itoa(int(ib.UDSendOnly)) {
 			t.Errorf("tshark frame %d: opcode %q", i+1, f["infiniband.bth.opcode"])
 		}
+	}
+}
+
+// cmsg builds one control message as the kernel lays it out.
+func cmsg(level, typ int32, data []byte) []byte {
+	b := make([]byte, (cmsgHdrLen+len(data)+7)&^7)
+	binary.NativeEndian.PutUint64(b, uint64(cmsgHdrLen+len(data)))
+	binary.NativeEndian.PutUint32(b[8:], uint32(level))
+	binary.NativeEndian.PutUint32(b[12:], uint32(typ))
+	copy(b[cmsgHdrLen:], data)
+	return b
+}
+
+func auxdata(status uint32, tci, tpid uint16) []byte {
+	b := make([]byte, auxSize)
+	binary.NativeEndian.PutUint32(b[auxStatus:], status)
+	binary.NativeEndian.PutUint16(b[auxVLANTCI:], tci)
+	binary.NativeEndian.PutUint16(b[auxVLANTPID:], tpid)
+	return b
+}
+
+func TestDecodeRecv(t *testing.T) {
+	frame := []byte{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 0x08, 0x00, 0x45}
+	ts := make([]byte, 16)
+	binary.NativeEndian.PutUint64(ts, 1700000000)
+	binary.NativeEndian.PutUint64(ts[8:], 123)
+	oob := append(cmsg(unix.SOL_SOCKET, unix.SCM_TIMESTAMPNS, ts),
+		cmsg(unix.SOL_PACKET, unix.PACKET_AUXDATA, auxdata(unix.TP_STATUS_VLAN_VALID|unix.TP_STATUS_VLAN_TPID_VALID, 0x2064, 0x88a8))...)
+	buf := make([]byte, 64)
+	copy(buf[4:], frame)
+	got, orig, when := decodeRecv(buf, 100, oob)
+	want := []byte{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 0x88, 0xa8, 0x20, 0x64, 0x08, 0x00, 0x45}
+	if !bytes.Equal(got[:len(want)], want) || len(got) != 64 || orig != 104 || !when.Equal(time.Unix(1700000000, 123)) {
+		t.Errorf("decodeRecv = % x (len %d), orig %d, ts %v", got[:len(want)], len(got), orig, when)
+	}
+	// No tag, no timestamp: the frame as received.
+	copy(buf[4:], frame)
+	got, orig, when = decodeRecv(buf, len(frame), cmsg(unix.SOL_PACKET, unix.PACKET_AUXDATA, auxdata(0, 5, 0)))
+	if !bytes.Equal(got, frame) || orig != len(frame) || !when.IsZero() {
+		t.Errorf("untagged: % x, %d, %v", got, orig, when)
+	}
+	// A tag without a TPID is 802.1Q.
+	copy(buf[4:], frame)
+	got, _, _ = decodeRecv(buf, len(frame), cmsg(unix.SOL_PACKET, unix.PACKET_AUXDATA, auxdata(unix.TP_STATUS_VLAN_VALID, 7, 0)))
+	if got[12] != 0x81 || got[13] != 0 || got[15] != 7 {
+		t.Errorf("802.1Q default: % x", got)
+	}
+}
+
+func FuzzDecodeRecv(f *testing.F) {
+	f.Add([]byte{1, 2, 3}, 3, cmsg(unix.SOL_PACKET, unix.PACKET_AUXDATA, auxdata(unix.TP_STATUS_VLAN_VALID, 1, 0)))
+	f.Add(make([]byte, 20), 1<<20, cmsg(unix.SOL_SOCKET, unix.SCM_TIMESTAMPNS, make([]byte, 16)))
+	f.Add([]byte{}, 0, []byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 1, 0, 0, 0, 8, 0, 0, 0})
+	f.Fuzz(func(t *testing.T, data []byte, n int, oob []byte) {
+		buf := make([]byte, 4+len(data))
+		copy(buf[4:], data)
+		frame, orig, _ := decodeRecv(buf, n, oob)
+		if n < 0 {
+			if frame != nil {
+				t.Fatal("frame for a negative length")
+			}
+			return
+		}
+		if len(frame) > len(buf) || orig < n || orig > n+4 {
+			t.Fatalf("len %d of buffer %d, orig %d for n %d", len(frame), len(buf), orig, n)
+		}
+	})
+}
+
+// TestCaptureReadAllocs: receiving a frame and writing it to the pcap
+// stream allocates nothing. recvmsg behaves the same on a datagram
+// socketpair as on a packet socket, which needs no privilege here.
+func TestCaptureReadAllocs(t *testing.T) {
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_DGRAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(fds[1])
+	f := os.NewFile(uintptr(fds[0]), "pair")
+	c, err := newPacketCapture(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	pw := pcapgo.NewWriterNanos(io.Discard)
+	if err := pw.WriteFileHeader(65535, 1); err != nil {
+		t.Fatal(err)
+	}
+	payload := make([]byte, 1000)
+	buf := make([]byte, 4+2048)
+	oob := make([]byte, 256)
+	allocs := testing.AllocsPerRun(200, func() {
+		if err := unix.Send(fds[1], payload, 0); err != nil {
+			t.Fatal(err)
+		}
+		frame, orig, ts, err := c.read(buf, oob)
+		if err != nil || len(frame) != len(payload) || orig != len(payload) {
+			t.Fatalf("read: %d/%d bytes, %v", len(frame), orig, err)
+		}
+		if err := pw.WritePacket(gopacket.CaptureInfo{Timestamp: ts, CaptureLength: len(frame), Length: orig}, frame); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if allocs != 0 {
+		t.Errorf("%v allocations per frame", allocs)
+	}
+	// A frame longer than the buffer reports its real length.
+	if err := unix.Send(fds[1], make([]byte, 3000), 0); err != nil {
+		t.Fatal(err)
+	}
+	frame, orig, _, err := c.read(buf, oob)
+	if err != nil || len(frame) != len(buf)-4 || orig != 3000 {
+		t.Errorf("long frame: %d bytes, orig %d, %v", len(frame), orig, err)
 	}
 }
