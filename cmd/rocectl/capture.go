@@ -50,6 +50,8 @@ and of a device with no steering program are all seen.
 
 flags:`
 
+// runCapture writes the interface's RoCEv2 frames to a pcap file.
+// Equivalent to: `tcpdump -i $iface -w $file [-c $count] udp dst port 4791`.
 func runCapture(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("capture", flag.ContinueOnError)
 	fs.SetOutput(stderr)

@@ -35,6 +35,8 @@ const (
 	devFWVersion    = "0.0.0"
 )
 
+// runDev prints the device and port attributes and the GID table.
+// Equivalent to: `ibv_devinfo [-d $dev] [-v]` and `show_gids`.
 func runDev(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("dev", flag.ContinueOnError)
 	fs.SetOutput(stderr)

@@ -66,6 +66,9 @@ needs CAP_SYS_ADMIN or CAP_BPF).
 
 flags:`
 
+// runLink attaches, detaches and lists goroce's XDP steering program.
+// Equivalent to: `ip link set dev $iface xdp{,generic,drv} obj ... ; bpftool link pin`,
+// `ip link set dev $iface xdp off` and `bpftool net show [dev $iface]`.
 func runLink(args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
 		if len(args) > 0 && (args[0] == "-h" || args[0] == "-help" || args[0] == "--help") {
@@ -220,6 +223,10 @@ func isBPFFS(dir string) bool {
 	}
 }
 
+// linkAttach loads the program, attaches it with a bpf_link and pins the
+// link, or holds it in the foreground.
+// Equivalent to: `ip link set dev $iface xdp obj goroce.o` followed by
+// `bpftool link pin id $id /sys/fs/bpf/goroce/$iface`.
 func linkAttach(o *linkOpts, stdout io.Writer) error {
 	mode, err := parseMode(o.mode)
 	if err != nil {
@@ -338,6 +345,9 @@ func attachForeground(o *linkOpts, p *bpf.Program, ifi *net.Interface, mode bpf.
 	return a.Close()
 }
 
+// linkDetach removes a pinned (or rtnetlink-attached) goroce program.
+// Equivalent to: `rm /sys/fs/bpf/goroce/$iface` (the last reference to the
+// bpf_link) or `ip link set dev $iface xdp off`.
 func linkDetach(o *linkOpts, stdout io.Writer) error {
 	path, err := pinPath(o.pinDir, o.dev)
 	if err != nil {
@@ -486,6 +496,9 @@ func xdpEntry(ifi net.Interface, pinDir string) (*linkEntry, error) {
 	return e, nil
 }
 
+// linkShow lists XDP programs with goroce's counters.
+// Equivalent to: `bpftool net show [dev $iface]` and `bpftool map dump` of
+// the program's counter map.
 func linkShow(o *linkOpts, stdout io.Writer) error {
 	var ifs []net.Interface
 	if o.dev != "" {

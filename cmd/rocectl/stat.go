@@ -59,6 +59,9 @@ type statEntry struct {
 	Error    string            `json:"error,omitempty"`
 }
 
+// runStat prints the counters of running devices and steering programs.
+// Equivalent to: `rdma statistic show [link $dev/1] [-j]`, i.e.
+// /sys/class/infiniband/$dev/ports/1/hw_counters/*.
 func runStat(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("stat", flag.ContinueOnError)
 	fs.SetOutput(stderr)

@@ -199,3 +199,20 @@ func TestProgramStats(t *testing.T) {
 		t.Error("ProgramStats of a missing program succeeded")
 	}
 }
+
+func FuzzParseUnix(f *testing.F) {
+	f.Add(unixSample)
+	f.Add("header\n0: 1 2 zz 4 5 6 @goroce/stat/x\n")
+	f.Add("")
+	f.Fuzz(func(t *testing.T, s string) {
+		names, err := parseUnix(strings.NewReader(s))
+		if err != nil {
+			return
+		}
+		for _, n := range names {
+			if checkName(n) != nil {
+				t.Fatalf("invalid name %q listed", n)
+			}
+		}
+	})
+}
