@@ -3,6 +3,7 @@ package qp_test
 import (
 	"bytes"
 	"encoding/binary"
+	"errors"
 	"testing"
 
 	"github.com/goroce/goroce/ib"
@@ -158,5 +159,45 @@ func TestDuplicateAtomicWrite(t *testing.T) {
 	m := r.req(ib.RCAtomicWrite, uint32(ib.PSN(rigPSN).Next()), rethBytes(0x10000+66, 0x4242, 8), val, true)
 	if len(m) != 1 || m[0].AETH.Syndrome() != ib.NAKSyndrome(ib.NAKInvalidRequest) {
 		t.Fatalf("misaligned ATOMIC_WRITE: %+v", m)
+	}
+}
+
+func TestReceiveDropReasons(t *testing.T) {
+	r := newResponderRig(t)
+	mk := func(op ib.Opcode, qpn uint32, pkey uint16, tver uint8) *ib.Packet {
+		b := make([]byte, ib.BTHSize+4)
+		ib.BTH(b).Encode(&ib.BTHFields{Opcode: op, PKey: pkey, DestQP: qpn, PSN: rigPSN})
+		var p ib.Packet
+		if err := ib.ParseIB(b, &p); err != nil {
+			t.Fatal(err)
+		}
+		// ib.ParseIB rejects a non-zero TVer itself; set it afterwards to
+		// check that the engine does not rely on that.
+		p.BTH.SetTVer(tver)
+		return &p
+	}
+	q := r.ep.QP.QPN()
+	for _, c := range []struct {
+		p    *ib.Packet
+		want error
+	}{
+		{mk(ib.RCSendOnly, q+100, 0xFFFF, 0), qp.ErrUnknownQP},
+		{mk(ib.UCSendOnly, q, 0xFFFF, 0), qp.ErrWrongTransport},
+		{mk(ib.RCSendOnly, q, 0x1234, 0), qp.ErrBadPKey},
+		{mk(ib.RCSendOnly, q, 0x0000, 0), qp.ErrBadPKey},
+		{mk(ib.RCSendOnly, q, 0xFFFF, 1), qp.ErrBadHeader},
+	} {
+		if err := r.e.Receive(c.p, nil); !errors.Is(err, c.want) {
+			t.Errorf("%v to %#x pkey %#x: %v, want %v", c.p.BTH.Opcode(), c.p.BTH.DestQP(), c.p.BTH.PKey(), err, c.want)
+		}
+	}
+	// The limited-member P_Key 0x7FFF is accepted (it matches our full 0xFFFF).
+	if err := r.e.Receive(mk(ib.RCSendOnly, q, 0x7FFF, 0), nil); errors.Is(err, qp.ErrBadPKey) {
+		t.Fatal("P_Key 0x7FFF rejected")
+	}
+	// A QP not yet in RTR drops requests.
+	ep, _ := qptest.NewEndpoint(r.e, qp.RC, 4)
+	if err := r.e.Receive(mk(ib.RCSendOnly, ep.QP.QPN(), 0xFFFF, 0), nil); !errors.Is(err, qp.ErrNotReady) {
+		t.Fatalf("RESET QP: %v", err)
 	}
 }
