@@ -190,3 +190,18 @@ func peerAddr(host string, port int) string {
 	}
 	return net.JoinHostPort(host, strconv.Itoa(port))
 }
+
+// toInit moves a fresh QP to INIT, so receives can be posted before it is
+// connected (Connect then goes INIT → INIT → RTR → RTS).
+func toInit(ctx context.Context, q *roce.QP, qkey uint32) error {
+	a := roce.QPAttr{State: roce.StateInit, Port: 1}
+	mask := roce.AttrState | roce.AttrPKeyIndex | roce.AttrPort
+	if q.Type() == roce.UD {
+		a.QKey = qkey
+		mask |= roce.AttrQKey
+	} else {
+		a.AccessFlags = roce.AccessLocalWrite | roce.AccessRemoteWrite | roce.AccessRemoteRead | roce.AccessRemoteAtomic
+		mask |= roce.AttrAccessFlags
+	}
+	return q.Modify(ctx, &a, mask)
+}

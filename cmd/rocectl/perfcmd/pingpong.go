@@ -124,6 +124,10 @@ func Pingpong(ctx context.Context, dev *roce.Device, oob OOB, cfg PingpongConfig
 		return nil, err
 	}
 	defer rmr.Close()
+	// Receives are posted in INIT, before the exchange, as the tools do.
+	if err := toInit(ctx, q, pingpongQKey); err != nil {
+		return nil, fmt.Errorf("Failed to modify QP to INIT: %w", err)
+	}
 	recvWR := roce.RecvWR{ID: ppRecvWRID, SGL: []roce.SGE{rmr.SGE(0, len(recvBuf))}}
 	postRecvs := func(n int) int {
 		i := 0

@@ -1,0 +1,11 @@
+// Copyright The goroce Authors.
+// SPDX-License-Identifier: Apache-2.0
+
+// Package qual qualifies goroce against real Soft-RoCE: rocectl's pingpong
+// and perf runners, on a goroce device over AF_XDP on the lab's rxeh0, face
+// the real ibv_rc_pingpong, ibv_ud_pingpong and perftest tools in rxe
+// guests (package rxelab), in both roles, at path MTU 1024 and 2048.
+//
+// It has tests only. One guest and one goroce device serve every test: the
+// guests boot under TCG, which is slow.
+package qual
