@@ -18,6 +18,8 @@ import (
 	"github.com/gopacket/gopacket"
 	"github.com/gopacket/gopacket/layers"
 	"github.com/gopacket/gopacket/pcapgo"
+	"github.com/goroce/goroce/bpf"
+	"github.com/goroce/goroce/cmd/rocectl/devstat"
 	"github.com/goroce/goroce/ib"
 	"golang.org/x/sys/unix"
 )
@@ -114,6 +116,9 @@ func runCapture(args []string, stdout, stderr io.Writer) int {
 		defer cancel()
 	}
 	fmt.Fprintf(stderr, "rocectl capture: listening on %s, udp dst port %d, writing %s\n", *ifname, *port, *file)
+	if info, err := bpf.Attached(ifi.Index); err == nil && info.Attached && info.Name == devstat.ProgramName {
+		fmt.Fprintf(stderr, "rocectl capture: warning: %s runs goroce's steering program (id %d): frames it redirects to an AF_XDP socket, and frames sent from one, are not seen here\n", *ifname, info.ProgramID)
+	}
 
 	n, werr := c.Run(ctx, *count, func(frame []byte, origLen int, ts time.Time) error {
 		if len(frame) > *snaplen {

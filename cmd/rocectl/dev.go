@@ -217,7 +217,7 @@ func writeDevInfo(w io.Writer, v devView, verbose bool) {
 	fmt.Fprintf(w, "\tnode_guid:\t\t\t%s\n", guidString(v.Info.NodeGUID))
 	// rxe uses the node GUID as the system image GUID.
 	fmt.Fprintf(w, "\tsys_image_guid:\t\t\t%s\n", guidString(v.Info.NodeGUID))
-	fmt.Fprintf(w, "\tvendor_id:\t\t\t0x%06x\n", devVendorID)
+	fmt.Fprintf(w, "\tvendor_id:\t\t\t0x%04x\n", devVendorID)
 	fmt.Fprintf(w, "\tvendor_part_id:\t\t\t%d\n", devVendorPartID)
 	fmt.Fprintf(w, "\thw_ver:\t\t\t\t0x%x\n", devHWVersion)
 	fmt.Fprintf(w, "\tphys_port_cnt:\t\t\t1\n")
