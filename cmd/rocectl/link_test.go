@@ -141,6 +141,14 @@ func TestLinkAttachPinned(t *testing.T) {
 		t.Errorf("show: exit %d, %q", code, text)
 	}
 
+	// stat shows the pinned program's counters with no device running.
+	var es2 []statEntry
+	_ = a.NS.Do(func() error { code, es2 = statJSON(t, "-d", a.Name); return nil })
+	if code != 0 || len(es2) != 1 || es2[0].Running || es2[0].Steering == nil ||
+		es2[0].Steering.NoSocket < 1 || es2[0].Steering.ProgramID != info.ProgramID {
+		t.Errorf("stat with a pinned program: exit %d, %+v", code, es2)
+	}
+
 	// A second attach finds the interface busy.
 	code, _, errOut := runIn(t, a.NS, "link", "attach", "-d", a.Name, "--pin-dir", pins)
 	if code != 1 || !strings.Contains(errOut, "already has an XDP program") {
