@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -42,8 +43,9 @@ func runDev(args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	ifname := fs.String("d", "", "network interface (default: every Ethernet interface)")
 	verbose := fs.Bool("v", false, "also print the GID table, as show_gids does")
+	jsonOut := fs.Bool("j", false, "JSON output: an array with one object per device, GID table included")
 	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), `usage: rocectl dev [-d IFACE] [-v]
+		fmt.Fprintln(fs.Output(), `usage: rocectl dev [-d IFACE] [-v] [-j]
 
 Mirrors ibv_devinfo (and show_gids with -v) for the goroce device of each
 interface: a device is named after its interface (hca_id). The device is
@@ -92,6 +94,7 @@ flags:`)
 		}
 	}
 	status := 0
+	js := []devJSON{}
 	for _, ifi := range ifs {
 		v, err := queryDevice(ifi)
 		if err != nil {
@@ -99,9 +102,21 @@ flags:`)
 			status = 1
 			continue
 		}
+		if *jsonOut {
+			js = append(js, v.json())
+			continue
+		}
 		writeDevInfo(stdout, v, *verbose)
 		if *verbose {
 			writeGIDs(stdout, v)
+		}
+	}
+	if *jsonOut {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(js); err != nil {
+			fmt.Fprintf(stderr, "rocectl dev: %v\n", err)
+			return 1
 		}
 	}
 	return status
@@ -112,6 +127,62 @@ type devView struct {
 	Info roce.DeviceInfo
 	Port roce.PortAttr
 	GIDs []roce.GIDEntry
+}
+
+// devJSON is one device in dev -j, with ibv_devinfo's field names.
+type devJSON struct {
+	HCAID        string     `json:"hca_id"`
+	Transport    string     `json:"transport"`
+	FWVer        string     `json:"fw_ver"`
+	NodeGUID     string     `json:"node_guid"`
+	SysImageGUID string     `json:"sys_image_guid"`
+	VendorID     uint32     `json:"vendor_id"`
+	VendorPartID uint32     `json:"vendor_part_id"`
+	HWVer        uint32     `json:"hw_ver"`
+	PhysPortCnt  int        `json:"phys_port_cnt"`
+	Ports        []portJSON `json:"ports"`
+}
+
+type portJSON struct {
+	Port       int       `json:"port"`
+	State      string    `json:"state"`
+	MaxMTU     int       `json:"max_mtu"`
+	ActiveMTU  int       `json:"active_mtu"`
+	LinkLayer  string    `json:"link_layer"`
+	Netdev     string    `json:"netdev"`
+	NetdevMTU  int       `json:"netdev_mtu"`
+	GIDTblLen  int       `json:"gid_tbl_len"`
+	MaxMsgSize uint32    `json:"max_msg_sz"`
+	GIDs       []gidJSON `json:"gids"`
+}
+
+type gidJSON struct {
+	Index int    `json:"index"`
+	GID   string `json:"gid"`
+	IPv4  string `json:"ipv4,omitempty"`
+	Type  string `json:"type"`
+}
+
+func (v devView) json() devJSON {
+	p := v.Port
+	pj := portJSON{
+		Port: 1, State: portStateName(p.State), MaxMTU: mtuBytes(p.MaxMTU), ActiveMTU: mtuBytes(p.ActiveMTU),
+		LinkLayer: p.LinkLayer, Netdev: v.Info.Name, NetdevMTU: p.NetdevMTU, GIDTblLen: p.GIDTableLen,
+		MaxMsgSize: p.MaxMsgSize, GIDs: []gidJSON{},
+	}
+	for _, e := range v.GIDs {
+		g := gidJSON{Index: e.Index, GID: netip.AddrFrom16(e.GID).String(), Type: e.Type.String()}
+		if e.Addr.Is4() || e.Addr.Is4In6() {
+			g.IPv4 = e.Addr.Unmap().String()
+		}
+		pj.GIDs = append(pj.GIDs, g)
+	}
+	guid := guidString(v.Info.NodeGUID)
+	return devJSON{
+		HCAID: v.Info.Name, Transport: "InfiniBand", FWVer: devFWVersion, NodeGUID: guid, SysImageGUID: guid,
+		VendorID: devVendorID, VendorPartID: devVendorPartID, HWVer: devHWVersion, PhysPortCnt: 1,
+		Ports: []portJSON{pj},
+	}
 }
 
 // queryDevice opens a device on ifi over a link that carries nothing,

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -113,6 +114,18 @@ func TestDev(t *testing.T) {
 		if !strings.Contains(out, w) {
 			t.Errorf("dev output lacks %q:\n%s", w, out)
 		}
+	}
+
+	// The same in JSON.
+	code, out, errOut = runIn(t, a.NS, "dev", "-j", "-d", a.Name)
+	var js []devJSON
+	if err := json.Unmarshal([]byte(out), &js); code != 0 || err != nil || len(js) != 1 || len(js[0].Ports) != 1 {
+		t.Fatalf("dev -j: exit %d, %v: %q %s", code, err, out, errOut)
+	}
+	if pj := js[0].Ports[0]; js[0].NodeGUID != guid || pj.ActiveMTU != 1024 || pj.State != "PORT_ACTIVE" || len(pj.GIDs) != 3 ||
+		pj.GIDs[1].GID != "::ffff:"+a.Addr.Addr().String() || pj.GIDs[1].IPv4 != a.Addr.Addr().String() ||
+		pj.GIDs[2].GID != "fd00:99::1" || pj.GIDs[2].Type != "RoCE v2" {
+		t.Errorf("dev -j: %+v", js[0])
 	}
 
 	// rxe's rule: the largest IB MTU not above netdev MTU - 80.
