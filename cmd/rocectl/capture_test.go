@@ -42,7 +42,19 @@ func TestRocectlHelper(t *testing.T) {
 			break
 		}
 	}
-	os.Exit(run(args, os.Stdout, os.Stderr))
+	// "+" separates several commands run in turn by one process.
+	var cmd []string
+	for _, a := range append(args, "+") {
+		if a != "+" {
+			cmd = append(cmd, a)
+			continue
+		}
+		if code := run(cmd, os.Stdout, os.Stderr); code != 0 {
+			os.Exit(code)
+		}
+		cmd = nil
+	}
+	os.Exit(0)
 }
 
 // rocectlCmd returns a command running rocectl args in a subprocess.

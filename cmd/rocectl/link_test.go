@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -255,4 +256,27 @@ func TestLinkStalePin(t *testing.T) {
 	if es := showJSON(t, ns, "--pin-dir", pins); len(es) != 0 {
 		t.Errorf("show after detach: %+v", es)
 	}
+}
+
+// TestLinkMountsBPFFS: with the default pin directory, attach mounts a
+// bpffs on /sys/fs/bpf when there is none, as bpftool does. The commands
+// run in a private mount namespace, so the host's mounts are untouched (and
+// the pin, with the program, goes when that namespace ends).
+func TestLinkMountsBPFFS(t *testing.T) {
+	p := netnstest.NewPair(t, 1500)
+	a := p.VethA
+	cmd := rocectlCmd("link", "attach", "-d", a.Name, "--mode", "generic", "+",
+		"link", "show", "-d", a.Name, "+", "link", "detach", "-d", a.Name)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Unshareflags: syscall.CLONE_NEWNS}
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := a.NS.Run(cmd); err != nil {
+		t.Fatalf("%v: %s", err, out.String())
+	}
+	for _, w := range []string{"pinned at /sys/fs/bpf/goroce/netns-", "goroce pinned /sys/fs/bpf/goroce/netns-", "detached (pin"} {
+		if !strings.Contains(out.String(), w) {
+			t.Errorf("output lacks %q:\n%s", w, out.String())
+		}
+	}
+	waitXDP(t, a, false)
 }
