@@ -302,6 +302,18 @@ func TestPingpongDestWire(t *testing.T) {
 	}
 }
 
+// stopJob ends a guest program: it waits briefly for the program to end
+// on its own (so its error output explains a failure), then cancels it.
+func stopJob(job *rxelab.Job, cancel context.CancelFunc) (stdout, stderr []byte, code int) {
+	select {
+	case <-job.Done():
+	case <-time.After(5 * time.Second):
+		cancel()
+	}
+	stdout, stderr, code, _ = job.Wait()
+	return stdout, stderr, code
+}
+
 // rxeCounters returns the guest's rxe0 port counters, for failure reports.
 func rxeCounters(g *rxelab.Guest) string {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

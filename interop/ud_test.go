@@ -91,7 +91,7 @@ func udPingpongClient(t *testing.T, lab *rxelab.Lab, g *rxelab.Guest, f family, 
 	// IPv4 here, whatever GID they use: the exchange always runs over IPv4.
 	remote, err := pingpongClient(ctx, lab, g.Addr, me, job.Done())
 	if err != nil {
-		stdout, stderr, code, _ := job.Wait()
+		stdout, stderr, code := stopJob(job, cancel)
 		t.Fatalf("out-of-band exchange: %v\nguest exit %d\nstdout: %s\nstderr: %s", err, code, stdout, stderr)
 	}
 	t.Logf("guest QPN %#06x PSN %#06x GID %v; ours QPN %#06x PSN %#06x GID %v (setup %.1fs)",
@@ -147,7 +147,7 @@ func udPingpongClient(t *testing.T, lab *rxelab.Lab, g *rxelab.Guest, f family, 
 		})
 		rcancel()
 		if err != nil {
-			stdout, stderr, code, _ := job.Wait()
+			stdout, stderr, code := stopJob(job, cancel)
 			t.Fatalf("ping %d: no UD reply: %v\nguest exit %d\nstdout: %s\nstderr: %s\nrxe counters:\n%s",
 				i, err, code, stdout, stderr, rxeCounters(g))
 		}
@@ -158,7 +158,8 @@ func udPingpongClient(t *testing.T, lab *rxelab.Lab, g *rxelab.Guest, f family, 
 			payload: payload,
 		})
 		if t.Failed() {
-			t.FailNow()
+			stdout, stderr, code := stopJob(job, cancel)
+			t.Fatalf("ping %d: bad reply from rxe\nguest exit %d\nstdout: %s\nstderr: %s", i, code, stdout, stderr)
 		}
 	}
 
