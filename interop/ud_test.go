@@ -293,3 +293,82 @@ func rebuild(t *testing.T, p *ib.Packet) []byte {
 	}
 	return buf[:n]
 }
+
+// TestUDRejectsBadFrames shows that the guest's rxe really checks what the
+// other tests rely on: a frame with a corrupted ICRC, a wrong Q_Key or a
+// wrong destination QP gets no reply, and the pingpong still completes with
+// the good frame sent afterwards.
+func TestUDRejectsBadFrames(t *testing.T) {
+	lab := rxelab.Get(t)
+	g := lab.Guests[0]
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	local, remoteAddr, gidIndex := endpoints(t, lab, g, families[0])
+	host := openHostPort(t, lab)
+	job := g.Start(ctx, "ibv_ud_pingpong", "-d", "rxe0", "-g", strconv.Itoa(gidIndex), "-s", "64", "-n", "1")
+	defer func() {
+		cancel()
+		job.Wait()
+	}()
+	me := pingpongDest{QPN: 0x100 + rand.Uint32N(0xFFFE00), PSN: ib.PSN(rand.Uint32N(1 << 24)), GID: ib.GIDFromAddr(local)}
+	remote, err := pingpongClient(ctx, lab, g.Addr, me, job.Done())
+	if err != nil {
+		stdout, stderr, code := stopJob(job, cancel)
+		t.Fatalf("out-of-band exchange: %v\nguest exit %d\nstdout: %s\nstderr: %s", err, code, stdout, stderr)
+	}
+	good := ib.FrameSpec{
+		SrcMAC: [6]byte(lab.PeerMAC), DstMAC: [6]byte(g.MAC),
+		Src: local, Dst: remoteAddr, HopLimit: 64, DontFragment: true,
+		SrcPort: ib.RXESourcePort(me.QPN),
+		BTH:     ib.BTHFields{Opcode: ib.UDSendOnly, PKey: 0xFFFF, DestQP: remote.QPN, PSN: me.PSN},
+		DETH:    &ib.DETHFields{QKey: pingpongQKey, SrcQP: me.QPN},
+		Payload: bytes.Repeat([]byte{0x5a}, 64),
+	}
+	build := func(s ib.FrameSpec) []byte {
+		buf := make([]byte, s.Len())
+		n, err := ib.Build(buf, &s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return buf[:n]
+	}
+	badICRC := build(good)
+	badICRC[len(badICRC)-1] ^= 0x01
+	wrongQKey := good
+	wrongQKey.DETH = &ib.DETHFields{QKey: pingpongQKey ^ 0x100, SrcQP: me.QPN}
+	wrongQP := good
+	wrongQP.BTH.DestQP = remote.QPN + 0x100
+
+	in := make([]byte, 65536)
+	isReply := func(fr []byte) bool {
+		var p ib.Packet
+		return ib.Parse(fr, &p) == nil && p.BTH.Opcode() == ib.UDSendOnly && p.BTH.DestQP() == me.QPN
+	}
+	for _, c := range []struct {
+		name  string
+		frame []byte
+	}{{"corrupted ICRC", badICRC}, {"wrong Q_Key", build(wrongQKey)}, {"wrong destination QP", build(wrongQP)}} {
+		if err := host.send(c.frame); err != nil {
+			t.Fatal(err)
+		}
+		rctx, rcancel := context.WithTimeout(ctx, 3*time.Second)
+		_, err := host.recv(rctx, in, isReply)
+		rcancel()
+		if err == nil {
+			t.Errorf("rxe answered a frame with a %s", c.name)
+		}
+	}
+	if err := host.send(build(good)); err != nil {
+		t.Fatal(err)
+	}
+	rctx, rcancel := context.WithTimeout(ctx, 30*time.Second)
+	_, err = host.recv(rctx, in, isReply)
+	rcancel()
+	if err != nil {
+		t.Errorf("no reply to the good frame: %v", err)
+	}
+	stdout, stderr, code := stopJob(job, cancel)
+	if code != 0 || !bytes.Contains(stdout, []byte("1 iters in")) {
+		t.Errorf("ibv_ud_pingpong: exit %d\nstdout: %s\nstderr: %s", code, stdout, stderr)
+	}
+}
