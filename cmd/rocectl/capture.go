@@ -48,7 +48,9 @@ frames the XDP steering program redirects to an AF_XDP socket, and frames
 an AF_XDP socket sends, are invisible here. To see those, capture at the
 other end of the wire, or use the device's own capture tap
 (roce.Options.Capture). Frames of a device on the kernel UDP link, of rxe,
-and of a device with no steering program are all seen.
+and of a device with no steering program are all seen. As with tcpdump,
+frames this host sends may carry a UDP checksum the kernel left to the NIC
+to fill in; the ICRC does not cover it.
 
 flags:`
 
