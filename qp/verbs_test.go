@@ -316,3 +316,59 @@ func TestCQOverflowErrorsQP(t *testing.T) {
 		t.Fatalf("state %v, overflows %d", bq.State(), small.Overflows())
 	}
 }
+
+func TestObjectLifecycle(t *testing.T) {
+	e, _ := qp.New(qp.Config{Clock: &qptest.Clock{}})
+	pd, _ := e.AllocPD()
+	cq, _ := e.CreateCQ(4)
+	srq, _ := pd.CreateSRQ(qp.SRQAttr{MaxWR: 4, MaxSGE: 1})
+	mr, _ := pd.RegMR(make([]byte, 16), 0x1000, qp.AccessLocalWrite)
+	ah, _ := pd.CreateAH(qp.AddressVector{})
+	q, err := pd.CreateQP(&qp.QPInitAttr{Type: qp.RC, SendCQ: cq, RecvCQ: cq, SRQ: srq, Cap: qp.QPCap{MaxSendWR: 2}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, err := range map[string]error{"PD": pd.Close(), "CQ": cq.Close(), "SRQ": srq.Close()} {
+		if !errors.Is(err, qp.ErrBusy) {
+			t.Errorf("%s.Close while in use: %v", name, err)
+		}
+	}
+	if _, err := pd.RegMR(make([]byte, 8), 0, qp.AccessRemoteWrite); !errors.Is(err, qp.ErrInvalidArgument) {
+		t.Errorf("remote write without local write accepted: %v", err)
+	}
+	if _, err := pd.RegMR(make([]byte, 16), ^uint64(0)-8, qp.AccessLocalWrite); !errors.Is(err, qp.ErrInvalidArgument) {
+		t.Errorf("MR wrapping the address space accepted: %v", err)
+	}
+	if _, err := e.CreateCQ(0); err == nil {
+		t.Error("CQ of size 0 created")
+	}
+	if mr.IOVA() != 0x1000 || mr.Len() != 16 || mr.LKey() != mr.RKey() {
+		t.Error("MR accessors")
+	}
+	// RESET QPs take no receives; an SRQ QP takes none at all.
+	if err := q.PostRecv(&qp.RecvWR{}); err == nil {
+		t.Error("PostRecv on an SRQ QP accepted")
+	}
+	if err := q.PostSend(&qp.SendWR{Opcode: qp.WRSend}); !errors.Is(err, qp.ErrInvalidState) {
+		t.Errorf("PostSend in RESET: %v", err)
+	}
+	// Tear down in order.
+	for _, step := range []func() error{q.Destroy, ah.Destroy, mr.Dereg, srq.Close, cq.Close, pd.Close} {
+		if err := step(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := q.Destroy(); !errors.Is(err, qp.ErrClosed) {
+		t.Errorf("second Destroy: %v", err)
+	}
+	// Receives posted in ERR are flushed at once.
+	ep, _ := qptest.NewEndpoint(e, qp.RC, 4)
+	ep.QP.Modify(&qp.QPAttr{State: qp.StateErr}, qp.AttrState)
+	if err := ep.QP.PostRecv(&qp.RecvWR{ID: 3}); err != nil {
+		t.Fatal(err)
+	}
+	var wc [2]qp.WorkCompletion
+	if n := ep.RCQ.Poll(wc[:]); n != 1 || wc[0].WRID != 3 || wc[0].Status != qp.WCWRFlushErr {
+		t.Fatalf("flushed receive: %d %+v", n, wc[0])
+	}
+}
