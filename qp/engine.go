@@ -19,7 +19,7 @@ const (
 	MaxQPWR        = 1 << 14
 	MaxCQE         = 1<<15 - 1
 	MaxRdAtomic    = 128 // max_qp_rd_atom / max_qp_init_rd_atom
-	maxPktPerAck   = 64  // AckReq at least every this many packets (RXE_MAX_PKT_PER_ACK)
+	maxPktPerAck   = 64  // RXE_MAX_PKT_PER_ACK: AckReq on a packet preceded by more than this many without one
 	maxUnackedPSNs = 128 // requester window (RXE_MAX_UNACKED_PSNS)
 	firstQPN       = 17
 	defaultPKey    = 0xFFFF
@@ -148,6 +148,16 @@ func (e *Engine) Stats() Stats { return e.stats }
 
 // PortMTU returns the active port MTU.
 func (e *Engine) PortMTU() ib.MTU { return e.portMTU }
+
+// SetPortMTU changes the active port MTU (the UD payload limit), for example
+// when the netdev MTU changes (see ib.ActiveMTU).
+func (e *Engine) SetPortMTU(m ib.MTU) error {
+	if m.Bytes() == 0 {
+		return ErrInvalidArgument
+	}
+	e.portMTU = m
+	return nil
+}
 
 // QP returns the queue pair with number qpn, or nil.
 func (e *Engine) QP(qpn uint32) *QP { return e.qps[qpn] }
