@@ -201,3 +201,61 @@ func TestReceiveDropReasons(t *testing.T) {
 		t.Fatalf("RESET QP: %v", err)
 	}
 }
+
+// TestAckOvertakesRetry: after a NAK rewinds the requester, an ACK covering
+// everything arrives before the retransmission goes out. The requester must
+// complete the work and send nothing more.
+func TestAckOvertakesRetry(t *testing.T) {
+	e, _ := qp.New(qp.Config{Clock: &qptest.Clock{}})
+	ep, _ := qptest.NewEndpoint(e, qp.RC, 8)
+	prm := qptest.DefaultRC
+	prm.MTU = ib.MTU256
+	if err := qptest.BringUp(ep.QP, 0x99, prm, 0xFFFFFF, 0, ib.GID{}, ib.GID{}); err != nil {
+		t.Fatal(err)
+	}
+	mr, _ := ep.PD.RegMR(make([]byte, 1024), 0, qp.AccessLocalWrite)
+	ep.QP.PostSend(&qp.SendWR{ID: 1, Opcode: qp.WRSend, Flags: qp.SendSignaled, SGL: []qp.SGE{{Length: 600, LKey: mr.LKey()}}})
+	ep.QP.PostSend(&qp.SendWR{ID: 2, Opcode: qp.WRSend, Flags: qp.SendSignaled, SGL: []qp.SGE{{Length: 10, LKey: mr.LKey()}}})
+	slots := make([]qp.TxPacket, 8)
+	for i := range slots {
+		slots[i] = qp.TxPacket{Buf: make([]byte, 1024)}
+	}
+	if n := e.Transmit(slots); n != 4 {
+		t.Fatalf("sent %d packets, want 4", n)
+	}
+	ack := func(syn ib.Syndrome, psn ib.PSN) {
+		b := make([]byte, ib.BTHSize+ib.AETHSize+4)
+		ib.BTH(b).Encode(&ib.BTHFields{Opcode: ib.RCAck, PKey: 0xFFFF, DestQP: ep.QP.QPN(), PSN: psn})
+		ib.AETH(b[ib.BTHSize:]).Encode(&ib.AETHFields{Syndrome: syn, MSN: 1})
+		var p ib.Packet
+		if err := ib.ParseIB(b, &p); err != nil {
+			t.Fatal(err)
+		}
+		if err := e.Receive(&p, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	first := ib.PSN(0xFFFFFF)
+	ack(ib.NAKSyndrome(ib.NAKPSNSequenceError), first.Add(1)) // rewinds to PSN first+1
+	ack(ib.SyndromeACKUnlimited, first.Add(3))                // but everything arrived
+	if n := e.Transmit(slots); n != 0 {
+		t.Fatalf("sent %d packets after everything was acknowledged", n)
+	}
+	var wc [4]qp.WorkCompletion
+	if n := ep.SCQ.Poll(wc[:]); n != 2 || wc[0].WRID != 1 || wc[1].WRID != 2 || wc[1].Status != qp.WCSuccess {
+		t.Fatalf("completions %d %+v", n, wc[:n])
+	}
+	// Partially overtaken: a new message, NAK at its second packet, then an
+	// ACK for its second packet: the retransmission resumes at the third.
+	ep.QP.PostSend(&qp.SendWR{ID: 3, Opcode: qp.WRSend, Flags: qp.SendSignaled, SGL: []qp.SGE{{Length: 1000, LKey: mr.LKey()}}})
+	if n := e.Transmit(slots); n != 4 {
+		t.Fatalf("sent %d packets, want 4", n)
+	}
+	ack(ib.NAKSyndrome(ib.NAKPSNSequenceError), first.Add(5))
+	ack(ib.SyndromeACKUnlimited, first.Add(5))
+	n := e.Transmit(slots)
+	var p ib.Packet
+	if n != 2 || ib.ParseIB(slots[0].Payload(), &p) != nil || p.BTH.PSN() != first.Add(6) || p.BTH.Opcode() != ib.RCSendMiddle {
+		t.Fatalf("resent %d packets, first %v psn %#x", n, p.BTH.Opcode(), p.BTH.PSN())
+	}
+}
