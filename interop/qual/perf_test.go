@@ -133,8 +133,10 @@ func checkPerf(t *testing.T, c perfCase, res []perfcmd.PerfResult, ours string, 
 			t.Errorf("our %q line %q, the tool's %q line %q", pair[0], a, pair[1], b)
 		}
 	}
-	if strings.Contains(tool.stdout, "MTU") && !strings.Contains(tool.stdout, fmt.Sprintf("Mtu             : %d[B]", c.mtu)) {
-		t.Errorf("tool did not run at MTU %d:\n%s", c.mtu, tool.stdout)
+	for who, s := range map[string]string{"tool": tool.stdout, "goroce": ours} {
+		if !strings.Contains(s, fmt.Sprintf(" Mtu             : %d[B]\n", c.mtu)) {
+			t.Errorf("%s did not run at MTU %d:\n%s", who, c.mtu, s)
+		}
 	}
 	toolPassive := !goroceServer && !c.latency && c.verb != perftest.Send ||
 		!goroceServer && c.latency && (c.verb == perftest.Read || c.verb == perftest.Atomic)
