@@ -91,6 +91,10 @@ func runLink(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "rocectl link %s: unexpected argument %q\n", sub, lf.fs.Arg(0))
 		return 2
 	}
+	if lf.dev != "" && !validIfname(lf.dev) {
+		fmt.Fprintf(stderr, "rocectl link %s: invalid interface name %q\n", sub, lf.dev)
+		return 2
+	}
 	var err error
 	switch sub {
 	case "attach", "detach":
@@ -114,6 +118,14 @@ func runLink(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	return 0
+}
+
+// validIfname accepts what the kernel accepts as an interface name
+// (dev_valid_name), which also keeps it a single path element under the pin
+// directory.
+func validIfname(name string) bool {
+	return name != "" && name != "." && name != ".." && len(name) < unix.IFNAMSIZ &&
+		!strings.ContainsAny(name, "/: \t\n\x00")
 }
 
 type linkOpts struct {

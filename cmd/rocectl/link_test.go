@@ -82,6 +82,11 @@ func TestLinkUsage(t *testing.T) {
 	if code := run([]string{"link", "attach", "-d", "x", "--mode", "turbo"}, &out, &errOut); code != 1 || !strings.Contains(errOut.String(), "unknown mode") {
 		t.Errorf("bad mode: exit %d, %q", code, errOut.String())
 	}
+	for _, bad := range []string{"..", "../x", "a:b", "0123456789abcdef"} {
+		if code := run([]string{"link", "detach", "-d", bad}, &out, &errOut); code != 2 {
+			t.Errorf("detach -d %q: exit %d", bad, code)
+		}
+	}
 	out.Reset()
 	if code := run([]string{"help", "link"}, &out, &errOut); code != 0 || !strings.Contains(out.String(), "until \"rocectl link detach\"") {
 		t.Errorf("help link: exit %d, %q", code, out.String())
