@@ -372,3 +372,92 @@ func TestUDRejectsBadFrames(t *testing.T) {
 		t.Errorf("ibv_ud_pingpong: exit %d\nstdout: %s\nstderr: %s", code, stdout, stderr)
 	}
 }
+
+// TestUDPingpongServer is the other direction: ibv_ud_pingpong runs as the
+// client in the guest and connects to us; we answer each of its pings.
+func TestUDPingpongServer(t *testing.T) {
+	lab := rxelab.Get(t)
+	g := lab.Guests[0]
+	for _, f := range families {
+		t.Run(f.name, func(t *testing.T) {
+			const size, iters = 256, 4
+			ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+			defer cancel()
+			local, remoteAddr, gidIndex := endpoints(t, lab, g, f)
+			host := openHostPort(t, lab)
+			srv := listenPingpong(t, lab, lab.PeerAddr)
+			job := g.Start(ctx, "sh", "-c", fmt.Sprintf(
+				// The client gives up at once if nobody listens yet: retry.
+				"i=0; while [ $i -lt 20 ]; do ibv_ud_pingpong -d rxe0 -g %d -s %d -n %d %s && exit 0; i=$((i+1)); sleep 0.5; done; exit 1",
+				gidIndex, size, iters, lab.PeerAddr))
+			defer func() {
+				cancel()
+				job.Wait()
+			}()
+			me := pingpongDest{QPN: 0x100 + rand.Uint32N(0xFFFE00), PSN: ib.PSN(rand.Uint32N(1 << 24)), GID: ib.GIDFromAddr(local)}
+			remote, err := srv.exchange(ctx, func(pingpongDest) (pingpongDest, error) { return me, nil })
+			if err != nil {
+				stdout, stderr, code := stopJob(job, cancel)
+				t.Fatalf("out-of-band exchange: %v\nguest exit %d\nstdout: %s\nstderr: %s", err, code, stdout, stderr)
+			}
+			if remote.GID != ib.GIDFromAddr(remoteAddr) {
+				t.Fatalf("guest announced GID %v, want %v", remote.GID, ib.GIDFromAddr(remoteAddr))
+			}
+			out := make([]byte, 16384)
+			in := make([]byte, 65536)
+			var lastPong []byte
+			for i := 0; i < iters; i++ {
+				var p ib.Packet
+				rctx, rcancel := context.WithTimeout(ctx, 30*time.Second)
+				ping, err := host.recv(rctx, in, func(fr []byte) bool {
+					return ib.Parse(fr, &p) == nil && p.BTH.Opcode() == ib.UDSendOnly && p.BTH.DestQP() == me.QPN
+				})
+				rcancel()
+				if err != nil {
+					stdout, stderr, code := stopJob(job, cancel)
+					t.Fatalf("ping %d: none from the guest: %v\nguest exit %d\nstdout: %s\nstderr: %s", i, err, code, stdout, stderr)
+				}
+				if len(p.Payload) != size {
+					t.Fatalf("ping %d: %d bytes, want %d", i, len(p.Payload), size)
+				}
+				// The client's first ping carries whatever its buffer held;
+				// later ones echo our previous pong.
+				want := udExpect{
+					local: local, remote: remoteAddr, localMAC: lab.PeerMAC, remoteMAC: g.MAC,
+					localQPN: me.QPN, remoteQPN: remote.QPN, psn: remote.PSN.Add(uint32(i)),
+					payload: bytes.Clone(p.Payload),
+				}
+				checkUDReply(t, &p, ping, want)
+				if i > 0 && !bytes.Equal(p.Payload, lastPong) {
+					t.Errorf("ping %d does not echo our pong %d", i, i-1)
+				}
+				pong := make([]byte, size)
+				for j := range pong {
+					pong[j] = byte(i*17 + j*3 + 7)
+				}
+				n, err := ib.Build(out, &ib.FrameSpec{
+					SrcMAC: [6]byte(lab.PeerMAC), DstMAC: [6]byte(g.MAC),
+					Src: local, Dst: remoteAddr, HopLimit: 64, DontFragment: true, IPID: uint16(i + 1),
+					SrcPort: ib.RXESourcePort(me.QPN),
+					BTH:     ib.BTHFields{Opcode: ib.UDSendOnly, PKey: 0xFFFF, DestQP: remote.QPN, PSN: me.PSN.Add(uint32(i))},
+					DETH:    &ib.DETHFields{QKey: pingpongQKey, SrcQP: me.QPN},
+					Payload: pong,
+				})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := host.send(out[:n]); err != nil {
+					t.Fatal(err)
+				}
+				lastPong = pong
+				if t.Failed() {
+					break
+				}
+			}
+			stdout, stderr, code := stopJob(job, cancel)
+			if code != 0 || !bytes.Contains(stdout, []byte(fmt.Sprintf("%d iters in", iters))) {
+				t.Errorf("ibv_ud_pingpong client: exit %d\nstdout: %s\nstderr: %s", code, stdout, stderr)
+			}
+		})
+	}
+}
