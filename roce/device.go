@@ -444,7 +444,10 @@ func (d *Device) lock() error {
 func (d *Device) receiveLoop() {
 	defer d.wg.Done()
 	for {
-		_, err := d.link.ReadBatch(d.ctx, d.rxFn)
+		// Background, not d.ctx: a cancellable context costs the links an
+		// allocation per blocking read (context.AfterFunc); Close unblocks
+		// the read by closing the link instead.
+		_, err := d.link.ReadBatch(context.Background(), d.rxFn)
 		if err != nil {
 			if d.ctx.Err() != nil || errors.Is(err, link.ErrClosed) {
 				return
@@ -661,12 +664,17 @@ func (d *Device) write(frames [][]byte) {
 			d.lastTxErr.Store(&s)
 			d.log.Warn("roce: link refused a frame", "err", err, "count", d.ctr.sendErr.Load())
 		}
+		// Skip the refused frame (RC recovers by retransmission) and
+		// send the rest.
+		skip := n
 		var fe *link.FrameError
 		if errors.As(err, &fe) && fe.Index >= n {
-			frames = frames[fe.Index+1:]
-			continue
+			skip = fe.Index
 		}
-		frames = frames[n+1:]
+		if skip >= len(frames) {
+			return
+		}
+		frames = frames[skip+1:]
 	}
 }
 

@@ -17,7 +17,7 @@ import (
 	"github.com/goroce/goroce/xdp"
 )
 
-func readyPair(t *testing.T, mtu int) *netnstest.Pair {
+func readyPair(t testing.TB, mtu int) *netnstest.Pair {
 	t.Helper()
 	p := netnstest.NewPair(t, mtu) // skips unless root with netns support
 	for _, v := range []*netnstest.Veth{p.VethA, p.VethB} {
@@ -29,7 +29,7 @@ func readyPair(t *testing.T, mtu int) *netnstest.Pair {
 }
 
 // openIn opens a device on v inside its namespace.
-func openIn(t *testing.T, v *netnstest.Veth, opts Options) *Device {
+func openIn(t testing.TB, v *netnstest.Veth, opts Options) *Device {
 	t.Helper()
 	var d *Device
 	err := v.NS.Do(func() (err error) {
@@ -250,4 +250,67 @@ func TestNetnsFallback(t *testing.T) {
 	b := newEndpoint(t, db, RC, 4*5000+64)
 	connect(t, a, b, ipA, ipB, ConnectAttr{})
 	exerciseRC(t, a, b, 5000)
+}
+
+// Jumbo frames over AF_XDP: path MTU 4096 needs ~4.2 KB frames, which cross
+// the 4 KiB UMEM chunks only with multi-buffer (Open turns it on).
+func TestNetnsXDPJumbo(t *testing.T) {
+	netnstest.RequireCaps(t, unix.CAP_NET_RAW, unix.CAP_NET_ADMIN, unix.CAP_BPF)
+	p := readyPair(t, 9000)
+	da := openIn(t, p.VethA, Options{Link: LinkXDP})
+	db := openIn(t, p.VethB, Options{Link: LinkXDP})
+	if m := da.QueryPort().ActiveMTU; m != ib.MTU4096 {
+		t.Fatalf("active MTU %v on a 9000-byte link", m)
+	}
+	ipA, ipB := p.VethA.Addr.Addr(), p.VethB.Addr.Addr()
+	a := newEndpoint(t, da, RC, 4*100000+64)
+	b := newEndpoint(t, db, RC, 4*100000+64)
+	connect(t, a, b, ipA, ipB, ConnectAttr{PathMTU: ib.MTU4096})
+	exerciseRC(t, a, b, 100000)
+}
+
+// Mismatched MTUs: A (9000) may use path MTU 4096, B (1500) refuses it with a
+// clear error; if A sends 4 KiB packets anyway, B's interface drops them and
+// A's work completes with RETRY_EXC_ERR while A's other QPs keep working.
+func TestNetnsMTUMismatch(t *testing.T) {
+	p := netnstest.NewPairConfig(t, netnstest.VethConfig{MTU: 9000, PeerMTU: 1500,
+		Addr: netip.MustParsePrefix("10.99.0.1/24"), PeerAddr: netip.MustParsePrefix("10.99.0.2/24")})
+	for _, v := range []*netnstest.Veth{p.VethA, p.VethB} {
+		if err := v.WaitReady(5 * time.Second); err != nil {
+			t.Fatal(err)
+		}
+	}
+	da := openIn(t, p.VethA, Options{Link: LinkUDP})
+	db := openIn(t, p.VethB, Options{Link: LinkUDP})
+	ipA, ipB := p.VethA.Addr.Addr(), p.VethB.Addr.Addr()
+	a := newEndpoint(t, da, RC, 1<<16)
+	b := newEndpoint(t, db, RC, 1<<16)
+	ctx := context.Background()
+	err := b.qp.Connect(ctx, &ConnectAttr{RemoteQPN: a.qp.QPN(), RemoteAddr: ipA, PathMTU: ib.MTU4096})
+	if !errors.Is(err, ErrMTU) {
+		t.Fatalf("path MTU 4096 on a 1500-byte interface: %v", err)
+	}
+	t.Log(err)
+	// Force it on A only: B's side uses 1024.
+	if err := a.qp.Connect(ctx, &ConnectAttr{RemoteQPN: b.qp.QPN(), RemoteAddr: ipB, PathMTU: ib.MTU4096,
+		LocalPSN: 1, RemotePSN: 2, Timeout: 10, RetryCnt: 2, RNRRetry: 7, MinRNRTimer: 12, NoDefaults: true}); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.qp.Connect(ctx, &ConnectAttr{RemoteQPN: a.qp.QPN(), RemoteAddr: ipA, PathMTU: ib.MTU1024,
+		LocalPSN: 2, RemotePSN: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.qp.PostSend(&SendWR{ID: 1, Opcode: WRRDMAWrite, Flags: SendSignaled, SGL: []SGE{a.mr.SGE(0, 8192)},
+		RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()}); err != nil {
+		t.Fatal(err)
+	}
+	if wc := waitWC(t, a.scq, 10*time.Second); wc.Status != WCRetryExcErr {
+		t.Fatalf("oversized packets to a 1500-byte peer: %v, want %v", wc.Status, WCRetryExcErr)
+	}
+	a2 := newEndpoint(t, da, RC, 8192)
+	b2 := newEndpoint(t, db, RC, 8192)
+	connect(t, a2, b2, ipA, ipB, ConnectAttr{PathMTU: ib.MTU1024})
+	if err := pingPong(a2, b2, 5000, 3); err != nil {
+		t.Fatal(err)
+	}
 }

@@ -10,7 +10,7 @@ import (
 
 // udpPair opens two devices on kernel UDP sockets on 127.0.0.1 with
 // kernel-chosen ports, each sending to the other's port.
-func udpPair(t *testing.T) (*Device, *Device) {
+func udpPair(t testing.TB) (*Device, *Device) {
 	t.Helper()
 	lo := netip.MustParseAddr("127.0.0.1")
 	la, err := udplink.ListenOptions(netip.AddrPortFrom(lo, 0), udplink.Options{EphemeralPort: true})
