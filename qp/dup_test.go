@@ -259,3 +259,36 @@ func TestAckOvertakesRetry(t *testing.T) {
 		t.Fatalf("resent %d packets, first %v psn %#x", n, p.BTH.Opcode(), p.BTH.PSN())
 	}
 }
+
+func TestFlush(t *testing.T) {
+	r := newResponderRig(t)
+	fmr, err := r.ep.PD.RegMR(make([]byte, 256), 0x70000, qp.AccessLocalWrite|qp.AccessRemoteWrite|qp.AccessFlushGlobal)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.ep.PD.RegMR(make([]byte, 8), 0, qp.AccessFlushPersistent); !errors.Is(err, qp.ErrOpNotSupported) {
+		t.Fatalf("persistent flush access: %v", err)
+	}
+	feth := func(plt, sel uint8) []byte {
+		b := make([]byte, 4)
+		ib.FETH(b).Encode(&ib.FETHFields{Placement: plt, Selectivity: sel})
+		return b
+	}
+	psn := ib.PSN(rigPSN)
+	f1 := r.req(ib.RCFlush, uint32(psn), append(feth(1, 0), rethBytes(0x70000, fmr.RKey(), 256)...), nil, true)
+	if len(f1) != 1 || f1[0].BTH.Opcode() != ib.RCReadResponseOnly || f1[0].BTH.PSN() != psn || len(f1[0].Payload) != 0 ||
+		f1[0].AETH.Syndrome() != ib.SyndromeACKUnlimited {
+		t.Fatalf("FLUSH answer %+v", f1)
+	}
+	// Whole-MR selectivity ignores the range; a duplicate is answered again.
+	f2 := r.req(ib.RCFlush, uint32(psn.Next()), append(feth(1, 1), rethBytes(0, fmr.RKey(), 0)...), nil, true)
+	f3 := r.req(ib.RCFlush, uint32(psn.Next()), append(feth(1, 1), rethBytes(0, fmr.RKey(), 0)...), nil, true)
+	if len(f2) != 1 || len(f3) != 1 || f3[0].BTH.PSN() != psn.Next() || f3[0].BTH.Opcode() != ib.RCReadResponseOnly {
+		t.Fatalf("whole-MR FLUSH %d, replay %d", len(f2), len(f3))
+	}
+	// A region without flush access: remote access error.
+	f4 := r.req(ib.RCFlush, uint32(psn.Add(2)), append(feth(1, 0), rethBytes(0x10000, 0x4242, 8)...), nil, true)
+	if len(f4) != 1 || f4[0].BTH.Opcode() != ib.RCAck || f4[0].AETH.Syndrome() != ib.NAKSyndrome(ib.NAKRemoteAccessError) {
+		t.Fatalf("FLUSH without access %+v", f4)
+	}
+}

@@ -214,6 +214,7 @@ func addSeeds(f *testing.F) {
 	f.Add(s)
 	f.Add(append(rec(0, mk(ib.RCAtomicWrite, 0x200, reth(0x10008, 0x1234, 8), pl[:8], true)),
 		rec(0, mk(ib.RCAtomicWrite, 0x200, reth(0x10008, 0x1234, 8), pl[:8], true))...))
+	f.Add(rec(0, mk(ib.RCFlush, 0x200, append([]byte{0, 0, 0, 0x11}, reth(0x10000, 0x1234, 64)...), nil, true)))
 	f.Add(rec(0, mk(ib.RCWriteOnly, 0x200, reth(0x10000+4090, 0x1234, 100), pl[:100], true)))
 	f.Add(rec(0, mk(ib.RCWriteOnly, 0x200, reth(^uint64(0)-10, 0x1234, 100), pl[:100], true)))
 	f.Add(rec(0, mk(ib.RCSendFirst, 0x200, nil, pl, false)))

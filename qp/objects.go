@@ -39,6 +39,9 @@ func (pd *PD) RegMR(buf []byte, iova uint64, access Access) (*MR, error) {
 	if pd.closed {
 		return nil, ErrClosed
 	}
+	if access&AccessFlushPersistent != 0 {
+		return nil, ErrOpNotSupported
+	}
 	if access&^accessAll != 0 {
 		return nil, ErrInvalidArgument
 	}

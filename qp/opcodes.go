@@ -52,6 +52,7 @@ const (
 	clResponse
 	clUnsupported // defined by the IBTA but not implemented here (answered with NAK invalid request)
 	clAtomicWrite
+	clFlush
 )
 
 var opClass = [32]uint16{
@@ -78,7 +79,7 @@ var opClass = [32]uint16{
 	opFetchAdd:       clAtomic | clFirst | clLast,
 	opSendLastInv:    clSend | clLast | clInv | clComplete,
 	opSendOnlyInv:    clSend | clFirst | clLast | clInv | clRecv | clComplete,
-	opFlush:          clUnsupported,
+	opFlush:          clFlush | clFirst | clLast | clRETH,
 	opAtomicWrite:    clAtomicWrite | clFirst | clLast | clRETH,
 }
 

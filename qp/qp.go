@@ -459,7 +459,7 @@ func (q *QP) Modify(attr *QPAttr, mask AttrMask) error {
 }
 
 func (q *QP) checkValues(attr *QPAttr, mask AttrMask) error {
-	if mask&AttrAccessFlags != 0 && attr.AccessFlags&^accessAll != 0 {
+	if mask&AttrAccessFlags != 0 && attr.AccessFlags&^(accessAll|AccessFlushPersistent) != 0 {
 		return &AttrError{AttrAccessFlags, "unknown access flag"}
 	}
 	if mask&AttrPKeyIndex != 0 && attr.PKeyIndex != 0 {

@@ -12,6 +12,7 @@ const (
 	resRead
 	resAtomic
 	resAtomicWrite
+	resFlush
 )
 
 // respRes is a saved READ or atomic, kept for duplicate replay (rxe resp_res).
@@ -148,8 +149,8 @@ func (q *QP) queueRes(i int) {
 	switch r.res[i].kind {
 	case resAtomic:
 		kind = outAtomic
-	case resAtomicWrite:
-		kind = outAtomicWrite
+	case resAtomicWrite, resFlush:
+		kind = outAtomicWrite // both are answered by an empty READ_RESPONSE_ONLY
 	}
 	if r.pushOut(outEntry{kind: kind, res: int32(i)}) {
 		r.res[i].queued = true
@@ -306,7 +307,8 @@ func (q *QP) respond(p *ib.Packet) error {
 	}
 	// Headers the opcode needs (a correct parser guarantees them; be defensive).
 	if (cl&clRETH != 0 && len(p.RETH) < ib.RETHSize) || (cl&clImm != 0 && len(p.ImmDt) < ib.ImmDtSize) ||
-		(cl&clInv != 0 && len(p.IETH) < ib.IETHSize) || (cl&clAtomic != 0 && len(p.AtomicETH) < ib.AtomicETHSize) {
+		(cl&clInv != 0 && len(p.IETH) < ib.IETHSize) || (cl&clAtomic != 0 && len(p.AtomicETH) < ib.AtomicETHSize) ||
+		(cl&clFlush != 0 && len(p.FETH) < ib.FETHSize) {
 		return ErrBadHeader
 	}
 	// Operation allowed by the QP's access flags.
@@ -316,7 +318,7 @@ func (q *QP) respond(p *ib.Packet) error {
 		return q.classAC(psn, ib.NAKInvalidRequest, WCRemInvReqErr)
 	}
 	// Resources.
-	if cl&(clRead|clAtomic|clAtomicWrite) != 0 && q.attr.MaxDestRdAtomic == 0 {
+	if cl&(clRead|clAtomic|clAtomicWrite|clFlush) != 0 && q.attr.MaxDestRdAtomic == 0 {
 		return q.classAC(psn, ib.NAKInvalidRequest, WCRemInvReqErr)
 	}
 	if cl&clRecv != 0 && !r.haveRecv {
@@ -362,6 +364,8 @@ func (q *QP) respond(p *ib.Packet) error {
 		return q.executeRead(p, psn)
 	case cl&clAtomicWrite != 0:
 		return q.executeAtomicWrite(p, psn)
+	case cl&clFlush != 0:
+		return q.executeFlush(p, psn)
 	case cl&clAtomic != 0:
 		return q.executeAtomic(p, psn, low)
 	case cl&clWrite != 0:
@@ -561,6 +565,51 @@ func (q *QP) executeAtomicWrite(p *ib.Packet, psn ib.PSN) error {
 	return nil
 }
 
+// FLUSH placement types and selectivity levels (FETH).
+const (
+	flushGlobal     = 1
+	flushPersistent = 2
+	flushRange      = 0
+	flushWholeMR    = 1
+)
+
+// executeFlush answers a FLUSH (IBTA 1.5 memory placement extension) the way
+// rxe does: the region must allow the requested placement type, the range is
+// checked unless the whole region is selected, and the answer is an empty
+// READ_RESPONSE_ONLY. Writes placed by this engine are visible as soon as they
+// are made, so global visibility needs no further work; persistence is never
+// granted (RegMR refuses AccessFlushPersistent).
+func (q *QP) executeFlush(p *ib.Packet, psn ib.PSN) error {
+	r := &q.resp
+	plt, sel := p.FETH.Placement(), p.FETH.Selectivity()
+	need := Access(0)
+	if plt&flushGlobal != 0 {
+		need |= AccessFlushGlobal
+	}
+	if plt&flushPersistent != 0 {
+		need |= AccessFlushPersistent
+	}
+	if plt&^(flushGlobal|flushPersistent) != 0 || plt == 0 || sel > flushWholeMR {
+		return q.classAC(psn, ib.NAKInvalidRequest, WCRemInvReqErr)
+	}
+	mr := q.e.lookupMR(q.pd, p.RETH.RKey(), need)
+	if mr == nil {
+		return q.classAC(psn, ib.NAKRemoteAccessError, WCRemAccessErr)
+	}
+	if sel == flushRange {
+		if _, ok := mr.span(p.RETH.VA(), p.RETH.DMALen()); !ok {
+			return q.classAC(psn, ib.NAKRemoteAccessError, WCRemAccessErr)
+		}
+	}
+	r.msn = (r.msn + 1) & ib.PSNMask
+	i := r.allocRes()
+	r.res[i] = respRes{kind: resFlush, firstPSN: psn, lastPSN: psn, curPSN: psn, msn: r.msn}
+	r.epsn = psn.Next()
+	r.inMsg = msgNone
+	q.queueRes(i)
+	return nil
+}
+
 // readPending reports whether a READ response still to be sent covers memory
 // overlapping mem. Read responses are built when the device asks for packets;
 // executing a later WRITE or atomic on that memory first would let the READ
@@ -632,10 +681,13 @@ func (q *QP) duplicate(p *ib.Packet, psn ib.PSN, low uint8, cl uint16) error {
 		s.newState = psn == s.firstPSN
 		s.msn = r.msn
 		q.queueRes(i)
-	case cl&(clAtomic|clAtomicWrite) != 0:
+	case cl&(clAtomic|clAtomicWrite|clFlush) != 0:
 		kind := uint8(resAtomic)
-		if cl&clAtomicWrite != 0 {
+		switch {
+		case cl&clAtomicWrite != 0:
 			kind = resAtomicWrite
+		case cl&clFlush != 0:
+			kind = resFlush
 		}
 		i := r.findRes(psn, kind)
 		if i < 0 {
@@ -740,7 +792,7 @@ func (r *responder) produce(q *QP, buf []byte, t *TxPacket) (int, bool) {
 			return n, true
 		case outAtomicWrite:
 			s := &r.res[e.res]
-			if q.state == StateErr || s.kind != resAtomicWrite {
+			if q.state == StateErr || (s.kind != resAtomicWrite && s.kind != resFlush) {
 				s.queued = false
 				r.popOut()
 				continue

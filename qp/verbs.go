@@ -195,7 +195,12 @@ const (
 	AccessRemoteWrite  Access = 2
 	AccessRemoteRead   Access = 4
 	AccessRemoteAtomic Access = 8
-	accessAll                 = AccessLocalWrite | AccessRemoteWrite | AccessRemoteRead | AccessRemoteAtomic
+	// AccessFlushGlobal allows remote FLUSH with the global-visibility
+	// placement type. Persistence (IBV_ACCESS_FLUSH_PERSISTENT, 512) cannot be
+	// offered for ordinary Go memory and is refused by RegMR.
+	AccessFlushGlobal     Access = 256
+	AccessFlushPersistent Access = 512
+	accessAll                    = AccessLocalWrite | AccessRemoteWrite | AccessRemoteRead | AccessRemoteAtomic | AccessFlushGlobal
 )
 
 // QPType is the transport service of a queue pair (ibv_qp_type values).
