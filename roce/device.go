@@ -163,6 +163,10 @@ type Device struct {
 
 	// Receive goroutine state.
 	pkt  ib.Packet
+	// Loopback: frames to one of our own GIDs never reach the link (as
+	// rxe_loopback); the transmit pass delivers them. Guarded by txMu.
+	loop    [][]byte
+	loopPkt ib.Packet
 	rxFn func(frames [][]byte)
 
 	ctx     context.Context
@@ -346,12 +350,13 @@ func newDevice(l link.Link, opts Options, nl *netlinkWatch) (*Device, error) {
 	}
 	d.slots = make([]qp.TxPacket, opts.TxBatch)
 	d.frames = make([][]byte, opts.TxBatch)
+	d.loop = make([][]byte, 0, opts.TxBatch)
 	slab := make([]byte, opts.TxBatch*txSlotSize)
 	for i := range d.slots {
 		d.slots[i].Buf = slab[i*txSlotSize : (i+1)*txSlotSize : (i+1)*txSlotSize]
 		d.slots[i].Headroom = txHeadroom
 	}
-	d.rxFn = d.receiveBatch
+	d.rxFn = func(frames [][]byte) { d.receiveBatch(frames, &d.pkt) }
 	d.ctx, d.cancel = context.WithCancel(context.Background())
 	if nl != nil {
 		d.extra = append(d.extra, nl)
@@ -467,7 +472,7 @@ func (d *Device) receiveLoop() {
 
 // receiveBatch handles one batch of received frames: parse, check, and feed
 // the engine under one lock acquisition.
-func (d *Device) receiveBatch(frames [][]byte) {
+func (d *Device) receiveBatch(frames [][]byte, p *ib.Packet) {
 	gt := d.gids.Load()
 	locked := false
 	for _, f := range frames {
@@ -482,7 +487,6 @@ func (d *Device) receiveBatch(frames [][]byte) {
 			d.ctr.badFrame.Add(1)
 			continue
 		}
-		p := &d.pkt
 		if err := ib.ParseIB(f[fr.Payload:fr.End], p); err != nil {
 			d.ctr.badFrame.Add(1)
 			continue
@@ -626,15 +630,31 @@ func (d *Device) transmit() {
 			return
 		}
 		k := 0
+		d.loop = d.loop[:0]
 		for i := 0; i < n; i++ {
-			if f, ok := d.buildFrame(&d.slots[i]); ok {
+			f, local, ok := d.buildFrame(&d.slots[i])
+			switch {
+			case !ok:
+			case local:
+				d.loop = append(d.loop, f)
+			default:
 				d.frames[k] = f
 				k++
 			}
 		}
 		d.write(d.frames[:k])
-		for i := range d.frames[:k] {
-			d.frames[i] = nil
+		clear(d.frames[:k])
+		if len(d.loop) > 0 {
+			if d.tap != nil {
+				for _, f := range d.loop {
+					d.tap.write(f)
+				}
+			}
+			d.ctr.sentPkts.Add(uint64(len(d.loop)))
+			d.receiveBatch(d.loop, &d.loopPkt)
+			clear(d.loop)
+			// The receive may have produced responses: go round again.
+			continue
 		}
 		if n < len(d.slots) {
 			return
@@ -680,7 +700,7 @@ func (d *Device) write(frames [][]byte) {
 
 // buildFrame puts the Ethernet/IP/UDP headers in front of the IB packet the
 // engine wrote into t and seals it with the ICRC.
-func (d *Device) buildFrame(t *qp.TxPacket) ([]byte, bool) {
+func (d *Device) buildFrame(t *qp.TxPacket) (frame []byte, local, ok bool) {
 	av := &t.AV
 	dst := av.DGID.Addr()
 	src := av.SGID.Addr()
@@ -689,17 +709,20 @@ func (d *Device) buildFrame(t *qp.TxPacket) ([]byte, bool) {
 	}
 	if !dst.IsValid() || !src.IsValid() || dst.Is4() != src.Is4() {
 		d.ctr.noNeighbour.Add(1)
-		return nil, false
+		return nil, false, false
 	}
-	mac, ok := d.neigh.lookup(dst)
-	if !ok {
+	var mac [6]byte
+	local = d.gids.Load().has(av.DGID)
+	if local {
+		mac = d.mac
+	} else if mac, ok = d.neigh.lookup(dst); !ok {
 		d.ctr.noNeighbour.Add(1)
-		return nil, false
+		return nil, false, false
 	}
 	pl := t.Payload()
 	if len(pl) > d.mtuLim+link.IPv4Size-ipHeaderSize(dst) {
 		d.ctr.sendErr.Add(1)
-		return nil, false
+		return nil, false, false
 	}
 	if opc := ib.BTH(pl).Opcode().Info(); opc.IsRequest {
 		d.ctr.rdmaSends.Add(1)
@@ -724,12 +747,12 @@ func (d *Device) buildFrame(t *qp.TxPacket) ([]byte, bool) {
 	hs := h.HeaderSize()
 	start := t.Headroom - hs
 	h.Put(t.Buf[start:t.Headroom], len(pl))
-	frame := t.Buf[start : t.Headroom+t.Len]
+	frame = t.Buf[start : t.Headroom+t.Len]
 	ipLen := ipHeaderSize(dst)
 	ip := frame[link.EthernetSize : link.EthernetSize+ipLen]
 	crc := ib.ICRC(ip, frame[link.EthernetSize+ipLen:len(frame)-ib.ICRCSize])
 	ib.PutICRC(frame[len(frame)-ib.ICRCSize:], crc)
-	return frame, true
+	return frame, local, true
 }
 
 func ipHeaderSize(a netip.Addr) int {

@@ -339,6 +339,9 @@ func (d *Device) prepareAV(ctx context.Context, av *AddressVector) error {
 	if av.HopLimit == 0 {
 		av.HopLimit = 64
 	}
+	if d.gids.Load().has(av.DGID) {
+		return nil // loopback: delivered without the link
+	}
 	_, err := d.neigh.resolve(ctx, dst)
 	if err != nil {
 		d.ctr.noNeighbour.Add(1)
