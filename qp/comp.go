@@ -81,8 +81,8 @@ func (q *QP) completeOne(p *ib.Packet, now time.Duration, psn ib.PSN, low uint8,
 	}
 	switch low {
 	case opReadRespFirst, opReadRespMiddle, opReadRespLast, opReadRespOnly:
-		if w.op == WRAtomicWrite {
-			// ATOMIC_WRITE is answered by an empty READ_RESPONSE_ONLY.
+		if isEmptyReadRespWR(w.op) {
+			// ATOMIC_WRITE and FLUSH are answered by an empty READ_RESPONSE_ONLY.
 			if d != 0 || low != opReadRespOnly || len(p.AETH) < ib.AETHSize || len(p.Payload) != 0 {
 				return ErrDropped
 			}

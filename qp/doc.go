@@ -20,9 +20,8 @@
 // rxe is the peer goroce must interoperate with first.
 //
 // Not implemented: memory windows, fast registration and local invalidate
-// (SEND_WITH_INV invalidates an ordinary MR), posting FLUSH (the responder
-// answers FLUSH with global visibility; persistence is never offered),
-// alternate paths, multicast, end-to-end credits
+// (SEND_WITH_INV invalidates an ordinary MR), FLUSH with persistence (global
+// visibility is supported, as is ATOMIC_WRITE), alternate paths, multicast, end-to-end credits
 // (received credits are ignored, ACKs carry 0x1F as rxe's do), XRC and RD.
 // Atomics are atomic with respect to this engine only. A full CQ drops
 // completions and counts them (CQ.Overflows); size CQs for the queues they serve.

@@ -86,8 +86,11 @@ var opClass = [32]uint16{
 // isRdAtomicWR reports the operations answered by a response the responder
 // saves (READ, atomics, ATOMIC_WRITE): they count against max_rd_atomic.
 func isRdAtomicWR(op WROpcode) bool {
-	return op == WRRDMARead || op == WRAtomicCmpAndSwp || op == WRAtomicFetchAndAdd || op == WRAtomicWrite
+	return op == WRRDMARead || op == WRAtomicCmpAndSwp || op == WRAtomicFetchAndAdd || op == WRAtomicWrite || op == WRFlush
 }
+
+// isEmptyReadRespWR reports the operations answered by an empty READ_RESPONSE_ONLY.
+func isEmptyReadRespWR(op WROpcode) bool { return op == WRAtomicWrite || op == WRFlush }
 
 func isAtomicWR(op WROpcode) bool {
 	return op == WRAtomicCmpAndSwp || op == WRAtomicFetchAndAdd

@@ -581,6 +581,10 @@ type SendWR struct {
 	RKey           uint32
 	CompareAdd     uint64 // atomics: compare (CmpSwap) or add (FetchAdd)
 	Swap           uint64 // CmpSwap
+	// FLUSH (with RemoteAddr and RKey)
+	FlushLen       uint32
+	FlushPlacement uint8 // 1 = global visibility, 2 = persistence (both may be set)
+	FlushLevel     uint8 // 0 = the range RemoteAddr..+FlushLen, 1 = the whole region
 	// UD
 	AH         *AH
 	RemoteQPN  uint32
@@ -649,6 +653,14 @@ func (q *QP) PostSend(wr *SendWR) error {
 	w.imm, w.invRKey = wr.Imm, wr.InvalidateRKey
 	w.remoteAddr, w.rkey = wr.RemoteAddr, wr.RKey
 	w.compareAdd, w.swap = wr.CompareAdd, wr.Swap
+	if wr.Opcode == WRFlush {
+		// A FLUSH carries no data: its parameters ride in the atomic operands.
+		if wr.FlushPlacement == 0 || wr.FlushPlacement > 3 || wr.FlushLevel > 1 || len(wr.SGL) != 0 {
+			return ErrInvalidArgument
+		}
+		w.compareAdd = uint64(wr.FlushLen)
+		w.swap = uint64(wr.FlushPlacement) | uint64(wr.FlushLevel)<<4
+	}
 	w.length = uint32(length)
 	if inline {
 		w.inline = append(w.inline[:0], wr.Inline...)
@@ -677,7 +689,7 @@ func (q *QP) opAllowed(op WROpcode) bool {
 	case RC:
 		switch op {
 		case WRRDMAWrite, WRRDMAWriteWithImm, WRSend, WRSendWithImm, WRRDMARead,
-			WRAtomicCmpAndSwp, WRAtomicFetchAndAdd, WRSendWithInv, WRAtomicWrite:
+			WRAtomicCmpAndSwp, WRAtomicFetchAndAdd, WRSendWithInv, WRAtomicWrite, WRFlush:
 			return true
 		}
 	case UC:
@@ -744,6 +756,8 @@ func wcOpcodeFor(op WROpcode) WCOpcode {
 		return WCFetchAdd
 	case WRAtomicWrite:
 		return WCAtomicWrite
+	case WRFlush:
+		return WCFlush
 	}
 	return WCSend
 }

@@ -366,3 +366,31 @@ func TestRCAtomicWrite(t *testing.T) {
 		})
 	}
 }
+
+func TestRCFlush(t *testing.T) {
+	for _, imp := range []impairment{cleanNet, impairments()[2]} {
+		t.Run(imp.name, func(t *testing.T) {
+			p := newPair(t, qp.RC, imp, qptest.DefaultRC, 16)
+			bMR := p.regMR(p.b, make([]byte, 4096), 0x9000, qp.AccessLocalWrite|qp.AccessRemoteWrite|qp.AccessFlushGlobal)
+			for i := 0; i < 10; i++ {
+				wr := qp.SendWR{ID: uint64(i), Opcode: qp.WRFlush, Flags: qp.SendSignaled, RemoteAddr: 0x9000 + uint64(i*100), RKey: bMR.RKey(),
+					FlushLen: 100, FlushPlacement: 1, FlushLevel: uint8(i % 2)}
+				if err := p.a.QP.PostSend(&wr); err != nil {
+					t.Fatal(err)
+				}
+			}
+			wcs := waitWC(t, p, p.a.SCQ, 10, time.Minute)
+			for i, wc := range wcs {
+				if wc.Status != qp.WCSuccess || wc.WRID != uint64(i) || wc.Opcode != qp.WCFlush {
+					t.Fatalf("completion %d: %+v", i, wc)
+				}
+			}
+			// Persistence is never granted.
+			wr := qp.SendWR{ID: 99, Opcode: qp.WRFlush, Flags: qp.SendSignaled, RemoteAddr: 0x9000, RKey: bMR.RKey(), FlushLen: 8, FlushPlacement: 2}
+			if err := p.a.QP.PostSend(&wr); err != nil {
+				t.Fatal(err)
+			}
+			expectStatus(t, waitWC(t, p, p.a.SCQ, 1, time.Minute)[0], 99, qp.WCRemAccessErr)
+		})
+	}
+}

@@ -157,6 +157,14 @@ func (q *QP) requestRCUC(now time.Duration, w *sendWQE, buf []byte, t *TxPacket)
 		nextPSN = psn.Add(npk)
 		last = true
 		remaining = 0
+	case WRFlush:
+		op = opFlush
+		ib.FETH(buf[h : h+ib.FETHSize]).Encode(&ib.FETHFields{Placement: uint8(w.swap) & 0xF, Selectivity: uint8(w.swap>>4) & 3})
+		h += ib.FETHSize
+		ib.RETH(buf[h : h+ib.RETHSize]).Encode(&ib.RETHFields{VA: w.remoteAddr, RKey: w.rkey, DMALen: uint32(w.compareAdd)})
+		h += ib.RETHSize
+		last = true
+		remaining = 0
 	case WRAtomicWrite:
 		op = opAtomicWrite
 		ib.RETH(buf[h : h+ib.RETHSize]).Encode(&ib.RETHFields{VA: w.remoteAddr, RKey: w.rkey, DMALen: 8})

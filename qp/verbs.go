@@ -85,6 +85,7 @@ const (
 	WCFetchAdd        WCOpcode = 4
 	WCBindMW          WCOpcode = 5
 	WCLocalInv        WCOpcode = 6
+	WCFlush           WCOpcode = 8
 	WCAtomicWrite     WCOpcode = 9
 	WCRecv            WCOpcode = 128
 	WCRecvRDMAWithImm WCOpcode = 129
@@ -109,6 +110,8 @@ func (o WCOpcode) String() string {
 		return "LOCAL_INV"
 	case WCAtomicWrite:
 		return "ATOMIC_WRITE"
+	case WCFlush:
+		return "FLUSH"
 	case WCRecv:
 		return "RECV"
 	case WCRecvRDMAWithImm:
@@ -158,6 +161,7 @@ const (
 	WRLocalInv          WROpcode = 7
 	WRBindMW            WROpcode = 8
 	WRSendWithInv       WROpcode = 9
+	WRFlush             WROpcode = 14 // FLUSH (IBTA 1.5 memory placement; rxe ≥ 6.2)
 	WRAtomicWrite       WROpcode = 15 // 8 bytes written atomically (IBTA 1.5; rxe ≥ 6.2)
 )
 
@@ -169,8 +173,11 @@ func (o WROpcode) String() string {
 	if int(o) < len(wrOpcodeNames) {
 		return wrOpcodeNames[o]
 	}
-	if o == WRAtomicWrite {
+	switch o {
+	case WRAtomicWrite:
 		return "ATOMIC_WRITE"
+	case WRFlush:
+		return "FLUSH"
 	}
 	return "WROpcode(" + strconv.Itoa(int(o)) + ")"
 }
