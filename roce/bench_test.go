@@ -2,7 +2,8 @@ package roce
 
 import (
 	"context"
-	"net/netip"
+
+	"github.com/goroce/goroce/ib"
 	"testing"
 
 	"github.com/goroce/goroce/internal/netnstest"
@@ -46,10 +47,9 @@ func benchWrite(b *testing.B, x, y *endpoint, size, depth int) {
 
 func BenchmarkWriteUDPLoopback(b *testing.B) {
 	da, db := udpPair(b)
-	lo := netip.MustParseAddr("127.0.0.1")
 	x := newEndpoint(b, da, RC, 1<<16)
 	y := newEndpoint(b, db, RC, 1<<16)
-	connect(b, x, y, lo, lo, ConnectAttr{})
+	connect(b, x, y, loA, loB, ConnectAttr{PathMTU: ib.MTU1024})
 	benchWrite(b, x, y, 65536, 16)
 }
 

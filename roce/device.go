@@ -162,12 +162,12 @@ type Device struct {
 	lastTxErr atomic.Pointer[string]
 
 	// Receive goroutine state.
-	pkt  ib.Packet
+	pkt ib.Packet
 	// Loopback: frames to one of our own GIDs never reach the link (as
 	// rxe_loopback); the transmit pass delivers them. Guarded by txMu.
 	loop    [][]byte
 	loopPkt ib.Packet
-	rxFn func(frames [][]byte)
+	rxFn    func(frames [][]byte)
 
 	ctx     context.Context
 	cancel  context.CancelFunc

@@ -8,26 +8,30 @@ import (
 	"github.com/goroce/goroce/roce/link/udplink"
 )
 
-// udpPair opens two devices on kernel UDP sockets on 127.0.0.1 with
-// kernel-chosen ports, each sending to the other's port.
+var (
+	loA = netip.MustParseAddr("127.0.0.1")
+	loB = netip.MustParseAddr("127.0.0.2")
+)
+
+// udpPair opens two devices on kernel UDP sockets on 127.0.0.1 and
+// 127.0.0.2 with kernel-chosen ports, each sending to the other's port.
 func udpPair(t testing.TB) (*Device, *Device) {
 	t.Helper()
-	lo := netip.MustParseAddr("127.0.0.1")
-	la, err := udplink.ListenOptions(netip.AddrPortFrom(lo, 0), udplink.Options{EphemeralPort: true})
+	la, err := udplink.ListenOptions(netip.AddrPortFrom(loA, 0), udplink.Options{EphemeralPort: true})
 	if err != nil {
 		t.Skipf("no UDP socket on 127.0.0.1: %v", err)
 	}
-	lb, err := udplink.ListenOptions(netip.AddrPortFrom(lo, 0), udplink.Options{EphemeralPort: true})
+	lb, err := udplink.ListenOptions(netip.AddrPortFrom(loB, 0), udplink.Options{EphemeralPort: true})
 	if err != nil {
 		la.Close()
 		t.Skipf("no UDP socket on 127.0.0.1: %v", err)
 	}
-	da, err := OpenLink(la, Options{Addrs: []netip.Addr{lo}, Port: lb.LocalAddr().Port()})
+	da, err := OpenLink(la, Options{Addrs: []netip.Addr{loA}, Port: lb.LocalAddr().Port()})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { da.Close() })
-	db, err := OpenLink(lb, Options{Addrs: []netip.Addr{lo}, Port: la.LocalAddr().Port()})
+	db, err := OpenLink(lb, Options{Addrs: []netip.Addr{loB}, Port: la.LocalAddr().Port()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -37,10 +41,11 @@ func udpPair(t testing.TB) (*Device, *Device) {
 
 func TestUDPLinkRC(t *testing.T) {
 	da, db := udpPair(t)
-	lo := netip.MustParseAddr("127.0.0.1")
 	a := newEndpoint(t, da, RC, 4*70000+64)
 	b := newEndpoint(t, db, RC, 4*70000+64)
-	connect(t, a, b, lo, lo, ConnectAttr{})
+	// 127.0.0.2 is not an interface address, so B's link reports MTU 1500:
+	// agree on 1024 (B would reject longer packets with REM_INV_REQ).
+	connect(t, a, b, loA, loB, ConnectAttr{PathMTU: ib.MTU1024})
 	exerciseRC(t, a, b, 70000)
 	if p := a.qp.SourcePort(); p != da.Info().Link.FixedSourcePort {
 		t.Fatalf("QP source port %d on a UDP link fixed at %d", p, da.Info().Link.FixedSourcePort)
@@ -53,9 +58,8 @@ func TestUDPLinkRC(t *testing.T) {
 
 func TestUDPLinkUD(t *testing.T) {
 	da, db := udpPair(t)
-	lo := netip.MustParseAddr("127.0.0.1")
 	a := newEndpoint(t, da, UD, 4096)
 	b := newEndpoint(t, db, UD, 4096)
-	connect(t, a, b, lo, lo, ConnectAttr{})
-	exerciseUD(t, a, b, ib.GIDFromAddr(lo), 1000, 10)
+	connect(t, a, b, loA, loB, ConnectAttr{})
+	exerciseUD(t, a, b, ib.GIDFromAddr(loB), 1000, 10)
 }
