@@ -68,7 +68,7 @@ func newWorkload(t *testing.T, seed uint64, me, peer *qptest.Endpoint, n int) *w
 		t.Fatal(err)
 	}
 	w.peerWrite = make([]byte, n*soakSlot)
-	w.peerWriteMR, _ = peer.PD.RegMR(w.peerWrite, 0x20_0000_0000, allAccess)
+	w.peerWriteMR, _ = peer.PD.RegMR(w.peerWrite, 0x20_0000_0000, allAccess|qp.AccessFlushGlobal)
 	w.peerSrc = make([]byte, 1<<20)
 	fill(w.peerSrc, seed+1)
 	w.peerSrcMR, _ = peer.PD.RegMR(w.peerSrc, 0x30_0000_0000, qp.AccessRemoteRead)
@@ -91,7 +91,9 @@ func (w *workload) next() soakOp {
 			return w.rng.IntN(soakSlot)
 		}
 	}
-	switch w.rng.IntN(8) {
+	switch w.rng.IntN(9) {
+	case 8:
+		o.op, o.size = qp.WRFlush, 0
 	case 7:
 		o.op, o.size = qp.WRAtomicWrite, 8
 	case 0:
@@ -132,6 +134,11 @@ func (w *workload) post() {
 		}
 		wr := qp.SendWR{ID: uint64(i), Opcode: o.op, Flags: qp.SendSignaled, Imm: uint32(i),
 			SGL: []qp.SGE{{Addr: 0x10_0000_0000 + slot, Length: uint32(o.size), LKey: w.localMR.LKey()}}}
+		if o.op == qp.WRFlush {
+			wr.SGL = nil
+			wr.RemoteAddr, wr.RKey = 0x20_0000_0000+slot, w.peerWriteMR.RKey()
+			wr.FlushLen, wr.FlushPlacement, wr.FlushLevel = soakSlot, 1, uint8(i%2)
+		}
 		switch o.op {
 		case qp.WRRDMAWrite, qp.WRRDMAWriteWithImm, qp.WRAtomicWrite:
 			wr.RemoteAddr, wr.RKey = 0x20_0000_0000+slot, w.peerWriteMR.RKey()
