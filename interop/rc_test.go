@@ -31,20 +31,40 @@ func TestRCPingpong(t *testing.T) {
 	for _, f := range families {
 		for _, c := range []struct{ size, iters int }{{64, 3}, {1000, 5}, {4096, 3}} {
 			t.Run(fmt.Sprintf("%s/size%d", f.name, c.size), func(t *testing.T) {
-				rcPingpongClient(t, lab, g, f, c.size, c.iters)
+				connectedPingpongClient(t, lab, g, f, false, c.size, c.iters)
 			})
 		}
 	}
 }
 
-func rcPingpongClient(t *testing.T, lab *rxelab.Lab, g *rxelab.Guest, f family, size, iters int) {
+// TestUCPingpong is TestRCPingpong over UC with ibv_uc_pingpong: the same
+// SEND segmentation and PSN sequence, no AckReq and no acknowledgements.
+func TestUCPingpong(t *testing.T) {
+	lab := rxelab.Get(t)
+	g := lab.Guests[0]
+	for _, f := range families {
+		for _, c := range []struct{ size, iters int }{{64, 3}, {4096, 3}} {
+			t.Run(fmt.Sprintf("%s/size%d", f.name, c.size), func(t *testing.T) {
+				connectedPingpongClient(t, lab, g, f, true, c.size, c.iters)
+			})
+		}
+	}
+}
+
+// connectedPingpongClient plays the client of ibv_rc_pingpong, or of
+// ibv_uc_pingpong if uc, running as the server in g.
+func connectedPingpongClient(t *testing.T, lab *rxelab.Lab, g *rxelab.Guest, f family, uc bool, size, iters int) {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	local, remoteAddr, gidIndex := endpoints(t, lab, g, f)
 	host := openHostPort(t, lab)
 
 	t0 := time.Now()
-	job := g.Start(ctx, "ibv_rc_pingpong", "-d", "rxe0", "-g", strconv.Itoa(gidIndex),
+	tool := "ibv_rc_pingpong"
+	if uc {
+		tool = "ibv_uc_pingpong"
+	}
+	job := g.Start(ctx, tool, "-d", "rxe0", "-g", strconv.Itoa(gidIndex),
 		"-s", strconv.Itoa(size), "-n", strconv.Itoa(iters))
 	defer func() {
 		cancel()
@@ -64,7 +84,7 @@ func rcPingpongClient(t *testing.T, lab *rxelab.Lab, g *rxelab.Guest, f family, 
 		remote.QPN, uint32(remote.PSN), remote.GID, me.QPN, uint32(me.PSN), me.GID, time.Since(t0).Seconds())
 
 	qp := &rcHostQP{
-		t: t, host: host,
+		t: t, host: host, uc: uc,
 		spec: ib.FrameSpec{
 			SrcMAC: [6]byte(lab.PeerMAC), DstMAC: [6]byte(g.MAC),
 			Src: local, Dst: remoteAddr,
@@ -100,8 +120,8 @@ func rcPingpongClient(t *testing.T, lab *rxelab.Lab, g *rxelab.Guest, f family, 
 			fail("message %d: %v", i, err)
 		}
 		rtts = append(rtts, time.Since(ts))
-		// ibv_rc_pingpong sends from the buffer it receives into: its
-		// message echoes ours.
+		// ibv_{rc,uc}_pingpong send from the buffer they receive into:
+		// the guest's message echoes ours.
 		if !bytes.Equal(echo, msg) {
 			t.Errorf("message %d: guest's SEND (%d bytes) is not our message (%d bytes)", i, len(echo), len(msg))
 		}
@@ -111,10 +131,10 @@ func rcPingpongClient(t *testing.T, lab *rxelab.Lab, g *rxelab.Guest, f family, 
 	}
 	stdout, stderr, code, err := job.Wait()
 	if err != nil || code != 0 {
-		t.Fatalf("ibv_rc_pingpong: exit %d, %v\nstdout: %s\nstderr: %s", code, err, stdout, stderr)
+		t.Fatalf("%s: exit %d, %v\nstdout: %s\nstderr: %s", tool, code, err, stdout, stderr)
 	}
 	if want := fmt.Sprintf("%d iters in", iters); !bytes.Contains(stdout, []byte(want)) {
-		t.Errorf("ibv_rc_pingpong output lacks %q:\n%s", want, stdout)
+		t.Errorf("%s output lacks %q:\n%s", tool, want, stdout)
 	}
 	if qp.dupSends >= iters {
 		t.Errorf("rxe retransmitted %d SEND packets in %d messages: our ACKs were not taken", qp.dupSends, iters)
@@ -130,11 +150,12 @@ func rcSourcePort(local, remote uint32) uint16 {
 	return ib.FlowLabelToUDPSourcePort(ib.CalcFlowLabel(local, remote))
 }
 
-// rcHostQP is a minimal RC queue pair on the host side, enough for a
-// ping-pong of SENDs: one message in flight each way.
+// rcHostQP is a minimal RC (or UC) queue pair on the host side, enough for
+// a ping-pong of SENDs: one message in flight each way.
 type rcHostQP struct {
 	t    *testing.T
 	host *hostPort
+	uc   bool         // UC: no AckReq, no ACKs either way
 	spec ib.FrameSpec // addressing; BTH and ETHs are set per packet
 	want udExpect
 
@@ -158,7 +179,7 @@ func (q *rcHostQP) pingpong(ctx context.Context, msg []byte, wantMSN uint32) ([]
 		return nil, err
 	}
 
-	acked := false
+	acked := q.uc // nothing acknowledges UC
 	var got []byte
 	done := false
 	var p ib.Packet
@@ -166,8 +187,8 @@ func (q *rcHostQP) pingpong(ctx context.Context, msg []byte, wantMSN uint32) ([]
 	for !acked || !done {
 		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		frame, err := q.host.recv(rctx, q.in, func(fr []byte) bool {
-			return ib.Parse(fr, &p) == nil && p.BTH.Opcode().Transport() == ib.TransportRC &&
-				p.BTH.DestQP() == q.want.localQPN
+			return ib.Parse(fr, &p) == nil && (p.BTH.Opcode().Transport() == ib.TransportRC ||
+				p.BTH.Opcode().Transport() == ib.TransportUC) && p.BTH.DestQP() == q.want.localQPN
 		})
 		cancel()
 		if err != nil {
@@ -188,7 +209,12 @@ func (q *rcHostQP) pingpong(ctx context.Context, msg []byte, wantMSN uint32) ([]
 		q.checkCommon(&p, frame)
 		b := p.BTH.Fields()
 		op := b.Opcode
-		switch op {
+		if want := q.transport(); op.Transport() != want {
+			return nil, fmt.Errorf("%v from rxe on a %v QP", op, want)
+		}
+		// Classify as RC: the checks below are the same for UC sends.
+		rcOp := op &^ ib.Opcode(ib.TransportUC)
+		switch rcOp {
 		case ib.RCAck:
 			a := p.AETH.Fields()
 			if a.Syndrome.Type() != ib.SyndromeACK {
@@ -208,6 +234,9 @@ func (q *rcHostQP) pingpong(ctx context.Context, msg []byte, wantMSN uint32) ([]
 		case ib.RCSendFirst, ib.RCSendMiddle, ib.RCSendLast, ib.RCSendOnly:
 			if d := ib.PSNDiff(b.PSN, q.ePSN); d < 0 {
 				// A retransmission: our ACK did not arrive in time. ACK again.
+				if q.uc {
+					return nil, fmt.Errorf("UC %v with old PSN %#06x (expected %#06x)", op, uint32(b.PSN), uint32(q.ePSN))
+				}
 				q.dupSends++
 				if err := q.sendAck(q.ePSN.Add(^uint32(0))); err != nil {
 					return nil, err
@@ -219,10 +248,10 @@ func (q *rcHostQP) pingpong(ctx context.Context, msg []byte, wantMSN uint32) ([]
 			if done {
 				return nil, fmt.Errorf("a second message from rxe before our next SEND (PSN %#06x)", uint32(b.PSN))
 			}
-			if (op == ib.RCSendFirst || op == ib.RCSendOnly) != (got == nil) {
+			if (rcOp == ib.RCSendFirst || rcOp == ib.RCSendOnly) != (got == nil) {
 				return nil, fmt.Errorf("%v out of order (have %d bytes of the message)", op, len(got))
 			}
-			if op != ib.RCSendLast && op != ib.RCSendOnly && len(p.Payload) != pingpongPathMTU {
+			if rcOp != ib.RCSendLast && rcOp != ib.RCSendOnly && len(p.Payload) != pingpongPathMTU {
 				q.t.Errorf("%v carries %d bytes, want the path MTU %d", op, len(p.Payload), pingpongPathMTU)
 			}
 			if got == nil {
@@ -230,14 +259,16 @@ func (q *rcHostQP) pingpong(ctx context.Context, msg []byte, wantMSN uint32) ([]
 			}
 			got = append(got, p.Payload...)
 			q.ePSN = q.ePSN.Next()
-			if op == ib.RCSendLast || op == ib.RCSendOnly {
-				if !b.AckReq {
-					q.t.Errorf("%v PSN %#06x without AckReq", op, uint32(b.PSN))
-				}
+			if b.AckReq != (!q.uc && (rcOp == ib.RCSendLast || rcOp == ib.RCSendOnly)) {
+				q.t.Errorf("%v PSN %#06x with AckReq %v", op, uint32(b.PSN), b.AckReq)
+			}
+			if rcOp == ib.RCSendLast || rcOp == ib.RCSendOnly {
 				q.msn++
 				done = true
-				if err := q.sendAck(b.PSN); err != nil {
-					return nil, err
+				if !q.uc {
+					if err := q.sendAck(b.PSN); err != nil {
+						return nil, err
+					}
 				}
 			}
 		default:
@@ -262,14 +293,24 @@ func (q *rcHostQP) sendMessage(msg []byte, first ib.PSN, npkts int) error {
 		}
 		seg := msg[k*pingpongPathMTU : min(len(msg), (k+1)*pingpongPathMTU)]
 		s := q.spec
+		if q.uc {
+			op |= ib.Opcode(ib.TransportUC)
+		}
 		s.BTH = ib.BTHFields{Opcode: op, PKey: 0xFFFF, DestQP: q.want.remoteQPN,
-			PSN: first.Add(uint32(k)), AckReq: k == npkts-1}
+			PSN: first.Add(uint32(k)), AckReq: !q.uc && k == npkts-1}
 		s.Payload = seg
 		if err := q.send(&s); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+func (q *rcHostQP) transport() ib.Transport {
+	if q.uc {
+		return ib.TransportUC
+	}
+	return ib.TransportRC
 }
 
 // sendAck acknowledges everything up to psn, with our current MSN.
