@@ -139,8 +139,9 @@ type Device struct {
 	mac    [6]byte
 	info   DeviceInfo
 	start  time.Time
-	port   uint16 // UDP destination port
-	mtuLim int    // largest IB packet (BTH..ICRC) the link carries
+	port   uint16       // UDP destination port
+	netMTU atomic.Int64 // IP MTU of the link (follows the interface)
+	portUp atomic.Bool  // interface operationally up (or no interface)
 
 	// mu guards the engine and every engine object.
 	mu  sync.Mutex
@@ -324,9 +325,8 @@ func newDevice(l link.Link, opts Options, nl *netlinkWatch) (*Device, error) {
 	if mtu <= 0 {
 		mtu = 1500
 	}
-	ipHdr := link.IPv4Size
-	// The IB packet must fit in the IP MTU with the IP and UDP headers.
-	d.mtuLim = mtu - ipHdr - link.UDPSize
+	d.netMTU.Store(int64(mtu))
+	d.portUp.Store(true)
 	eng, err := qp.New(qp.Config{Clock: monoClock{d.start}, PortMTU: ib.ActiveMTU(mtu)})
 	if err != nil {
 		return nil, err
@@ -368,6 +368,14 @@ func newDevice(l link.Link, opts Options, nl *netlinkWatch) (*Device, error) {
 			d.cancel()
 			return nil, err
 		}
+		if err := nl.watchLink(d.ctx, d.linkChanged); err != nil {
+			d.cancel()
+			return nil, err
+		}
+		if err := nl.watchNeigh(d.ctx, d.neigh.update); err != nil {
+			d.cancel()
+			return nil, err
+		}
 	}
 	d.wakeAt.Store(int64(time.Duration(1<<62 - 1)))
 	d.wg.Add(2)
@@ -390,6 +398,7 @@ func eui64(mac [6]byte) uint64 {
 // Info describes the device.
 func (d *Device) Info() DeviceInfo {
 	i := d.info
+	i.NetdevMTU = int(d.netMTU.Load())
 	i.HardwareAddr = append(net.HardwareAddr(nil), i.HardwareAddr...)
 	return i
 }
@@ -400,17 +409,17 @@ func (d *Device) Link() link.Link { return d.link }
 // QueryPort returns the attributes of port 1.
 func (d *Device) QueryPort() PortAttr {
 	st := PortActive
-	if d.closed.Load() {
+	if d.closed.Load() || !d.portUp.Load() {
 		st = PortDown
 	}
 	return PortAttr{
 		State:        st,
 		MaxMTU:       ib.MTU4096,
-		ActiveMTU:    d.eng.PortMTU(),
+		ActiveMTU:    d.activeMTU(),
 		GIDTableLen:  gidTableLen,
 		PKeyTableLen: 1,
 		MaxMsgSize:   qp.MaxMsgSize,
-		NetdevMTU:    d.info.NetdevMTU,
+		NetdevMTU:    int(d.netMTU.Load()),
 		LinkLayer:    "Ethernet",
 	}
 }
@@ -720,7 +729,7 @@ func (d *Device) buildFrame(t *qp.TxPacket) (frame []byte, local, ok bool) {
 		return nil, false, false
 	}
 	pl := t.Payload()
-	if len(pl) > d.mtuLim+link.IPv4Size-ipHeaderSize(dst) {
+	if len(pl) > d.ibLimit(dst.Is4()) {
 		d.ctr.sendErr.Add(1)
 		return nil, false, false
 	}
@@ -753,6 +762,36 @@ func (d *Device) buildFrame(t *qp.TxPacket) (frame []byte, local, ok bool) {
 	crc := ib.ICRC(ip, frame[link.EthernetSize+ipLen:len(frame)-ib.ICRCSize])
 	ib.PutICRC(frame[len(frame)-ib.ICRCSize:], crc)
 	return frame, local, true
+}
+
+// activeMTU is the engine's port MTU.
+func (d *Device) activeMTU() ib.MTU {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.eng.PortMTU()
+}
+
+// ibLimit is the largest IB packet (BTH … ICRC) that fits the link's IP MTU.
+func (d *Device) ibLimit(v4 bool) int {
+	ip := link.IPv6Size
+	if v4 {
+		ip = link.IPv4Size
+	}
+	return int(d.netMTU.Load()) - ip - link.UDPSize
+}
+
+// linkChanged follows the interface: a new MTU changes the active MTU (the
+// UD limit) and the path MTU check; operational state is the port state.
+func (d *Device) linkChanged(mtu int, up bool) {
+	d.portUp.Store(up)
+	if mtu <= 0 || int64(mtu) == d.netMTU.Load() {
+		return
+	}
+	d.netMTU.Store(int64(mtu))
+	d.mu.Lock()
+	err := d.eng.SetPortMTU(ib.ActiveMTU(mtu))
+	d.mu.Unlock()
+	d.log.Info("roce: interface MTU changed", "mtu", mtu, "active_mtu", ib.ActiveMTU(mtu), "err", err)
 }
 
 func ipHeaderSize(a netip.Addr) int {

@@ -174,12 +174,88 @@ func (w *netlinkWatch) watchAddrs(ctx context.Context, fn func([]netip.Addr)) er
 	return nil
 }
 
+// watchLink calls fn with the interface's MTU and operational state after
+// every link change, until ctx ends or the watch is closed.
+func (w *netlinkWatch) watchLink(ctx context.Context, fn func(mtu int, up bool)) error {
+	ch := make(chan netlink.LinkUpdate, 16)
+	ns := w.ns
+	err := netlink.LinkSubscribeWithOptions(ch, w.done, netlink.LinkSubscribeOptions{
+		Namespace:     &ns,
+		ErrorCallback: func(error) {},
+	})
+	if err != nil {
+		return fmt.Errorf("roce: link subscription: %w", err)
+	}
+	w.wg.Add(1)
+	go func() {
+		defer w.wg.Done()
+		for {
+			select {
+			case u, ok := <-ch:
+				if !ok {
+					return
+				}
+				if a := u.Attrs(); a != nil && a.Index == w.ifindex {
+					up := a.OperState == netlink.OperUp || a.OperState == netlink.OperUnknown
+					fn(a.MTU, up && a.Flags&net.FlagUp != 0)
+				}
+			case <-ctx.Done():
+				return
+			case <-w.done:
+				return
+			}
+		}
+	}()
+	return nil
+}
+
+// watchNeigh calls fn for every valid neighbour entry the kernel reports
+// on the interface (new or changed MAC), until ctx ends.
+func (w *netlinkWatch) watchNeigh(ctx context.Context, fn func(ip netip.Addr, mac [6]byte)) error {
+	ch := make(chan netlink.NeighUpdate, 64)
+	ns := w.ns
+	err := netlink.NeighSubscribeWithOptions(ch, w.done, netlink.NeighSubscribeOptions{
+		Namespace:     &ns,
+		ErrorCallback: func(error) {},
+	})
+	if err != nil {
+		return fmt.Errorf("roce: neighbour subscription: %w", err)
+	}
+	w.wg.Add(1)
+	go func() {
+		defer w.wg.Done()
+		for {
+			select {
+			case u, ok := <-ch:
+				if !ok {
+					return
+				}
+				if u.Type != unix.RTM_NEWNEIGH || u.LinkIndex != w.ifindex ||
+					u.State&nudValid == 0 || len(u.HardwareAddr) != 6 {
+					continue
+				}
+				ip, ok := netip.AddrFromSlice(u.IP)
+				if !ok {
+					continue
+				}
+				fn(ip.Unmap(), [6]byte(u.HardwareAddr))
+			case <-ctx.Done():
+				return
+			case <-w.done:
+				return
+			}
+		}
+	}()
+	return nil
+}
+
 const nudValid = netlink.NUD_REACHABLE | netlink.NUD_STALE | netlink.NUD_DELAY | netlink.NUD_PROBE |
 	netlink.NUD_PERMANENT | netlink.NUD_NOARP
 
 // resolve returns the MAC of the next hop towards dst, asking the kernel to
 // resolve it (ARP or ND) if it has no entry, and waiting until ctx ends.
-func (w *netlinkWatch) resolve(ctx context.Context, dst netip.Addr) ([6]byte, error) {
+// The next hop (dst itself, or its gateway) is returned too.
+func (w *netlinkWatch) resolve(ctx context.Context, dst netip.Addr) ([6]byte, netip.Addr, error) {
 	var zero [6]byte
 	dst = dst.Unmap()
 	nh := dst
@@ -190,13 +266,13 @@ func (w *netlinkWatch) resolve(ctx context.Context, dst netip.Addr) ([6]byte, er
 			if l, err := w.h.LinkByIndex(r.LinkIndex); err == nil {
 				name = l.Attrs().Name
 			}
-			return zero, fmt.Errorf("%w: %v: the route leaves through %s, not %s", ErrNoNeighbour, dst, name, w.ifname)
+			return zero, nh, fmt.Errorf("%w: %v: the route leaves through %s, not %s", ErrNoNeighbour, dst, name, w.ifname)
 		}
 		if gw, ok := netip.AddrFromSlice(r.Gw); ok && r.Gw != nil && !gw.IsUnspecified() {
 			nh = gw.Unmap()
 		}
 	} else if err != nil {
-		return zero, fmt.Errorf("%w: %v: no route: %v", ErrNoNeighbour, dst, err)
+		return zero, nh, fmt.Errorf("%w: %v: no route: %v", ErrNoNeighbour, dst, err)
 	}
 	fam := netlink.FAMILY_V4
 	if nh.Is6() {
@@ -207,7 +283,7 @@ func (w *netlinkWatch) resolve(ctx context.Context, dst netip.Addr) ([6]byte, er
 	for {
 		list, err := w.h.NeighList(w.ifindex, fam)
 		if err != nil {
-			return zero, fmt.Errorf("%w: %v: %v", ErrNoNeighbour, dst, err)
+			return zero, nh, fmt.Errorf("%w: %v: %v", ErrNoNeighbour, dst, err)
 		}
 		failed := false
 		for _, n := range list {
@@ -218,14 +294,14 @@ func (w *netlinkWatch) resolve(ctx context.Context, dst netip.Addr) ([6]byte, er
 			if n.State&nudValid != 0 && len(n.HardwareAddr) == 6 {
 				var mac [6]byte
 				copy(mac[:], n.HardwareAddr)
-				return mac, nil
+				return mac, nh, nil
 			}
 			if n.State&netlink.NUD_FAILED != 0 {
 				failed = true
 			}
 		}
 		if failed && !triggered.IsZero() && time.Since(triggered) > 50*time.Millisecond {
-			return zero, fmt.Errorf("%w: %v: the kernel's resolution failed (no answer to ARP/ND via %s)", ErrNoNeighbour, nh, w.ifname)
+			return zero, nh, fmt.Errorf("%w: %v: the kernel's resolution failed (no answer to ARP/ND via %s)", ErrNoNeighbour, nh, w.ifname)
 		}
 		if triggered.IsZero() || time.Since(triggered) > time.Second {
 			w.trigger(nh, fam)
@@ -235,10 +311,10 @@ func (w *netlinkWatch) resolve(ctx context.Context, dst netip.Addr) ([6]byte, er
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return zero, fmt.Errorf("%w: %v via %s: %w", ErrNoNeighbour, nh, w.ifname, ctx.Err())
+			return zero, nh, fmt.Errorf("%w: %v via %s: %w", ErrNoNeighbour, nh, w.ifname, ctx.Err())
 		case <-w.done:
 			t.Stop()
-			return zero, ErrClosed
+			return zero, nh, ErrClosed
 		case <-t.C:
 		}
 		if delay < 20*time.Millisecond {
@@ -286,10 +362,12 @@ type neighbours struct {
 	synthetic bool
 	mu        sync.Mutex
 	cache     atomic.Pointer[map[netip.Addr][6]byte]
+	hops      map[netip.Addr]netip.Addr // destination → next hop, under mu
 }
 
 func newNeighbours(static map[netip.Addr]net.HardwareAddr, nl *netlinkWatch, synthetic bool) *neighbours {
-	n := &neighbours{static: make(map[netip.Addr][6]byte), nl: nl, synthetic: synthetic}
+	n := &neighbours{static: make(map[netip.Addr][6]byte), nl: nl, synthetic: synthetic,
+		hops: make(map[netip.Addr]netip.Addr)}
 	for a, m := range static {
 		var mac [6]byte
 		copy(mac[:], m)
@@ -322,24 +400,48 @@ func (n *neighbours) resolve(ctx context.Context, dst netip.Addr) ([6]byte, erro
 	if n.nl == nil {
 		return [6]byte{}, fmt.Errorf("%w: %v: no static entry and no interface to ask", ErrNoNeighbour, dst)
 	}
-	m, err := n.nl.resolve(ctx, dst)
+	m, nh, err := n.nl.resolve(ctx, dst)
 	if err != nil {
 		return m, err
 	}
-	n.store(dst, m)
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.hops[dst] = nh
+	n.storeLocked(map[netip.Addr][6]byte{dst: m})
 	return m, nil
 }
 
-func (n *neighbours) store(dst netip.Addr, m [6]byte) {
-	n.mu.Lock()
-	defer n.mu.Unlock()
+// storeLocked publishes a new cache with the entries of add changed.
+func (n *neighbours) storeLocked(add map[netip.Addr][6]byte) {
 	old := *n.cache.Load()
-	nm := make(map[netip.Addr][6]byte, len(old)+1)
+	nm := make(map[netip.Addr][6]byte, len(old)+len(add))
 	for k, v := range old {
 		nm[k] = v
 	}
-	nm[dst] = m
+	for k, v := range add {
+		nm[k] = v
+	}
 	n.cache.Store(&nm)
+}
+
+// update follows the kernel's neighbour table: when the MAC of a next hop
+// in use changes, every destination behind it moves with it.
+func (n *neighbours) update(ip netip.Addr, mac [6]byte) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	cur := *n.cache.Load()
+	var add map[netip.Addr][6]byte
+	for dst, nh := range n.hops {
+		if nh == ip && cur[dst] != mac {
+			if add == nil {
+				add = make(map[netip.Addr][6]byte)
+			}
+			add[dst] = mac
+		}
+	}
+	if add != nil {
+		n.storeLocked(add)
+	}
 }
 
 // ResolveNeighbour returns the MAC address packets to addr are sent to (the

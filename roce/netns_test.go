@@ -165,7 +165,7 @@ func TestNetnsNeighbour(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	// No entry yet: the kernel is asked and answers.
-	mac, err := w.resolve(ctx, netip.MustParseAddr("10.99.0.2"))
+	mac, _, err := w.resolve(ctx, netip.MustParseAddr("10.99.0.2"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -176,7 +176,7 @@ func TestNetnsNeighbour(t *testing.T) {
 	ctx2, cancel2 := context.WithTimeout(context.Background(), 700*time.Millisecond)
 	defer cancel2()
 	start := time.Now()
-	_, err = w.resolve(ctx2, netip.MustParseAddr("10.99.0.77"))
+	_, _, err = w.resolve(ctx2, netip.MustParseAddr("10.99.0.77"))
 	if !errors.Is(err, ErrNoNeighbour) {
 		t.Fatalf("unresolvable neighbour: %v", err)
 	}
@@ -185,7 +185,7 @@ func TestNetnsNeighbour(t *testing.T) {
 	}
 	t.Log(err)
 	// An address routed elsewhere (here: nowhere) is refused at once.
-	if _, err := w.resolve(ctx, netip.MustParseAddr("192.0.2.1")); !errors.Is(err, ErrNoNeighbour) {
+	if _, _, err := w.resolve(ctx, netip.MustParseAddr("192.0.2.1")); !errors.Is(err, ErrNoNeighbour) {
 		t.Fatalf("unroutable address: %v", err)
 	}
 }
@@ -313,4 +313,63 @@ func TestNetnsMTUMismatch(t *testing.T) {
 	if err := pingPong(a2, b2, 5000, 3); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// The port follows the interface: MTU changes move the active MTU, and the
+// operational state is the port state.
+func TestNetnsLinkChanges(t *testing.T) {
+	p := readyPair(t, 1500)
+	d := openIn(t, p.VethA, Options{Link: LinkUDP})
+	if m := d.QueryPort().ActiveMTU; m != ib.MTU1024 {
+		t.Fatalf("active MTU %v", m)
+	}
+	if err := p.VethA.SetMTU(9000); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "active MTU 4096 after the MTU change", func() bool {
+		pa := d.QueryPort()
+		return pa.ActiveMTU == ib.MTU4096 && pa.NetdevMTU == 9000
+	})
+	l, err := p.VethA.Link()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.A.Netlink().LinkSetDown(l); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "port DOWN", func() bool { return d.QueryPort().State == PortDown })
+	if err := p.A.Netlink().LinkSetUp(l); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "port ACTIVE", func() bool { return d.QueryPort().State == PortActive })
+}
+
+// A neighbour whose MAC changes in the kernel's table moves in the device's
+// cache too, without a new resolution.
+func TestNetnsNeighbourChange(t *testing.T) {
+	p := readyPair(t, 1500)
+	var w *netlinkWatch
+	if err := p.VethA.NS.Do(func() (err error) { w, err = openNetlink(p.VethA.Name); return err }); err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	n := newNeighbours(nil, w, false)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := w.watchNeigh(ctx, n.update); err != nil {
+		t.Fatal(err)
+	}
+	ipB := p.VethB.Addr.Addr()
+	if _, err := n.resolve(ctx, ipB); err != nil {
+		t.Fatal(err)
+	}
+	newMAC := net.HardwareAddr{2, 0x11, 0x22, 0x33, 0x44, 0x55}
+	if err := p.A.Netlink().NeighSet(&netlink.Neigh{LinkIndex: p.VethA.Index, Family: netlink.FAMILY_V4,
+		State: netlink.NUD_PERMANENT, IP: net.IP(ipB.AsSlice()), HardwareAddr: newMAC}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the cache to follow the new MAC", func() bool {
+		m, ok := n.lookup(ipB)
+		return ok && bytes.Equal(m[:], newMAC)
+	})
 }

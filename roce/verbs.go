@@ -453,15 +453,12 @@ func (q *QP) Modify(ctx context.Context, attr *QPAttr, mask AttrMask) error {
 		}
 	}
 	if mask&AttrPathMTU != 0 {
-		ip := link4
-		if mask&AttrAV != 0 && !a.AV.DGID.IsIPv4() {
-			ip = link6
-		}
+		v4 := mask&AttrAV == 0 || a.AV.DGID.IsIPv4()
 		// Largest packet: BTH + RETH + ImmDt + MTU bytes of payload + ICRC.
 		need := ib.BTHSize + ib.RETHSize + ib.ImmDtSize + a.PathMTU.Bytes() + ib.ICRCSize
-		if limit := d.mtuLim + link4 - ip; a.PathMTU.Bytes() > 0 && need > limit {
+		if limit := d.ibLimit(v4); a.PathMTU.Bytes() > 0 && need > limit {
 			return fmt.Errorf("roce: path MTU %d needs %d-byte IB packets, the link's MTU %d carries %d: %w",
-				a.PathMTU.Bytes(), need, d.info.NetdevMTU, limit, ErrMTU)
+				a.PathMTU.Bytes(), need, d.netMTU.Load(), limit, ErrMTU)
 		}
 	}
 	if err := d.lock(); err != nil {
@@ -479,11 +476,6 @@ func (q *QP) Modify(ctx context.Context, attr *QPAttr, mask AttrMask) error {
 	d.flush()
 	return nil
 }
-
-const (
-	link4 = ib.IPv4Size
-	link6 = ib.IPv6Size
-)
 
 // SendWR is a send work request (struct ibv_send_wr, one at a time).
 type SendWR struct {
@@ -652,7 +644,7 @@ func (q *QP) Connect(ctx context.Context, c *ConnectAttr) error {
 		a.AV = AddressVector{DGID: dgid, SGID: c.SGID, TrafficClass: c.TrafficClass, HopLimit: c.HopLimit}
 		a.PathMTU = c.PathMTU
 		if a.PathMTU == 0 {
-			a.PathMTU = d.eng.PortMTU()
+			a.PathMTU = d.activeMTU()
 		}
 		a.DestQPN, a.RQPSN = c.RemoteQPN, c.RemotePSN
 		mask |= AttrAV | AttrPathMTU | AttrDestQPN | AttrRQPSN
