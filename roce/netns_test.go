@@ -373,3 +373,30 @@ func TestNetnsNeighbourChange(t *testing.T) {
 		return ok && bytes.Equal(m[:], newMAC)
 	})
 }
+
+// RC and UD over IPv6 between namespaces on AF_XDP: GIDs are the IPv6
+// addresses and neighbours are found by ND.
+func TestNetnsXDPIPv6(t *testing.T) {
+	netnstest.RequireCaps(t, unix.CAP_NET_RAW, unix.CAP_NET_ADMIN, unix.CAP_BPF)
+	p := netnstest.NewPairConfig(t, netnstest.VethConfig{MTU: 1500,
+		Addr: netip.MustParsePrefix("fd00:99::1/64"), PeerAddr: netip.MustParsePrefix("fd00:99::2/64")})
+	for _, v := range []*netnstest.Veth{p.VethA, p.VethB} {
+		if err := v.WaitReady(5 * time.Second); err != nil {
+			t.Fatal(err)
+		}
+	}
+	da := openIn(t, p.VethA, Options{Link: LinkXDP})
+	db := openIn(t, p.VethB, Options{Link: LinkXDP})
+	ipA, ipB := p.VethA.Addr.Addr(), p.VethB.Addr.Addr()
+	if _, err := da.GIDIndex(ipA); err != nil {
+		t.Fatalf("%v not in the GID table %v", ipA, da.GIDs())
+	}
+	a := newEndpoint(t, da, RC, 4*20000+64)
+	b := newEndpoint(t, db, RC, 4*20000+64)
+	connect(t, a, b, ipA, ipB, ConnectAttr{})
+	exerciseRC(t, a, b, 20000)
+	ua := newEndpoint(t, da, UD, 4096)
+	ub := newEndpoint(t, db, UD, 4096)
+	connect(t, ua, ub, ipA, ipB, ConnectAttr{})
+	exerciseUD(t, ua, ub, ib.GIDFromAddr(ipB), 1000, 5)
+}

@@ -3,6 +3,7 @@ package roce
 import (
 	"errors"
 
+	"github.com/goroce/goroce/ib"
 	"github.com/goroce/goroce/qp"
 )
 
@@ -11,6 +12,8 @@ import (
 // AH, SRQ) are wrapped instead, because the engine is single-threaded and the
 // device serialises every call into it.
 type (
+	// GID is a 16-byte global identifier: on RoCEv2 an IPv6 or IPv4-mapped address.
+	GID = ib.GID
 	// AddressVector says where packets of a connected QP go (struct ibv_ah_attr
 	// with the GIDs in place of GID indices; see Device.GID).
 	AddressVector = qp.AddressVector

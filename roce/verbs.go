@@ -181,8 +181,9 @@ func (cq *CQ) Poll(wc []WorkCompletion) int {
 func (cq *CQ) Len() int { return int(cq.avail.Load()) }
 
 // Ready returns a channel that receives a value after completions were added
-// (for select loops over several CQs). A receive may be spurious: Poll
-// afterwards. Do not mix it with Wait on the same CQ from two goroutines.
+// (for select loops over several CQs). One value may stand for many
+// completions, and a value may be stale: after a receive, Poll until it
+// returns 0. Do not mix it with Wait on the same CQ from two goroutines.
 func (cq *CQ) Ready() <-chan struct{} { return cq.ready }
 
 // Wait blocks until the CQ holds a completion, ctx ends (its error is
