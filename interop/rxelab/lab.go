@@ -281,7 +281,9 @@ func (l *Lab) Close() error {
 	l.closeOnce.Do(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		defer cancel()
-		_, stderr, code, err := l.run(ctx, "net-down", "--ns", l.NS, "--force")
+		// --now: the guests keep no state worth a clean poweroff, and a
+		// teardown racing the -timeout alarm must be quick.
+		_, stderr, code, err := l.run(ctx, "net-down", "--ns", l.NS, "--force", "--now")
 		if err != nil || code != 0 {
 			l.closeErr = fmt.Errorf("rxelab: net-down %s (exit %d, %v): %s", l.NS, code, err, stderr)
 		}
@@ -306,7 +308,7 @@ func (l *Lab) sweepStale(ctx context.Context, logf func(string, ...any)) {
 			continue
 		}
 		logf("rxelab: removing stale lab %s", e.Name())
-		if _, stderr, code, err := l.run(ctx, "net-down", "--ns", e.Name(), "--force"); err != nil || code != 0 {
+		if _, stderr, code, err := l.run(ctx, "net-down", "--ns", e.Name(), "--force", "--now"); err != nil || code != 0 {
 			logf("rxelab: removing %s: exit %d %v %s", e.Name(), code, err, stderr)
 		}
 	}

@@ -18,19 +18,21 @@ import (
 
 // The lab of this test binary, started by the first Get.
 var shared struct {
-	mu      sync.Mutex
-	cfg     Config
-	started bool
-	lab     *Lab
-	err     error
-	closed  bool
+	mu          sync.Mutex
+	cfg         Config
+	started     bool
+	starting    chan struct{} // closed when Start has returned
+	startCancel context.CancelFunc
+	lab         *Lab
+	err         error
+	closed      bool
 }
 
 // Main runs the tests of a package that uses the lab and then tears the lab
 // down; call it from TestMain as os.Exit(rxelab.Main(m, cfg)). The lab is
 // started lazily by the first [Get], so "go test -run X" that needs no lab
-// boots nothing. It is also torn down on SIGINT/SIGTERM and 30 s before the
-// -test.timeout alarm fires (the alarm kills the process without running
+// boots nothing. It is also torn down on SIGINT/SIGTERM and 30 s (a quarter
+// of short timeouts) before the -test.timeout alarm fires (the alarm kills the process without running
 // deferred calls).
 func Main(m *testing.M, cfg Config) int {
 	if !flag.Parsed() {
@@ -53,7 +55,7 @@ func Main(m *testing.M, cfg Config) int {
 	}()
 	if f := flag.Lookup("test.timeout"); f != nil {
 		if d, ok := f.Value.(flag.Getter).Get().(time.Duration); ok && d > 0 {
-			margin := min(30*time.Second, d/10)
+			margin := min(30*time.Second, d/4)
 			t := time.AfterFunc(d-margin, func() {
 				fmt.Fprintf(os.Stderr, "rxelab: -test.timeout %v is near: tearing the lab down\n", d)
 				shutdown()
@@ -73,15 +75,28 @@ func Main(m *testing.M, cfg Config) int {
 	return code
 }
 
-// shutdown closes the shared lab (once) and refuses later starts.
+// shutdown closes the shared lab (once) and refuses later starts. A start
+// in progress is cancelled; Start then removes what it had set up.
 func shutdown() error {
 	shared.mu.Lock()
-	defer shared.mu.Unlock()
 	shared.closed = true
-	if shared.lab == nil {
+	starting, cancel := shared.starting, shared.startCancel
+	shared.mu.Unlock()
+	if starting != nil {
+		cancel()
+		select {
+		case <-starting:
+		case <-time.After(2 * time.Minute):
+			return fmt.Errorf("rxelab: the lab start did not end after cancellation")
+		}
+	}
+	shared.mu.Lock()
+	lab := shared.lab
+	shared.mu.Unlock()
+	if lab == nil {
 		return nil
 	}
-	return shared.lab.Close()
+	return lab.Close()
 }
 
 // Get returns the test binary's lab, starting it on the first call with the
@@ -90,8 +105,8 @@ func shutdown() error {
 func Get(tb testing.TB) *Lab {
 	tb.Helper()
 	shared.mu.Lock()
-	defer shared.mu.Unlock()
 	if shared.closed {
+		shared.mu.Unlock()
 		tb.Fatal("rxelab: the lab has been torn down")
 	}
 	if !shared.started {
@@ -101,14 +116,29 @@ func Get(tb testing.TB) *Lab {
 			cfg.Logf = tb.Logf
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
-		shared.lab, shared.err = Start(ctx, cfg)
+		starting := make(chan struct{})
+		shared.starting, shared.startCancel = starting, cancel
+		// Start runs unlocked so that shutdown can cancel it.
+		shared.mu.Unlock()
+		lab, err := Start(ctx, cfg)
 		cancel()
+		shared.mu.Lock()
+		shared.lab, shared.err = lab, err
+		shared.starting = nil
+		close(starting)
+	} else if starting := shared.starting; starting != nil {
+		// Another test (t.Parallel) is starting the lab.
+		shared.mu.Unlock()
+		<-starting
+		shared.mu.Lock()
 	}
-	if shared.err != nil {
-		if errors.Is(shared.err, ErrNotSupported) {
-			tb.Skip(shared.err)
+	lab, err := shared.lab, shared.err
+	shared.mu.Unlock()
+	if err != nil {
+		if errors.Is(err, ErrNotSupported) {
+			tb.Skip(err)
 		}
-		tb.Fatal(shared.err)
+		tb.Fatal(err)
 	}
-	return shared.lab
+	return lab
 }
