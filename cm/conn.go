@@ -16,7 +16,11 @@ type ConnectParams struct {
 	Path      Path
 	Transport mad.TransportType // RC (default) or UC
 	QPN       uint32
-	// StartingPSN is our QP's initial send PSN (24 bits; pick it at random).
+	// StartingPSN is the first PSN our QP expects to receive (24 bits; pick
+	// it at random). Linux reads a CM Starting PSN as the PSN the *other*
+	// side sends with: the peer's sq_psn is our REQ's Starting PSN and ours
+	// is its REP's (cm.c: ib_send_cm_req sets rq_psn from the REQ,
+	// cm_rep_handler sq_psn from the REP), as captures of rxe confirm.
 	StartingPSN uint32
 	// ResponderResources and InitiatorDepth are our offer (rdma_cm: device
 	// maximum 128 when unspecified).
@@ -33,7 +37,9 @@ type ConnectParams struct {
 
 // AcceptParams describes the REP of a passive connection (rdma_accept).
 type AcceptParams struct {
-	QPN                                uint32
+	QPN uint32
+	// StartingPSN is the first PSN our QP expects to receive; the peer
+	// sends from it (see ConnectParams.StartingPSN).
 	StartingPSN                        uint32
 	ResponderResources, InitiatorDepth uint8 // ours; at most the REQ's initiator depth / responder resources
 	RNRRetryCount                      uint8 // for the active QP
@@ -354,7 +360,7 @@ func (e *Engine) QPAttr(id uint32, state qp.QPState) (qp.QPAttr, qp.AttrMask, er
 			TrafficClass: c.path.TrafficClass, HopLimit: c.path.HopLimit, FlowLabel: c.path.FlowLabel}
 		a.PathMTU = c.pathMTU
 		a.DestQPN = c.remoteQPN
-		a.RQPSN = c.remotePSN
+		a.RQPSN = c.localPSN // the PSN we announced is the one we receive from
 		m = qp.AttrState | qp.AttrAV | qp.AttrPathMTU | qp.AttrDestQPN | qp.AttrRQPSN
 		if c.transport == mad.TransportRC {
 			a.MaxDestRdAtomic = c.respRes
@@ -365,7 +371,7 @@ func (e *Engine) QPAttr(id uint32, state qp.QPState) (qp.QPAttr, qp.AttrMask, er
 		if c.state == StateREQRcvd || c.state == StateMRAREQSent {
 			return a, 0, fmt.Errorf("%w: RTS needs our REP parameters first", ErrState)
 		}
-		a.SQPSN = c.localPSN
+		a.SQPSN = c.remotePSN // and we send from the one the peer announced
 		m = qp.AttrState | qp.AttrSQPSN
 		if c.transport == mad.TransportRC {
 			a.Timeout = c.ackTimeout

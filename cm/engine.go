@@ -250,8 +250,8 @@ type conn struct {
 	// negotiated connection parameters
 	transport            mad.TransportType
 	localQPN, remoteQPN  uint32
-	localPSN, remotePSN  uint32
-	respRes, initDepth   uint8 // our own (responder resources, initiator depth)
+	localPSN, remotePSN  uint32 // the Starting PSNs we and the peer announced
+	respRes, initDepth   uint8  // our own (responder resources, initiator depth)
 	pathMTU              ib.MTU
 	retryCount           uint8
 	rnrRetry             uint8 // the RNR retry count our QP uses (chosen by the peer)

@@ -80,8 +80,9 @@ func TestConnectDisconnect(t *testing.T) {
 		got, want uint64
 	}{
 		{"A dest QPN", uint64(aRTR.DestQPN), 0x22}, {"B dest QPN", uint64(bRTR.DestQPN), 0x11},
-		{"A rq_psn", uint64(aRTR.RQPSN), 0xABCDEF}, {"B rq_psn", uint64(bRTR.RQPSN), 0x123456},
-		{"A sq_psn", uint64(aRTS.SQPSN), 0x123456}, {"B sq_psn", uint64(bRTS.SQPSN), 0xABCDEF},
+		// Linux semantics: each side sends from the Starting PSN the peer announced.
+		{"A rq_psn", uint64(aRTR.RQPSN), 0x123456}, {"B rq_psn", uint64(bRTR.RQPSN), 0xABCDEF},
+		{"A sq_psn", uint64(aRTS.SQPSN), 0xABCDEF}, {"B sq_psn", uint64(bRTS.SQPSN), 0x123456},
 		// B accepts at most 8 reads from A, and issues at most 2 to A.
 		{"A max_rd_atomic", uint64(aRTS.MaxRdAtomic), 8}, {"B max_dest_rd_atomic", uint64(bRTR.MaxDestRdAtomic), 8},
 		{"A max_dest_rd_atomic", uint64(aRTR.MaxDestRdAtomic), 2}, {"B max_rd_atomic", uint64(bRTS.MaxRdAtomic), 2},

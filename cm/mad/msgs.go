@@ -256,7 +256,8 @@ func (b REQ) Transport() TransportType { return TransportType(bitsAt(b[reqByte43
 // FlowControl returns the end-to-end flow control bit.
 func (b REQ) FlowControl() bool { return b[reqByte43]&1 != 0 }
 
-// StartingPSN returns the sender's starting PSN.
+// StartingPSN returns the Starting PSN; Linux uses it as the PSN the receiver
+// of the message sends from (the sender's expected receive PSN).
 func (b REQ) StartingPSN() uint32 { return get24(b[reqStartPSN:]) }
 
 // LocalCMResponseTimeout returns the 5-bit local CM response timeout.

@@ -1,0 +1,164 @@
+package rping
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/goroce/goroce/cm/mad"
+	"github.com/goroce/goroce/interop/rxelab"
+	"github.com/goroce/goroce/roce"
+)
+
+func TestMain(m *testing.M) {
+	// MTU 1500: rdma_cm's path MTU is then 1024 on both sides, and frames
+	// fit AF_XDP's 4096-byte chunks.
+	code := rxelab.Main(m, rxelab.Config{Guests: 1, MTU: 1500,
+		Logf: func(format string, args ...any) { fmt.Fprintf(os.Stderr, "rxelab: "+format+"\n", args...) }})
+	labDev.close()
+	os.Exit(code)
+}
+
+// sharedDev is the goroce device on the lab's rxeh0, opened once.
+type sharedDev struct {
+	once sync.Once
+	dev  *roce.Device
+	err  error
+}
+
+func (d *sharedDev) close() {
+	if d.dev != nil {
+		d.dev.Close()
+	}
+}
+
+var labDev sharedDev
+
+func rxeSetup(t *testing.T) (*rxelab.Lab, *rxelab.Guest, *roce.Device) {
+	t.Helper()
+	lab := rxelab.Get(t)
+	labDev.once.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+		opts := roce.Options{Logger: logger}
+		if p := os.Getenv("GOROCE_CM_CAPTURE"); p != "" { // debugging: pcap of everything the device saw
+			f, err := os.Create(p)
+			if err == nil {
+				opts.Capture = f
+			}
+		}
+		labDev.err = lab.InPeerNS(func() error {
+			var err error
+			labDev.dev, err = roce.Open(ctx, lab.PeerIf, opts)
+			return err
+		})
+		if labDev.err == nil {
+			t.Logf("goroce on %s: %+v", lab.PeerIf, labDev.dev.Info())
+		}
+	})
+	if labDev.err != nil {
+		t.Fatalf("opening goroce on %s: %v", lab.PeerIf, labDev.err)
+	}
+	return lab, lab.Guests[0], labDev.dev
+}
+
+// expectedPings is what rping -v prints for count pings of the default size.
+func expectedPings(prefix string, count int) string {
+	var b strings.Builder
+	for i := 0; i < count; i++ {
+		buf := make([]byte, DefaultSize)
+		n := copy(buf, "rdma-ping-"+strconv.Itoa(i)+": ")
+		for j, c := n, byte(65+i); j < len(buf); j++ {
+			buf[j] = c
+			if c++; c > 122 {
+				c = 65
+			}
+		}
+		fmt.Fprintf(&b, "%sping data: %s\n", prefix, buf[:len(buf)-1])
+	}
+	return b.String()
+}
+
+// TestRxeServer: the real rping server in the guest, our client.
+func TestRxeServer(t *testing.T) {
+	lab, g, dev := rxeSetup(t)
+	_ = lab
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	const count = 5
+	job := g.Start(ctx, "rping", "-s", "-a", g.Addr.String(), "-C", strconv.Itoa(count), "-v")
+	defer job.Wait()
+	var out bytes.Buffer
+	var err error
+	for {
+		out.Reset()
+		err = Client(ctx, dev, netipPort(g.Addr.String()), Config{Count: count, Verbose: true, Validate: true, Out: &out})
+		// Until rping listens, rxe's CM answers REJ INVALID_SERVICE_ID.
+		if !errors.Is(err, mad.RejInvalidServiceID) {
+			break
+		}
+		select {
+		case <-job.Done():
+			stdout, stderr, code, _ := job.Wait()
+			t.Fatalf("rping server exited %d before we connected\n%s%s", code, stdout, stderr)
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+	if err != nil {
+		dev.FlushCapture()
+		t.Fatalf("client: %v\ncounters %+v", err, dev.Counters())
+	}
+	if want := expectedPings("", count); out.String() != want {
+		t.Errorf("our client printed\n%s\nwant\n%s", out.String(), want)
+	}
+	stdout, stderr, code, err := job.Wait()
+	if err != nil || code != 0 {
+		t.Fatalf("rping -s: exit %d (%v)\n%s%s", code, err, stdout, stderr)
+	}
+	if want := expectedPings("server ", count); !strings.HasPrefix(string(stdout), want) {
+		t.Errorf("rping -s printed\n%s\nwant\n%s", stdout, want)
+	}
+	t.Logf("rping -s:\n%s%s", stdout, stderr)
+}
+
+// TestRxeClient: our server, the real rping client in the guest with -V.
+func TestRxeClient(t *testing.T) {
+	lab, g, dev := rxeSetup(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	const count = 5
+	var out bytes.Buffer
+	srv := make(chan error, 1)
+	go func() {
+		srv <- Server(ctx, dev, netipPort(lab.PeerAddr.String()), Config{Count: count, Verbose: true, Out: &out})
+	}()
+	time.Sleep(200 * time.Millisecond) // Listen is immediate; the guest takes longer to start anyway
+	stdout, stderr, code, err := g.Exec(ctx, "rping", "-c", "-a", lab.PeerAddr.String(), "-C", strconv.Itoa(count), "-v", "-V")
+	if err != nil || code != 0 {
+		t.Fatalf("rping -c: exit %d (%v)\n%s%s", code, err, stdout, stderr)
+	}
+	if want := expectedPings("", count); string(stdout) != want {
+		t.Errorf("rping -c printed\n%s\nwant\n%s", stdout, want)
+	}
+	if err := <-srv; err != nil {
+		t.Fatalf("server: %v", err)
+	}
+	if want := expectedPings("server ", count); !strings.HasPrefix(out.String(), want) {
+		t.Errorf("our server printed\n%s\nwant\n%s", out.String(), want)
+	}
+	t.Logf("rping -c:\n%s%s", stdout, stderr)
+}
+
+func netipPort(a string) netip.AddrPort {
+	return netip.AddrPortFrom(netip.MustParseAddr(a), DefaultPort)
+}
