@@ -364,3 +364,94 @@ func (q *rcHostQP) checkCommon(p *ib.Packet, frame []byte) {
 		t.Errorf("ib.Build of the decoded %v differs from rxe's frame:\nrxe: %x\nib:  %x", p.BTH.Opcode(), frame, again)
 	}
 }
+
+// TestRCSequenceNAK sends rxe a SEND whose PSN is ahead of the one it
+// expects: rxe must answer with one NAK (PSN sequence error) carrying the
+// PSN it expects, then take the message at the right PSN as usual.
+func TestRCSequenceNAK(t *testing.T) {
+	lab := rxelab.Get(t)
+	g := lab.Guests[0]
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	local, remoteAddr, gidIndex := endpoints(t, lab, g, families[0])
+	host := openHostPort(t, lab)
+	before := rxeCounters(g)
+	job := g.Start(ctx, "ibv_rc_pingpong", "-d", "rxe0", "-g", strconv.Itoa(gidIndex), "-s", "64", "-n", "1")
+	defer func() {
+		cancel()
+		job.Wait()
+	}()
+	me := pingpongDest{QPN: 0x100 + rand.Uint32N(0xFFFE00), PSN: ib.PSN(rand.Uint32N(1 << 24)), GID: ib.GIDFromAddr(local)}
+	remote, err := pingpongClient(ctx, lab, g.Addr, me, job.Done())
+	if err != nil {
+		stdout, stderr, code := stopJob(job, cancel)
+		t.Fatalf("out-of-band exchange: %v\nguest exit %d\nstdout: %s\nstderr: %s", err, code, stdout, stderr)
+	}
+	qp := &rcHostQP{
+		t: t, host: host,
+		spec: ib.FrameSpec{
+			SrcMAC: [6]byte(lab.PeerMAC), DstMAC: [6]byte(g.MAC), Src: local, Dst: remoteAddr,
+			HopLimit: 64, DontFragment: true, SrcPort: rcSourcePort(me.QPN, remote.QPN),
+		},
+		want: udExpect{local: local, remote: remoteAddr, localMAC: lab.PeerMAC, remoteMAC: g.MAC,
+			localQPN: me.QPN, remoteQPN: remote.QPN},
+		sqPSN: me.PSN, ePSN: remote.PSN,
+		out: make([]byte, 16384), in: make([]byte, 65536),
+	}
+	msg := bytes.Repeat([]byte{0xa5}, 64)
+	for k := 0; k < 2; k++ { // the second one must not be NAKed again
+		if err := qp.sendMessage(msg, me.PSN.Add(3+uint32(k)), 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var p ib.Packet
+	rctx, rcancel := context.WithTimeout(ctx, 30*time.Second)
+	frame, err := host.recv(rctx, qp.in, func(fr []byte) bool {
+		return ib.Parse(fr, &p) == nil && p.BTH.Opcode() == ib.RCAck && p.BTH.DestQP() == me.QPN
+	})
+	rcancel()
+	if err != nil {
+		stdout, stderr, code := stopJob(job, cancel)
+		t.Fatalf("no answer to an out-of-sequence SEND: %v\nguest exit %d\nstdout: %s\nstderr: %s", err, code, stdout, stderr)
+	}
+	qp.checkCommon(&p, frame)
+	a := p.AETH.Fields()
+	if want := ib.NAKSyndrome(ib.NAKPSNSequenceError); a.Syndrome != want || p.BTH.PSN() != me.PSN || a.MSN != 0 {
+		t.Errorf("got %v PSN %#06x MSN %d, want %v PSN %#06x MSN 0",
+			a.Syndrome, uint32(p.BTH.PSN()), a.MSN, want, uint32(me.PSN))
+	}
+	// Now the real message: an ACK and the guest's SEND. A second NAK (for
+	// the second early SEND) would fail pingpong.
+	echo, err := qp.pingpong(ctx, msg, 1)
+	if err != nil {
+		stdout, stderr, code := stopJob(job, cancel)
+		t.Fatalf("pingpong after the NAK: %v\nguest exit %d\nstdout: %s\nstderr: %s", err, code, stdout, stderr)
+	}
+	if !bytes.Equal(echo, msg) {
+		t.Errorf("guest's SEND does not echo ours")
+	}
+	stdout, stderr, code := stopJob(job, cancel)
+	if code != 0 || !bytes.Contains(stdout, []byte("1 iters in")) {
+		t.Errorf("ibv_rc_pingpong: exit %d\nstdout: %s\nstderr: %s", code, stdout, stderr)
+	}
+	after := rxeCounters(g)
+	// rxe counts the packet it NAKs; later ones, dropped while that NAK is
+	// outstanding, are not counted.
+	if d := counter(after, "out_of_seq_request") - counter(before, "out_of_seq_request"); d != 1 {
+		t.Errorf("rxe out_of_seq_request grew by %d, want 1", d)
+	}
+}
+
+// counter reads one "name:value" line of rxeCounters output (-1 if absent).
+func counter(counters, name string) int {
+	for _, line := range bytes.Split([]byte(counters), []byte("\n")) {
+		k, v, ok := bytes.Cut(line, []byte(":"))
+		if ok && string(k) == name {
+			n, err := strconv.Atoi(string(bytes.TrimSpace(v)))
+			if err == nil {
+				return n
+			}
+		}
+	}
+	return -1
+}
