@@ -110,7 +110,7 @@ func FuzzEngine(f *testing.F) {
 		drain(n.A.E)
 
 		var pkt ib.Packet
-		buf := make([]byte, 1<<14)
+		buf := make([]byte, 1<<16)
 		src := qp.Source{}
 		for len(data) >= 3 {
 			flags := data[0]

@@ -30,6 +30,7 @@ type respRes struct {
 	rkey     uint32
 	orig     uint64 // atomic: the value before the operation
 	msn      uint32
+	gen      uint32 // bumped when the slot is reused, so stale output entries are recognised
 }
 
 const (
@@ -46,6 +47,7 @@ type outEntry struct {
 	psn  ib.PSN
 	msn  uint32
 	res  int32
+	gen  uint32 // generation of the resource slot when queued
 }
 
 const (
@@ -152,21 +154,20 @@ func (q *QP) queueRes(i int) {
 	case resAtomicWrite, resFlush:
 		kind = outAtomicWrite // both are answered by an empty READ_RESPONSE_ONLY
 	}
-	if r.pushOut(outEntry{kind: kind, res: int32(i)}) {
+	if r.pushOut(outEntry{kind: kind, res: int32(i), gen: r.res[i].gen}) {
 		r.res[i].queued = true
 	}
 	q.e.schedule(q)
 }
 
-// allocRes takes the next resource slot, recycling the oldest as rxe does.
+// allocRes takes the next resource slot, recycling the oldest as rxe does. If
+// a response of the old occupant is still queued (a replay the requester asked
+// for, or a requester exceeding max_dest_rd_atomic), that response is
+// abandoned: the generation change makes its output entry stale.
 func (r *responder) allocRes() int {
 	i := r.resHead
 	r.resHead = (r.resHead + 1) % len(r.res)
-	if r.res[i].queued {
-		// The requester exceeded max_dest_rd_atomic; the old response is abandoned.
-		r.res[i].kind = resNone
-	}
-	r.res[i] = respRes{}
+	r.res[i] = respRes{gen: r.res[i].gen + 1}
 	return i
 }
 
@@ -490,7 +491,7 @@ func (q *QP) executeRead(p *ib.Packet, psn ib.PSN) error {
 		npk = (n + uint32(q.mtu) - 1) / uint32(q.mtu)
 	}
 	i := r.allocRes()
-	r.res[i] = respRes{kind: resRead, newState: true, firstPSN: psn, lastPSN: psn.Add(npk - 1), curPSN: psn,
+	r.res[i] = respRes{gen: r.res[i].gen, kind: resRead, newState: true, firstPSN: psn, lastPSN: psn.Add(npk - 1), curPSN: psn,
 		origVA: va, origLen: n, va: va, resid: n, rkey: rkey, msn: r.msn}
 	r.epsn = psn.Add(npk)
 	r.inMsg = msgNone
@@ -529,7 +530,7 @@ func (q *QP) executeAtomic(p *ib.Packet, psn ib.PSN, low uint8) error {
 	binary.NativeEndian.PutUint64(mem, v)
 	r.msn = (r.msn + 1) & ib.PSNMask
 	i := r.allocRes()
-	r.res[i] = respRes{kind: resAtomic, firstPSN: psn, lastPSN: psn, curPSN: psn, orig: orig, msn: r.msn, rkey: a.RKey(), origVA: va}
+	r.res[i] = respRes{gen: r.res[i].gen, kind: resAtomic, firstPSN: psn, lastPSN: psn, curPSN: psn, orig: orig, msn: r.msn, rkey: a.RKey(), origVA: va}
 	r.epsn = psn.Next()
 	r.inMsg = msgNone
 	q.queueRes(i)
@@ -558,7 +559,7 @@ func (q *QP) executeAtomicWrite(p *ib.Packet, psn ib.PSN) error {
 	copy(mem, p.Payload)
 	r.msn = (r.msn + 1) & ib.PSNMask
 	i := r.allocRes()
-	r.res[i] = respRes{kind: resAtomicWrite, firstPSN: psn, lastPSN: psn, curPSN: psn, msn: r.msn}
+	r.res[i] = respRes{gen: r.res[i].gen, kind: resAtomicWrite, firstPSN: psn, lastPSN: psn, curPSN: psn, msn: r.msn}
 	r.epsn = psn.Next()
 	r.inMsg = msgNone
 	q.queueRes(i)
@@ -603,7 +604,7 @@ func (q *QP) executeFlush(p *ib.Packet, psn ib.PSN) error {
 	}
 	r.msn = (r.msn + 1) & ib.PSNMask
 	i := r.allocRes()
-	r.res[i] = respRes{kind: resFlush, firstPSN: psn, lastPSN: psn, curPSN: psn, msn: r.msn}
+	r.res[i] = respRes{gen: r.res[i].gen, kind: resFlush, firstPSN: psn, lastPSN: psn, curPSN: psn, msn: r.msn}
 	r.epsn = psn.Next()
 	r.inMsg = msgNone
 	q.queueRes(i)
@@ -774,6 +775,10 @@ func (r *responder) produce(q *QP, buf []byte, t *TxPacket) (int, bool) {
 			return n, true
 		case outAtomic:
 			s := &r.res[e.res]
+			if s.gen != e.gen {
+				r.popOut()
+				continue
+			}
 			if q.state == StateErr || s.kind != resAtomic {
 				s.queued = false
 				r.popOut()
@@ -792,6 +797,10 @@ func (r *responder) produce(q *QP, buf []byte, t *TxPacket) (int, bool) {
 			return n, true
 		case outAtomicWrite:
 			s := &r.res[e.res]
+			if s.gen != e.gen {
+				r.popOut()
+				continue
+			}
 			if q.state == StateErr || (s.kind != resAtomicWrite && s.kind != resFlush) {
 				s.queued = false
 				r.popOut()
@@ -807,6 +816,10 @@ func (r *responder) produce(q *QP, buf []byte, t *TxPacket) (int, bool) {
 			return n, true
 		case outRead:
 			s := &r.res[e.res]
+			if s.gen != e.gen {
+				r.popOut()
+				continue
+			}
 			if q.state == StateErr || s.kind != resRead {
 				s.queued = false
 				r.popOut()

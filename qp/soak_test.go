@@ -213,6 +213,73 @@ func (w *workload) check() {
 
 var soakSeeds = flag.Int("qp.soakseeds", 0, "extra random-seed rounds for TestRCSoak (each with fresh impairment seeds)")
 
+// checkWire watches every packet and checks two invariants the transport
+// must keep whatever the network does: a requester never sends two different
+// requests with the same PSN, and a responder only answers a PSN with the kind
+// of response its request calls for.
+func checkWire(t *testing.T, n *qptest.Net, loads []*workload, mtu ib.MTU) {
+	type key struct {
+		from string
+		qpn  uint32
+		psn  ib.PSN
+	}
+	type req struct {
+		op  ib.Opcode
+		npk uint32
+	}
+	seen := map[key]req{}
+	peerOf := map[uint32]uint32{}
+	for _, l := range loads {
+		peerOf[l.me.QP.QPN()] = l.peer.QP.QPN()
+	}
+	var p ib.Packet
+	n.Tap = func(from string, b []byte) {
+		if ib.ParseIB(b, &p) != nil {
+			return
+		}
+		op := p.BTH.Opcode()
+		low := uint8(op) & 0x1F
+		if low < 0x0D || low > 0x12 {
+			r := req{op: op, npk: 1}
+			if op == ib.RCReadRequest {
+				m := uint32(mtu.Bytes())
+				r.npk = max(1, (p.RETH.DMALen()+m-1)/m)
+			}
+			k := key{from, p.BTH.DestQP(), p.BTH.PSN()}
+			if prev, ok := seen[k]; ok && prev.op != op {
+				t.Fatalf("%s to QP %#x: PSN %#x sent as %v and as %v", from, k.qpn, k.psn, prev.op, op)
+			}
+			seen[k] = r
+			return
+		}
+		if low == 0x11 {
+			return // ACK/NAK: any PSN
+		}
+		other := "A"
+		if from == "A" {
+			other = "B"
+		}
+		qpn := peerOf[p.BTH.DestQP()]
+		psn := p.BTH.PSN()
+		at, ok := seen[key{other, qpn, psn}]
+		switch {
+		case low == 0x12:
+			if ok && at.op != ib.RCFetchAdd && at.op != ib.RCCompareSwap {
+				t.Fatalf("%s answered %v at PSN %#x with an atomic ACK", from, at.op, psn)
+			}
+		case ok && (at.op == ib.RCAtomicWrite || at.op == ib.RCFlush || at.op == ib.RCReadRequest):
+		default:
+			// A READ response must fall inside an earlier READ request's range.
+			for d := uint32(1); d < 2048; d++ {
+				if r, ok := seen[key{other, qpn, psn.Add(ib.PSNMask + 1 - d)}]; ok && r.op == ib.RCReadRequest && d < r.npk {
+					return
+				}
+			}
+			t.Fatalf("%s sent %v at PSN %#x, which no READ covers (request there: %v)", from, op, psn, at.op)
+		}
+	}
+}
+
 // TestRCSoak runs random mixes of every RC operation in both directions at
 // once, on two QP pairs sharing the engines, over impaired links.
 func TestRCSoak(t *testing.T) {
@@ -228,6 +295,11 @@ func TestRCSoak(t *testing.T) {
 		{"everything", 0, faultnet.Config{Seed: 33, Loss: 0.03, Duplicate: 0.03, Reorder: 0.03, ReorderDepth: 4, Corrupt: 0.01, Delay: d, Jitter: 3 * d},
 			faultnet.Config{Seed: 34, Loss: 0.03, Duplicate: 0.03, Reorder: 0.03, Corrupt: 0.01, Delay: d}},
 	}
+	// Found by -qp.soakseeds: a recycled responder resource whose replayed
+	// response was still queued answered a later PSN.
+	cases = append(cases, netCase{"recycled-resource", 1006,
+		faultnet.Config{Seed: 1006, Loss: 0.04, Duplicate: 0.02, Reorder: 0.04, ReorderDepth: 4, Corrupt: 0.01, Delay: d, Jitter: 2 * d},
+		faultnet.Config{Seed: 1007, Loss: 0.04, Duplicate: 0.02, Reorder: 0.02, Corrupt: 0.01, Delay: d}})
 	for i := 1; i <= *soakSeeds; i++ {
 		s := uint64(1000 + 2*i)
 		cases = append(cases, netCase{fmt.Sprintf("seed%d", i), s,
@@ -259,6 +331,7 @@ func TestRCSoak(t *testing.T) {
 					}
 					loads = append(loads, newWorkload(t, c.seed+uint64(10*k+1), a, b, ops), newWorkload(t, c.seed+uint64(10*k+2), b, a, ops))
 				}
+				checkWire(t, n, loads, mtu)
 				err = n.Run(func() bool {
 					all := true
 					for _, l := range loads {
@@ -271,6 +344,18 @@ func TestRCSoak(t *testing.T) {
 				if err != nil {
 					for i, l := range loads {
 						t.Logf("load %d: %d/%d sends, %d/%d recvs, QP state %v", i, len(l.sendWC), l.n, len(l.recvWC), l.recvsPost, l.me.QP.State())
+						for k, wc := range l.sendWC {
+							if wc.Status != qp.WCSuccess {
+								t.Logf("  first failed send completion #%d: %+v (%v), op %v size %d", k, wc, wc.Status, l.ops[wc.WRID].op, l.ops[wc.WRID].size)
+								break
+							}
+						}
+						for k, wc := range l.recvWC {
+							if wc.Status != qp.WCSuccess {
+								t.Logf("  first failed recv completion #%d: %+v (%v)", k, wc, wc.Status)
+								break
+							}
+						}
 					}
 					t.Fatal(err)
 				}
