@@ -23,6 +23,9 @@ var (
 )
 
 func TestMain(m *testing.M) {
+	if args := os.Getenv(envRocectl); args != "" {
+		rocectlMain(args)
+	}
 	if role := os.Getenv(envRole); role != "" {
 		roleMain(role)
 	}

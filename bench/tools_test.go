@@ -1,0 +1,287 @@
+package bench
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/goroce/goroce/cmd/rocectl/perfcmd"
+	"github.com/goroce/goroce/internal/netnstest"
+)
+
+// envRocectl makes the test binary run "rocectl <args>" (the arguments as a
+// JSON array) instead of the tests: the perf ends are separate processes,
+// each inside its namespace, running the same entry point as the rocectl
+// binary.
+const envRocectl = "GOROCE_BENCH_ROCECTL_ARGS"
+
+// rocectlMain runs the rocectl command in args and exits with its status.
+// Only the commands the benchmark uses are wired: they are the ones rocectl
+// registers for "perf" and "pingpong".
+func rocectlMain(argsJSON string) {
+	var args []string
+	if err := json.Unmarshal([]byte(argsJSON), &args); err != nil || len(args) == 0 {
+		fmt.Fprintf(os.Stderr, "bad %s: %v\n", envRocectl, err)
+		os.Exit(2)
+	}
+	switch args[0] {
+	case "perf":
+		os.Exit(perfcmd.RunPerf(args[1:], os.Stdout, os.Stderr))
+	case "pingpong":
+		os.Exit(perfcmd.RunPingpong(args[1:], os.Stdout, os.Stderr))
+	}
+	fmt.Fprintf(os.Stderr, "unknown command %q\n", args[0])
+	os.Exit(2)
+}
+
+// rocectlCmd returns a command running "rocectl args..." as the re-executed
+// test binary, bounded by ctx.
+func rocectlCmd(ctx context.Context, args ...string) *exec.Cmd {
+	a, _ := json.Marshal(args)
+	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), envRocectl+"="+string(a))
+	return cmd
+}
+
+// waitListening waits until the process pid has a TCP socket listening on
+// port. It reads the process's own /proc/<pid>/net/tcp{,6}, which shows its
+// network namespace; connecting to test would use up the single connection
+// a perftest server accepts.
+func waitListening(ctx context.Context, pid int, port int, exited <-chan struct{}) error {
+	hexPort := fmt.Sprintf(":%04X", port)
+	for {
+		for _, f := range []string{"tcp", "tcp6"} {
+			b, err := os.ReadFile(fmt.Sprintf("/proc/%d/net/%s", pid, f))
+			if err != nil {
+				continue
+			}
+			sc := bufio.NewScanner(bytes.NewReader(b))
+			for sc.Scan() {
+				fs := strings.Fields(sc.Text())
+				// sl local_address rem_address st ...; st 0A is LISTEN.
+				if len(fs) > 3 && strings.HasSuffix(fs[1], hexPort) && fs[3] == "0A" {
+					return nil
+				}
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("waiting for a listener on port %d: %w", port, ctx.Err())
+		case <-exited:
+			return fmt.Errorf("server exited before listening on port %d", port)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// server is a background process started in a namespace.
+type server struct {
+	cmd    *exec.Cmd
+	out    bytes.Buffer
+	errb   bytes.Buffer
+	done   chan struct{}
+	waited error
+}
+
+// startServer starts cmd in ns and waits until it listens on TCP port.
+func startServer(ctx context.Context, ns *netnstest.NS, cmd *exec.Cmd, port int) (*server, error) {
+	s := &server{cmd: cmd, done: make(chan struct{})}
+	cmd.Stdout, cmd.Stderr = &s.out, &s.errb
+	if err := ns.Start(cmd); err != nil {
+		return nil, err
+	}
+	go func() {
+		s.waited = cmd.Wait()
+		close(s.done)
+	}()
+	if err := waitListening(ctx, cmd.Process.Pid, port, s.done); err != nil {
+		s.kill()
+		return nil, fmt.Errorf("%w (stderr: %s)", err, strings.TrimSpace(s.errb.String()))
+	}
+	return s, nil
+}
+
+// wait waits for the server to exit by itself (or ctx to end it).
+func (s *server) wait() error {
+	<-s.done
+	if s.waited != nil {
+		return fmt.Errorf("%s: %w (stderr: %s)", s.cmd.Args[0], s.waited, strings.TrimSpace(s.errb.String()))
+	}
+	return nil
+}
+
+// kill ends the server (a process this test started) and waits for it.
+func (s *server) kill() {
+	s.cmd.Process.Kill()
+	<-s.done
+}
+
+// runClient runs cmd in ns to completion and returns its stdout.
+func runClient(ns *netnstest.NS, cmd *exec.Cmd) ([]byte, error) {
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if err := ns.Run(cmd); err != nil {
+		return out.Bytes(), fmt.Errorf("%w (stderr: %s)", err, strings.TrimSpace(errb.String()))
+	}
+	return out.Bytes(), nil
+}
+
+// lastJSONLine decodes the last stdout line that holds a JSON object.
+func lastJSONLine(out []byte, v any) error {
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	for i := len(lines) - 1; i >= 0; i-- {
+		if l := strings.TrimSpace(lines[i]); strings.HasPrefix(l, "{") {
+			return json.Unmarshal([]byte(l), v)
+		}
+	}
+	return fmt.Errorf("no JSON result in output %q", out)
+}
+
+// iperf3Result is the part of iperf3 -J's report the table uses.
+type iperf3Result struct {
+	End struct {
+		SumSent     iperf3Sum `json:"sum_sent"`
+		SumReceived iperf3Sum `json:"sum_received"`
+	} `json:"end"`
+	Error string `json:"error"`
+}
+
+type iperf3Sum struct {
+	Bytes       uint64  `json:"bytes"`
+	BitsPerSec  float64 `json:"bits_per_second"`
+	LostPercent float64 `json:"lost_percent"`
+	Seconds     float64 `json:"seconds"`
+}
+
+const iperf3Port = 5201
+
+// iperf3 runs one iperf3 client in a against a one-off server in b for d
+// and returns the receiver's figure. udpLen > 0 selects UDP datagrams of
+// that payload size, sent as fast as the sender can (-b 0).
+func iperf3(ctx context.Context, p *netnstest.Pair, d time.Duration, udpLen int) (iperf3Result, error) {
+	var res iperf3Result
+	addr := p.VethB.Addr.Addr().String()
+	srv, err := startServer(ctx, p.B, exec.CommandContext(ctx, "iperf3", "-s", "-1", "-B", addr, "-p", strconv.Itoa(iperf3Port)), iperf3Port)
+	if err != nil {
+		return res, err
+	}
+	secs := strconv.FormatFloat(max(d.Seconds(), 1), 'f', -1, 64) // iperf3 takes whole-ish seconds
+	args := []string{"-c", addr, "-p", strconv.Itoa(iperf3Port), "-t", secs, "-J"}
+	if udpLen > 0 {
+		args = append(args, "-u", "-b", "0", "-l", strconv.Itoa(udpLen))
+	}
+	out, cerr := runClient(p.A, exec.CommandContext(ctx, "iperf3", args...))
+	if jerr := json.Unmarshal(out, &res); jerr != nil && cerr == nil {
+		cerr = jerr
+	}
+	if serr := srv.wait(); serr != nil && cerr == nil {
+		cerr = serr
+	}
+	if cerr == nil && res.Error != "" {
+		cerr = errors.New(res.Error)
+	}
+	return res, cerr
+}
+
+// sockperfResult is what sockperf ping-pong reports: one-way latency (half
+// the round trip), in microseconds.
+type sockperfResult struct {
+	Avg, Median, P99 float64
+	Observations     int
+}
+
+const sockperfPort = 11111
+
+// sockperfMinSize is sockperf's smallest message: its own header.
+const sockperfMinSize = 14
+
+// sockperf runs a UDP ping-pong client in a against a server in b for d.
+func sockperf(ctx context.Context, p *netnstest.Pair, d time.Duration, size int) (sockperfResult, error) {
+	var res sockperfResult
+	addr := p.VethB.Addr.Addr().String()
+	port := strconv.Itoa(sockperfPort)
+	srv, err := startUDPServer(ctx, p.B, exec.CommandContext(ctx, "sockperf", "sr", "-i", addr, "-p", port))
+	if err != nil {
+		return res, err
+	}
+	defer srv.kill()
+	secs := strconv.Itoa(max(int(d.Round(time.Second)/time.Second), 1))
+	out, err := runClient(p.A, exec.CommandContext(ctx, "sockperf", "pp", "-i", addr, "-p", port, "-m", strconv.Itoa(size), "-t", secs))
+	if err != nil {
+		return res, err
+	}
+	return parseSockperf(out)
+}
+
+// startUDPServer starts a UDP server in ns and gives it a moment: a UDP
+// listener cannot be probed without sending it a message, and sockperf's
+// client warms up (and resends) before measuring anyway.
+func startUDPServer(ctx context.Context, ns *netnstest.NS, cmd *exec.Cmd) (*server, error) {
+	s := &server{cmd: cmd, done: make(chan struct{})}
+	cmd.Stdout, cmd.Stderr = &s.out, &s.errb
+	if err := ns.Start(cmd); err != nil {
+		return nil, err
+	}
+	go func() {
+		s.waited = cmd.Wait()
+		close(s.done)
+	}()
+	select {
+	case <-s.done:
+		return nil, fmt.Errorf("%s exited: %v (stderr: %s)", cmd.Args[0], s.waited, strings.TrimSpace(s.errb.String()))
+	case <-time.After(300 * time.Millisecond):
+	case <-ctx.Done():
+		s.kill()
+		return nil, ctx.Err()
+	}
+	return s, nil
+}
+
+// parseSockperf reads "avg-latency=", "percentile 50.000 =" and
+// "percentile 99.000 =" from sockperf's summary.
+func parseSockperf(out []byte) (sockperfResult, error) {
+	var res sockperfResult
+	var haveAvg, haveMed bool
+	sc := bufio.NewScanner(bytes.NewReader(out))
+	for sc.Scan() {
+		l := sc.Text()
+		if _, rest, ok := strings.Cut(l, "avg-latency="); ok {
+			f := strings.FieldsFunc(rest, func(r rune) bool { return r == ' ' || r == '(' })
+			if len(f) > 0 {
+				v, err := strconv.ParseFloat(f[0], 64)
+				haveAvg = err == nil
+				res.Avg = v
+			}
+		}
+		if _, rest, ok := strings.Cut(l, "Total "); ok && strings.Contains(rest, "observations") {
+			res.Observations, _ = strconv.Atoi(strings.Fields(rest)[0])
+		}
+		for _, pc := range []struct {
+			key string
+			dst *float64
+			ok  *bool
+		}{{"percentile 50.000 =", &res.Median, &haveMed}, {"percentile 99.000 =", &res.P99, nil}} {
+			if _, rest, ok := strings.Cut(l, pc.key); ok {
+				v, err := strconv.ParseFloat(strings.TrimSpace(rest), 64)
+				if err == nil {
+					*pc.dst = v
+					if pc.ok != nil {
+						*pc.ok = true
+					}
+				}
+			}
+		}
+	}
+	if !haveAvg || !haveMed {
+		return res, fmt.Errorf("no latency in sockperf output %q", out)
+	}
+	return res, nil
+}
