@@ -26,6 +26,9 @@ func TestMain(m *testing.M) {
 	if args := os.Getenv(envRocectl); args != "" {
 		rocectlMain(args)
 	}
+	if cfg := os.Getenv(envPingpong); cfg != "" {
+		pingpongMain(cfg)
+	}
 	if role := os.Getenv(envRole); role != "" {
 		roleMain(role)
 	}

@@ -7,6 +7,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"log/slog"
+	"net"
 	"os"
 	"os/exec"
 	"strconv"
@@ -14,7 +17,9 @@ import (
 	"time"
 
 	"github.com/goroce/goroce/cmd/rocectl/perfcmd"
+	"github.com/goroce/goroce/ib"
 	"github.com/goroce/goroce/internal/netnstest"
+	"github.com/goroce/goroce/roce"
 )
 
 // envRocectl makes the test binary run "rocectl <args>" (the arguments as a
@@ -284,4 +289,103 @@ func parseSockperf(out []byte) (sockperfResult, error) {
 		return res, fmt.Errorf("no latency in sockperf output %q", out)
 	}
 	return res, nil
+}
+
+// envPingpong makes the test binary run one end of perfcmd.Pingpong (the
+// code behind "rocectl pingpong") with the pingpongRole in it (JSON) and
+// print the result as JSON: the rocectl command prints no count of the
+// messages whose bytes it checked, and this case exists to check them.
+const envPingpong = "GOROCE_BENCH_PINGPONG"
+
+// pingpongRole configures one end of the data check.
+type pingpongRole struct {
+	Ifname string `json:"ifname"`
+	Link   string `json:"link"`   // "xdp" or "udp"
+	Server string `json:"server"` // empty: wait for the client
+	Size   int    `json:"size"`
+	Iters  int    `json:"iters"`
+	MTU    int    `json:"mtu"`
+}
+
+// pingpongMain runs one pingpong end and exits.
+func pingpongMain(cfgJSON string) {
+	fail := func(err error) {
+		fmt.Fprintln(os.Stderr, "pingpong:", err)
+		os.Exit(1)
+	}
+	var c pingpongRole
+	if err := json.Unmarshal([]byte(cfgJSON), &c); err != nil {
+		fail(err)
+	}
+	kind := roce.LinkUDP
+	if c.Link == "xdp" {
+		kind = roce.LinkXDP
+	}
+	mtu, ok := ib.MTUFromBytes(c.MTU)
+	if !ok {
+		fail(fmt.Errorf("bad MTU %d", c.MTU))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), caseTimeout)
+	defer cancel()
+	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	dev, err := roce.Open(ctx, c.Ifname, roce.Options{Link: kind, Logger: logger})
+	if err != nil {
+		fail(err)
+	}
+	defer dev.Close()
+	var oob perfcmd.OOB
+	if c.Server != "" {
+		oob.Dial = perfcmd.DialRetry(net.JoinHostPort(c.Server, strconv.Itoa(perfcmd.DefaultPort)), 0)
+	} else {
+		if oob.Listener, err = perfcmd.ListenOOB(perfcmd.DefaultPort); err != nil {
+			fail(err)
+		}
+		defer oob.Listener.Close()
+	}
+	r, err := perfcmd.Pingpong(ctx, dev, oob, perfcmd.PingpongConfig{Type: roce.RC, Size: c.Size, Iters: c.Iters, MTU: mtu, GIDIndex: -1}, io.Discard)
+	if err != nil {
+		fail(err)
+	}
+	b, _ := json.Marshal(pingpongResult{r.Received, r.Echoed, r.Elapsed})
+	fmt.Printf("%s\n", b)
+	dev.Close()
+	os.Exit(0)
+}
+
+// pingpongResult is what pingpongMain prints.
+type pingpongResult struct {
+	Received, Echoed int
+	Elapsed          time.Duration
+}
+
+// pingpongCheck runs an RC ping-pong of size-byte messages between the
+// namespaces over linkKind, both ends checking every message received.
+func pingpongCheck(ctx context.Context, p *netnstest.Pair, linkKind string, size, iters int) (client, server pingpongResult, err error) {
+	cmd := func(c pingpongRole) *exec.Cmd {
+		b, _ := json.Marshal(c)
+		cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^$")
+		cmd.Env = append(os.Environ(), envPingpong+"="+string(b))
+		return cmd
+	}
+	c := pingpongRole{Ifname: p.VethB.Name, Link: linkKind, Size: size, Iters: iters, MTU: roceMTU}
+	srv, err := startServer(ctx, p.B, cmd(c), perfcmd.DefaultPort)
+	if err != nil {
+		return client, server, fmt.Errorf("server: %w", err)
+	}
+	c.Ifname, c.Server = p.VethA.Name, p.VethB.Addr.Addr().String()
+	out, cerr := runClient(p.A, cmd(c))
+	if cerr != nil {
+		srv.kill()
+		return client, server, fmt.Errorf("client: %w", cerr)
+	}
+	if err := srv.wait(); err != nil {
+		return client, server, fmt.Errorf("server: %w", err)
+	}
+	if err := lastJSONLine(out, &client); err != nil {
+		return client, server, fmt.Errorf("client: %w", err)
+	}
+	if err := lastJSONLine(srv.out.Bytes(), &server); err != nil {
+		return client, server, fmt.Errorf("server: %w", err)
+	}
+	return client, server, nil
 }

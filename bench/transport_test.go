@@ -27,13 +27,14 @@ var transLong = flag.Bool("transbench.long", os.Getenv("GOROCE_TRANSBENCH_LONG")
 // tests are bounded by iterations, the other tools by time.
 type transportPlan struct {
 	bwIters, latIters int           // rocectl perf -n
+	checkIters        int           // RC ping-pongs of bwSize checked
 	link              time.Duration // raw link ceiling
 	tool              time.Duration // iperf3, sockperf
 }
 
 var (
-	quickPlan = transportPlan{bwIters: 1000, latIters: 1000, link: 300 * time.Millisecond, tool: time.Second}
-	longPlan  = transportPlan{bwIters: 5000, latIters: 10000, link: 3 * time.Second, tool: 3 * time.Second}
+	quickPlan = transportPlan{bwIters: 1000, latIters: 1000, checkIters: 200, link: 300 * time.Millisecond, tool: time.Second}
+	longPlan  = transportPlan{bwIters: 5000, latIters: 10000, checkIters: 2000, link: 3 * time.Second, tool: 3 * time.Second}
 )
 
 const (
@@ -114,6 +115,7 @@ type transportResults struct {
 	udpLoss                        float64
 	sockMed, sockAvg               figure // sockperf one-way µs
 	loadStart, loadEnd, goroceMTUs string
+	checks                         []string // data check outcomes
 }
 
 func loadAvg() string {
@@ -223,6 +225,27 @@ func TestTransportTable(t *testing.T) {
 			res.lat[l] = figure{v: r.client.Lat.Typical}
 			res.latAvg[l] = figure{v: r.client.Lat.Avg}
 		})
+		// perftest's bandwidth and latency tests do not look at the bytes
+		// they move; this case does, on the same link and veth.
+		t.Run("goroce/data-check/"+l, func(t *testing.T) {
+			if l == "xdp" && xdpMissing != "" {
+				t.Skipf("AF_XDP link unavailable here: %s", xdpMissing)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), caseTimeout)
+			defer cancel()
+			p := netnstest.NewPair(t, vethMTU)
+			c, s, err := pingpongCheck(ctx, p, l, bwSize, plan.checkIters)
+			if err != nil {
+				res.checks = append(res.checks, fmt.Sprintf("%s failed", l))
+				t.Fatal(err)
+			}
+			res.checks = append(res.checks, fmt.Sprintf("%s: client %d/%d, server %d/%d", l, c.Echoed, c.Received, s.Echoed, s.Received))
+			for _, e := range []pingpongResult{c, s} {
+				if e.Received != plan.checkIters || e.Echoed != e.Received {
+					t.Fatalf("received %d of %d messages, %d with the bytes the peer sent", e.Received, plan.checkIters, e.Echoed)
+				}
+			}
+		})
 	}
 
 	t.Run("iperf3/tcp", func(t *testing.T) {
@@ -329,4 +352,6 @@ func printTransportTable(r transportResults, plan transportPlan) {
 		fmt.Printf("AF_XDP: %s\n", r.ceilingMode)
 	}
 	fmt.Println("latencies are one-way (half the round trip), as perftest and sockperf report them")
+	fmt.Printf("data check (RC ping-pong, %d B x %d, messages matching what the peer sent/received): %s\n",
+		bwSize, plan.checkIters, strings.Join(r.checks, "; "))
 }
