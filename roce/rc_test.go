@@ -11,7 +11,7 @@ import (
 
 // exerciseRC runs SEND, SEND_WITH_IMM, WRITE, WRITE_WITH_IMM, READ and both
 // atomics between a and b and checks every byte.
-func exerciseRC(t *testing.T, a, b *endpoint, msg int) {
+func exerciseRC(t testing.TB, a, b *endpoint, msg int) {
 	t.Helper()
 	const to = 20 * time.Second
 	// SEND a → b.
