@@ -1,11 +1,22 @@
-// Package bench measures raw frame throughput of the packet links between
-// two network namespaces joined by a veth pair: the AF_XDP link (xdplink)
-// and the kernel UDP link (udplink), at 64 B, 1 KiB, 2 KiB and 4 KiB
-// Ethernet frames.
+// Package bench measures the stack between two network namespaces joined
+// by a veth pair.
 //
-// The receiver always runs in its own process (the test binary re-executed
-// inside the receiving namespace), so sender and receiver each have a CPU.
-// The table runner also runs the sender as a separate process; the Go
-// benchmarks send from the benchmark goroutine. See README.md for the
-// commands. Everything needs root (namespaces, veth, XDP).
+// TestLinkTable measures raw frame throughput of the packet links: the
+// AF_XDP link (xdplink) and the kernel UDP link (udplink), at 64 B, 1 KiB,
+// 2 KiB and 4 KiB Ethernet frames. The receiver always runs in its own
+// process (the test binary re-executed inside the receiving namespace), so
+// sender and receiver each have a CPU; the table runner also runs the
+// sender as a separate process, the Go benchmarks send from the benchmark
+// goroutine.
+//
+// TestTransportTable measures goroce against goroce: rocectl perf
+// write-bw (64 KiB) and send-lat (8 B), each end a separate process in its
+// namespace, over the AF_XDP and the kernel UDP link, and prints them in
+// one table beside figures taken in the same run on the same kind of
+// veth: the raw link ceiling at the size of a full-MTU RoCE packet, kernel
+// TCP and UDP throughput (iperf3) and kernel UDP latency (sockperf). An RC
+// ping-pong of 64 KiB messages checks the bytes that cross.
+//
+// See README.md for the commands. Everything needs root (namespaces, veth,
+// XDP).
 package bench

@@ -168,6 +168,9 @@ type iperf3Sum struct {
 
 const iperf3Port = 5201
 
+// iperf3UDPBuf is the UDP socket buffer size (-w) of both ends.
+const iperf3UDPBuf = "8M"
+
 // iperf3 runs one iperf3 client in a against a one-off server in b for d
 // and returns the receiver's figure. udpLen > 0 selects UDP datagrams of
 // that payload size, sent as fast as the sender can (-b 0).
@@ -181,7 +184,10 @@ func iperf3(ctx context.Context, p *netnstest.Pair, d time.Duration, udpLen int)
 	secs := strconv.FormatFloat(max(d.Seconds(), 1), 'f', -1, 64) // iperf3 takes whole-ish seconds
 	args := []string{"-c", addr, "-p", strconv.Itoa(iperf3Port), "-t", secs, "-J"}
 	if udpLen > 0 {
-		args = append(args, "-u", "-b", "0", "-l", strconv.Itoa(udpLen))
+		// -w: socket buffers large enough that the receiver does not
+		// drop most of what an unpaced sender offers (with the default
+		// buffers the figure is the drop rate, not the throughput).
+		args = append(args, "-u", "-b", "0", "-l", strconv.Itoa(udpLen), "-w", iperf3UDPBuf)
 	}
 	out, cerr := runClient(p.A, exec.CommandContext(ctx, "iperf3", args...))
 	if jerr := json.Unmarshal(out, &res); jerr != nil && cerr == nil {

@@ -111,7 +111,8 @@ type transportResults struct {
 	ceiling                        map[string]figure // raw link, payload Gb/s at roceFrame
 	ceilingFrame                   map[string]figure // raw link, frame Gb/s
 	ceilingMode                    string
-	tcp, udp                       figure // iperf3 Gb/s
+	ceilingLoss                    map[string]float64 // percent of frames sent
+	tcp, udp                       figure             // iperf3 Gb/s
 	udpLoss                        float64
 	sockMed, sockAvg               figure // sockperf one-way µs
 	loadStart, loadEnd, goroceMTUs string
@@ -147,7 +148,7 @@ func TestTransportTable(t *testing.T) {
 	}
 	res := transportResults{
 		bw: map[string]figure{}, lat: map[string]figure{}, latAvg: map[string]figure{},
-		ceiling: map[string]figure{}, ceilingFrame: map[string]figure{},
+		ceiling: map[string]figure{}, ceilingFrame: map[string]figure{}, ceilingLoss: map[string]float64{},
 		loadStart: loadAvg(),
 	}
 	var mtus []string
@@ -174,6 +175,9 @@ func TestTransportTable(t *testing.T) {
 			pps, frameGbps := rate(r.rx.Frames, roceFrame, r.tx.Elapsed)
 			res.ceiling[name] = figure{v: pps * roceMTU * 8 / 1e9}
 			res.ceilingFrame[name] = figure{v: frameGbps}
+			if r.tx.Frames > 0 {
+				res.ceilingLoss[name] = 100 * (1 - float64(r.rx.Frames)/float64(r.tx.Frames))
+			}
 			if kind == link.KindAFXDP {
 				res.ceilingMode = r.mode
 			}
@@ -328,8 +332,9 @@ func printTransportTable(r transportResults, plan transportPlan) {
 		bwSize, plan.bwIters, latSize, plan.latIters, r.goroceMTUs)
 	fmt.Printf("raw link ceiling: %d-byte frames (a full-MTU RoCE packet) for %v, payload Gb/s = received frames/s x %d x 8\n",
 		roceFrame, plan.link, roceMTU)
-	fmt.Printf("iperf3 %v per run (receiver's figure; UDP: %d-byte datagrams, -b 0, %.0f%% lost); sockperf ping-pong UDP %d-byte messages for %v\n",
-		plan.tool, roceMTU, r.udpLoss, sockperfMinSize, plan.tool)
+	fmt.Printf("iperf3 %v per run, receiver's figure (UDP: %d-byte datagrams, -b 0 -w %s, %.1f%% lost)\n",
+		plan.tool, roceMTU, iperf3UDPBuf, r.udpLoss)
+	fmt.Printf("sockperf ping-pong, UDP, %d-byte messages (its minimum), for %v\n", sockperfMinSize, plan.tool)
 	fmt.Println("ratio = goroce / baseline (throughput: higher is better; latency: lower is better)")
 	w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(w, "metric\tgoroce\tceiling/baseline\t\tratio")
@@ -347,7 +352,8 @@ func printTransportTable(r transportResults, plan transportPlan) {
 	row("send-lat 8 B, UDP link, median (us)", r.lat["udp"], "kernel UDP median (sockperf)", r.sockMed)
 	row("send-lat 8 B, UDP link, average (us)", r.latAvg["udp"], "kernel UDP average (sockperf)", r.sockAvg)
 	w.Flush()
-	fmt.Printf("raw frame Gb/s (headers included): AF_XDP %s, UDP link %s\n", r.ceilingFrame["xdp"], r.ceilingFrame["udp"])
+	fmt.Printf("raw link received frame Gb/s (headers included): AF_XDP %s (%.1f%% of sent frames lost), UDP link %s (%.1f%% lost)\n",
+		r.ceilingFrame["xdp"], r.ceilingLoss["xdp"], r.ceilingFrame["udp"], r.ceilingLoss["udp"])
 	if r.ceilingMode != "" {
 		fmt.Printf("AF_XDP: %s\n", r.ceilingMode)
 	}
