@@ -11,11 +11,20 @@
 // logged with log/slog and reported in DeviceInfo.Fallback. OpenLink runs a
 // device over any link.Link, such as the in-memory pair of package memlink.
 //
+// The kernel UDP link is bound to one address (Options.UDPAddr, default the
+// interface's first IPv4 address) and so carries one address family; frames
+// from other source GIDs are refused by the link and counted (send_err).
+//
 // The GID table is built like the kernel's for rxe: index 0 is the default
 // GID fe80::EUI-64(MAC), followed by one RoCEv2 GID per interface address
 // (IPv4 as ::ffff:a.b.c.d, then IPv6). A netlink address subscription keeps it
-// current; an address that stays keeps its index. The port's active MTU is
-// rxe's: the largest IB MTU not above the netdev MTU − 80.
+// current; an address that stays keeps its index, a new one takes the lowest
+// free index. The port's active MTU is rxe's (the largest IB MTU not above
+// the netdev MTU − 80) and follows MTU changes of the interface, as the port
+// state follows its operational state. QP.Modify refuses a path MTU whose
+// packets the link cannot carry (ErrMTU). Received frames must be addressed to
+// a GID in the table (rxe_chk_dgid); frames to the device's own GIDs are
+// delivered internally without touching the link (rxe_loopback).
 //
 // Destination MAC addresses come from the kernel's neighbour table through
 // netlink. When there is no entry the device asks the kernel to resolve one
@@ -23,11 +32,14 @@
 // the caller's context: in QP.Modify with an address vector, PD.CreateAH and
 // Device.ResolveNeighbour. The data path only looks the result up, so a send
 // to an unresolved destination is dropped and counted (no_neighbour) rather
-// than blocking.
+// than blocking. A netlink neighbour subscription moves cached entries when
+// the kernel learns a new MAC for a next hop in use. Devices without an
+// interface (OpenLink with a memory link) use Options.Neighbours.
 //
 // # Goroutines and locking
 //
-// A device runs two goroutines:
+// A device runs two goroutines (plus, with an interface, one per netlink
+// subscription: addresses, link, neighbours):
 //
 //   - the receive goroutine: link.ReadBatch → ib.Parse → ICRC check (skipped
 //     when the link synthesizes headers, Info.Synthetic) → destination GID
