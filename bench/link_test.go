@@ -29,6 +29,12 @@ func TestMain(m *testing.M) {
 	if cfg := os.Getenv(envPingpong); cfg != "" {
 		pingpongMain(cfg)
 	}
+	if addr := os.Getenv(envUDPEcho); addr != "" {
+		udpEchoMain(addr)
+	}
+	if cfg := os.Getenv(envUDPPing); cfg != "" {
+		udpPingMain(cfg)
+	}
 	if role := os.Getenv(envRole); role != "" {
 		roleMain(role)
 	}

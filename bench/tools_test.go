@@ -56,14 +56,19 @@ func rocectlCmd(ctx context.Context, args ...string) *exec.Cmd {
 	return cmd
 }
 
-// waitListening waits until the process pid has a TCP socket listening on
-// port. It reads the process's own /proc/<pid>/net/tcp{,6}, which shows its
-// network namespace; connecting to test would use up the single connection
-// a perftest server accepts.
-func waitListening(ctx context.Context, pid int, port int, exited <-chan struct{}) error {
+// waitListening waits until the process pid has a socket of proto ("tcp"
+// listening, or "udp" bound) on port. It reads the process's own
+// /proc/<pid>/net/<proto>{,6}, which shows its network namespace: probing
+// by connecting would use up the single connection a perftest server
+// accepts, and a UDP server cannot be probed without a message.
+func waitListening(ctx context.Context, pid int, proto string, port int, exited <-chan struct{}) error {
 	hexPort := fmt.Sprintf(":%04X", port)
+	state := "0A" // TCP_LISTEN
+	if proto == "udp" {
+		state = "07" // TCP_CLOSE, what an unconnected UDP socket shows
+	}
 	for {
-		for _, f := range []string{"tcp", "tcp6"} {
+		for _, f := range []string{proto, proto + "6"} {
 			b, err := os.ReadFile(fmt.Sprintf("/proc/%d/net/%s", pid, f))
 			if err != nil {
 				continue
@@ -71,17 +76,17 @@ func waitListening(ctx context.Context, pid int, port int, exited <-chan struct{
 			sc := bufio.NewScanner(bytes.NewReader(b))
 			for sc.Scan() {
 				fs := strings.Fields(sc.Text())
-				// sl local_address rem_address st ...; st 0A is LISTEN.
-				if len(fs) > 3 && strings.HasSuffix(fs[1], hexPort) && fs[3] == "0A" {
+				// sl local_address rem_address st ...
+				if len(fs) > 3 && strings.HasSuffix(fs[1], hexPort) && fs[3] == state {
 					return nil
 				}
 			}
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("waiting for a listener on port %d: %w", port, ctx.Err())
+			return fmt.Errorf("waiting for a %s socket on port %d: %w", proto, port, ctx.Err())
 		case <-exited:
-			return fmt.Errorf("server exited before listening on port %d", port)
+			return fmt.Errorf("server exited before opening %s port %d", proto, port)
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
@@ -98,6 +103,12 @@ type server struct {
 
 // startServer starts cmd in ns and waits until it listens on TCP port.
 func startServer(ctx context.Context, ns *netnstest.NS, cmd *exec.Cmd, port int) (*server, error) {
+	return startServerProto(ctx, ns, cmd, "tcp", port)
+}
+
+// startServerProto starts cmd in ns and waits until it has a proto ("tcp"
+// or "udp") socket on port.
+func startServerProto(ctx context.Context, ns *netnstest.NS, cmd *exec.Cmd, proto string, port int) (*server, error) {
 	s := &server{cmd: cmd, done: make(chan struct{})}
 	cmd.Stdout, cmd.Stderr = &s.out, &s.errb
 	if err := ns.Start(cmd); err != nil {
@@ -107,7 +118,7 @@ func startServer(ctx context.Context, ns *netnstest.NS, cmd *exec.Cmd, port int)
 		s.waited = cmd.Wait()
 		close(s.done)
 	}()
-	if err := waitListening(ctx, cmd.Process.Pid, port, s.done); err != nil {
+	if err := waitListening(ctx, cmd.Process.Pid, proto, port, s.done); err != nil {
 		s.kill()
 		return nil, fmt.Errorf("%w (stderr: %s)", err, strings.TrimSpace(s.errb.String()))
 	}
@@ -219,7 +230,7 @@ func sockperf(ctx context.Context, p *netnstest.Pair, d time.Duration, size int)
 	var res sockperfResult
 	addr := p.VethB.Addr.Addr().String()
 	port := strconv.Itoa(sockperfPort)
-	srv, err := startUDPServer(ctx, p.B, exec.CommandContext(ctx, "sockperf", "sr", "-i", addr, "-p", port))
+	srv, err := startServerProto(ctx, p.B, exec.CommandContext(ctx, "sockperf", "sr", "-i", addr, "-p", port), "udp", sockperfPort)
 	if err != nil {
 		return res, err
 	}
@@ -230,30 +241,6 @@ func sockperf(ctx context.Context, p *netnstest.Pair, d time.Duration, size int)
 		return res, err
 	}
 	return parseSockperf(out)
-}
-
-// startUDPServer starts a UDP server in ns and gives it a moment: a UDP
-// listener cannot be probed without sending it a message, and sockperf's
-// client warms up (and resends) before measuring anyway.
-func startUDPServer(ctx context.Context, ns *netnstest.NS, cmd *exec.Cmd) (*server, error) {
-	s := &server{cmd: cmd, done: make(chan struct{})}
-	cmd.Stdout, cmd.Stderr = &s.out, &s.errb
-	if err := ns.Start(cmd); err != nil {
-		return nil, err
-	}
-	go func() {
-		s.waited = cmd.Wait()
-		close(s.done)
-	}()
-	select {
-	case <-s.done:
-		return nil, fmt.Errorf("%s exited: %v (stderr: %s)", cmd.Args[0], s.waited, strings.TrimSpace(s.errb.String()))
-	case <-time.After(300 * time.Millisecond):
-	case <-ctx.Done():
-		s.kill()
-		return nil, ctx.Err()
-	}
-	return s, nil
 }
 
 // parseSockperf reads "avg-latency=", "percentile 50.000 =" and

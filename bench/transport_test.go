@@ -115,6 +115,7 @@ type transportResults struct {
 	tcp, udp                       figure             // iperf3 Gb/s
 	udpLoss                        float64
 	sockMed, sockAvg               figure // sockperf one-way µs
+	goMed, goAvg                   figure // Go UDP ping-pong one-way µs
 	loadStart, loadEnd, goroceMTUs string
 	checks                         []string // data check outcomes
 }
@@ -278,6 +279,21 @@ func TestTransportTable(t *testing.T) {
 		}
 		res.sockMed, res.sockAvg = figure{v: r.Median}, figure{v: r.Avg}
 	})
+	t.Run("go-ping-pong/udp", func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(context.Background(), caseTimeout)
+		defer cancel()
+		p := netnstest.NewPair(t, vethMTU)
+		r, err := goUDPPing(ctx, p, plan.tool, latSize)
+		if err == nil && (r.Median <= 0 || r.Avg <= 0 || r.Samples == 0) {
+			err = fmt.Errorf("no latency figure: %+v", r)
+		}
+		if err != nil {
+			res.goMed = figure{err: err}
+			res.goAvg = res.goMed
+			t.Fatal(err)
+		}
+		res.goMed, res.goAvg = figure{v: r.Median}, figure{v: r.Avg}
+	})
 	res.loadEnd = loadAvg()
 	res.goroceMTUs = strings.Join(mtus, ", ")
 	printTransportTable(res, plan)
@@ -334,7 +350,8 @@ func printTransportTable(r transportResults, plan transportPlan) {
 		roceFrame, plan.link, roceMTU)
 	fmt.Printf("iperf3 %v per run, receiver's figure (UDP: %d-byte datagrams, -b 0 -w %s, %.1f%% lost)\n",
 		plan.tool, roceMTU, iperf3UDPBuf, r.udpLoss)
-	fmt.Printf("sockperf ping-pong, UDP, %d-byte messages (its minimum), for %v\n", sockperfMinSize, plan.tool)
+	fmt.Printf("sockperf ping-pong, UDP, %d-byte messages (its minimum), for %v; Go ping-pong: UDP, %d-byte messages, for %v\n",
+		sockperfMinSize, plan.tool, latSize, plan.tool)
 	fmt.Println("ratio = goroce / baseline (throughput: higher is better; latency: lower is better)")
 	w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(w, "metric\tgoroce\tceiling/baseline\t\tratio")
@@ -347,10 +364,12 @@ func printTransportTable(r transportResults, plan transportPlan) {
 	row("write-bw 64 KiB, UDP link (Gb/s)", r.bw["udp"], "raw UDP-link frames (payload)", r.ceiling["udp"])
 	row("", r.bw["udp"], "kernel TCP (iperf3)", r.tcp)
 	row("", r.bw["udp"], "kernel UDP (iperf3)", r.udp)
-	row("send-lat 8 B, AF_XDP link, median (us)", r.lat["xdp"], "kernel UDP median (sockperf)", r.sockMed)
-	row("send-lat 8 B, AF_XDP link, average (us)", r.latAvg["xdp"], "kernel UDP average (sockperf)", r.sockAvg)
-	row("send-lat 8 B, UDP link, median (us)", r.lat["udp"], "kernel UDP median (sockperf)", r.sockMed)
-	row("send-lat 8 B, UDP link, average (us)", r.latAvg["udp"], "kernel UDP average (sockperf)", r.sockAvg)
+	for _, l := range []struct{ name, key string }{{"AF_XDP", "xdp"}, {"UDP", "udp"}} {
+		row("send-lat 8 B, "+l.name+" link, median (us)", r.lat[l.key], "kernel UDP median (sockperf)", r.sockMed)
+		row("", r.lat[l.key], "kernel UDP median (Go ping-pong)", r.goMed)
+		row("send-lat 8 B, "+l.name+" link, average (us)", r.latAvg[l.key], "kernel UDP average (sockperf)", r.sockAvg)
+		row("", r.latAvg[l.key], "kernel UDP average (Go ping-pong)", r.goAvg)
+	}
 	w.Flush()
 	fmt.Printf("raw link received frame Gb/s (headers included): AF_XDP %s (%.1f%% of sent frames lost), UDP link %s (%.1f%% lost)\n",
 		r.ceilingFrame["xdp"], r.ceilingLoss["xdp"], r.ceilingFrame["udp"], r.ceilingLoss["udp"])
