@@ -2,11 +2,13 @@ package bench
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
 	"os/exec"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -20,8 +22,19 @@ import (
 	"github.com/goroce/goroce/roce/link"
 )
 
-var transLong = flag.Bool("transbench.long", os.Getenv("GOROCE_TRANSBENCH_LONG") != "",
-	"TestTransportTable: run each case for seconds rather than a fraction of one (also GOROCE_TRANSBENCH_LONG=1)")
+var (
+	transLong = flag.Bool("transbench.long", os.Getenv("GOROCE_TRANSBENCH_LONG") != "",
+		"TestTransportTable: run each case for seconds rather than a fraction of one (also GOROCE_TRANSBENCH_LONG=1)")
+	transRounds = flag.Int("transbench.rounds", envInt("GOROCE_TRANSBENCH_ROUNDS", 1),
+		"TestTransportTable: measure every case this many times and show medians (also GOROCE_TRANSBENCH_ROUNDS)")
+)
+
+func envInt(name string, def int) int {
+	if v, err := strconv.Atoi(os.Getenv(name)); err == nil {
+		return v
+	}
+	return def
+}
 
 // transportPlan is how long each TestTransportTable case runs. perftest's
 // tests are bounded by iterations, the other tools by time.
@@ -86,38 +99,92 @@ func rocectlPerf(ctx context.Context, p *netnstest.Pair, test, linkKind string, 
 	return r, nil
 }
 
-// figure is one measured number, or why there is none.
-type figure struct {
-	v    float64
-	err  error
-	skip string
+// fig is one figure of the table: its samples over the rounds, or why
+// there are none.
+type fig struct {
+	samples []float64
+	err     error
+	skip    string
 }
 
-func (f figure) String() string {
+// median is the figure the table shows.
+func (f *fig) median() (float64, bool) {
+	if f == nil || f.err != nil || f.skip != "" || len(f.samples) == 0 {
+		return 0, false
+	}
+	s := slices.Clone(f.samples)
+	slices.Sort(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2], true
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2, true
+}
+
+func (f *fig) String() string {
 	switch {
+	case f == nil:
+		return "-"
 	case f.skip != "":
 		return "skipped"
 	case f.err != nil:
 		return "failed"
 	}
-	return strconv.FormatFloat(f.v, 'f', 2, 64)
+	v, ok := f.median()
+	if !ok {
+		return "-"
+	}
+	return strconv.FormatFloat(v, 'f', 2, 64)
 }
 
-func (f figure) ok() bool { return f.err == nil && f.skip == "" }
+// figures holds every figure of one TestTransportTable run by name.
+type figures map[string]*fig
 
-// transportResults holds every figure of one TestTransportTable run.
-type transportResults struct {
-	bw, lat, latAvg                map[string]figure // by goroce link: "xdp", "udp"
-	ceiling                        map[string]figure // raw link, payload Gb/s at roceFrame
-	ceilingFrame                   map[string]figure // raw link, frame Gb/s
-	ceilingMode                    string
-	ceilingLoss                    map[string]float64 // percent of frames sent
-	tcp, udp                       figure             // iperf3 Gb/s
-	udpLoss                        float64
-	sockMed, sockAvg               figure // sockperf one-way µs
-	goMed, goAvg                   figure // Go UDP ping-pong one-way µs
-	loadStart, loadEnd, goroceMTUs string
-	checks                         []string // data check outcomes
+func (fs figures) get(k string) *fig {
+	f := fs[k]
+	if f == nil {
+		f = &fig{}
+		fs[k] = f
+	}
+	return f
+}
+
+// run runs case name as a subtest: fn once per round, each time returning
+// the case's figures by name (keys lists them all, for marking them failed
+// or skipped). A non-empty skip skips the case with that reason.
+func (fs figures) run(t *testing.T, name string, rounds int, skip string, keys []string, fn func(t *testing.T) (map[string]float64, error)) {
+	t.Run(name, func(t *testing.T) {
+		if skip != "" {
+			for _, k := range keys {
+				fs.get(k).skip = skip
+			}
+			t.Skip(skip)
+		}
+		for i := 0; i < rounds; i++ {
+			v, err := fn(t)
+			for _, k := range keys {
+				if _, ok := v[k]; !ok && err == nil {
+					err = fmt.Errorf("no %s figure", k)
+				}
+			}
+			if err != nil {
+				for _, k := range keys {
+					fs.get(k).err = err
+				}
+				t.Fatalf("round %d: %v", i+1, err)
+			}
+			for _, k := range keys {
+				fs.get(k).samples = append(fs.get(k).samples, v[k])
+			}
+		}
+	})
+}
+
+// notes are the run's facts the table prints under it.
+type notes struct {
+	loadStart, loadEnd string
+	mtus               []string
+	xdpMode            string
+	checks             []string
 }
 
 func loadAvg() string {
@@ -137,9 +204,12 @@ func loadAvg() string {
 // 8 B, over the AF_XDP link and the kernel UDP link) beside, in the same
 // run and on the same kind of veth, the raw AF_XDP and UDP link frame
 // ceilings, kernel TCP and UDP throughput (iperf3) and kernel UDP latency
-// (sockperf), and prints one table. By default each case takes about a
-// second (CI); -args -transbench.long (or GOROCE_TRANSBENCH_LONG=1) runs
-// each for a few seconds. See README.md.
+// (sockperf, and a Go ping-pong at 8 B), and prints one table. An RC
+// ping-pong of 64 KiB messages checks the bytes that cross on each link.
+// By default each case takes about a second (CI);
+// -args -transbench.long (or GOROCE_TRANSBENCH_LONG=1) runs each for a few
+// seconds, and -transbench.rounds repeats every case, the table showing
+// medians. See README.md.
 func TestTransportTable(t *testing.T) {
 	netnstest.RequireRoot(t)
 	netnstest.SkipUnlessNetns(t)
@@ -147,156 +217,167 @@ func TestTransportTable(t *testing.T) {
 	if *transLong {
 		plan = longPlan
 	}
-	res := transportResults{
-		bw: map[string]figure{}, lat: map[string]figure{}, latAvg: map[string]figure{},
-		ceiling: map[string]figure{}, ceilingFrame: map[string]figure{}, ceilingLoss: map[string]float64{},
-		loadStart: loadAvg(),
-	}
-	var mtus []string
-	xdpMissing := ""
+	rounds := max(*transRounds, 1)
+	fs := figures{}
+	n := notes{loadStart: loadAvg()}
 
 	// Raw link ceilings at the size of a full-MTU RoCE packet; the AF_XDP
 	// one also tells whether AF_XDP works here at all.
+	xdpMissing := ""
 	for _, kind := range []string{link.KindAFXDP, link.KindUDP} {
-		t.Run("ceiling/"+kind, func(t *testing.T) {
-			r := measure(t, kind, roceFrame, plan.link)
-			name := goroceLink(kind)
-			switch {
-			case r.note != "" && kind == link.KindAFXDP:
-				xdpMissing = r.note
-				res.ceiling[name] = figure{skip: r.note}
-				t.Skipf("AF_XDP link unavailable here: %s", r.note)
-			case r.note != "":
-				res.ceiling[name] = figure{err: fmt.Errorf("%s", r.note)}
-				t.Fatal(r.note)
-			case r.rx.Frames == 0 || r.tx.Elapsed <= 0:
-				res.ceiling[name] = figure{err: fmt.Errorf("no frames")}
-				t.Fatalf("sent %d, received %d frames (tx err %q, rx err %q)", r.tx.Frames, r.rx.Frames, r.tx.Err, r.rx.Err)
-			}
-			pps, frameGbps := rate(r.rx.Frames, roceFrame, r.tx.Elapsed)
-			res.ceiling[name] = figure{v: pps * roceMTU * 8 / 1e9}
-			res.ceilingFrame[name] = figure{v: frameGbps}
-			if r.tx.Frames > 0 {
-				res.ceilingLoss[name] = 100 * (1 - float64(r.rx.Frames)/float64(r.tx.Frames))
-			}
-			if kind == link.KindAFXDP {
-				res.ceilingMode = r.mode
-			}
-		})
+		l := goroceLink(kind)
+		if kind == link.KindAFXDP {
+			// Probe once outside the figures: a missing AF_XDP is a skip,
+			// not a failure.
+			t.Run("ceiling/probe", func(t *testing.T) {
+				if r := measure(t, kind, roceFrame, 50*time.Millisecond); r.note != "" {
+					xdpMissing = "AF_XDP link unavailable here: " + r.note
+					t.Skip(xdpMissing)
+				}
+			})
+		}
+		skip := ""
+		if kind == link.KindAFXDP {
+			skip = xdpMissing
+		}
+		fs.run(t, "ceiling/"+kind, rounds, skip, []string{"ceil/" + l, "ceilframe/" + l, "ceilloss/" + l},
+			func(t *testing.T) (map[string]float64, error) {
+				r := measure(t, kind, roceFrame, plan.link)
+				switch {
+				case r.note != "":
+					return nil, errors.New(r.note)
+				case r.rx.Frames == 0 || r.tx.Elapsed <= 0:
+					return nil, fmt.Errorf("sent %d, received %d frames (tx err %q, rx err %q)", r.tx.Frames, r.rx.Frames, r.tx.Err, r.rx.Err)
+				}
+				if kind == link.KindAFXDP {
+					n.xdpMode = r.mode
+				}
+				pps, frameGbps := rate(r.rx.Frames, roceFrame, r.tx.Elapsed)
+				return map[string]float64{
+					"ceil/" + l:      pps * roceMTU * 8 / 1e9,
+					"ceilframe/" + l: frameGbps,
+					"ceilloss/" + l:  100 * (1 - float64(r.rx.Frames)/float64(max(r.tx.Frames, 1))),
+				}, nil
+			})
 	}
 
 	for _, l := range []string{"xdp", "udp"} {
-		t.Run("goroce/write-bw/"+l, func(t *testing.T) {
-			if l == "xdp" && xdpMissing != "" {
-				res.bw[l] = figure{skip: xdpMissing}
-				t.Skipf("AF_XDP link unavailable here: %s", xdpMissing)
-			}
+		skip := ""
+		if l == "xdp" {
+			skip = xdpMissing
+		}
+		fs.run(t, "goroce/write-bw/"+l, rounds, skip, []string{"bw/" + l}, func(t *testing.T) (map[string]float64, error) {
 			ctx, cancel := context.WithTimeout(context.Background(), caseTimeout)
 			defer cancel()
 			p := netnstest.NewPair(t, vethMTU)
 			r, err := rocectlPerf(ctx, p, "write-bw", l, "-s", strconv.Itoa(bwSize), "-n", strconv.Itoa(plan.bwIters), "--report_gbits")
-			if err == nil && (r.client.BW == nil || r.client.BW.BWAvg <= 0 || r.client.Iters != uint64(plan.bwIters) || r.client.Size != bwSize) {
-				err = fmt.Errorf("no bandwidth figure: %+v", r.client)
-			}
 			if err != nil {
-				res.bw[l] = figure{err: err}
-				t.Fatal(err)
+				return nil, err
 			}
-			res.bw[l] = figure{v: r.client.BW.BWAvg}
-			mtus = append(mtus, fmt.Sprintf("%s %d", l, r.client.MTU))
+			if r.client.BW == nil || r.client.BW.BWAvg <= 0 || r.client.Iters != uint64(plan.bwIters) || r.client.Size != bwSize {
+				return nil, fmt.Errorf("no bandwidth figure: %+v", r.client)
+			}
+			n.mtus = appendOnce(n.mtus, fmt.Sprintf("%s %d", l, r.client.MTU))
+			return map[string]float64{"bw/" + l: r.client.BW.BWAvg}, nil
 		})
-		t.Run("goroce/send-lat/"+l, func(t *testing.T) {
-			if l == "xdp" && xdpMissing != "" {
-				res.lat[l] = figure{skip: xdpMissing}
-				res.latAvg[l] = figure{skip: xdpMissing}
-				t.Skipf("AF_XDP link unavailable here: %s", xdpMissing)
-			}
+		fs.run(t, "goroce/send-lat/"+l, rounds, skip, []string{"lat/" + l, "latavg/" + l}, func(t *testing.T) (map[string]float64, error) {
 			ctx, cancel := context.WithTimeout(context.Background(), caseTimeout)
 			defer cancel()
 			p := netnstest.NewPair(t, vethMTU)
 			r, err := rocectlPerf(ctx, p, "send-lat", l, "-s", strconv.Itoa(latSize), "-n", strconv.Itoa(plan.latIters))
-			if err == nil {
-				for _, e := range []perfcmd.PerfResult{r.client, r.server} {
-					if e.Lat == nil || e.Lat.Typical <= 0 || e.Lat.Avg <= 0 || e.Iters != uint64(plan.latIters) || e.Size != latSize {
-						err = fmt.Errorf("%s: no latency figure: %+v", e.Role, e)
-					}
+			if err != nil {
+				return nil, err
+			}
+			for _, e := range []perfcmd.PerfResult{r.client, r.server} {
+				if e.Lat == nil || e.Lat.Typical <= 0 || e.Lat.Avg <= 0 || e.Iters != uint64(plan.latIters) || e.Size != latSize {
+					return nil, fmt.Errorf("%s: no latency figure: %+v", e.Role, e)
 				}
 			}
-			if err != nil {
-				res.lat[l] = figure{err: err}
-				res.latAvg[l] = figure{err: err}
-				t.Fatal(err)
-			}
-			res.lat[l] = figure{v: r.client.Lat.Typical}
-			res.latAvg[l] = figure{v: r.client.Lat.Avg}
+			return map[string]float64{"lat/" + l: r.client.Lat.Typical, "latavg/" + l: r.client.Lat.Avg}, nil
 		})
 		// perftest's bandwidth and latency tests do not look at the bytes
 		// they move; this case does, on the same link and veth.
-		t.Run("goroce/data-check/"+l, func(t *testing.T) {
-			if l == "xdp" && xdpMissing != "" {
-				t.Skipf("AF_XDP link unavailable here: %s", xdpMissing)
-			}
+		fs.run(t, "goroce/data-check/"+l, 1, skip, nil, func(t *testing.T) (map[string]float64, error) {
 			ctx, cancel := context.WithTimeout(context.Background(), caseTimeout)
 			defer cancel()
 			p := netnstest.NewPair(t, vethMTU)
 			c, s, err := pingpongCheck(ctx, p, l, bwSize, plan.checkIters)
 			if err != nil {
-				res.checks = append(res.checks, fmt.Sprintf("%s failed", l))
-				t.Fatal(err)
+				n.checks = append(n.checks, l+" failed")
+				return nil, err
 			}
-			res.checks = append(res.checks, fmt.Sprintf("%s: client %d/%d, server %d/%d", l, c.Echoed, c.Received, s.Echoed, s.Received))
+			n.checks = append(n.checks, fmt.Sprintf("%s: client %d/%d, server %d/%d", l, c.Echoed, c.Received, s.Echoed, s.Received))
 			for _, e := range []pingpongResult{c, s} {
 				if e.Received != plan.checkIters || e.Echoed != e.Received {
-					t.Fatalf("received %d of %d messages, %d with the bytes the peer sent", e.Received, plan.checkIters, e.Echoed)
+					return nil, fmt.Errorf("received %d of %d messages, %d with the bytes the peer sent", e.Received, plan.checkIters, e.Echoed)
 				}
 			}
+			return nil, nil
 		})
 	}
 
-	t.Run("iperf3/tcp", func(t *testing.T) {
-		res.tcp = iperf3Case(t, plan, 0, nil)
-	})
-	t.Run("iperf3/udp", func(t *testing.T) {
-		res.udp = iperf3Case(t, plan, roceMTU, &res.udpLoss)
-	})
-	t.Run("sockperf/udp", func(t *testing.T) {
-		if _, err := exec.LookPath("sockperf"); err != nil {
-			res.sockMed = figure{skip: "sockperf not installed"}
-			res.sockAvg = res.sockMed
-			t.Skip("sockperf not installed (Debian package sockperf)")
+	for _, c := range []struct {
+		name, key string
+		udpLen    int
+	}{{"iperf3/tcp", "tcp", 0}, {"iperf3/udp", "udp", roceMTU}} {
+		skip := ""
+		if _, err := exec.LookPath("iperf3"); err != nil {
+			skip = "iperf3 not installed (Debian package iperf3)"
 		}
+		fs.run(t, c.name, rounds, skip, []string{c.key, c.key + "loss"}, func(t *testing.T) (map[string]float64, error) {
+			ctx, cancel := context.WithTimeout(context.Background(), caseTimeout)
+			defer cancel()
+			p := netnstest.NewPair(t, vethMTU)
+			r, err := iperf3(ctx, p, plan.tool, c.udpLen)
+			if err != nil {
+				return nil, err
+			}
+			if r.End.SumReceived.BitsPerSec <= 0 {
+				return nil, fmt.Errorf("no throughput figure: %+v", r.End)
+			}
+			return map[string]float64{c.key: r.End.SumReceived.BitsPerSec / 1e9, c.key + "loss": r.End.SumReceived.LostPercent}, nil
+		})
+	}
+
+	skip := ""
+	if _, err := exec.LookPath("sockperf"); err != nil {
+		skip = "sockperf not installed (Debian package sockperf)"
+	}
+	fs.run(t, "sockperf/udp", rounds, skip, []string{"sock/med", "sock/avg"}, func(t *testing.T) (map[string]float64, error) {
 		ctx, cancel := context.WithTimeout(context.Background(), caseTimeout)
 		defer cancel()
 		p := netnstest.NewPair(t, vethMTU)
 		r, err := sockperf(ctx, p, plan.tool, sockperfMinSize)
-		if err == nil && (r.Median <= 0 || r.Avg <= 0 || r.Observations == 0) {
-			err = fmt.Errorf("no latency figure: %+v", r)
-		}
 		if err != nil {
-			res.sockMed = figure{err: err}
-			res.sockAvg = res.sockMed
-			t.Fatal(err)
+			return nil, err
 		}
-		res.sockMed, res.sockAvg = figure{v: r.Median}, figure{v: r.Avg}
+		if r.Median <= 0 || r.Avg <= 0 || r.Observations == 0 {
+			return nil, fmt.Errorf("no latency figure: %+v", r)
+		}
+		return map[string]float64{"sock/med": r.Median, "sock/avg": r.Avg}, nil
 	})
-	t.Run("go-ping-pong/udp", func(t *testing.T) {
+	fs.run(t, "go-ping-pong/udp", rounds, "", []string{"go/med", "go/avg"}, func(t *testing.T) (map[string]float64, error) {
 		ctx, cancel := context.WithTimeout(context.Background(), caseTimeout)
 		defer cancel()
 		p := netnstest.NewPair(t, vethMTU)
 		r, err := goUDPPing(ctx, p, plan.tool, latSize)
-		if err == nil && (r.Median <= 0 || r.Avg <= 0 || r.Samples == 0) {
-			err = fmt.Errorf("no latency figure: %+v", r)
-		}
 		if err != nil {
-			res.goMed = figure{err: err}
-			res.goAvg = res.goMed
-			t.Fatal(err)
+			return nil, err
 		}
-		res.goMed, res.goAvg = figure{v: r.Median}, figure{v: r.Avg}
+		if r.Median <= 0 || r.Avg <= 0 || r.Samples == 0 {
+			return nil, fmt.Errorf("no latency figure: %+v", r)
+		}
+		return map[string]float64{"go/med": r.Median, "go/avg": r.Avg}, nil
 	})
-	res.loadEnd = loadAvg()
-	res.goroceMTUs = strings.Join(mtus, ", ")
-	printTransportTable(res, plan)
+	n.loadEnd = loadAvg()
+	printTransportTable(fs, n, plan, rounds)
+}
+
+func appendOnce(s []string, v string) []string {
+	if slices.Contains(s, v) {
+		return s
+	}
+	return append(s, v)
 }
 
 // goroceLink maps a raw link kind to rocectl's --link name.
@@ -307,76 +388,55 @@ func goroceLink(kind string) string {
 	return "udp"
 }
 
-// iperf3Case runs iperf3 over a fresh veth pair: TCP, or UDP datagrams of
-// udpLen bytes. The figure is what the receiver got, in Gb/s.
-func iperf3Case(t *testing.T, plan transportPlan, udpLen int, loss *float64) figure {
-	if _, err := exec.LookPath("iperf3"); err != nil {
-		t.Skip("iperf3 not installed (Debian package iperf3)")
-		return figure{skip: "iperf3 not installed"}
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), caseTimeout)
-	defer cancel()
-	p := netnstest.NewPair(t, vethMTU)
-	r, err := iperf3(ctx, p, plan.tool, udpLen)
-	if err == nil && r.End.SumReceived.BitsPerSec <= 0 {
-		err = fmt.Errorf("no throughput figure: %+v", r.End)
-	}
-	if err != nil {
-		t.Error(err)
-		return figure{err: err}
-	}
-	if loss != nil {
-		*loss = r.End.SumReceived.LostPercent
-	}
-	return figure{v: r.End.SumReceived.BitsPerSec / 1e9}
-}
-
-func ratio(a, b figure) string {
-	if !a.ok() || !b.ok() || b.v == 0 {
+func ratio(a, b *fig) string {
+	x, ok1 := a.median()
+	y, ok2 := b.median()
+	if !ok1 || !ok2 || y == 0 {
 		return "-"
 	}
-	return fmt.Sprintf("%.2f", a.v/b.v)
+	return fmt.Sprintf("%.2f", x/y)
 }
 
-func printTransportTable(r transportResults, plan transportPlan) {
+func printTransportTable(fs figures, n notes, plan transportPlan, rounds int) {
 	var u unix.Utsname
 	unix.Uname(&u)
 	fmt.Printf("\ngoroce to goroce between two network namespaces over veth (MTU %d), %d CPUs, kernel %s\n",
 		vethMTU, runtime.NumCPU(), unix.ByteSliceToString(u.Release[:]))
-	fmt.Printf("load average at start %s, at end %s\n", r.loadStart, r.loadEnd)
-	fmt.Printf("rocectl perf: write-bw -s %d -n %d, send-lat -s %d -n %d (client and server separate processes; RoCE path MTU: %s)\n",
-		bwSize, plan.bwIters, latSize, plan.latIters, r.goroceMTUs)
+	fmt.Printf("load average at start %s, at end %s; %d round(s) per case, figures are medians\n", n.loadStart, n.loadEnd, rounds)
+	fmt.Printf("rocectl perf: write-bw -s %d -n %d --report_gbits, send-lat -s %d -n %d (client and server separate processes; RoCE path MTU: %s)\n",
+		bwSize, plan.bwIters, latSize, plan.latIters, strings.Join(n.mtus, ", "))
 	fmt.Printf("raw link ceiling: %d-byte frames (a full-MTU RoCE packet) for %v, payload Gb/s = received frames/s x %d x 8\n",
 		roceFrame, plan.link, roceMTU)
+	lossOf := func(k string) float64 { v, _ := fs.get(k).median(); return v }
 	fmt.Printf("iperf3 %v per run, receiver's figure (UDP: %d-byte datagrams, -b 0 -w %s, %.1f%% lost)\n",
-		plan.tool, roceMTU, iperf3UDPBuf, r.udpLoss)
+		plan.tool, roceMTU, iperf3UDPBuf, lossOf("udploss"))
 	fmt.Printf("sockperf ping-pong, UDP, %d-byte messages (its minimum), for %v; Go ping-pong: UDP, %d-byte messages, for %v\n",
 		sockperfMinSize, plan.tool, latSize, plan.tool)
 	fmt.Println("ratio = goroce / baseline (throughput: higher is better; latency: lower is better)")
 	w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(w, "metric\tgoroce\tceiling/baseline\t\tratio")
-	row := func(metric string, g figure, base string, b figure) {
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\n", metric, g, b, base, ratio(g, b))
+	row := func(metric, g, base, b string) {
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\n", metric, fs.get(g), fs.get(b), base, ratio(fs.get(g), fs.get(b)))
 	}
-	row("write-bw 64 KiB, AF_XDP link (Gb/s)", r.bw["xdp"], "raw AF_XDP frames (payload)", r.ceiling["xdp"])
-	row("", r.bw["xdp"], "kernel TCP (iperf3)", r.tcp)
-	row("", r.bw["xdp"], "kernel UDP (iperf3)", r.udp)
-	row("write-bw 64 KiB, UDP link (Gb/s)", r.bw["udp"], "raw UDP-link frames (payload)", r.ceiling["udp"])
-	row("", r.bw["udp"], "kernel TCP (iperf3)", r.tcp)
-	row("", r.bw["udp"], "kernel UDP (iperf3)", r.udp)
+	row("write-bw 64 KiB, AF_XDP link (Gb/s)", "bw/xdp", "raw AF_XDP frames (payload)", "ceil/xdp")
+	row("", "bw/xdp", "kernel TCP (iperf3)", "tcp")
+	row("", "bw/xdp", "kernel UDP (iperf3)", "udp")
+	row("write-bw 64 KiB, UDP link (Gb/s)", "bw/udp", "raw UDP-link frames (payload)", "ceil/udp")
+	row("", "bw/udp", "kernel TCP (iperf3)", "tcp")
+	row("", "bw/udp", "kernel UDP (iperf3)", "udp")
 	for _, l := range []struct{ name, key string }{{"AF_XDP", "xdp"}, {"UDP", "udp"}} {
-		row("send-lat 8 B, "+l.name+" link, median (us)", r.lat[l.key], "kernel UDP median (sockperf)", r.sockMed)
-		row("", r.lat[l.key], "kernel UDP median (Go ping-pong)", r.goMed)
-		row("send-lat 8 B, "+l.name+" link, average (us)", r.latAvg[l.key], "kernel UDP average (sockperf)", r.sockAvg)
-		row("", r.latAvg[l.key], "kernel UDP average (Go ping-pong)", r.goAvg)
+		row("send-lat 8 B, "+l.name+" link, median (us)", "lat/"+l.key, "kernel UDP median (sockperf)", "sock/med")
+		row("", "lat/"+l.key, "kernel UDP median (Go ping-pong)", "go/med")
+		row("send-lat 8 B, "+l.name+" link, average (us)", "latavg/"+l.key, "kernel UDP average (sockperf)", "sock/avg")
+		row("", "latavg/"+l.key, "kernel UDP average (Go ping-pong)", "go/avg")
 	}
 	w.Flush()
 	fmt.Printf("raw link received frame Gb/s (headers included): AF_XDP %s (%.1f%% of sent frames lost), UDP link %s (%.1f%% lost)\n",
-		r.ceilingFrame["xdp"], r.ceilingLoss["xdp"], r.ceilingFrame["udp"], r.ceilingLoss["udp"])
-	if r.ceilingMode != "" {
-		fmt.Printf("AF_XDP: %s\n", r.ceilingMode)
+		fs.get("ceilframe/xdp"), lossOf("ceilloss/xdp"), fs.get("ceilframe/udp"), lossOf("ceilloss/udp"))
+	if n.xdpMode != "" {
+		fmt.Printf("AF_XDP: %s\n", n.xdpMode)
 	}
 	fmt.Println("latencies are one-way (half the round trip), as perftest and sockperf report them")
 	fmt.Printf("data check (RC ping-pong, %d B x %d, messages matching what the peer sent/received): %s\n",
-		bwSize, plan.checkIters, strings.Join(r.checks, "; "))
+		bwSize, plan.checkIters, strings.Join(n.checks, "; "))
 }
