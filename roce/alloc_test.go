@@ -4,7 +4,10 @@ import (
 	"context"
 	"testing"
 
+	"github.com/goroce/goroce/ib"
 	"github.com/goroce/goroce/internal/faultnet"
+	"github.com/goroce/goroce/internal/netnstest"
+	"golang.org/x/sys/unix"
 )
 
 // The data path allocates nothing per packet: a SEND/RECV round over the
@@ -66,5 +69,128 @@ func BenchmarkSendRecvMemlink(b *testing.B) {
 				cq.Wait(ctx)
 			}
 		}
+	}
+}
+
+// UD datagrams through an address handle, received into a slab: no
+// allocation either.
+func TestAllocsUD(t *testing.T) {
+	da, db := memPair(t, faultnet.Config{}, faultnet.Config{}, nil)
+	a := newEndpoint(t, da, UD, 4096)
+	b := newEndpoint(t, db, UD, 4096)
+	connect(t, a, b, addrA, addrB, ConnectAttr{})
+	slab, err := b.pd.NewRecvSlab(b.qp, 8, 1024)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ah, err := a.pd.CreateAH(t.Context(), AddressVector{DGID: ib.GIDFromAddr(addrB)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	swr := SendWR{Opcode: WRSend, Flags: SendSignaled, SGL: []SGE{a.mr.SGE(0, 1000)}, AH: ah,
+		RemoteQPN: b.qp.QPN(), RemoteQKey: 0x1234}
+	ctx := context.Background()
+	var wc [1]WorkCompletion
+	round := func() {
+		if err := a.qp.PostSend(&swr); err != nil {
+			t.Fatal(err)
+		}
+		for _, cq := range []*CQ{a.scq, b.rcq} {
+			for cq.Poll(wc[:]) == 0 {
+				if err := cq.Wait(ctx); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if wc[0].Status != WCSuccess {
+				t.Fatal(wc[0].Status)
+			}
+		}
+		if len(slab.Bytes(&wc[0])) != 1000 {
+			t.Fatal("short datagram")
+		}
+		if err := slab.Repost(&wc[0]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := 0; i < 50; i++ {
+		round()
+	}
+	if allocs := testing.AllocsPerRun(200, round); allocs > 0.5 {
+		t.Fatalf("%.2f allocations per UD datagram", allocs)
+	}
+}
+
+// The same SEND/RECV loop over kernel UDP sockets.
+func TestAllocsUDPLink(t *testing.T) {
+	da, db := udpPair(t)
+	a := newEndpoint(t, da, RC, 8192)
+	b := newEndpoint(t, db, RC, 8192)
+	connect(t, a, b, loA, loB, ConnectAttr{PathMTU: ib.MTU1024})
+	ctx := context.Background()
+	rwr := RecvWR{ID: 1, SGL: []SGE{b.mr.SGE(0, 4000)}}
+	swr := SendWR{ID: 2, Opcode: WRSend, Flags: SendSignaled, SGL: []SGE{a.mr.SGE(0, 4000)}}
+	var wc [1]WorkCompletion
+	round := func() {
+		if err := b.qp.PostRecv(&rwr); err != nil {
+			t.Fatal(err)
+		}
+		if err := a.qp.PostSend(&swr); err != nil {
+			t.Fatal(err)
+		}
+		for _, cq := range []*CQ{a.scq, b.rcq} {
+			for cq.Poll(wc[:]) == 0 {
+				if err := cq.Wait(ctx); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if wc[0].Status != WCSuccess {
+				t.Fatal(wc[0].Status)
+			}
+		}
+	}
+	for i := 0; i < 50; i++ {
+		round()
+	}
+	if allocs := testing.AllocsPerRun(200, round); allocs > 0.5 {
+		t.Fatalf("%.2f allocations per round trip over UDP", allocs)
+	}
+}
+
+// And over AF_XDP between two namespaces.
+func TestAllocsXDP(t *testing.T) {
+	netnstest.RequireCaps(t, unix.CAP_NET_RAW, unix.CAP_NET_ADMIN, unix.CAP_BPF)
+	p := readyPair(t, 1500)
+	da := openIn(t, p.VethA, Options{Link: LinkXDP})
+	db := openIn(t, p.VethB, Options{Link: LinkXDP})
+	a := newEndpoint(t, da, RC, 8192)
+	b := newEndpoint(t, db, RC, 8192)
+	connect(t, a, b, p.VethA.Addr.Addr(), p.VethB.Addr.Addr(), ConnectAttr{})
+	ctx := context.Background()
+	rwr := RecvWR{ID: 1, SGL: []SGE{b.mr.SGE(0, 4000)}}
+	swr := SendWR{ID: 2, Opcode: WRSend, Flags: SendSignaled, SGL: []SGE{a.mr.SGE(0, 4000)}}
+	var wc [1]WorkCompletion
+	round := func() {
+		if err := b.qp.PostRecv(&rwr); err != nil {
+			t.Fatal(err)
+		}
+		if err := a.qp.PostSend(&swr); err != nil {
+			t.Fatal(err)
+		}
+		for _, cq := range []*CQ{a.scq, b.rcq} {
+			for cq.Poll(wc[:]) == 0 {
+				if err := cq.Wait(ctx); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if wc[0].Status != WCSuccess {
+				t.Fatal(wc[0].Status)
+			}
+		}
+	}
+	for i := 0; i < 50; i++ {
+		round()
+	}
+	if allocs := testing.AllocsPerRun(200, round); allocs > 0.5 {
+		t.Fatalf("%.2f allocations per round trip over AF_XDP", allocs)
 	}
 }
