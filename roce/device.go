@@ -188,6 +188,12 @@ const (
 	rxeHeaderBudget = 80
 )
 
+// never is the timer goroutine's wake-up time when no timer is pending.
+const never = time.Duration(1<<62 - 1)
+
+// timerTick bounds how late a timer armed while another one is pending runs.
+const timerTick = time.Millisecond
+
 // monoClock is the engine's clock: time since the device opened.
 type monoClock struct{ start time.Time }
 
@@ -377,7 +383,7 @@ func newDevice(l link.Link, opts Options, nl *netlinkWatch) (*Device, error) {
 			return nil, err
 		}
 	}
-	d.wakeAt.Store(int64(time.Duration(1<<62 - 1)))
+	d.wakeAt.Store(int64(never))
 	d.wg.Add(2)
 	go d.receiveLoop()
 	go d.timerLoop()
@@ -543,8 +549,16 @@ func (d *Device) receiveBatch(frames [][]byte, p *ib.Packet) {
 
 // noteDeadline kicks the timer goroutine if the engine's next deadline is
 // earlier than its planned wake-up. Called with d.mu held.
+//
+// Finding the deadline walks every QP, so it is only done while the timer
+// goroutine sleeps without a deadline; while it has one it wakes at least
+// every timerTick and picks up earlier timers then (rxe's timers are
+// jiffy-grained too).
 func (d *Device) noteDeadline() {
-	if next, ok := d.eng.NextDeadline(); ok && int64(next) < d.wakeAt.Load() {
+	if d.wakeAt.Load() != int64(never) {
+		return
+	}
+	if next, ok := d.eng.NextDeadline(); ok {
 		d.wakeAt.Store(int64(next))
 		select {
 		case d.kick <- struct{}{}:
@@ -570,7 +584,6 @@ func (d *Device) timerLoop() {
 	defer d.wg.Done()
 	t := time.NewTimer(time.Hour)
 	defer t.Stop()
-	const never = time.Duration(1<<62 - 1)
 	for {
 		d.mu.Lock()
 		d.eng.Advance(time.Since(d.start))
@@ -586,6 +599,9 @@ func (d *Device) timerLoop() {
 		d.wakeAt.Store(int64(next))
 		d.mu.Unlock()
 		wait := next - time.Since(d.start)
+		if next != never && wait > timerTick {
+			wait = timerTick
+		}
 		if wait < 10*time.Microsecond {
 			wait = 10 * time.Microsecond
 		}
