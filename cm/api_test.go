@@ -309,3 +309,50 @@ func checkCaptureCM(t *testing.T, pcap []byte) {
 		}
 	}
 }
+
+// TestDialIPv6AndBoundListener connects over IPv6 (cma_hdr version 6,
+// GIDs = the addresses) and checks that a listener bound to one address
+// refuses requests for another address of the same device, as rdma_cm's
+// listener lookup does (REJ CONSUMER_DEFINED).
+func TestDialIPv6AndBoundListener(t *testing.T) {
+	a6, b6, b6other := netip.MustParseAddr("fd00::1"), netip.MustParseAddr("fd00::2"), netip.MustParseAddr("fd00::3")
+	la, lb := memlink.PairWithOptions(memlink.Options{})
+	da, err := roce.OpenLink(la, roce.Options{Addrs: []netip.Addr{a6},
+		Neighbours: map[netip.Addr]net.HardwareAddr{b6: lb.HardwareAddr(), b6other: lb.HardwareAddr()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer da.Close()
+	db, err := roce.OpenLink(lb, roce.Options{Addrs: []netip.Addr{b6, b6other}, Neighbours: map[netip.Addr]net.HardwareAddr{a6: la.HardwareAddr()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	l, err := Listen(ctx, db, netip.AddrPortFrom(b6other, 7174), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	go func() {
+		for {
+			c, err := l.Accept(ctx)
+			if err != nil {
+				return
+			}
+			defer c.Close()
+		}
+	}()
+	if _, err := Dial(ctx, da, netip.AddrPortFrom(b6, 7174), nil); !errors.Is(err, mad.RejConsumerDefined) {
+		t.Fatalf("dial to an address the listener is not bound to: %v", err)
+	}
+	c, err := Dial(ctx, da, netip.AddrPortFrom(b6other, 7174), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if c.LocalAddr().Addr() != a6 || c.QP().Attr().AV.DGID.Addr() != b6other {
+		t.Errorf("local %v, AV %+v", c.LocalAddr(), c.QP().Attr().AV)
+	}
+}

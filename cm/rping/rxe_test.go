@@ -41,6 +41,13 @@ func (d *sharedDev) close() {
 	}
 }
 
+// release closes the shared device so that another program can own rxeh0;
+// the next rxeSetup opens it again.
+func (d *sharedDev) release() {
+	d.close()
+	*d = sharedDev{}
+}
+
 var labDev sharedDev
 
 func rxeSetup(t *testing.T) (*rxelab.Lab, *rxelab.Guest, *roce.Device) {
