@@ -216,8 +216,8 @@ func iperf3(ctx context.Context, p *netnstest.Pair, d time.Duration, udpLen int)
 // sockperfResult is what sockperf ping-pong reports: one-way latency (half
 // the round trip), in microseconds.
 type sockperfResult struct {
-	Avg, Median, P99 float64
-	Observations     int
+	Avg, Median, P99, Min float64
+	Observations          int
 }
 
 const sockperfPort = 11111
@@ -243,8 +243,8 @@ func sockperf(ctx context.Context, p *netnstest.Pair, d time.Duration, size int)
 	return parseSockperf(out)
 }
 
-// parseSockperf reads "avg-latency=", "percentile 50.000 =" and
-// "percentile 99.000 =" from sockperf's summary.
+// parseSockperf reads "avg-latency=", "percentile 50.000 =",
+// "percentile 99.000 =" and "<MIN> observation =" from sockperf's summary.
 func parseSockperf(out []byte) (sockperfResult, error) {
 	var res sockperfResult
 	var haveAvg, haveMed bool
@@ -266,7 +266,7 @@ func parseSockperf(out []byte) (sockperfResult, error) {
 			key string
 			dst *float64
 			ok  *bool
-		}{{"percentile 50.000 =", &res.Median, &haveMed}, {"percentile 99.000 =", &res.P99, nil}} {
+		}{{"percentile 50.000 =", &res.Median, &haveMed}, {"percentile 99.000 =", &res.P99, nil}, {"<MIN> observation =", &res.Min, nil}} {
 			if _, rest, ok := strings.Cut(l, pc.key); ok {
 				v, err := strconv.ParseFloat(strings.TrimSpace(rest), 64)
 				if err == nil {

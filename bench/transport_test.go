@@ -280,7 +280,7 @@ func TestTransportTable(t *testing.T) {
 			n.mtus = appendOnce(n.mtus, fmt.Sprintf("%s %d", l, r.client.MTU))
 			return map[string]float64{"bw/" + l: r.client.BW.BWAvg}, nil
 		})
-		fs.run(t, "goroce/send-lat/"+l, rounds, skip, []string{"lat/" + l, "latavg/" + l}, func(t *testing.T) (map[string]float64, error) {
+		fs.run(t, "goroce/send-lat/"+l, rounds, skip, []string{"lat/" + l, "latavg/" + l, "latmin/" + l}, func(t *testing.T) (map[string]float64, error) {
 			ctx, cancel := context.WithTimeout(context.Background(), caseTimeout)
 			defer cancel()
 			p := netnstest.NewPair(t, vethMTU)
@@ -293,7 +293,7 @@ func TestTransportTable(t *testing.T) {
 					return nil, fmt.Errorf("%s: no latency figure: %+v", e.Role, e)
 				}
 			}
-			return map[string]float64{"lat/" + l: r.client.Lat.Typical, "latavg/" + l: r.client.Lat.Avg}, nil
+			return map[string]float64{"lat/" + l: r.client.Lat.Typical, "latavg/" + l: r.client.Lat.Avg, "latmin/" + l: r.client.Lat.Min}, nil
 		})
 		// perftest's bandwidth and latency tests do not look at the bytes
 		// they move; this case does, on the same link and veth.
@@ -343,7 +343,7 @@ func TestTransportTable(t *testing.T) {
 	if _, err := exec.LookPath("sockperf"); err != nil {
 		skip = "sockperf not installed (Debian package sockperf)"
 	}
-	fs.run(t, "sockperf/udp", rounds, skip, []string{"sock/med", "sock/avg"}, func(t *testing.T) (map[string]float64, error) {
+	fs.run(t, "sockperf/udp", rounds, skip, []string{"sock/med", "sock/avg", "sock/min"}, func(t *testing.T) (map[string]float64, error) {
 		ctx, cancel := context.WithTimeout(context.Background(), caseTimeout)
 		defer cancel()
 		p := netnstest.NewPair(t, vethMTU)
@@ -354,9 +354,9 @@ func TestTransportTable(t *testing.T) {
 		if r.Median <= 0 || r.Avg <= 0 || r.Observations == 0 {
 			return nil, fmt.Errorf("no latency figure: %+v", r)
 		}
-		return map[string]float64{"sock/med": r.Median, "sock/avg": r.Avg}, nil
+		return map[string]float64{"sock/med": r.Median, "sock/avg": r.Avg, "sock/min": r.Min}, nil
 	})
-	fs.run(t, "go-ping-pong/udp", rounds, "", []string{"go/med", "go/avg"}, func(t *testing.T) (map[string]float64, error) {
+	fs.run(t, "go-ping-pong/udp", rounds, "", []string{"go/med", "go/avg", "go/min"}, func(t *testing.T) (map[string]float64, error) {
 		ctx, cancel := context.WithTimeout(context.Background(), caseTimeout)
 		defer cancel()
 		p := netnstest.NewPair(t, vethMTU)
@@ -367,7 +367,7 @@ func TestTransportTable(t *testing.T) {
 		if r.Median <= 0 || r.Avg <= 0 || r.Samples == 0 {
 			return nil, fmt.Errorf("no latency figure: %+v", r)
 		}
-		return map[string]float64{"go/med": r.Median, "go/avg": r.Avg}, nil
+		return map[string]float64{"go/med": r.Median, "go/avg": r.Avg, "go/min": r.Min}, nil
 	})
 	n.loadEnd = loadAvg()
 	printTransportTable(fs, n, plan, rounds)
@@ -429,6 +429,8 @@ func printTransportTable(fs figures, n notes, plan transportPlan, rounds int) {
 		row("", "lat/"+l.key, "kernel UDP median (Go ping-pong)", "go/med")
 		row("send-lat 8 B, "+l.name+" link, average (us)", "latavg/"+l.key, "kernel UDP average (sockperf)", "sock/avg")
 		row("", "latavg/"+l.key, "kernel UDP average (Go ping-pong)", "go/avg")
+		row("send-lat 8 B, "+l.name+" link, minimum (us)", "latmin/"+l.key, "kernel UDP minimum (sockperf)", "sock/min")
+		row("", "latmin/"+l.key, "kernel UDP minimum (Go ping-pong)", "go/min")
 	}
 	w.Flush()
 	fmt.Printf("raw link received frame Gb/s (headers included): AF_XDP %s (%.1f%% of sent frames lost), UDP link %s (%.1f%% lost)\n",

@@ -36,8 +36,8 @@ type udpPingConfig struct {
 
 // udpPingResult is one-way latency (half the round trip) in microseconds.
 type udpPingResult struct {
-	Median, Avg, P99 float64
-	Samples          int
+	Median, Avg, P99, Min float64
+	Samples               int
 }
 
 // udpEchoMain echoes every datagram back to its sender until killed.
@@ -134,6 +134,7 @@ func udpPing(cfg udpPingConfig) (udpPingResult, error) {
 		sum += d
 	}
 	us := func(d time.Duration) float64 { return float64(d) / 2 / float64(time.Microsecond) }
+	res.Min = us(rtts[0])
 	res.Median = us(rtts[len(rtts)/2])
 	res.P99 = us(rtts[len(rtts)*99/100])
 	res.Avg = us(sum / time.Duration(len(rtts)))
