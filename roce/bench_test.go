@@ -51,6 +51,8 @@ func BenchmarkWriteUDPLoopback(b *testing.B) {
 	y := newEndpoint(b, db, RC, 1<<16)
 	connect(b, x, y, loA, loB, ConnectAttr{PathMTU: ib.MTU1024})
 	benchWrite(b, x, y, 65536, 16)
+	c := da.Counters()
+	b.Logf("timeouts %d, go-back-N %d, seq NAKs %d", c.Timeouts, c.CompleterRetryErr, c.RcvdSeqErr)
 }
 
 func BenchmarkWriteXDPVeth(b *testing.B) {

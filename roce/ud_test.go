@@ -232,3 +232,42 @@ func TestSRQSlabReady(t *testing.T) {
 
 // a2peer is a placeholder UD endpoint on d so that connect can bring a up.
 func a2peer(t *testing.T, d *Device) *endpoint { return newEndpoint(t, d, UD, 64) }
+
+// CQ.Serve delivers completions in batches until its context ends.
+func TestCQServe(t *testing.T) {
+	da, db := memPair(t, faultnet.Config{}, faultnet.Config{}, nil)
+	a := newEndpoint(t, da, RC, 1<<16)
+	b := newEndpoint(t, db, RC, 1<<16)
+	connect(t, a, b, addrA, addrB, ConnectAttr{})
+	const n = 100
+	for i := 0; i < n; i++ {
+		if err := b.qp.PostRecv(&RecvWR{ID: uint64(i), SGL: []SGE{b.mr.SGE(i*64, 64)}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	done := make(chan error, 1)
+	got := 0
+	go func() {
+		done <- b.rcq.Serve(ctx, make([]WorkCompletion, 16), func(wcs []WorkCompletion) {
+			for _, wc := range wcs {
+				if wc.Status != WCSuccess || wc.WRID != uint64(got) {
+					t.Errorf("completion %+v, want WRID %d", wc, got)
+				}
+				got++
+			}
+			if got == n {
+				cancel()
+			}
+		})
+	}()
+	for i := 0; i < n; i++ {
+		if err := a.qp.PostSend(&SendWR{Opcode: WRSend, Flags: SendInline, Inline: []byte("x")}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := <-done; !errors.Is(err, context.Canceled) || got != n {
+		t.Fatalf("Serve returned %v after %d of %d completions", err, got, n)
+	}
+}

@@ -225,6 +225,25 @@ func (cq *CQ) Wait(ctx context.Context) error {
 	}
 }
 
+// Serve runs a completion loop: it waits for completions and hands them to
+// fn in batches of up to len(batch) (a caller-owned buffer, reused for every
+// call, so the loop does not allocate) until ctx ends or the device closes,
+// and returns why it stopped. fn runs on the calling goroutine.
+func (cq *CQ) Serve(ctx context.Context, batch []WorkCompletion, fn func([]WorkCompletion)) error {
+	if len(batch) == 0 {
+		return fmt.Errorf("roce: Serve needs a non-empty batch buffer: %w", qp.ErrInvalidArgument)
+	}
+	for {
+		if n := cq.Poll(batch); n > 0 {
+			fn(batch[:n])
+			continue
+		}
+		if err := cq.Wait(ctx); err != nil {
+			return err
+		}
+	}
+}
+
 // Overflows returns how many completions were lost because the CQ was full.
 func (cq *CQ) Overflows() uint64 {
 	cq.d.mu.Lock()
