@@ -83,3 +83,42 @@ func TestCaptureTap(t *testing.T) {
 		t.Fatalf("tshark decoded %d InfiniBand frames of %d:\n%s", len(lines), n, out)
 	}
 }
+
+// Capture can be switched on and off on a running device.
+func TestSetCapture(t *testing.T) {
+	da, db := memPair(t, faultnet.Config{}, faultnet.Config{}, nil)
+	a := newEndpoint(t, da, RC, 8192)
+	b := newEndpoint(t, db, RC, 8192)
+	connect(t, a, b, addrA, addrB, ConnectAttr{})
+	var buf bytes.Buffer
+	if err := da.SetCapture(&buf); err != nil {
+		t.Fatal(err)
+	}
+	if err := pingPong(a, b, 100, 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := da.SetCapture(nil); err != nil {
+		t.Fatal(err)
+	}
+	size := buf.Len()
+	if err := pingPong(a, b, 100, 1); err != nil {
+		t.Fatal(err)
+	}
+	if buf.Len() != size {
+		t.Fatal("frames captured after SetCapture(nil)")
+	}
+	r, err := pcapgo.NewReader(&buf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for {
+		if _, _, err := r.ReadPacketData(); err != nil {
+			break
+		}
+		n++
+	}
+	if n < 2 { // the SEND and its ACK at least
+		t.Fatalf("%d frames captured", n)
+	}
+}

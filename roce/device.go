@@ -150,7 +150,7 @@ type Device struct {
 	gids  atomic.Pointer[gidTable]
 	neigh *neighbours
 	ctr   counters
-	tap   *pcapTap
+	tap   atomic.Pointer[pcapTap]
 
 	// Transmit: txMu owns the slots; txPending asks the holder to go again.
 	txMu      sync.Mutex
@@ -352,7 +352,7 @@ func newDevice(l link.Link, opts Options, nl *netlinkWatch) (*Device, error) {
 		if err != nil {
 			return nil, err
 		}
-		d.tap = tap
+		d.tap.Store(tap)
 	}
 	d.slots = make([]qp.TxPacket, opts.TxBatch)
 	d.frames = make([][]byte, opts.TxBatch)
@@ -444,8 +444,8 @@ func (d *Device) Close() error {
 	for _, c := range d.extra {
 		c.Close()
 	}
-	if d.tap != nil {
-		d.tap.flush()
+	if tap := d.tap.Load(); tap != nil {
+		tap.flush()
 	}
 	return err
 }
@@ -489,11 +489,12 @@ func (d *Device) receiveLoop() {
 // the engine under one lock acquisition.
 func (d *Device) receiveBatch(frames [][]byte, p *ib.Packet) {
 	gt := d.gids.Load()
+	tap := d.tap.Load()
 	locked := false
 	for _, f := range frames {
 		d.ctr.rcvdPkts.Add(1)
-		if d.tap != nil {
-			d.tap.write(f)
+		if tap != nil {
+			tap.write(f)
 		}
 		// The link's header walk, then the IB packet: this accepts any UDP
 		// port (the link already filtered it), unlike ib.Parse.
@@ -670,9 +671,9 @@ func (d *Device) transmit() {
 		d.write(d.frames[:k])
 		clear(d.frames[:k])
 		if len(d.loop) > 0 {
-			if d.tap != nil {
+			if tap := d.tap.Load(); tap != nil {
 				for _, f := range d.loop {
-					d.tap.write(f)
+					tap.write(f)
 				}
 			}
 			d.ctr.sentPkts.Add(uint64(len(d.loop)))
@@ -689,9 +690,9 @@ func (d *Device) transmit() {
 
 // write hands frames to the link, skipping any frame the link refuses.
 func (d *Device) write(frames [][]byte) {
-	if d.tap != nil {
+	if tap := d.tap.Load(); tap != nil {
 		for _, f := range frames {
-			d.tap.write(f)
+			tap.write(f)
 		}
 	}
 	for len(frames) > 0 {

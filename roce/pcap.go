@@ -77,8 +77,25 @@ func (t *pcapTap) flush() error {
 // FlushCapture writes out frames the capture tap still buffers. Close
 // flushes too.
 func (d *Device) FlushCapture() error {
-	if d.tap == nil {
-		return nil
+	if tap := d.tap.Load(); tap != nil {
+		return tap.flush()
 	}
-	return d.tap.flush()
+	return nil
+}
+
+// SetCapture starts writing a new pcap stream (header first) of every frame
+// to w, replacing any capture in progress (which is flushed); nil stops
+// capturing.
+func (d *Device) SetCapture(w io.Writer) error {
+	var tap *pcapTap
+	if w != nil {
+		var err error
+		if tap, err = newPcapTap(w); err != nil {
+			return err
+		}
+	}
+	if old := d.tap.Swap(tap); old != nil {
+		return old.flush()
+	}
+	return nil
 }
