@@ -87,13 +87,19 @@ func fixedRand(first uint32) func() uint32 {
 	}
 }
 
-// TestReplayRping plays both ends of the captured rping connection between
-// two rxe hosts (REQ, REP, RTU, DREQ, DREP) with engines configured like
-// the captured hosts, and requires every MAD they send to be byte-identical
-// to rxe's, and the QP attributes to match the PSNs the captured data
-// packets carry.
-func TestReplayRping(t *testing.T) {
-	frames := readCapture(t, "mtu4096/cm_rping.pcap")
+// TestReplay plays both ends of captured rdma_cm connections between two
+// rxe hosts (REQ, REP, RTU, DREQ, DREP; rping's client and ucmatose's
+// server disconnect) with engines configured like the captured hosts, and
+// requires every MAD they send to be byte-identical to rxe's, and the QP
+// attributes to match the PSNs the captured data packets carry.
+func TestReplay(t *testing.T) {
+	for _, name := range []string{"mtu4096/cm_rping.pcap", "mtu1024/cm_rping.pcap", "mtu4096/cm_ucmatose.pcap"} {
+		t.Run(name, func(t *testing.T) { replay(t, name) })
+	}
+}
+
+func replay(t *testing.T, name string) {
+	frames := readCapture(t, name)
 	var cms []capturedFrame
 	var clientPSN, serverPSN uint32 = 1 << 31, 1 << 31
 	for _, f := range frames {
@@ -119,7 +125,7 @@ func TestReplayRping(t *testing.T) {
 		t.Fatal(err)
 	}
 	server, err := NewEngine(Config{Clock: clk, Rand: fixedRand(rep.LocalCommID), LocalCAGUID: rep.LocalCAGUID,
-		HiTID: uint32(dreqM.TID() >> 32)})
+		HiTID: uint32(dreqM.TID() >> 32)}) // the TID rxe formed for its DREQ, if the server sent it
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -211,19 +217,23 @@ func TestReplayRping(t *testing.T) {
 		}
 	}
 
-	// The client disconnects: DREQ and DREP as rxe's.
-	if err := client.Disconnect(id, nil); err != nil {
+	// One side disconnects: DREQ and DREP as rxe's.
+	from, fromID, fromPath, to, toPath := client, id, toServer, server, toClient
+	if cms[3].src == sAddr {
+		from, fromID, fromPath, to, toPath = server, ev.ID, toClient, client, toServer
+	}
+	if err := from.Disconnect(fromID, nil); err != nil {
 		t.Fatal(err)
 	}
-	sent = expect(client, dreqM, "DREQ")
-	if err := server.Receive(toServer, sent); err != nil {
+	sent = expect(from, dreqM, "DREQ")
+	if err := to.Receive(fromPath, sent); err != nil {
 		t.Fatal(err)
 	}
-	sent = expect(server, drepM, "DREP")
-	if err := client.Receive(toClient, sent); err != nil {
+	sent = expect(to, drepM, "DREP")
+	if err := from.Receive(toPath, sent); err != nil {
 		t.Fatal(err)
 	}
-	if ev, _ := client.PollEvent(); ev.Type != EventDisconnectDone {
-		t.Fatalf("client event %v", ev.Type)
+	if ev, _ := from.PollEvent(); ev.Type != EventDisconnectDone {
+		t.Fatalf("disconnecting side's event %v", ev.Type)
 	}
 }
