@@ -211,7 +211,10 @@ func (w *workload) check() {
 	}
 }
 
-var soakSeeds = flag.Int("qp.soakseeds", 0, "extra random-seed rounds for TestRCSoak (each with fresh impairment seeds)")
+var (
+	soakSeeds  = flag.Int("qp.soakseeds", 0, "extra random-seed rounds for TestRCSoak (each with fresh impairment seeds)")
+	soakOpsArg = flag.Int("qp.soakops", soakOps, "operations per direction and QP pair in TestRCSoak")
+)
 
 // checkWire watches every packet and checks two invariants the transport
 // must keep whatever the network does: a requester never sends two different
@@ -313,7 +316,7 @@ func TestRCSoak(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				ops := soakOps
+				ops := *soakOpsArg
 				if testing.Short() {
 					ops = 40
 				}
