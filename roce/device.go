@@ -95,6 +95,9 @@ type DeviceInfo struct {
 	// Fallback says why AF_XDP was not used when Open fell back to the
 	// kernel UDP link ("" when it was not asked to fall back).
 	Fallback string
+	// LastSendError is a recent reason the link refused a frame (recorded
+	// when send_err reaches a power of two), or "".
+	LastSendError string
 }
 
 // PortState is the state of the device's single port (ibv_port_state).
@@ -183,9 +186,6 @@ type Device struct {
 const (
 	txHeadroom = 128
 	txSlotSize = txHeadroom + 4096 + 256
-	// rxeHeaderBudget is what rxe subtracts from the netdev MTU for the IB
-	// headers (RXE_MAX_HDR_LENGTH) when it derives the active MTU.
-	rxeHeaderBudget = 80
 )
 
 // never is the timer goroutine's wake-up time when no timer is pending.
@@ -405,6 +405,9 @@ func eui64(mac [6]byte) uint64 {
 func (d *Device) Info() DeviceInfo {
 	i := d.info
 	i.NetdevMTU = int(d.netMTU.Load())
+	if e := d.lastTxErr.Load(); e != nil {
+		i.LastSendError = *e
+	}
 	i.HardwareAddr = append(net.HardwareAddr(nil), i.HardwareAddr...)
 	return i
 }
@@ -704,11 +707,10 @@ func (d *Device) write(frames [][]byte) {
 		if errors.Is(err, link.ErrClosed) {
 			return
 		}
-		d.ctr.sendErr.Add(1)
-		if d.ctr.sendErr.Load()&(d.ctr.sendErr.Load()-1) == 0 { // log at powers of two
+		if c := d.ctr.sendErr.Add(1); c&(c-1) == 0 { // log at powers of two
 			s := err.Error()
 			d.lastTxErr.Store(&s)
-			d.log.Warn("roce: link refused a frame", "err", err, "count", d.ctr.sendErr.Load())
+			d.log.Warn("roce: link refused a frame", "err", err, "count", c)
 		}
 		// Skip the refused frame (RC recovers by retransmission) and
 		// send the rest.
