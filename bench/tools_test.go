@@ -29,8 +29,8 @@ import (
 const envRocectl = "GOROCE_BENCH_ROCECTL_ARGS"
 
 // rocectlMain runs the rocectl command in args and exits with its status.
-// Only the commands the benchmark uses are wired: they are the ones rocectl
-// registers for "perf" and "pingpong".
+// Only "perf", the command the benchmark uses, is wired: it is the entry
+// point rocectl registers for it.
 func rocectlMain(argsJSON string) {
 	var args []string
 	if err := json.Unmarshal([]byte(argsJSON), &args); err != nil || len(args) == 0 {
@@ -40,8 +40,6 @@ func rocectlMain(argsJSON string) {
 	switch args[0] {
 	case "perf":
 		os.Exit(perfcmd.RunPerf(args[1:], os.Stdout, os.Stderr))
-	case "pingpong":
-		os.Exit(perfcmd.RunPingpong(args[1:], os.Stdout, os.Stderr))
 	}
 	fmt.Fprintf(os.Stderr, "unknown command %q\n", args[0])
 	os.Exit(2)
