@@ -2,7 +2,9 @@ package roce
 
 import (
 	"net/netip"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/goroce/goroce/ib"
 	"github.com/goroce/goroce/roce/link/udplink"
@@ -62,4 +64,37 @@ func TestUDPLinkUD(t *testing.T) {
 	b := newEndpoint(t, db, UD, 4096)
 	connect(t, a, b, loA, loB, ConnectAttr{})
 	exerciseUD(t, a, b, ib.GIDFromAddr(loB), 1000, 10)
+}
+
+// A frame the link refuses (here: a source address the UDP socket is not
+// bound to) is counted and explained, and the QP's work ends in
+// RETRY_EXC_ERR rather than hanging.
+func TestUDPLinkRefusedFrame(t *testing.T) {
+	la, err := udplink.ListenOptions(netip.AddrPortFrom(loA, 0), udplink.Options{EphemeralPort: true})
+	if err != nil {
+		t.Skipf("no UDP socket on 127.0.0.1: %v", err)
+	}
+	other := netip.MustParseAddr("127.0.0.3")
+	d, err := OpenLink(la, Options{Addrs: []netip.Addr{loA, other}, Port: 9})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	a := newEndpoint(t, d, RC, 4096)
+	if err := a.qp.Connect(t.Context(), &ConnectAttr{RemoteQPN: 17, RemoteAddr: loB, SGID: ib.GIDFromAddr(other),
+		PathMTU: ib.MTU1024, Timeout: 8, RetryCnt: 1, NoDefaults: true}); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.qp.PostSend(&SendWR{Opcode: WRSend, Flags: SendSignaled, SGL: []SGE{a.mr.SGE(0, 10)}}); err != nil {
+		t.Fatal(err)
+	}
+	if wc := waitWC(t, a.scq, 5*time.Second); wc.Status != WCRetryExcErr {
+		t.Fatalf("status %v", wc.Status)
+	}
+	if c := d.Counters(); c.SendErr == 0 {
+		t.Fatalf("send_err did not move: %v", c.Map())
+	}
+	if e := d.Info().LastSendError; !strings.Contains(e, "source address") {
+		t.Fatalf("LastSendError %q", e)
+	}
 }
