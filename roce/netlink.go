@@ -285,12 +285,13 @@ func (w *netlinkWatch) resolve(ctx context.Context, dst netip.Addr) ([6]byte, ne
 		if err != nil {
 			return zero, nh, fmt.Errorf("%w: %v: %v", ErrNoNeighbour, dst, err)
 		}
-		failed := false
+		failed, found := false, false
 		for _, n := range list {
 			a, ok := netip.AddrFromSlice(n.IP)
 			if !ok || a.Unmap() != nh {
 				continue
 			}
+			found = true
 			if n.State&nudValid != 0 && len(n.HardwareAddr) == 6 {
 				var mac [6]byte
 				copy(mac[:], n.HardwareAddr)
@@ -303,7 +304,9 @@ func (w *netlinkWatch) resolve(ctx context.Context, dst netip.Addr) ([6]byte, ne
 		if failed && !triggered.IsZero() && time.Since(triggered) > 50*time.Millisecond {
 			return zero, nh, fmt.Errorf("%w: %v: the kernel's resolution failed (no answer to ARP/ND via %s)", ErrNoNeighbour, nh, w.ifname)
 		}
-		if triggered.IsZero() || time.Since(triggered) > time.Second {
+		// Ask once, and again only if the entry vanished (garbage
+		// collected) rather than interrupting the kernel's own probes.
+		if triggered.IsZero() || (!found && time.Since(triggered) > time.Second) {
 			w.trigger(nh, fam)
 			triggered = time.Now()
 		}
