@@ -6,6 +6,8 @@ import (
 	"errors"
 	"net"
 	"net/netip"
+	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -399,4 +401,33 @@ func TestNetnsXDPIPv6(t *testing.T) {
 	ub := newEndpoint(t, db, UD, 4096)
 	connect(t, ua, ub, ipA, ipB, ConnectAttr{})
 	exerciseUD(t, ua, ub, ib.GIDFromAddr(ipB), 1000, 5)
+}
+
+// When the kernel gives up on a neighbour (ARP unanswered), resolution fails
+// with that reason before the caller's deadline.
+func TestNetnsNeighbourFailed(t *testing.T) {
+	p := readyPair(t, 1500)
+	var w *netlinkWatch
+	err := p.VethA.NS.Do(func() (err error) {
+		// One probe, 100 ms apart: the kernel reaches FAILED quickly.
+		for file, v := range map[string]string{"mcast_solicit": "1", "ucast_solicit": "1", "retrans_time_ms": "100"} {
+			if err := os.WriteFile("/proc/sys/net/ipv4/neigh/"+p.VethA.Name+"/"+file, []byte(v), 0o644); err != nil {
+				return err
+			}
+		}
+		w, err = openNetlink(p.VethA.Name)
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	start := time.Now()
+	_, _, err = w.resolve(ctx, netip.MustParseAddr("10.99.0.77"))
+	if !errors.Is(err, ErrNoNeighbour) || ctx.Err() != nil || !strings.Contains(err.Error(), "failed") {
+		t.Fatalf("after %v: %v (ctx %v)", time.Since(start), err, ctx.Err())
+	}
+	t.Logf("after %v: %v", time.Since(start), err)
 }
