@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/goroce/goroce/cm"
 	"github.com/goroce/goroce/cm/mad"
 	"github.com/goroce/goroce/interop/rxelab"
 	"github.com/goroce/goroce/roce"
@@ -22,7 +23,7 @@ import (
 func TestMain(m *testing.M) {
 	// MTU 1500: rdma_cm's path MTU is then 1024 on both sides, and frames
 	// fit AF_XDP's 4096-byte chunks.
-	code := rxelab.Main(m, rxelab.Config{Guests: 1, MTU: 1500,
+	code := rxelab.Main(m, rxelab.Config{Guests: 1, MTU: 1500, IPv6: true,
 		Logf: func(format string, args ...any) { fmt.Fprintf(os.Stderr, "rxelab: "+format+"\n", args...) }})
 	labDev.close()
 	os.Exit(code)
@@ -96,20 +97,31 @@ func expectedPings(prefix string, count int) string {
 	return b.String()
 }
 
-// TestRxeServer: the real rping server in the guest, our client.
+// TestRxeServer: the real rping server in the guest, our client, over
+// IPv4 and IPv6.
 func TestRxeServer(t *testing.T) {
-	lab, g, dev := rxeSetup(t)
-	_ = lab
+	_, g, _ := rxeSetup(t)
+	t.Run("IPv4", func(t *testing.T) { rxeServer(t, g.Addr) })
+	t.Run("IPv6", func(t *testing.T) {
+		if !g.Addr6.IsValid() {
+			t.Skip("lab without IPv6")
+		}
+		rxeServer(t, g.Addr6)
+	})
+}
+
+func rxeServer(t *testing.T, addr netip.Addr) {
+	_, g, dev := rxeSetup(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	const count = 5
-	job := g.Start(ctx, "rping", "-s", "-a", g.Addr.String(), "-C", strconv.Itoa(count), "-v")
+	job := g.Start(ctx, "rping", "-s", "-a", addr.String(), "-C", strconv.Itoa(count), "-v")
 	defer job.Wait()
 	var out bytes.Buffer
 	var err error
 	for {
 		out.Reset()
-		err = Client(ctx, dev, netipPort(g.Addr.String()), Config{Count: count, Verbose: true, Validate: true, Out: &out})
+		err = Client(ctx, dev, netip.AddrPortFrom(addr, DefaultPort), Config{Count: count, Verbose: true, Validate: true, Out: &out})
 		// Until rping listens, rxe's CM answers REJ INVALID_SERVICE_ID.
 		if !errors.Is(err, mad.RejInvalidServiceID) {
 			break
@@ -164,6 +176,35 @@ func TestRxeClient(t *testing.T) {
 		t.Errorf("our server printed\n%s\nwant\n%s", out.String(), want)
 	}
 	t.Logf("rping -c:\n%s%s", stdout, stderr)
+}
+
+// TestRxeRejects: the kernel's rdma_cm reports our REJs as rping shows
+// them: no listener on the port (INVALID_SERVICE_ID, 8) and a listener
+// bound to another address (CONSUMER_DEFINED, 28).
+func TestRxeRejects(t *testing.T) {
+	lab, g, dev := rxeSetup(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	// A listener on 7175 bound to an address the guest will not name (the
+	// IPv6 one): the agent runs, so QP1 answers.
+	other := lab.PeerAddr6
+	if !other.IsValid() {
+		t.Skip("lab without IPv6")
+	}
+	l, err := cm.Listen(ctx, dev, netip.AddrPortFrom(other, 7175), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	for _, c := range []struct {
+		port string
+		want string
+	}{{"7176", "RDMA_CM_EVENT_REJECTED, error 8"}, {"7175", "RDMA_CM_EVENT_REJECTED, error 28"}} {
+		stdout, stderr, code, err := g.Exec(ctx, "rping", "-c", "-a", lab.PeerAddr.String(), "-p", c.port, "-C", "1")
+		if err != nil || code == 0 || !strings.Contains(string(stdout)+string(stderr), c.want) {
+			t.Errorf("rping -c -p %s: exit %d (%v), want %q\n%s%s", c.port, code, err, c.want, stdout, stderr)
+		}
+	}
 }
 
 func netipPort(a string) netip.AddrPort {
