@@ -58,8 +58,8 @@ func lossLevel(t *testing.T, e *env, pct int) {
 	t0 := time.Now()
 
 	pp := perfcmd.PingpongConfig{Type: roce.RC, Size: 4096, Iters: 100, MTU: ib.MTU1024, GIDIndex: -1}
-	t.Run("rc_pingpong/goroce-server", func(t *testing.T) { lossPingpong(t, e, pp, true) })
-	t.Run("rc_pingpong/goroce-client", func(t *testing.T) { lossPingpong(t, e, pp, false) })
+	t.Run("rc_pingpong/goroce-server", func(t *testing.T) { runPingpong(t, e, pp, true) })
+	t.Run("rc_pingpong/goroce-client", func(t *testing.T) { runPingpong(t, e, pp, false) })
 	for _, v := range []perftest.Verb{perftest.Send, perftest.Write, perftest.Read} {
 		// Go-back-N over perftest's 128 outstanding 16-packet WRITEs makes
 		// 5 % loss slow on TCG guests: fewer iterations keep the test short.
@@ -69,8 +69,8 @@ func lossLevel(t *testing.T, e *env, pct int) {
 		}
 		c := perfcmd.PerfConfig{Verb: v, Size: 16384, Iters: iters, MTU: ib.MTU1024, GIDIndex: -1}
 		name := "ib_" + [...]string{"send", "write", "read", "atomic"}[v] + "_bw"
-		t.Run(name+"/goroce-server", func(t *testing.T) { lossPerf(t, e, name, c, true) })
-		t.Run(name+"/goroce-client", func(t *testing.T) { lossPerf(t, e, name, c, false) })
+		t.Run(name+"/goroce-server", func(t *testing.T) { runPerf(t, e, name, c, true) })
+		t.Run(name+"/goroce-client", func(t *testing.T) { runPerf(t, e, name, c, false) })
 	}
 
 	passed, dropped, err := l.counts()
@@ -105,7 +105,7 @@ func lossLevel(t *testing.T, e *env, pct int) {
 	}
 }
 
-func lossPingpong(t *testing.T, e *env, c perfcmd.PingpongConfig, goroceServer bool) {
+func runPingpong(t *testing.T, e *env, c perfcmd.PingpongConfig, goroceServer bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	args := []string{"ibv_rc_pingpong", "-d", "rxe0", "-g", itoa(e.gidIndex), "-s", itoa(c.Size), "-n", itoa(c.Iters), "-m", itoa(c.MTU.Bytes())}
@@ -146,7 +146,7 @@ func lossPingpong(t *testing.T, e *env, c perfcmd.PingpongConfig, goroceServer b
 	t.Logf("%d × %d B round trips, %d echoed byte-exact, %.1fs", c.Iters, c.Size, res.Echoed, time.Since(t0).Seconds())
 }
 
-func lossPerf(t *testing.T, e *env, tool string, c perfcmd.PerfConfig, goroceServer bool) {
+func runPerf(t *testing.T, e *env, tool string, c perfcmd.PerfConfig, goroceServer bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	args := []string{tool, "-d", "rxe0", "-x", itoa(e.gidIndex), "-F", "-n", itoa(c.Iters), "-m", itoa(c.MTU.Bytes()), "-s", itoa(c.Size)}
