@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -155,9 +156,18 @@ func rcSourcePort(local, remote uint32) uint16 {
 type rcHostQP struct {
 	t    *testing.T
 	host *hostPort
-	uc   bool         // UC: no AckReq, no ACKs either way
-	spec ib.FrameSpec // addressing; BTH and ETHs are set per packet
-	want udExpect
+	uc   bool // UC: no AckReq, no ACKs either way
+	// outRETH, if set, makes our messages RDMA WRITEs to that memory.
+	outRETH *ib.RETHFields
+	// inWrite and inRETH describe rxe's last message: an RDMA WRITE, to inRETH.
+	inWrite bool
+	inRETH  ib.RETHFields
+	// answer: rxe sends first in each round (see pingpong).
+	answer bool
+	// trace records every packet both ways, for failure reports.
+	trace []string
+	spec  ib.FrameSpec // addressing; BTH and ETHs are set per packet
+	want  udExpect
 
 	sqPSN ib.PSN // next PSN we send
 	ePSN  ib.PSN // next PSN we expect from rxe
@@ -169,14 +179,19 @@ type rcHostQP struct {
 
 // pingpong sends msg as one SEND message, then waits until rxe has
 // acknowledged all of it (with MSN wantMSN) and sent us a whole SEND message
-// of its own, which it returns after acknowledging it.
+// of its own, which it returns after acknowledging it. With q.answer, it
+// waits for rxe's message first and sends msg only then.
 func (q *rcHostQP) pingpong(ctx context.Context, msg []byte, wantMSN uint32) ([]byte, error) {
 	first := q.sqPSN
 	npkts := max(1, (len(msg)+pingpongPathMTU-1)/pingpongPathMTU)
 	last := first.Add(uint32(npkts - 1))
 	q.sqPSN = last.Next()
-	if err := q.sendMessage(msg, first, npkts); err != nil {
-		return nil, err
+	sent := false
+	if !q.answer {
+		if err := q.sendMessage(msg, first, npkts); err != nil {
+			return nil, err
+		}
+		sent = true
 	}
 
 	acked := q.uc // nothing acknowledges UC
@@ -185,6 +200,12 @@ func (q *rcHostQP) pingpong(ctx context.Context, msg []byte, wantMSN uint32) ([]
 	var p ib.Packet
 	lastTx := time.Now()
 	for !acked || !done {
+		if done && !sent {
+			if err := q.sendMessage(msg, first, npkts); err != nil {
+				return nil, err
+			}
+			sent, lastTx = true, time.Now()
+		}
 		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		frame, err := q.host.recv(rctx, q.in, func(fr []byte) bool {
 			return ib.Parse(fr, &p) == nil && (p.BTH.Opcode().Transport() == ib.TransportRC ||
@@ -196,7 +217,7 @@ func (q *rcHostQP) pingpong(ctx context.Context, msg []byte, wantMSN uint32) ([]
 				return nil, fmt.Errorf("acked=%v, got %d of the guest's bytes: %w", acked, len(got), ctx.Err())
 			}
 			// Nothing for 5 s: our request or our last ACK may be lost.
-			if !acked && time.Since(lastTx) >= 5*time.Second {
+			if sent && !acked && time.Since(lastTx) >= 5*time.Second {
 				q.retransmits++
 				if err := q.sendMessage(msg, first, npkts); err != nil {
 					return nil, err
@@ -207,6 +228,7 @@ func (q *rcHostQP) pingpong(ctx context.Context, msg []byte, wantMSN uint32) ([]
 		}
 		q.pktsIn++
 		q.checkCommon(&p, frame)
+		q.record("in ", &p)
 		b := p.BTH.Fields()
 		op := b.Opcode
 		if want := q.transport(); op.Transport() != want {
@@ -231,7 +253,11 @@ func (q *rcHostQP) pingpong(ctx context.Context, msg []byte, wantMSN uint32) ([]
 			} else if ib.PSNDiff(b.PSN, first) < 0 || ib.PSNDiff(b.PSN, last) > 0 {
 				return nil, fmt.Errorf("ACK for PSN %#06x outside our message %#06x..%#06x", uint32(b.PSN), uint32(first), uint32(last))
 			}
-		case ib.RCSendFirst, ib.RCSendMiddle, ib.RCSendLast, ib.RCSendOnly:
+		case ib.RCSendFirst, ib.RCSendMiddle, ib.RCSendLast, ib.RCSendOnly,
+			ib.RCWriteFirst, ib.RCWriteMiddle, ib.RCWriteLast, ib.RCWriteOnly:
+			isFirst := rcOp == ib.RCSendFirst || rcOp == ib.RCSendOnly || rcOp == ib.RCWriteFirst || rcOp == ib.RCWriteOnly
+			isLast := rcOp == ib.RCSendLast || rcOp == ib.RCSendOnly || rcOp == ib.RCWriteLast || rcOp == ib.RCWriteOnly
+			isWrite := rcOp >= ib.RCWriteFirst && rcOp <= ib.RCWriteOnly
 			if d := ib.PSNDiff(b.PSN, q.ePSN); d < 0 {
 				// A retransmission: our ACK did not arrive in time. ACK again.
 				if q.uc {
@@ -248,10 +274,19 @@ func (q *rcHostQP) pingpong(ctx context.Context, msg []byte, wantMSN uint32) ([]
 			if done {
 				return nil, fmt.Errorf("a second message from rxe before our next SEND (PSN %#06x)", uint32(b.PSN))
 			}
-			if (rcOp == ib.RCSendFirst || rcOp == ib.RCSendOnly) != (got == nil) {
+			if isFirst != (got == nil) || (got != nil && isWrite != q.inWrite) {
 				return nil, fmt.Errorf("%v out of order (have %d bytes of the message)", op, len(got))
 			}
-			if rcOp != ib.RCSendLast && rcOp != ib.RCSendOnly && len(p.Payload) != pingpongPathMTU {
+			if isFirst {
+				q.inWrite = isWrite
+				if (p.RETH != nil) != isWrite {
+					return nil, fmt.Errorf("%v with RETH %v", op, p.RETH != nil)
+				}
+				if isWrite {
+					q.inRETH = p.RETH.Fields()
+				}
+			}
+			if !isLast && len(p.Payload) != pingpongPathMTU {
 				q.t.Errorf("%v carries %d bytes, want the path MTU %d", op, len(p.Payload), pingpongPathMTU)
 			}
 			if got == nil {
@@ -259,10 +294,10 @@ func (q *rcHostQP) pingpong(ctx context.Context, msg []byte, wantMSN uint32) ([]
 			}
 			got = append(got, p.Payload...)
 			q.ePSN = q.ePSN.Next()
-			if b.AckReq != (!q.uc && (rcOp == ib.RCSendLast || rcOp == ib.RCSendOnly)) {
+			if b.AckReq != (!q.uc && isLast) {
 				q.t.Errorf("%v PSN %#06x with AckReq %v", op, uint32(b.PSN), b.AckReq)
 			}
-			if rcOp == ib.RCSendLast || rcOp == ib.RCSendOnly {
+			if isLast {
 				q.msn++
 				done = true
 				if !q.uc {
@@ -278,8 +313,8 @@ func (q *rcHostQP) pingpong(ctx context.Context, msg []byte, wantMSN uint32) ([]
 	return got, nil
 }
 
-// sendMessage sends msg as npkts SEND packets from PSN first, AckReq on the
-// last one.
+// sendMessage sends msg as npkts SEND packets (RDMA WRITE packets, RETH on
+// the first, if q.outRETH is set) from PSN first, AckReq on the last one.
 func (q *rcHostQP) sendMessage(msg []byte, first ib.PSN, npkts int) error {
 	for k := 0; k < npkts; k++ {
 		op := ib.RCSendMiddle
@@ -291,8 +326,15 @@ func (q *rcHostQP) sendMessage(msg []byte, first ib.PSN, npkts int) error {
 		case k == npkts-1:
 			op = ib.RCSendLast
 		}
-		seg := msg[k*pingpongPathMTU : min(len(msg), (k+1)*pingpongPathMTU)]
 		s := q.spec
+		if q.outRETH != nil {
+			op = map[ib.Opcode]ib.Opcode{ib.RCSendFirst: ib.RCWriteFirst, ib.RCSendMiddle: ib.RCWriteMiddle,
+				ib.RCSendLast: ib.RCWriteLast, ib.RCSendOnly: ib.RCWriteOnly}[op]
+			if k == 0 {
+				s.RETH = q.outRETH
+			}
+		}
+		seg := msg[k*pingpongPathMTU : min(len(msg), (k+1)*pingpongPathMTU)]
 		if q.uc {
 			op |= ib.Opcode(ib.TransportUC)
 		}
@@ -332,7 +374,28 @@ func (q *rcHostQP) send(s *ib.FrameSpec) error {
 		return fmt.Errorf("our own %v: %w", s.BTH.Opcode, err)
 	}
 	q.pktsOut++
+	var p ib.Packet
+	if ib.Parse(q.out[:n], &p) == nil {
+		q.record("out", &p)
+	}
 	return q.host.send(q.out[:n])
+}
+
+func (q *rcHostQP) record(dir string, p *ib.Packet) {
+	b := p.BTH.Fields()
+	e := fmt.Sprintf("%s %v PSN %#06x AckReq %v len %d", dir, b.Opcode, uint32(b.PSN), b.AckReq, len(p.Payload))
+	if p.AETH != nil {
+		e += fmt.Sprintf(" AETH %+v", p.AETH.Fields())
+	}
+	if p.RETH != nil {
+		e += fmt.Sprintf(" RETH %+v", p.RETH.Fields())
+	}
+	q.trace = append(q.trace, e)
+}
+
+// traceString returns the last packets of the trace.
+func (q *rcHostQP) traceString() string {
+	return strings.Join(q.trace[max(0, len(q.trace)-40):], "\n")
 }
 
 // checkCommon checks what every RC frame from rxe must carry.

@@ -115,70 +115,7 @@ func readLatClient(t *testing.T, lab *rxelab.Lab, g *rxelab.Guest, size, iters i
 		t.Fatalf("%s\nguest exit %d\nstdout: %s\nstderr: %s", fmt.Sprintf(format, args...), code, stdout, stderr)
 	}
 
-	var conn net.Conn
-	for conn == nil {
-		err := lab.InPeerNS(func() error {
-			var err error
-			conn, err = net.DialTimeout("tcp", netip.AddrPortFrom(g.Addr, rxelab.OOBPort).String(), 2*time.Second)
-			return err
-		})
-		if err != nil {
-			select {
-			case <-job.Done():
-				fail("ib_read_lat exited before accepting: %v", err)
-			case <-ctx.Done():
-				fail("connecting to ib_read_lat: %v", err)
-			case <-time.After(200 * time.Millisecond):
-			}
-		}
-	}
-	defer conn.Close()
-	conn.SetDeadline(time.Now().Add(3 * time.Minute))
-	// xchg sends ours and reads the server's message of the same length.
-	xchg := func(what string, b []byte) []byte {
-		t.Helper()
-		if _, err := conn.Write(b); err != nil {
-			fail("perftest exchange, %s: %v", what, err)
-		}
-		r := make([]byte, len(b))
-		if _, err := io.ReadFull(conn, r); err != nil {
-			fail("perftest exchange, %s: %v", what, err)
-		}
-		return r
-	}
-	// The preamble exactly as the captured client sent it: version string,
-	// two 4-byte values, a 2-byte value (none depends on -s); the server
-	// answers each with its own.
-	version := make([]byte, 16)
-	copy(version, "6.06")
-	if v := xchg("version", version); !bytes.HasPrefix(v, []byte("6.")) {
-		t.Logf("server perftest version %q", bytes.TrimRight(v, "\x00"))
-	}
-	xchg("first value", []byte{0, 0, 0x10, 0})
-	xchg("second value", []byte{0, 0, 0, 0x40})
-	xchg("last value", []byte("3\x00"))
-
-	me := perftestDest{OutReads: 0x80, QPN: 0x100 + rand.Uint32N(0xFFFE00), PSN: ib.PSN(rand.Uint32N(1 << 24)),
-		RKey: rand.Uint32(), VAddr: 0x7f0000000000, GID: ib.GIDFromAddr(local)}
-	var remote perftestDest
-	for k := 0; k < 4; k++ { // address, then the sync points before the test
-		r := xchg("address record", me.wire())
-		d, err := parsePerftestDest(r)
-		if err != nil {
-			fail("%v", err)
-		}
-		if k == 0 {
-			remote = d
-		} else if d != remote {
-			t.Errorf("record %d differs from the first: %+v", k, d)
-		}
-	}
-	t.Logf("guest QPN %#06x PSN %#06x R_Key %#x VA %#x GID %v; ours QPN %#06x PSN %#06x",
-		remote.QPN, uint32(remote.PSN), remote.RKey, remote.VAddr, remote.GID, me.QPN, uint32(me.PSN))
-	if remote.GID != ib.GIDFromAddr(remoteAddr) {
-		fail("guest GID %v, want %v", remote.GID, ib.GIDFromAddr(remoteAddr))
-	}
-
+	xchg, me, remote := perftestSetup(ctx, t, lab, g, local, remoteAddr, job, fail)
 	q := &rcHostQP{
 		t: t, host: host,
 		spec: ib.FrameSpec{
@@ -271,4 +208,153 @@ func readLatClient(t *testing.T, lab *rxelab.Lab, g *rxelab.Guest, size, iters i
 		t.Fatalf("ib_read_lat: exit %d\nstdout: %s\nstderr: %s", code, stdout, stderr)
 	}
 	t.Logf("%d READs of %d bytes, %d response packets each (path MTU %d), rtt %v", iters, size, npkts, pmtu, rtts)
+}
+
+// perftestSetup connects to the perftest server in g and runs the exchange
+// up to the start of the test: preamble, address record and 3 syncs. xchg
+// then sends one message and returns the server's of the same length.
+func perftestSetup(ctx context.Context, t *testing.T, lab *rxelab.Lab, g *rxelab.Guest, local, remoteAddr netip.Addr,
+	job *rxelab.Job, fail func(string, ...any)) (xchg func(string, []byte) []byte, me, remote perftestDest) {
+	t.Helper()
+	var conn net.Conn
+	for conn == nil {
+		err := lab.InPeerNS(func() error {
+			var err error
+			conn, err = net.DialTimeout("tcp", netip.AddrPortFrom(g.Addr, rxelab.OOBPort).String(), 2*time.Second)
+			return err
+		})
+		if err != nil {
+			select {
+			case <-job.Done():
+				fail("the perftest server exited before accepting: %v", err)
+			case <-ctx.Done():
+				fail("connecting to the perftest server: %v", err)
+			case <-time.After(200 * time.Millisecond):
+			}
+		}
+	}
+	t.Cleanup(func() { conn.Close() })
+	conn.SetDeadline(time.Now().Add(3 * time.Minute))
+	// xchg sends ours and reads the server's message of the same length.
+	xchg = func(what string, b []byte) []byte {
+		t.Helper()
+		if _, err := conn.Write(b); err != nil {
+			fail("perftest exchange, %s: %v", what, err)
+		}
+		r := make([]byte, len(b))
+		if _, err := io.ReadFull(conn, r); err != nil {
+			fail("perftest exchange, %s: %v", what, err)
+		}
+		return r
+	}
+	// The preamble exactly as the captured client sent it: version string,
+	// two 4-byte values, a 2-byte value (none depends on -s); the server
+	// answers each with its own.
+	version := make([]byte, 16)
+	copy(version, "6.06")
+	if v := xchg("version", version); !bytes.HasPrefix(v, []byte("6.")) {
+		t.Logf("server perftest version %q", bytes.TrimRight(v, "\x00"))
+	}
+	xchg("first value", []byte{0, 0, 0x10, 0})
+	xchg("second value", []byte{0, 0, 0, 0x40})
+	xchg("last value", []byte("3\x00"))
+
+	me = perftestDest{OutReads: 0x80, QPN: 0x100 + rand.Uint32N(0xFFFE00), PSN: ib.PSN(rand.Uint32N(1 << 24)),
+		RKey: rand.Uint32(), VAddr: 0x7f0000000000, GID: ib.GIDFromAddr(local)}
+	for k := 0; k < 4; k++ { // address, then the sync points before the test
+		r := xchg("address record", me.wire())
+		d, err := parsePerftestDest(r)
+		if err != nil {
+			fail("%v", err)
+		}
+		if k == 0 {
+			remote = d
+		} else if d != remote {
+			t.Errorf("record %d differs from the first: %+v", k, d)
+		}
+	}
+	t.Logf("guest QPN %#06x PSN %#06x R_Key %#x VA %#x GID %v; ours QPN %#06x PSN %#06x R_Key %#x VA %#x",
+		remote.QPN, uint32(remote.PSN), remote.RKey, remote.VAddr, remote.GID, me.QPN, uint32(me.PSN), me.RKey, me.VAddr)
+	if remote.GID != ib.GIDFromAddr(remoteAddr) {
+		fail("guest GID %v, want %v", remote.GID, ib.GIDFromAddr(remoteAddr))
+	}
+
+	return xchg, me, remote
+}
+
+// TestRCWriteLatency plays the client of perftest's ib_write_lat (server in
+// the guest): each iteration the server RDMA WRITEs our advertised VA and
+// R_Key (the last byte the iteration number), which we check and ACK; then
+// we RDMA WRITE the guest's buffer (RETH with its VA and R_Key, the last byte
+// the iteration number, which the server polls for) and rxe ACKs it.
+func TestRCWriteLatency(t *testing.T) {
+	lab := rxelab.Get(t)
+	g := lab.Guests[0]
+	for _, size := range []int{8, 2000} {
+		t.Run(fmt.Sprintf("size%d", size), func(t *testing.T) {
+			const iters = 5
+			ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+			defer cancel()
+			local, remoteAddr, gidIndex := endpoints(t, lab, g, families[0])
+			host := openHostPort(t, lab)
+			job := g.Start(ctx, "ib_write_lat", "-d", "rxe0", "-x", strconv.Itoa(gidIndex), "-F",
+				"-s", strconv.Itoa(size), "-n", strconv.Itoa(iters))
+			defer func() {
+				cancel()
+				job.Wait()
+			}()
+			fail := func(format string, args ...any) {
+				t.Helper()
+				stdout, stderr, code := stopJob(job, cancel)
+				t.Fatalf("%s\nguest exit %d\nstdout: %s\nstderr: %s\nrxe counters:\n%s",
+					fmt.Sprintf(format, args...), code, stdout, stderr, rxeCounters(g))
+			}
+			_, me, remote := perftestSetup(ctx, t, lab, g, local, remoteAddr, job, fail)
+			q := &rcHostQP{
+				t: t, host: host,
+				spec: ib.FrameSpec{
+					SrcMAC: [6]byte(lab.PeerMAC), DstMAC: [6]byte(g.MAC), Src: local, Dst: remoteAddr,
+					HopLimit: 64, DontFragment: true, SrcPort: rcSourcePort(me.QPN, remote.QPN),
+				},
+				want: udExpect{local: local, remote: remoteAddr, localMAC: lab.PeerMAC, remoteMAC: g.MAC,
+					localQPN: me.QPN, remoteQPN: remote.QPN},
+				sqPSN: me.PSN, ePSN: remote.PSN,
+				outRETH: &ib.RETHFields{VA: remote.VAddr, RKey: remote.RKey, DMALen: uint32(size)},
+				// The server writes first; the client writes i only after
+				// it has seen i (perftest's run_iter_lat_write).
+				answer: true,
+				out:    make([]byte, 16384), in: make([]byte, 65536),
+			}
+			var rtts []time.Duration
+			for i := 1; i <= iters; i++ {
+				msg := bytes.Repeat([]byte{0x3c}, size)
+				msg[size-1] = byte(i)
+				ts := time.Now()
+				got, err := q.pingpong(ctx, msg, uint32(i))
+				if err != nil {
+					fail("WRITE %d: %v\npackets:\n%s", i, err, q.traceString())
+				}
+				rtts = append(rtts, time.Since(ts))
+				if !q.inWrite {
+					t.Errorf("iteration %d: rxe sent a SEND, want an RDMA WRITE", i)
+				}
+				if want := (ib.RETHFields{VA: me.VAddr, RKey: me.RKey, DMALen: uint32(size)}); q.inRETH != want {
+					t.Errorf("iteration %d: rxe's RETH %+v, want %+v", i, q.inRETH, want)
+				}
+				if len(got) != size || got[size-1] != byte(i) {
+					t.Errorf("iteration %d: rxe wrote %d bytes ending %#x, want %d ending %#x", i, len(got), got[len(got)-1], size, i)
+				}
+				if t.Failed() {
+					fail("iteration %d: bad frames", i)
+				}
+			}
+			// Unlike ib_read_lat's passive server, this one ends on its own
+			// after its last iteration: no closing exchange.
+			stdout, stderr, code := stopJob(job, cancel)
+			if code != 0 || !bytes.Contains(stdout, []byte("t_typical")) {
+				t.Fatalf("ib_write_lat: exit %d\nstdout: %s\nstderr: %s", code, stdout, stderr)
+			}
+			t.Logf("%d WRITEs of %d bytes each way, rtt %v; %d packets out, %d in", iters, size, rtts, q.pktsOut, q.pktsIn)
+		})
+	}
 }
