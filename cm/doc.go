@@ -1,7 +1,24 @@
 // Package cm is the InfiniBand Communication Manager of goroce: it sets up
 // and tears down RC/UC connections and resolves UD services (SIDR) with CM
 // MADs exchanged between the GSI QPs (QP1) of two ports, interoperating with
-// the Linux IB CM and rdma_cm.
+// the Linux IB CM and rdma_cm (rping, udaddy, ucmatose, ...).
+//
+// # API
+//
+// [Dial] and [Listen]/[Listener.Accept] are the rdma_cm of goroce: they take a
+// [roce.Device] and an IP address and port (the rdma_cm port space and port
+// become the IB service ID; the rdma_cm header travels at the start of the
+// REQ private data) and return a [Conn] whose RC QP is in RTS, or, for the
+// UDP port space, a UD QP with the peer's QPN and Q_Key from SIDR. Everything
+// that waits takes a context; cancelling a pending Dial sends a REJ.
+// [Conn.Close] disconnects with a DREQ.
+//
+// The first Dial or Listen on a device takes the device's QP1 and starts one
+// goroutine that owns it; it stops (releasing QP1) a few seconds after the
+// last Listener and Conn of the device are closed, once pending
+// disconnections have finished.
+//
+// # Engine
 //
 // [Engine] is the protocol core. Like package qp it does no I/O and starts no
 // goroutines: the owner feeds received MADs to [Engine.Receive], sends what
@@ -13,7 +30,9 @@
 // (REQ_RCVD → REP_SENT → ESTABLISHED) state machines, DREQ/DREP with
 // timewait, SIDR, and the QP attributes both sides must agree on
 // ([Engine.QPAttr]). Where the IBTA leaves room it does what Linux cm.c does,
-// because Linux is the peer it must interoperate with.
+// because Linux is the peer it must interoperate with; in particular a
+// Starting PSN is the PSN the receiver of the message sends from.
 //
-// Wire formats live in package cm/mad.
+// Wire formats live in package cm/mad; package cm/rping is rping's test on
+// top of this package.
 package cm
