@@ -99,6 +99,7 @@ type QP struct {
 
 	inReady   bool
 	readyNext *QP
+	reqTurn   bool // the requester goes first on the next produce
 	inTimers  bool
 	destroyed bool
 }
@@ -808,12 +809,23 @@ func (q *QP) produce(now time.Duration, t *TxPacket) int {
 		q.e.stats.ShortTxBuffer++
 		return shortBuffer
 	}
+	// Alternate between responses and requests so that a long READ response
+	// stream does not hold up this QP's own requests (or the reverse).
+	if q.reqTurn {
+		if n, ok := q.request(now, buf, t); ok {
+			t.Len = n
+			q.reqTurn = false
+			return produced
+		}
+	}
 	if n, ok := q.resp.produce(q, buf, t); ok {
 		t.Len = n
+		q.reqTurn = true
 		return produced
 	}
 	if n, ok := q.request(now, buf, t); ok {
 		t.Len = n
+		q.reqTurn = false
 		return produced
 	}
 	return idle
