@@ -21,8 +21,12 @@
 //
 // Not implemented: memory windows, fast registration and local invalidate
 // (SEND_WITH_INV invalidates an ordinary MR), FLUSH with persistence (global
-// visibility is supported, as is ATOMIC_WRITE), alternate paths, multicast, end-to-end credits
-// (received credits are ignored, ACKs carry 0x1F as rxe's do), XRC and RD.
-// Atomics are atomic with respect to this engine only. A full CQ drops
-// completions and counts them (CQ.Overflows); size CQs for the queues they serve.
+// visibility is supported, as is ATOMIC_WRITE), alternate paths, multicast,
+// end-to-end credits (received credits are ignored; ACKs carry 0x1F as rxe's
+// do), XRC and RD. Atomics are atomic with respect to this engine only. A
+// completion that does not fit its CQ is lost (CQ.Overflows) and moves its QP
+// to the error state, as in rxe; size CQs for the queues they serve.
+//
+// Test helpers live in package qptest: two engines joined by deterministic
+// internal/faultnet pipes under a fake clock.
 package qp
