@@ -356,3 +356,51 @@ func TestDialIPv6AndBoundListener(t *testing.T) {
 		t.Errorf("local %v, AV %+v", c.LocalAddr(), c.QP().Attr().AV)
 	}
 }
+
+// TestAgentStops checks that the CM gives QP1 back once its last user is
+// gone and pending disconnections have finished, and that a new user gets
+// a fresh agent.
+func TestAgentStops(t *testing.T) {
+	da, db := devPair(t, faultnet.Config{}, faultnet.Config{}, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	l, err := Listen(ctx, db, netip.AddrPortFrom(devAddrB, 7174), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	acc := make(chan *Conn, 1)
+	go func() {
+		c, _ := l.Accept(ctx)
+		acc <- c
+	}()
+	c, err := Dial(ctx, da, netip.AddrPortFrom(devAddrB, 7174), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc := <-acc
+	c.Close()
+	<-sc.Done()
+	sc.Close()
+	l.Close()
+	for _, d := range []*roce.Device{da, db} {
+		deadline := time.Now().Add(agentLinger + 3*time.Second)
+		for {
+			registry.Lock()
+			_, running := registry.m[d]
+			registry.Unlock()
+			if !running {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("agent of %s still running", d.Info().Name)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	// QP1 is free again: a new listener takes it.
+	l2, err := Listen(ctx, db, netip.AddrPortFrom(devAddrB, 7174), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l2.Close()
+}
