@@ -358,3 +358,93 @@ func TestRCWriteLatency(t *testing.T) {
 		})
 	}
 }
+
+// TestRCAtomic plays the client of perftest's ib_atomic_lat (passive server
+// in the guest) with both atomics on the guest's 8-byte target: FETCH_ADD
+// (AtomicETH addend) must return the running value in the ATOMIC_ACKNOWLEDGE's
+// AtomicAckETH, and COMPARE_SWAP must swap only when Compare matches.
+func TestRCAtomic(t *testing.T) {
+	lab := rxelab.Get(t)
+	g := lab.Guests[0]
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	local, remoteAddr, gidIndex := endpoints(t, lab, g, families[0])
+	host := openHostPort(t, lab)
+	job := g.Start(ctx, "ib_atomic_lat", "-d", "rxe0", "-x", strconv.Itoa(gidIndex), "-F", "-n", "5")
+	defer func() {
+		cancel()
+		job.Wait()
+	}()
+	fail := func(format string, args ...any) {
+		t.Helper()
+		stdout, stderr, code := stopJob(job, cancel)
+		t.Fatalf("%s\nguest exit %d\nstdout: %s\nstderr: %s\nrxe counters:\n%s",
+			fmt.Sprintf(format, args...), code, stdout, stderr, rxeCounters(g))
+	}
+	xchg, me, remote := perftestSetup(ctx, t, lab, g, local, remoteAddr, job, fail)
+	q := &rcHostQP{
+		t: t, host: host,
+		spec: ib.FrameSpec{
+			SrcMAC: [6]byte(lab.PeerMAC), DstMAC: [6]byte(g.MAC), Src: local, Dst: remoteAddr,
+			HopLimit: 64, DontFragment: true, SrcPort: rcSourcePort(me.QPN, remote.QPN),
+		},
+		want: udExpect{local: local, remote: remoteAddr, localMAC: lab.PeerMAC, remoteMAC: g.MAC,
+			localQPN: me.QPN, remoteQPN: remote.QPN},
+		out: make([]byte, 16384), in: make([]byte, 65536),
+	}
+	psn := me.PSN
+	msn := uint32(0)
+	atomic := func(op ib.Opcode, swapAdd, compare uint64) uint64 {
+		t.Helper()
+		s := q.spec
+		s.BTH = ib.BTHFields{Opcode: op, PKey: 0xFFFF, DestQP: remote.QPN, PSN: psn, AckReq: true}
+		s.AtomicETH = &ib.AtomicETHFields{VA: remote.VAddr, RKey: remote.RKey, SwapAdd: swapAdd, Compare: compare}
+		if err := q.send(&s); err != nil {
+			t.Fatal(err)
+		}
+		var p ib.Packet
+		rctx, rcancel := context.WithTimeout(ctx, 30*time.Second)
+		frame, err := host.recv(rctx, q.in, func(fr []byte) bool {
+			return ib.Parse(fr, &p) == nil && p.BTH.Opcode().Transport() == ib.TransportRC && p.BTH.DestQP() == me.QPN
+		})
+		rcancel()
+		if err != nil {
+			fail("%v: no answer: %v", op, err)
+		}
+		q.checkCommon(&p, frame)
+		msn++
+		if p.BTH.Opcode() != ib.RCAtomicAck || p.BTH.PSN() != psn || p.AETH == nil || p.AtomicAckETH == nil {
+			fail("%v PSN %#06x answered by %v PSN %#06x", op, uint32(psn), p.BTH.Opcode(), uint32(p.BTH.PSN()))
+		}
+		if a := p.AETH.Fields(); a.Syndrome.Type() != ib.SyndromeACK || a.MSN != msn {
+			t.Errorf("%v: AETH %v MSN %d, want ACK MSN %d", op, a.Syndrome, a.MSN, msn)
+		}
+		psn = psn.Next()
+		return p.AtomicAckETH.Orig()
+	}
+	const add = 0x0102030405
+	prev := atomic(ib.RCFetchAdd, add, 0)
+	for i := 1; i < 5; i++ {
+		if got := atomic(ib.RCFetchAdd, add, 0); got != prev+add {
+			t.Errorf("FETCH_ADD %d returned %#x, want %#x", i, got, prev+add)
+		}
+		prev += add
+	}
+	v := prev + add // the target's value now
+	if got := atomic(ib.RCCompareSwap, 0x1111, v^1); got != v {
+		t.Errorf("COMPARE_SWAP with a wrong Compare returned %#x, want %#x", got, v)
+	}
+	if got := atomic(ib.RCCompareSwap, 0xfeedface, v); got != v {
+		t.Errorf("COMPARE_SWAP with the right Compare returned %#x, want %#x", got, v)
+	}
+	if got := atomic(ib.RCCompareSwap, 0x2222, 0xfeedface); got != 0xfeedface {
+		t.Errorf("COMPARE_SWAP after the swap returned %#x, want 0xfeedface (the first swap did not happen)", got)
+	}
+	xchg("final sync", me.wire())
+	xchg("done", []byte("done\x00"))
+	stdout, stderr, code := stopJob(job, cancel)
+	if code != 0 {
+		t.Fatalf("ib_atomic_lat: exit %d\nstdout: %s\nstderr: %s", code, stdout, stderr)
+	}
+	t.Logf("5 FETCH_ADDs and 3 COMPARE_SWAPs on VA %#x; final value 0x2222", remote.VAddr)
+}

@@ -285,6 +285,14 @@ func rebuild(t *testing.T, p *ib.Packet) []byte {
 		i := p.ImmDt.Fields()
 		s.ImmDt = &i
 	}
+	if p.AtomicETH != nil {
+		a := p.AtomicETH.Fields()
+		s.AtomicETH = &a
+	}
+	if p.AtomicAckETH != nil {
+		a := p.AtomicAckETH.Fields()
+		s.AtomicAckETH = &a
+	}
 	buf := make([]byte, s.Len())
 	n, err := ib.Build(buf, &s)
 	if err != nil {
