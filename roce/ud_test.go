@@ -65,9 +65,23 @@ func TestMemlinkUD(t *testing.T) {
 	b := newEndpoint(t, db, UD, 4096)
 	connect(t, a, b, addrA, addrB, ConnectAttr{})
 	exerciseUD(t, a, b, ib.GIDFromAddr(addrB), 1024, 20)
-	// A datagram above the port MTU is not sent, as rxe (C10-93.1.1).
 	if got := da.QueryPort().ActiveMTU; got != ib.MTU1024 {
 		t.Fatalf("active MTU %v, want 1024 on a 1500-byte link", got)
+	}
+	// A datagram above the port MTU completes successfully without being
+	// sent, as rxe does (IBTA C10-93.1.1).
+	ah, err := a.pd.CreateAH(t.Context(), AddressVector{DGID: ib.GIDFromAddr(addrB)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := da.Counters().SentPkts
+	if err := a.qp.PostSend(&SendWR{ID: 99, Opcode: WRSend, Flags: SendSignaled, SGL: []SGE{a.mr.SGE(0, 2000)},
+		AH: ah, RemoteQPN: b.qp.QPN(), RemoteQKey: 0x1234}); err != nil {
+		t.Fatal(err)
+	}
+	wantOK(t, waitWC(t, a.scq, 5*time.Second), WCSend)
+	if after := da.Counters().SentPkts; after != before {
+		t.Fatalf("%d frames sent for an oversized datagram", after-before)
 	}
 }
 
