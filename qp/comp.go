@@ -30,7 +30,7 @@ func (q *QP) complete(p *ib.Packet, now time.Duration) error {
 	if ib.PSNDiff(psn, q.req.maxPSN) >= 0 {
 		return ErrDropped
 	}
-	progress := false
+	progress, lost := false, false
 	// Responses past the oldest WQE acknowledge it (SEND/WRITE) or show that its
 	// response was lost (READ/atomic).
 	for q.sqHead != q.sqTail {
@@ -39,8 +39,8 @@ func (q *QP) complete(p *ib.Packet, now time.Duration) error {
 			break
 		}
 		if isRdAtomicWR(w.op) {
-			q.retry(now, false, psn)
-			return nil
+			lost = true
+			break
 		}
 		if ib.PSNDiff(w.lastPSN.Next(), q.comp.psn) > 0 {
 			q.comp.psn = w.lastPSN.Next()
@@ -48,7 +48,10 @@ func (q *QP) complete(p *ib.Packet, now time.Duration) error {
 		q.completeHead(WCSuccess)
 		progress = true
 	}
-	err := q.completeOne(p, now, psn, low, &progress)
+	var err error
+	if !lost {
+		err = q.completeOne(p, now, psn, low, &progress)
+	}
 	if q.state != StateRTS && q.state != StateSQD {
 		return err
 	}
@@ -63,6 +66,9 @@ func (q *QP) complete(p *ib.Packet, now time.Duration) error {
 			q.comp.armed = false
 		}
 		q.e.schedule(q)
+	}
+	if lost {
+		q.retry(now, false, psn)
 	}
 	return err
 }
