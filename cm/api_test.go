@@ -404,3 +404,64 @@ func TestAgentStops(t *testing.T) {
 	}
 	l2.Close()
 }
+
+// TestConcurrentDials runs many dials at once against one listener whose
+// accepted connections close themselves, then checks that every engine
+// table drains.
+func TestConcurrentDials(t *testing.T) {
+	da, db := devPair(t, faultnet.Config{}, faultnet.Config{}, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	l, err := Listen(ctx, db, netip.AddrPortFrom(devAddrB, 7174), &ListenOptions{Backlog: 64})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	go func() {
+		for {
+			c, err := l.Accept(ctx)
+			if err != nil {
+				return
+			}
+			go func() { <-c.Done(); c.Close() }()
+		}
+	}()
+	const n = 24
+	errs := make(chan error, n)
+	for i := 0; i < n; i++ {
+		go func() {
+			c, err := Dial(ctx, da, netip.AddrPortFrom(devAddrB, 7174), nil)
+			if err == nil {
+				err = c.Disconnect(ctx)
+				c.Close()
+			}
+			errs <- err
+		}()
+	}
+	for i := 0; i < n; i++ {
+		if err := <-errs; err != nil {
+			t.Errorf("dial %d: %v", i, err)
+		}
+	}
+	for _, d := range []*roce.Device{da, db} {
+		registry.Lock()
+		a := registry.m[d]
+		registry.Unlock()
+		if a == nil {
+			continue
+		}
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			a.mu.Lock()
+			ids, _ := a.eng.Len()
+			a.mu.Unlock()
+			if ids == 0 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: %d IDs left", d.Info().Name, ids)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+}
