@@ -94,7 +94,7 @@ func connectedPingpongClient(t *testing.T, lab *rxelab.Lab, g *rxelab.Guest, f f
 			// of its QP pair; a real peer would do the same.
 			SrcPort: rcSourcePort(me.QPN, remote.QPN),
 		},
-		want: udExpect{
+		want: peerExpect{
 			local: local, remote: remoteAddr, localMAC: lab.PeerMAC, remoteMAC: g.MAC,
 			localQPN: me.QPN, remoteQPN: remote.QPN,
 		},
@@ -167,7 +167,7 @@ type rcHostQP struct {
 	// trace records every packet both ways, for failure reports.
 	trace []string
 	spec  ib.FrameSpec // addressing; BTH and ETHs are set per packet
-	want  udExpect
+	want  peerExpect
 
 	sqPSN ib.PSN // next PSN we send
 	ePSN  ib.PSN // next PSN we expect from rxe
@@ -456,7 +456,7 @@ func TestRCSequenceNAK(t *testing.T) {
 			SrcMAC: [6]byte(lab.PeerMAC), DstMAC: [6]byte(g.MAC), Src: local, Dst: remoteAddr,
 			HopLimit: 64, DontFragment: true, SrcPort: rcSourcePort(me.QPN, remote.QPN),
 		},
-		want: udExpect{local: local, remote: remoteAddr, localMAC: lab.PeerMAC, remoteMAC: g.MAC,
+		want: peerExpect{local: local, remote: remoteAddr, localMAC: lab.PeerMAC, remoteMAC: g.MAC,
 			localQPN: me.QPN, remoteQPN: remote.QPN},
 		sqPSN: me.PSN, ePSN: remote.PSN,
 		out: make([]byte, 16384), in: make([]byte, 65536),

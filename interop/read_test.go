@@ -122,7 +122,7 @@ func readLatClient(t *testing.T, lab *rxelab.Lab, g *rxelab.Guest, size, iters i
 			SrcMAC: [6]byte(lab.PeerMAC), DstMAC: [6]byte(g.MAC), Src: local, Dst: remoteAddr,
 			HopLimit: 64, DontFragment: true, SrcPort: rcSourcePort(me.QPN, remote.QPN),
 		},
-		want: udExpect{local: local, remote: remoteAddr, localMAC: lab.PeerMAC, remoteMAC: g.MAC,
+		want: peerExpect{local: local, remote: remoteAddr, localMAC: lab.PeerMAC, remoteMAC: g.MAC,
 			localQPN: me.QPN, remoteQPN: remote.QPN},
 		out: make([]byte, 16384), in: make([]byte, 65536),
 	}
@@ -316,7 +316,7 @@ func TestRCWriteLatency(t *testing.T) {
 					SrcMAC: [6]byte(lab.PeerMAC), DstMAC: [6]byte(g.MAC), Src: local, Dst: remoteAddr,
 					HopLimit: 64, DontFragment: true, SrcPort: rcSourcePort(me.QPN, remote.QPN),
 				},
-				want: udExpect{local: local, remote: remoteAddr, localMAC: lab.PeerMAC, remoteMAC: g.MAC,
+				want: peerExpect{local: local, remote: remoteAddr, localMAC: lab.PeerMAC, remoteMAC: g.MAC,
 					localQPN: me.QPN, remoteQPN: remote.QPN},
 				sqPSN: me.PSN, ePSN: remote.PSN,
 				outRETH: &ib.RETHFields{VA: remote.VAddr, RKey: remote.RKey, DMALen: uint32(size)},
@@ -388,7 +388,7 @@ func TestRCAtomic(t *testing.T) {
 			SrcMAC: [6]byte(lab.PeerMAC), DstMAC: [6]byte(g.MAC), Src: local, Dst: remoteAddr,
 			HopLimit: 64, DontFragment: true, SrcPort: rcSourcePort(me.QPN, remote.QPN),
 		},
-		want: udExpect{local: local, remote: remoteAddr, localMAC: lab.PeerMAC, remoteMAC: g.MAC,
+		want: peerExpect{local: local, remote: remoteAddr, localMAC: lab.PeerMAC, remoteMAC: g.MAC,
 			localQPN: me.QPN, remoteQPN: remote.QPN},
 		out: make([]byte, 16384), in: make([]byte, 65536),
 	}

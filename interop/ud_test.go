@@ -152,7 +152,7 @@ func udPingpongClient(t *testing.T, lab *rxelab.Lab, g *rxelab.Guest, f family, 
 				i, err, code, stdout, stderr, rxeCounters(g))
 		}
 		rtts = append(rtts, time.Since(ts))
-		checkUDReply(t, &p, reply, udExpect{
+		checkUDReply(t, &p, reply, peerExpect{
 			local: local, remote: remoteAddr, localMAC: lab.PeerMAC, remoteMAC: g.MAC,
 			localQPN: me.QPN, remoteQPN: remote.QPN, psn: remote.PSN.Add(uint32(i)),
 			payload: payload,
@@ -173,7 +173,8 @@ func udPingpongClient(t *testing.T, lab *rxelab.Lab, g *rxelab.Guest, f family, 
 	t.Logf("%d round trips, rtt %v; total %.1fs", iters, rtts, time.Since(t0).Seconds())
 }
 
-type udExpect struct {
+// peerExpect is what frames from the guest must carry (any transport).
+type peerExpect struct {
 	local, remote       netip.Addr
 	localMAC, remoteMAC []byte
 	localQPN, remoteQPN uint32
@@ -182,7 +183,7 @@ type udExpect struct {
 }
 
 // checkUDReply checks one UD SEND_ONLY frame rxe sent us.
-func checkUDReply(t *testing.T, p *ib.Packet, frame []byte, want udExpect) {
+func checkUDReply(t *testing.T, p *ib.Packet, frame []byte, want peerExpect) {
 	t.Helper()
 	if err := p.VerifyICRC(); err != nil {
 		t.Errorf("ICRC of the guest's frame: %v", err)
@@ -430,7 +431,7 @@ func TestUDPingpongServer(t *testing.T) {
 				}
 				// The client's first ping carries whatever its buffer held;
 				// later ones echo our previous pong.
-				want := udExpect{
+				want := peerExpect{
 					local: local, remote: remoteAddr, localMAC: lab.PeerMAC, remoteMAC: g.MAC,
 					localQPN: me.QPN, remoteQPN: remote.QPN, psn: remote.PSN.Add(uint32(i)),
 					payload: bytes.Clone(p.Payload),
