@@ -487,7 +487,8 @@ func (l *Listener) offerLocked(ev Event) bool {
 // Accept waits for a connection request and accepts it: it creates the
 // QP, moves it to RTS with the negotiated attributes, sends the REP and
 // waits for the RTU (RC), or answers the SIDR_REQ with the UD QP (UDP port
-// space).
+// space). One call handles one handshake at a time; call Accept from
+// several goroutines to run handshakes in parallel.
 func (l *Listener) Accept(ctx context.Context) (*Conn, error) {
 	for {
 		var ev Event
