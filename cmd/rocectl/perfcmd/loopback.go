@@ -17,17 +17,19 @@ import (
 )
 
 // Loopback runs both ends of a test in this process: two devices on kernel
-// UDP sockets on 127.0.0.1 (kernel-chosen ports, so no root and no clash
-// with a real RoCE port) and the out-of-band exchange over loopback TCP.
+// UDP sockets on 127.0.0.1 and 127.0.0.2 (kernel-chosen ports, so no root
+// and no clash with a real RoCE port) and the out-of-band exchange over
+// loopback TCP. The two ends need distinct addresses: a device delivers
+// frames addressed to one of its own GIDs internally, as rxe does.
 // The client's output goes to out; both sides' results are returned, and
 // the received data is checked against the pattern the other end sends.
 func Loopback(ctx context.Context, cfg PerfConfig, out io.Writer, asJSON bool) (client, server []PerfResult, err error) {
-	lo := netip.MustParseAddr("127.0.0.1")
+	lo, lo2 := netip.MustParseAddr("127.0.0.1"), netip.MustParseAddr("127.0.0.2")
 	la, err := udplink.ListenOptions(netip.AddrPortFrom(lo, 0), udplink.Options{EphemeralPort: true})
 	if err != nil {
 		return nil, nil, err
 	}
-	lb, err := udplink.ListenOptions(netip.AddrPortFrom(lo, 0), udplink.Options{EphemeralPort: true})
+	lb, err := udplink.ListenOptions(netip.AddrPortFrom(lo2, 0), udplink.Options{EphemeralPort: true})
 	if err != nil {
 		la.Close()
 		return nil, nil, err
@@ -40,7 +42,7 @@ func Loopback(ctx context.Context, cfg PerfConfig, out io.Writer, asJSON bool) (
 		return nil, nil, err
 	}
 	defer da.Close()
-	db, err := roce.OpenLink(lb, roce.Options{Addrs: []netip.Addr{lo}, Port: la.LocalAddr().Port(), Logger: quiet})
+	db, err := roce.OpenLink(lb, roce.Options{Addrs: []netip.Addr{lo2}, Port: la.LocalAddr().Port(), Logger: quiet})
 	if err != nil {
 		lb.Close()
 		return nil, nil, err
