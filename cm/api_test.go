@@ -465,3 +465,33 @@ func TestConcurrentDials(t *testing.T) {
 		}
 	}
 }
+
+// TestPrepareErrors: a failing Prepare aborts a dial before any MAD, and on
+// the passive side turns into a REJ the active side sees.
+func TestPrepareErrors(t *testing.T) {
+	da, db := devPair(t, faultnet.Config{}, faultnet.Config{}, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	boom := errors.New("boom")
+	if _, err := Dial(ctx, da, netip.AddrPortFrom(devAddrB, 7174), &DialOptions{QP: QPOptions{Prepare: func(*Conn) error { return boom }}}); !errors.Is(err, boom) {
+		t.Fatalf("dial: %v", err)
+	}
+	l, err := Listen(ctx, db, netip.AddrPortFrom(devAddrB, 7174), &ListenOptions{QP: QPOptions{Prepare: func(*Conn) error { return boom }}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	acc := make(chan error, 1)
+	go func() {
+		actx, acancel := context.WithTimeout(ctx, 2*time.Second)
+		defer acancel()
+		_, err := l.Accept(actx)
+		acc <- err
+	}()
+	if _, err := Dial(ctx, da, netip.AddrPortFrom(devAddrB, 7174), nil); !errors.Is(err, mad.RejConsumerDefined) {
+		t.Fatalf("dial to a listener whose Prepare fails: %v", err)
+	}
+	if err := <-acc; !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("accept: %v", err)
+	}
+}
