@@ -165,6 +165,12 @@ type perf struct {
 	// peer is known to be one (loopback), so received data can be checked.
 	checkData  bool
 	dataErrors int
+	// Work requests reused for every post: the device copies them, and the
+	// measured loops should not allocate.
+	wr   roce.SendWR
+	sge  [1]roce.SGE
+	rwr  roce.RecvWR
+	rsge [1]roce.SGE
 }
 
 // Perf runs one perftest test on dev against the peer behind oob, writing
@@ -357,10 +363,19 @@ func (p *perf) connect(ctx context.Context, rem perftest.Dest) error {
 // postRecvs posts n receives into the remote-visible half.
 func (p *perf) postRecvs(n int) error {
 	for i := 0; i < n; i++ {
-		wr := roce.RecvWR{ID: uint64(i), SGL: []roce.SGE{p.mr.SGE(p.half, p.size)}}
-		if err := p.q.PostRecv(&wr); err != nil {
-			return fmt.Errorf("Couldn't post recv: %w", err)
+		if err := p.postRecv(uint64(i)); err != nil {
+			return err
 		}
+	}
+	return nil
+}
+
+// postRecv posts one receive into the remote-visible half.
+func (p *perf) postRecv(id uint64) error {
+	p.rsge[0] = p.mr.SGE(p.half, p.size)
+	p.rwr = roce.RecvWR{ID: id, SGL: p.rsge[:]}
+	if err := p.q.PostRecv(&p.rwr); err != nil {
+		return fmt.Errorf("Couldn't post recv: %w", err)
 	}
 	return nil
 }
@@ -399,8 +414,10 @@ func (p *perf) remoteAddr(i int) uint64 {
 	return p.rem.VAddr + uint64((i%per)*step)
 }
 
-func (p *perf) sendWR(i int, signaled bool) roce.SendWR {
-	wr := roce.SendWR{ID: uint64(i), SGL: []roce.SGE{p.mr.SGE(0, p.size)}}
+func (p *perf) sendWR(i int, signaled bool) *roce.SendWR {
+	p.sge[0] = p.mr.SGE(0, p.size)
+	p.wr = roce.SendWR{ID: uint64(i), SGL: p.sge[:]}
+	wr := &p.wr
 	if signaled {
 		wr.Flags = roce.SendSignaled
 	}
@@ -445,7 +462,7 @@ func (p *perf) bwClient(ctx context.Context, r *PerfResult) error {
 			signaled := scnt%cqMod == cqMod-1 || scnt == n-1
 			wr := p.sendWR(scnt, signaled)
 			t.Posted[scnt] = time.Since(start)
-			if err := p.q.PostSend(&wr); err != nil {
+			if err := p.q.PostSend(wr); err != nil {
 				return fmt.Errorf("Couldn't post send: scnt=%d: %w", scnt, err)
 			}
 			scnt++
@@ -516,9 +533,8 @@ func (p *perf) bwServer(ctx context.Context, r *PerfResult) error {
 			}
 			rcnt++
 			if posted < n {
-				wr := roce.RecvWR{ID: wc[i].WRID, SGL: []roce.SGE{p.mr.SGE(p.half, p.size)}}
-				if err := p.q.PostRecv(&wr); err != nil {
-					return fmt.Errorf("Couldn't post recv: rcnt=%d: %w", rcnt, err)
+				if err := p.postRecv(wc[i].WRID); err != nil {
+					return fmt.Errorf("rcnt=%d: %w", rcnt, err)
 				}
 				posted++
 			}
@@ -577,7 +593,7 @@ func (p *perf) latWrite(ctx context.Context, r *PerfResult) error {
 			scnt++
 			p.buf[p.size-1] = byte(scnt)
 			wr := p.sendWR(scnt, true)
-			if err := p.q.PostSend(&wr); err != nil {
+			if err := p.q.PostSend(wr); err != nil {
 				return fmt.Errorf("Couldn't post send: scnt=%d: %w", scnt, err)
 			}
 		}
@@ -623,9 +639,8 @@ func (p *perf) latSend(ctx context.Context, r *PerfResult) error {
 				p.checkPattern(p.buf[p.half:p.half+p.size], 1, 0)
 			}
 			if rcnt+p.cfg.RxDepth <= n {
-				wr := roce.RecvWR{ID: wc[0].WRID, SGL: []roce.SGE{p.mr.SGE(p.half, p.size)}}
-				if err := p.q.PostRecv(&wr); err != nil {
-					return fmt.Errorf("Couldn't post recv: rcnt=%d: %w", rcnt, err)
+				if err := p.postRecv(wc[0].WRID); err != nil {
+					return fmt.Errorf("rcnt=%d: %w", rcnt, err)
 				}
 			}
 		}
@@ -633,7 +648,7 @@ func (p *perf) latSend(ctx context.Context, r *PerfResult) error {
 			posted = append(posted, time.Since(start))
 			scnt++
 			wr := p.sendWR(scnt, true)
-			if err := p.q.PostSend(&wr); err != nil {
+			if err := p.q.PostSend(wr); err != nil {
 				return fmt.Errorf("Couldn't post send: scnt=%d: %w", scnt, err)
 			}
 			if _, err := pollWait(ctx, p.scq, wc[:], p.cfg.Events); err != nil {
@@ -663,7 +678,7 @@ func (p *perf) latRead(ctx context.Context, r *PerfResult) error {
 	for scnt := 0; scnt < n; scnt++ {
 		posted = append(posted, time.Since(start))
 		wr := p.sendWR(scnt, true)
-		if err := p.q.PostSend(&wr); err != nil {
+		if err := p.q.PostSend(wr); err != nil {
 			return fmt.Errorf("Couldn't post send: scnt=%d: %w", scnt, err)
 		}
 		if _, err := pollWait(ctx, p.scq, wc[:], p.cfg.Events); err != nil {

@@ -1,0 +1,8 @@
+// Copyright The goroce Authors.
+// SPDX-License-Identifier: Apache-2.0
+
+//go:build !race
+
+package perfcmd
+
+const raceEnabled = false
