@@ -7,7 +7,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"strings"
 	"testing"
 	"time"
 
@@ -103,47 +102,6 @@ func lossLevel(t *testing.T, e *env, pct int) {
 	if guest["retry_exceeded_err"] != 0 {
 		t.Errorf("rxe retry_exceeded_err = %d", guest["retry_exceeded_err"])
 	}
-}
-
-func runPingpong(t *testing.T, e *env, c perfcmd.PingpongConfig, goroceServer bool) {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	args := []string{"ibv_rc_pingpong", "-d", "rxe0", "-g", itoa(e.gidIndex), "-s", itoa(c.Size), "-n", itoa(c.Iters), "-m", itoa(c.MTU.Bytes())}
-	var oob perfcmd.OOB
-	var wait func() toolResult
-	t0 := time.Now()
-	if goroceServer {
-		oob = e.listen(t)
-		_, wait = e.start(ctx, append(args, e.lab.PeerAddr.String())...)
-	} else {
-		var job interface{ Done() <-chan struct{} }
-		job, wait = e.start(ctx, args...)
-		oob = e.dialer(job.Done())
-	}
-	var out bytes.Buffer
-	res, err := perfcmd.Pingpong(ctx, e.dev, oob, c, &out)
-	if err != nil {
-		cancel()
-	}
-	tool := wait()
-	if err != nil || !tool.ok() {
-		t.Fatalf("pingpong: %v\nour output:\n%s\nguest %s\n%s", err, out.String(), tool, e.counters(t))
-	}
-	want := fmt.Sprintf("%d iters in", c.Iters)
-	if !strings.Contains(tool.stdout, want) {
-		t.Errorf("the tool did not finish %d iterations:\n%s", c.Iters, tool.stdout)
-	}
-	if res.Received != c.Iters {
-		t.Errorf("received %d messages, want %d", res.Received, c.Iters)
-	}
-	wantEcho := res.Received
-	if res.FirstFromPeer {
-		wantEcho-- // the tool's own first buffer
-	}
-	if res.Echoed != wantEcho {
-		t.Errorf("%d of %d messages came back as the bytes we sent, want %d", res.Echoed, res.Received, wantEcho)
-	}
-	t.Logf("%d × %d B round trips, %d echoed byte-exact, %.1fs", c.Iters, c.Size, res.Echoed, time.Since(t0).Seconds())
 }
 
 func runPerf(t *testing.T, e *env, tool string, c perfcmd.PerfConfig, goroceServer bool) {

@@ -7,6 +7,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -16,9 +17,13 @@ import (
 )
 
 // TestMTUMismatch connects goroce and ibv_rc_pingpong with different path
-// MTUs (the out-of-band exchange carries none, so nothing stops it). Both
-// ends must finish within a bounded time, however they finish, and the
-// device must serve a correctly configured pingpong afterwards.
+// MTUs (the out-of-band exchange carries none, so nothing stops it), with
+// 4096-byte messages. rxe (guest kernel 6.1) accepts FIRST and MIDDLE
+// packets of any length, so the first message arrives; goroce requires
+// them to be exactly its path MTU (as the IBTA does) and answers rxe's
+// echo with NAK invalid request. Both ends must then fail fast with
+// REMOTE_INVALID_REQUEST (goroce on its receive, the tool on its send),
+// and the device must serve a correctly configured pingpong afterwards.
 func TestMTUMismatch(t *testing.T) {
 	e := setup(t)
 	for _, c := range []struct{ ours, theirs int }{{2048, 1024}, {1024, 2048}} {
@@ -49,7 +54,13 @@ func TestMTUMismatch(t *testing.T) {
 				status, ours.Seconds(), res, tool.code, theirs.Seconds(), tool.stdout, tool.stderr,
 				e.ourCounters().sub(before), e.guestCounters(t).sub(guestBefore))
 			if tool.err != nil || errors.Is(err, context.DeadlineExceeded) {
-				t.Errorf("no end within a minute: goroce %v, tool %v", err, tool.err)
+				t.Fatalf("no end within a minute: goroce %v, tool %v", err, tool.err)
+			}
+			if wcErr == nil || wcErr.WC.Status != roce.WCRemInvReqErr {
+				t.Errorf("goroce ended with %v, want a REMOTE_INVALID_REQUEST completion", err)
+			}
+			if tool.code == 0 || !strings.Contains(tool.stderr, "remote invalid request error") {
+				t.Errorf("the tool did not fail with a remote invalid request error:\n%s", tool)
 			}
 		})
 	}

@@ -1,0 +1,222 @@
+// Copyright The goroce Authors.
+// SPDX-License-Identifier: Apache-2.0
+
+package stress
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/goroce/goroce/cmd/rocectl/perfcmd"
+	"github.com/goroce/goroce/ib"
+	"github.com/goroce/goroce/internal/perftest"
+	"github.com/goroce/goroce/roce"
+)
+
+// toolFill is the byte ibv_rc_pingpong fills its buffer with before the
+// first message (rdma-core libibverbs/examples/rc_pingpong.c).
+const toolFill = 0x7b
+
+// ppPattern is what goroce sends as message i: different for every
+// message, so an echo of the wrong message or a stale buffer shows.
+func ppPattern(b []byte, i int) {
+	for k := range b {
+		b[k] = byte(k*7 + 0x3c + i*31)
+	}
+}
+
+// runPingpong plays ibv_rc_pingpong's protocol against the tool in the
+// guest, like rocectl pingpong, and checks every byte received: the tool
+// has one buffer for receiving and sending, so it sends back the message
+// it last received, and its first message (when it is the client) is its
+// initial fill. Unlike rocectl pingpong, it keeps its QP until the tool
+// has exited: with loss, the ACK of the tool's last message can be lost,
+// and the tool (retry count 7: forever, as rxe) retransmits it until a QP
+// answers.
+func runPingpong(t *testing.T, e *env, c perfcmd.PingpongConfig, goroceServer bool) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if c.MTU == 0 {
+		c.MTU = ib.MTU1024
+	}
+	size, iters := c.Size, c.Iters
+	args := []string{"ibv_rc_pingpong", "-d", "rxe0", "-g", itoa(e.gidIndex), "-s", itoa(size), "-n", itoa(iters), "-m", itoa(c.MTU.Bytes())}
+	if goroceServer {
+		args = append(args, e.lab.PeerAddr.String())
+	}
+	var oob perfcmd.OOB
+	if goroceServer {
+		oob = e.listen(t)
+	}
+	t0 := time.Now()
+	job, wait := e.start(ctx, args...)
+	if !goroceServer {
+		oob = e.dialer(job.Done())
+	}
+	fail := func(format string, args ...any) {
+		t.Helper()
+		cancel()
+		tool := wait()
+		t.Fatalf("%s\nguest %s\n%s", fmt.Sprintf(format, args...), tool, e.counters(t))
+	}
+
+	pd, err := e.dev.AllocPD()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pd.Close()
+	const recvs = 16
+	cq, err := e.dev.CreateCQ(recvs + 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cq.Close()
+	q, err := pd.CreateQP(&roce.QPInitAttr{Type: roce.RC, SendCQ: cq, RecvCQ: cq,
+		Cap: roce.QPCap{MaxSendWR: 2, MaxRecvWR: recvs, MaxSendSGE: 1, MaxRecvSGE: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer q.Close()
+	buf := make([]byte, size*(1+recvs))
+	mr, err := pd.RegisterMR(buf, roce.AccessLocalWrite)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mr.Close()
+	if err := q.Modify(ctx, &roce.QPAttr{State: roce.StateInit, Port: 1, AccessFlags: roce.AccessLocalWrite},
+		roce.AttrState|roce.AttrPKeyIndex|roce.AttrPort|roce.AttrAccessFlags); err != nil {
+		t.Fatal(err)
+	}
+	const recvTag = 1 << 32
+	recvWR := make([]roce.RecvWR, recvs)
+	for i := range recvWR {
+		recvWR[i] = roce.RecvWR{ID: recvTag | uint64(i), SGL: []roce.SGE{mr.SGE(size*(1+i), size)}}
+		if err := q.PostRecv(&recvWR[i]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var gid ib.GID
+	for _, g := range e.dev.GIDs() {
+		if g.GID.IsIPv4() {
+			gid = g.GID
+			break
+		}
+	}
+	me := perftest.PingpongDest{QPN: q.QPN(), PSN: 0x1b2c3d, GID: gid}
+	connect := func(rem perftest.PingpongDest) error {
+		return q.Connect(ctx, &roce.ConnectAttr{RemoteQPN: rem.QPN, RemoteGID: rem.GID, RemotePSN: rem.PSN,
+			LocalPSN: me.PSN, SGID: gid, PathMTU: c.MTU, Timeout: 14, RetryCnt: 7, RNRRetry: 7,
+			MinRNRTimer: 12, RdAtomic: 1, HopLimit: 64, NoDefaults: true})
+	}
+	var rem perftest.PingpongDest
+	if goroceServer {
+		conn, err := oob.Listener.Accept()
+		if err != nil {
+			fail("accepting the tool: %v", err)
+		}
+		rem, err = perftest.PingpongServer(ctx, conn, me, connect)
+		conn.Close()
+		if err != nil {
+			fail("pingpong exchange: %v", err)
+		}
+	} else {
+		conn, err := oob.Dial(ctx)
+		if err != nil {
+			fail("%v", err)
+		}
+		rem, err = perftest.PingpongClient(ctx, conn, me)
+		conn.Close()
+		if err == nil {
+			err = connect(rem)
+		}
+		if err != nil {
+			fail("pingpong exchange: %v", err)
+		}
+	}
+
+	sendWR := roce.SendWR{Opcode: roce.WRSend, Flags: roce.SendSignaled, SGL: []roce.SGE{mr.SGE(0, size)}}
+	sent := 0
+	send := func() {
+		ppPattern(buf[:size], sent)
+		sendWR.ID = uint64(sent)
+		if err := q.PostSend(&sendWR); err != nil {
+			fail("post send %d: %v", sent, err)
+		}
+		sent++
+	}
+	want := make([]byte, size)
+	pending := 0 // 1: a receive is awaited, 2: a send
+	if !goroceServer {
+		send()
+		pending = 3
+	} else {
+		pending = 1
+	}
+	var wc [recvs + 2]roce.WorkCompletion
+	scnt, rcnt, exact := 0, 0, 0
+	for rcnt < iters || scnt < iters {
+		n := cq.Poll(wc[:])
+		if n == 0 {
+			if err := cq.Wait(ctx); err != nil {
+				fail("after %d sends and %d receives: %v", scnt, rcnt, err)
+			}
+			continue
+		}
+		for _, w := range wc[:n] {
+			if w.Status != roce.WCSuccess {
+				fail("completion %+v after %d sends and %d receives", w, scnt, rcnt)
+			}
+			if w.WRID&recvTag == 0 {
+				scnt++
+				pending &^= 2
+			} else {
+				i := int(w.WRID &^ recvTag)
+				got := buf[size*(1+i) : size*(2+i)]
+				// Client: receive k echoes our message k. Server: receive
+				// 0 is the tool's fill, receive k echoes our message k−1.
+				switch {
+				case goroceServer && rcnt == 0:
+					for k := range want {
+						want[k] = toolFill
+					}
+				case goroceServer:
+					ppPattern(want, rcnt-1)
+				default:
+					ppPattern(want, rcnt)
+				}
+				if int(w.ByteLen) == size && string(got) == string(want) {
+					exact++
+				} else if rcnt-exact < 3 {
+					t.Errorf("receive %d: %d bytes, not the expected content", rcnt, w.ByteLen)
+				}
+				clear(got)
+				if err := q.PostRecv(&recvWR[i]); err != nil {
+					fail("repost receive: %v", err)
+				}
+				rcnt++
+				pending &^= 1
+			}
+			if pending == 0 && sent < iters {
+				send()
+				pending = 3
+			}
+		}
+	}
+	elapsed := time.Since(t0)
+	// Keep the QP until the tool is done (see above).
+	tool := wait()
+	if !tool.ok() {
+		t.Fatalf("the tool failed after goroce finished in %.1fs:\n%s\n%s", elapsed.Seconds(), tool, e.counters(t))
+	}
+	if w := fmt.Sprintf("%d iters in", iters); !strings.Contains(tool.stdout, w) {
+		t.Errorf("the tool did not report %q:\n%s", w, tool.stdout)
+	}
+	if exact != iters {
+		t.Errorf("%d of %d messages received byte-exact", exact, iters)
+	}
+	t.Logf("%d × %d B round trips, all %d received messages byte-exact; goroce done in %.1fs, the tool %.1fs",
+		iters, size, exact, elapsed.Seconds(), time.Since(t0).Seconds())
+}
