@@ -1,0 +1,434 @@
+// Copyright The goroce Authors.
+// SPDX-License-Identifier: Apache-2.0
+
+package qual
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/goroce/goroce/cmd/rocectl/perfcmd"
+	"github.com/goroce/goroce/ib"
+	"github.com/goroce/goroce/internal/perftest"
+	"github.com/goroce/goroce/interop/rxelab"
+	"github.com/goroce/goroce/roce"
+)
+
+// SharedDevice is the goroce device on rxeh0, opened once.
+type SharedDevice struct {
+	once sync.Once
+	dev  *roce.Device
+	err  error
+}
+
+// Shared is the test binary's goroce device on rxeh0.
+var Shared SharedDevice
+
+// Close closes the device if it was opened.
+func (s *SharedDevice) Close() {
+	if s.dev != nil {
+		s.dev.Close()
+	}
+}
+
+// Env is what every test needs: the lab, its guest and our device.
+type Env struct {
+	lab *rxelab.Lab
+	g   *rxelab.Guest
+	dev *roce.Device
+	// gidIndex is the guest's GID index of its IPv4 address.
+	gidIndex int
+}
+
+// Setup returns the lab (started on first use) and the shared device,
+// opened over AF_XDP in the peer netns on first use.
+func Setup(t *testing.T) *Env {
+	t.Helper()
+	lab := rxelab.Get(t)
+	Shared.once.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+		Shared.err = lab.InPeerNS(func() error {
+			var err error
+			Shared.dev, err = roce.Open(ctx, lab.PeerIf, roce.Options{Link: roce.LinkXDP, Logger: logger})
+			return err
+		})
+	})
+	if Shared.err != nil {
+		if errors.Is(Shared.err, roce.ErrNotSupported) {
+			t.Skipf("AF_XDP on %s: %v", lab.PeerIf, Shared.err)
+		}
+		t.Fatalf("opening goroce on %s over AF_XDP: %v", lab.PeerIf, Shared.err)
+	}
+	g := lab.Guests[0]
+	idx, ok := g.GIDIndex(g.Addr)
+	if !ok {
+		t.Fatalf("guest %s has no GID for %v: %v", g.Name, g.Addr, g.GIDs)
+	}
+	return &Env{lab: lab, g: g, dev: Shared.dev, gidIndex: idx}
+}
+
+// listen opens the out-of-band listener on rxeh0's address in the peer
+// netns, for a guest tool that connects to us.
+func (e *Env) listen(t *testing.T) perfcmd.OOB {
+	t.Helper()
+	var ln net.Listener
+	err := e.lab.InPeerNS(func() error {
+		var err error
+		ln, err = net.Listen("tcp", netip.AddrPortFrom(e.lab.PeerAddr, rxelab.OOBPort).String())
+		return err
+	})
+	if err != nil {
+		t.Fatalf("listening on the OOB port: %v", err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	return perfcmd.OOB{Listener: ln}
+}
+
+// dialer connects to the guest tool's server from the peer netns, retrying
+// until it listens or exits.
+func (e *Env) dialer(serverDone <-chan struct{}) perfcmd.OOB {
+	addr := netip.AddrPortFrom(e.g.Addr, rxelab.OOBPort).String()
+	return perfcmd.OOB{Dial: func(ctx context.Context) (net.Conn, error) {
+		for {
+			var c net.Conn
+			err := e.lab.InPeerNS(func() error {
+				var err error
+				d := net.Dialer{Timeout: 2 * time.Second}
+				c, err = d.DialContext(ctx, "tcp", addr)
+				return err
+			})
+			if err == nil {
+				return c, nil
+			}
+			select {
+			case <-ctx.Done():
+				return nil, fmt.Errorf("connecting to the guest tool: %w (last: %v)", ctx.Err(), err)
+			case <-serverDone:
+				return nil, fmt.Errorf("guest tool exited before accepting (last dial: %v)", err)
+			case <-time.After(200 * time.Millisecond):
+			}
+		}
+	}}
+}
+
+// toolResult is a finished guest tool.
+type toolResult struct {
+	stdout, stderr string
+	code           int
+	err            error
+}
+
+func (r toolResult) String() string {
+	return fmt.Sprintf("exit %d (%v)\nstdout:\n%s\nstderr:\n%s", r.code, r.err, r.stdout, r.stderr)
+}
+
+func (r toolResult) ok() bool { return r.err == nil && r.code == 0 }
+
+// start runs a tool in the guest in the background.
+func (e *Env) start(ctx context.Context, args ...string) (*rxelab.Job, func() toolResult) {
+	job := e.g.Start(ctx, args...)
+	return job, func() toolResult {
+		o, se, code, err := job.Wait()
+		return toolResult{string(o), string(se), code, err}
+	}
+}
+
+func itoa(n int) string { return strconv.Itoa(n) }
+
+// counters returns the guest's rxe0 counters and ours, for failure reports.
+func (e *Env) counters() string {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	out, _, _, err := e.g.Exec(ctx, "sh", "-c", "cd /sys/class/infiniband/rxe0/ports/1/hw_counters && grep . *")
+	s := "guest rxe0:\n" + string(out)
+	if err != nil {
+		s += err.Error()
+	}
+	return s + fmt.Sprintf("\ngoroce: %v", e.dev.Counters().Map())
+}
+
+// PingpongCase is one pingpong qualification run.
+type PingpongCase struct {
+	Type   roce.QPType
+	Size   int
+	MTU    int // RC path MTU
+	Events bool
+	Iters  int
+}
+
+func (c PingpongCase) tool() string {
+	if c.Type == roce.UD {
+		return "ibv_ud_pingpong"
+	}
+	return "ibv_rc_pingpong"
+}
+
+// Name names the case for t.Run.
+func (c PingpongCase) Name() string {
+	n := fmt.Sprintf("size%d", c.Size)
+	if c.Type == roce.RC {
+		n += fmt.Sprintf("/mtu%d", c.MTU)
+	}
+	if c.Events {
+		n += "/events"
+	}
+	return n
+}
+
+func (c PingpongCase) toolArgs(e *Env, server string) []string {
+	args := []string{c.tool(), "-d", "rxe0", "-g", itoa(e.gidIndex), "-s", itoa(c.Size), "-n", itoa(c.Iters)}
+	if c.Type == roce.RC {
+		args = append(args, "-m", itoa(c.MTU))
+	}
+	if c.Events {
+		args = append(args, "-e")
+	}
+	if server != "" {
+		args = append(args, server)
+	}
+	return args
+}
+
+func (c PingpongCase) config() perfcmd.PingpongConfig {
+	m, _ := ib.MTUFromBytes(c.MTU)
+	return perfcmd.PingpongConfig{Type: c.Type, Size: c.Size, Iters: c.Iters, MTU: m, Events: c.Events, GIDIndex: -1}
+}
+
+// PingpongGoroceServer runs the case with goroce as server and the guest tool as client.
+func PingpongGoroceServer(t *testing.T, e *Env, c PingpongCase) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	oob := e.listen(t)
+	t0 := time.Now()
+	_, wait := e.start(ctx, c.toolArgs(e, e.lab.PeerAddr.String())...)
+	var out bytes.Buffer
+	res, err := perfcmd.Pingpong(ctx, e.dev, oob, c.config(), &out)
+	tool := wait()
+	if err != nil || !tool.ok() {
+		t.Fatalf("goroce server: %v\n%s\nour output:\n%s\nguest %s\n%s", err, out.String(), out.String(), tool, e.counters())
+	}
+	checkPingpong(t, c, res, out.String(), tool)
+	t.Logf("%s client in the guest, goroce server: %.1fs\n%s%s", c.tool(), time.Since(t0).Seconds(), out.String(), tool.stdout)
+}
+
+// PingpongGoroceClient runs the case with goroce as client and the guest tool as server.
+func PingpongGoroceClient(t *testing.T, e *Env, c PingpongCase) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	t0 := time.Now()
+	job, wait := e.start(ctx, c.toolArgs(e, "")...)
+	var out bytes.Buffer
+	res, err := perfcmd.Pingpong(ctx, e.dev, e.dialer(job.Done()), c.config(), &out)
+	if err != nil {
+		cancel()
+	}
+	tool := wait()
+	if err != nil || !tool.ok() {
+		t.Fatalf("goroce client: %v\nour output:\n%s\nguest %s\n%s", err, out.String(), tool, e.counters())
+	}
+	checkPingpong(t, c, res, out.String(), tool)
+	t.Logf("%s server in the guest, goroce client: %.1fs\n%s%s", c.tool(), time.Since(t0).Seconds(), out.String(), tool.stdout)
+}
+
+func checkPingpong(t *testing.T, c PingpongCase, res *perfcmd.PingpongResult, ours string, tool toolResult) {
+	t.Helper()
+	want := fmt.Sprintf("%d iters in", c.Iters)
+	if !strings.Contains(tool.stdout, want) || !strings.Contains(ours, want) {
+		t.Errorf("result lines missing %q\nours:\n%s\ntool:\n%s", want, ours, tool.stdout)
+	}
+	// Each side's remote line is the other's local line.
+	ourLocal := lineWith(ours, "local address:")
+	toolRemote := lineWith(tool.stdout, "remote address:")
+	if f1, f2 := addrFields(ourLocal), addrFields(toolRemote); f1 != f2 {
+		t.Errorf("tool saw us as %q, we announced %q", toolRemote, ourLocal)
+	}
+	if res.Received != c.Iters {
+		t.Errorf("received %d messages, want %d", res.Received, c.Iters)
+	}
+	wantEcho := res.Received
+	if res.FirstFromPeer {
+		wantEcho-- // the tool's own first buffer
+	}
+	if res.Echoed < wantEcho {
+		t.Errorf("%d of %d messages came back as the bytes we sent, want %d", res.Echoed, res.Received, wantEcho)
+	}
+}
+
+func lineWith(s, sub string) string {
+	for _, l := range strings.Split(s, "\n") {
+		if strings.Contains(l, sub) {
+			return l
+		}
+	}
+	return ""
+}
+
+// addrFields returns the QPN, PSN and GID of an address line.
+func addrFields(l string) string {
+	i := strings.Index(l, "QPN")
+	if i < 0 {
+		return l
+	}
+	return strings.NewReplacer(":", ",", " ", "").Replace(l[i:])
+}
+
+// PerfCase is one perftest qualification run.
+type PerfCase struct {
+	Verb    perftest.Verb
+	Latency bool
+	MTU     int
+	Size    int // 0: the tool's default
+	Iters   int
+	Gbits   bool
+}
+
+func (c PerfCase) tool() string {
+	n := [...]string{"send", "write", "read", "atomic"}[c.Verb]
+	if c.Latency {
+		return "ib_" + n + "_lat"
+	}
+	return "ib_" + n + "_bw"
+}
+
+// Name names the case for t.Run.
+func (c PerfCase) Name() string {
+	n := fmt.Sprintf("%s/mtu%d", c.tool(), c.MTU)
+	if c.Gbits {
+		n += "/gbits"
+	}
+	return n
+}
+
+func (c PerfCase) toolArgs(e *Env, server string) []string {
+	args := []string{c.tool(), "-d", "rxe0", "-x", itoa(e.gidIndex), "-F", "-n", itoa(c.Iters), "-m", itoa(c.MTU)}
+	if c.Size != 0 {
+		args = append(args, "-s", itoa(c.Size))
+	}
+	if c.Gbits {
+		args = append(args, "--report_gbits")
+	}
+	if server != "" {
+		args = append(args, server)
+	}
+	return args
+}
+
+func (c PerfCase) config() perfcmd.PerfConfig {
+	m, _ := ib.MTUFromBytes(c.MTU)
+	return perfcmd.PerfConfig{Verb: c.Verb, Latency: c.Latency, Size: c.Size, Iters: c.Iters, MTU: m,
+		GIDIndex: -1, Gbits: c.Gbits}
+}
+
+// PerfGoroceServer runs the case with goroce as server and the guest tool as client.
+func PerfGoroceServer(t *testing.T, e *Env, c PerfCase) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	oob := e.listen(t)
+	t0 := time.Now()
+	_, wait := e.start(ctx, c.toolArgs(e, e.lab.PeerAddr.String())...)
+	var out bytes.Buffer
+	res, err := perfcmd.Perf(ctx, e.dev, oob, c.config(), &out, false)
+	if err != nil {
+		cancel()
+	}
+	tool := wait()
+	if err != nil || !tool.ok() {
+		t.Fatalf("goroce server: %v\nour output:\n%s\nguest %s\n%s", err, out.String(), tool, e.counters())
+	}
+	checkPerf(t, c, res, out.String(), tool, true)
+	t.Logf("%s client in the guest, goroce server: %.1fs\n%s%s", c.tool(), time.Since(t0).Seconds(), out.String(), tool.stdout)
+}
+
+// PerfGoroceClient runs the case with goroce as client and the guest tool as server.
+func PerfGoroceClient(t *testing.T, e *Env, c PerfCase) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	t0 := time.Now()
+	job, wait := e.start(ctx, c.toolArgs(e, "")...)
+	var out bytes.Buffer
+	res, err := perfcmd.Perf(ctx, e.dev, e.dialer(job.Done()), c.config(), &out, false)
+	if err != nil {
+		cancel()
+	}
+	tool := wait()
+	if err != nil || !tool.ok() {
+		t.Fatalf("goroce client: %v\nour output:\n%s\nguest %s\n%s", err, out.String(), tool, e.counters())
+	}
+	checkPerf(t, c, res, out.String(), tool, false)
+	t.Logf("%s server in the guest, goroce client: %.1fs\n%s%s", c.tool(), time.Since(t0).Seconds(), out.String(), tool.stdout)
+}
+
+func checkPerf(t *testing.T, c PerfCase, res []perfcmd.PerfResult, ours string, tool toolResult, goroceServer bool) {
+	t.Helper()
+	// Address lines: ours local is the tool's remote, and the other way.
+	for _, pair := range [][2]string{{"local address:", "remote address:"}, {"remote address:", "local address:"}} {
+		a, b := afterColon(lineWith(ours, pair[0])), afterColon(lineWith(tool.stdout, pair[1]))
+		if a == "" || a != b {
+			t.Errorf("our %q line %q, the tool's %q line %q", pair[0], a, pair[1], b)
+		}
+	}
+	for who, s := range map[string]string{"tool": tool.stdout, "goroce": ours} {
+		if !strings.Contains(s, fmt.Sprintf(" Mtu             : %d[B]\n", c.MTU)) {
+			t.Errorf("%s did not run at MTU %d:\n%s", who, c.MTU, s)
+		}
+	}
+	toolPassive := !goroceServer && !c.Latency && c.Verb != perftest.Send ||
+		!goroceServer && c.Latency && (c.Verb == perftest.Read || c.Verb == perftest.Atomic)
+	oursPassive := goroceServer && c.Latency && (c.Verb == perftest.Read || c.Verb == perftest.Atomic)
+	ourRow, toolRow := resultRow(ours), resultRow(tool.stdout)
+	switch {
+	case toolPassive && c.Latency:
+		// The tool's read/atomic latency server prints no row.
+	case oursPassive:
+		if toolRow == "" {
+			t.Errorf("tool printed no result row:\n%s", tool.stdout)
+		}
+	case !c.Latency && c.Verb != perftest.Send:
+		// One side measured, both print the same report.
+		if ourRow == "" || ourRow != toolRow {
+			t.Errorf("bandwidth rows differ:\nours: %q\ntool: %q", ourRow, toolRow)
+		}
+	default:
+		if ourRow == "" || toolRow == "" {
+			t.Errorf("missing result row:\nours:\n%s\ntool:\n%s", ours, tool.stdout)
+		}
+	}
+	if ourRow != "" {
+		f := strings.Fields(ourRow)
+		if len(f) < 2 || f[1] != itoa(c.Iters) {
+			t.Errorf("our row %q does not show %d iterations", ourRow, c.Iters)
+		}
+	}
+	if len(res) == 0 && !oursPassive {
+		t.Errorf("no result")
+	}
+}
+
+func afterColon(l string) string {
+	_, r, _ := strings.Cut(l, "address:")
+	return r
+}
+
+// resultRow returns the line after the column header, with its newline.
+func resultRow(s string) string {
+	lines := strings.SplitAfter(s, "\n")
+	for i, l := range lines {
+		if strings.HasPrefix(l, " #bytes") && i+1 < len(lines) && !strings.HasPrefix(lines[i+1], "---") {
+			return lines[i+1]
+		}
+	}
+	return ""
+}
