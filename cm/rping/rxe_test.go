@@ -161,8 +161,18 @@ func TestRxeClient(t *testing.T) {
 	go func() {
 		srv <- Server(ctx, dev, netipPort(lab.PeerAddr.String()), Config{Count: count, Verbose: true, Out: &out})
 	}()
-	time.Sleep(200 * time.Millisecond) // Listen is immediate; the guest takes longer to start anyway
-	stdout, stderr, code, err := g.Exec(ctx, "rping", "-c", "-a", lab.PeerAddr.String(), "-C", strconv.Itoa(count), "-v", "-V")
+	var stdout, stderr []byte
+	var code int
+	var err error
+	for i := 0; i < 20; i++ {
+		// Until our server listens, the guest's rping is rejected (REJ 8)
+		// or unanswered; try again.
+		stdout, stderr, code, err = g.Exec(ctx, "rping", "-c", "-a", lab.PeerAddr.String(), "-C", strconv.Itoa(count), "-v", "-V")
+		if err != nil || code == 0 || !strings.Contains(string(stdout)+string(stderr), "REJECTED, error 8") {
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
 	if err != nil || code != 0 {
 		t.Fatalf("rping -c: exit %d (%v)\n%s%s", code, err, stdout, stderr)
 	}
