@@ -6,6 +6,7 @@ package stress
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -14,6 +15,7 @@ import (
 	"github.com/goroce/goroce/ib"
 	"github.com/goroce/goroce/internal/perftest"
 	"github.com/goroce/goroce/roce"
+	"golang.org/x/sys/unix"
 )
 
 // TestLoss drops 1 % and then 5 % of the RoCEv2 frames in both directions
@@ -40,6 +42,10 @@ func TestLoss(t *testing.T) {
 
 func lossLevel(t *testing.T, e *env, pct int) {
 	l, err := newLoss(e.lab.NS, []string{e.tap(), e.lab.PeerIf + "-br"}, float64(pct)/100)
+	if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.EOPNOTSUPP) {
+		// The kernel does not know the clsact qdisc or the bpf classifier.
+		t.Skipf("cannot inject loss: clsact/cls_bpf missing (CONFIG_NET_SCH_INGRESS, CONFIG_NET_CLS_BPF): %v", err)
+	}
 	if err != nil {
 		t.Fatalf("attaching the loss program: %v", err)
 	}

@@ -54,7 +54,7 @@ func peerGoneRetry3(t *testing.T, e *env) {
 	const size = 4096
 	jobCtx, kill := context.WithCancel(ctx)
 	defer kill()
-	job, wait := e.start(jobCtx, "ibv_rc_pingpong", "-d", "rxe0", "-g", itoa(e.gidIndex), "-s", itoa(size), "-n", "1000000", "-m", "1024", "-e")
+	job, wait := e.start(jobCtx, "ibv_rc_pingpong", "-d", "rxe0", "-g", itoa(e.gidIndex), "-s", itoa(size), "-n", "1000000", "-m", "1024", "-e", "-r", "8000")
 
 	pd, err := e.dev.AllocPD()
 	if err != nil {
@@ -166,19 +166,29 @@ func peerGoneRetry3(t *testing.T, e *env) {
 		}
 	}()
 
-	for acked.Load() < 200 {
+	// Kill while data flows: the tool in event mode drains only two
+	// completions per event, so once its posted receives (-r) are used up
+	// it falls behind and answers with RNR NAKs; kill well before that.
+	start := e.ourCounters()
+	for acked.Load() < 100 {
 		select {
 		case r := <-done:
 			kill()
 			t.Fatalf("streaming ended before the kill, after %d SENDs: %+v %v\ncounters %v\nguest %s", acked.Load(), r.wc, r.err, e.ourCounters(), wait())
-		case <-time.After(20 * time.Millisecond):
+		case <-time.After(2 * time.Millisecond):
 		}
 	}
 	before := e.ourCounters()
+	if rnr := before["rcvd_rnr_err"] - start["rcvd_rnr_err"]; rnr != 0 {
+		t.Logf("note: %d RNR NAKs before the kill", rnr)
+	}
 	killed := time.Now()
 	kill()
 	tool := wait()
 	gone := time.Now()
+	if rnr := e.ourCounters()["rcvd_rnr_err"] - start["rcvd_rnr_err"]; rnr != 0 {
+		t.Logf("note: %d RNR NAKs before the tool was gone", rnr)
+	}
 	t.Logf("killed ibv_rc_pingpong after %d SENDs of %d B were acknowledged; the guest job ended %.2fs later (exit %d)",
 		acked.Load(), size, gone.Sub(killed).Seconds(), tool.code)
 
