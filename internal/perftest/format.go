@@ -267,10 +267,16 @@ func BWReportFrom(size uint64, cqMod int, t BWTimes, gbits bool) BWReport {
 
 // LatencyStats are perftest's latency figures in microseconds.
 type LatencyStats struct {
-	Size, Iters                 uint64
-	Min, Max, Typical, Avg, Dev float64
-	P99, P999                   float64
-	Samples                     int // deltas used after dropping the tail
+	Size    uint64  `json:"size"`
+	Iters   uint64  `json:"iterations"`
+	Min     float64 `json:"t_min"`
+	Max     float64 `json:"t_max"`
+	Typical float64 `json:"t_typical"`
+	Avg     float64 `json:"t_avg"`
+	Dev     float64 `json:"t_stdev"`
+	P99     float64 `json:"p99"`
+	P999    float64 `json:"p99_9"`
+	Samples int     `json:"samples"` // deltas used after dropping the tail
 }
 
 // LatencyFrom computes perftest's latency statistics (print_report_lat)

@@ -275,11 +275,11 @@ func (c *Conn) HandShake(ctx context.Context, me Dest) (Dest, error) {
 // BWReport is a bandwidth result as perftest exchanges it (struct
 // bw_report_data without the per-port fields).
 type BWReport struct {
-	Size    uint64
-	Iters   uint64
-	BWPeak  float64
-	BWAvg   float64
-	MsgRate float64
+	Size    uint64  `json:"size"`
+	Iters   uint64  `json:"iterations"`
+	BWPeak  float64 `json:"bw_peak"`  // MB/s or Gb/s, as reported
+	BWAvg   float64 `json:"bw_avg"`   // MB/s or Gb/s, as reported
+	MsgRate float64 `json:"msg_rate"` // Mpps
 }
 
 // ExchangeBWReports swaps reports (xchg_bw_reports): size, iterations, peak,
