@@ -14,6 +14,7 @@ import (
 	"github.com/goroce/goroce/cmd/rocectl/perfcmd"
 	"github.com/goroce/goroce/ib"
 	"github.com/goroce/goroce/internal/perftest"
+	"github.com/goroce/goroce/interop/rxelab"
 	"github.com/goroce/goroce/roce"
 	"golang.org/x/sys/unix"
 )
@@ -119,7 +120,9 @@ func runPerf(t *testing.T, e *env, tool string, c perfcmd.PerfConfig, goroceServ
 	t0 := time.Now()
 	if goroceServer {
 		oob = e.listen(t)
-		_, wait = e.start(ctx, append(args, e.lab.PeerAddr.String())...)
+		var job *rxelab.Job
+		job, wait = e.start(ctx, append(args, e.lab.PeerAddr.String())...)
+		closeWhenDone(ctx, oob, job)
 	} else {
 		var job interface{ Done() <-chan struct{} }
 		job, wait = e.start(ctx, args...)

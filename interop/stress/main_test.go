@@ -149,6 +149,18 @@ func (e *env) listen(t *testing.T) perfcmd.OOB {
 	return perfcmd.OOB{Listener: ln}
 }
 
+// closeWhenDone closes a server's listener once the guest tool has ended
+// or ctx is done, so an Accept waiting for a tool that died returns.
+func closeWhenDone(ctx context.Context, oob perfcmd.OOB, job *rxelab.Job) {
+	go func() {
+		select {
+		case <-job.Done():
+		case <-ctx.Done():
+		}
+		oob.Listener.Close()
+	}()
+}
+
 // dialer connects to the guest tool's server from the peer netns, retrying
 // until it listens or exits.
 func (e *env) dialer(serverDone <-chan struct{}) perfcmd.OOB {

@@ -55,6 +55,8 @@ func runPingpong(t *testing.T, e *env, c perfcmd.PingpongConfig, goroceServer bo
 	job, wait := e.start(ctx, args...)
 	if !goroceServer {
 		oob = e.dialer(job.Done())
+	} else {
+		closeWhenDone(ctx, oob, job)
 	}
 	fail := func(format string, args ...any) {
 		t.Helper()
