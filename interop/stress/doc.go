@@ -3,8 +3,8 @@
 
 // Package stress runs goroce against real rdma_rxe guests (see package
 // rxelab) under conditions the qualification tests avoid: packet loss on
-// the lab bridge, a peer that disappears mid-transfer, and captures of the
-// exchange checked by tshark and by ICRC. It holds only tests and their
+// the lab bridge, a peer that disappears mid-transfer, mismatched path
+// MTUs, and captures of the exchange checked by tshark and by ICRC. It holds only tests and their
 // helpers.
 //
 // The host kernel the lab runs on may lack sch_netem (and act_gact), so

@@ -37,13 +37,27 @@ func ppPattern(b []byte, i int) {
 // and the tool (retry count 7: forever, as rxe) retransmits it until a QP
 // answers.
 func runPingpong(t *testing.T, e *env, c perfcmd.PingpongConfig, goroceServer bool) {
+	t.Helper()
+	playPingpong(t, e, c, goroceServer, false, 0)
+}
+
+// playPingpong is runPingpong; with wantFail, the first failed completion
+// ends the run instead of the test, and its status is returned with the
+// tool's result once the tool has exited (the QP stays open until then, so
+// whatever goroce still has to send, such as a NAK, goes out). toolMTU,
+// if not 0, is the tool's path MTU instead of c.MTU.
+func playPingpong(t *testing.T, e *env, c perfcmd.PingpongConfig, goroceServer, wantFail bool, toolMTU int) (roce.WCStatus, toolResult) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	if c.MTU == 0 {
 		c.MTU = ib.MTU1024
 	}
 	size, iters := c.Size, c.Iters
-	args := []string{"ibv_rc_pingpong", "-d", "rxe0", "-g", itoa(e.gidIndex), "-s", itoa(size), "-n", itoa(iters), "-m", itoa(c.MTU.Bytes())}
+	if toolMTU == 0 {
+		toolMTU = c.MTU.Bytes()
+	}
+	args := []string{"ibv_rc_pingpong", "-d", "rxe0", "-g", itoa(e.gidIndex), "-s", itoa(size), "-n", itoa(iters), "-m", itoa(toolMTU)}
 	if goroceServer {
 		args = append(args, e.lab.PeerAddr.String())
 	}
@@ -159,6 +173,8 @@ func runPingpong(t *testing.T, e *env, c perfcmd.PingpongConfig, goroceServer bo
 	}
 	var wc [recvs + 2]roce.WorkCompletion
 	scnt, rcnt, exact := 0, 0, 0
+	failed := roce.WCSuccess
+loop:
 	for rcnt < iters || scnt < iters {
 		n := cq.Poll(wc[:])
 		if n == 0 {
@@ -169,6 +185,10 @@ func runPingpong(t *testing.T, e *env, c perfcmd.PingpongConfig, goroceServer bo
 		}
 		for _, w := range wc[:n] {
 			if w.Status != roce.WCSuccess {
+				if wantFail {
+					failed = w.Status
+					break loop
+				}
 				fail("completion %+v after %d sends and %d receives", w, scnt, rcnt)
 			}
 			if w.WRID&recvTag == 0 {
@@ -210,6 +230,9 @@ func runPingpong(t *testing.T, e *env, c perfcmd.PingpongConfig, goroceServer bo
 	elapsed := time.Since(t0)
 	// Keep the QP until the tool is done (see above).
 	tool := wait()
+	if wantFail {
+		return failed, tool
+	}
 	if !tool.ok() {
 		t.Fatalf("the tool failed after goroce finished in %.1fs:\n%s\n%s", elapsed.Seconds(), tool, e.counters(t))
 	}
@@ -221,4 +244,5 @@ func runPingpong(t *testing.T, e *env, c perfcmd.PingpongConfig, goroceServer bo
 	}
 	t.Logf("%d × %d B round trips, all %d received messages byte-exact; goroce done in %.1fs, the tool %.1fs",
 		iters, size, exact, elapsed.Seconds(), time.Since(t0).Seconds())
+	return roce.WCSuccess, tool
 }
