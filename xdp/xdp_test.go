@@ -563,7 +563,10 @@ func TestOpenCloseNoLeak(t *testing.T) {
 			return errors.New("ring size 3 accepted")
 		}
 		fds1, maps1 := count()
-		if fds1 > fds0 || maps1 > maps0+2 {
+		// A leaking socket leaves at least one mapping per cycle behind (its
+		// UMEM or a ring); the Go runtime itself adds a few as the heap and
+		// stacks grow, so allow fewer than half the cycles' worth.
+		if fds1 > fds0 || maps1 >= maps0+15 {
 			return fmt.Errorf("after 30 open/close cycles: fds %d -> %d, mappings %d -> %d", fds0, fds1, maps0, maps1)
 		}
 		t.Logf("fds %d -> %d, mappings %d -> %d", fds0, fds1, maps0, maps1)
