@@ -5,75 +5,11 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"io/fs"
-	"os"
 	"path/filepath"
-	"strings"
 	"testing"
+
+	"github.com/goroce/goroce/internal/pcaptest"
 )
-
-// repoRoot returns the directory holding go.mod, searching upward from the
-// test's working directory.
-func repoRoot(t testing.TB) string {
-	t.Helper()
-	dir, err := os.Getwd()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return dir
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			t.Fatal("go.mod not found above the test directory")
-		}
-		dir = parent
-	}
-}
-
-// capturesDir returns ../shared/rxe-lab/captures relative to the repository
-// root, or skips the test when the shared lab captures are not present.
-func capturesDir(t testing.TB) string {
-	t.Helper()
-	d := filepath.Join(repoRoot(t), "..", "shared", "rxe-lab", "captures")
-	if st, err := os.Stat(d); err != nil || !st.IsDir() {
-		t.Skipf("rxe captures not present at %s (CI provides ../shared next to the repository)", d)
-	}
-	return d
-}
-
-// readPcap returns the packets of a classic little-endian pcap file
-// (magic 0xa1b2c3d4, microsecond timestamps) with Ethernet link type.
-func readPcap(b []byte) ([][]byte, error) {
-	if len(b) < 24 {
-		return nil, errors.New("pcap: short file header")
-	}
-	if m := binary.LittleEndian.Uint32(b); m != 0xa1b2c3d4 && m != 0xa1b23c4d {
-		return nil, fmt.Errorf("pcap: unsupported magic %#x", m)
-	}
-	if lt := binary.LittleEndian.Uint32(b[20:]); lt != 1 {
-		return nil, fmt.Errorf("pcap: link type %d is not Ethernet", lt)
-	}
-	var pkts [][]byte
-	for off := 24; off < len(b); {
-		if len(b)-off < 16 {
-			return nil, errors.New("pcap: short record header")
-		}
-		incl := int(binary.LittleEndian.Uint32(b[off+8:]))
-		orig := int(binary.LittleEndian.Uint32(b[off+12:]))
-		off += 16
-		if incl > len(b)-off {
-			return nil, errors.New("pcap: short record")
-		}
-		if incl != orig {
-			return nil, fmt.Errorf("pcap: record truncated by snaplen (%d of %d)", incl, orig)
-		}
-		pkts = append(pkts, b[off:off+incl])
-		off += incl
-	}
-	return pkts, nil
-}
 
 // isRoCE classifies a frame independently of Parse: IPv4/IPv6 (optionally
 // VLAN-tagged) carrying UDP to port 4791.
@@ -171,17 +107,8 @@ func specFromPacket(p *Packet, s *FrameSpec, st *extStore) {
 // TestCaptures parses every frame rxe put on the wire in the lab captures,
 // verifies its ICRC and rebuilds it byte for byte from the decoded fields.
 func TestCaptures(t *testing.T) {
-	dir := capturesDir(t)
-	var files []string
-	err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
-		if err == nil && !d.IsDir() && strings.HasSuffix(path, ".pcap") {
-			files = append(files, path)
-		}
-		return err
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	dir := pcaptest.CaptureDir(t)
+	files := pcaptest.Files(t, "*.pcap")
 	if len(files) == 0 {
 		t.Skipf("no .pcap files under %s", dir)
 	}
@@ -190,11 +117,7 @@ func TestCaptures(t *testing.T) {
 	buf := make([]byte, 10000)
 	for _, path := range files {
 		rel, _ := filepath.Rel(dir, path)
-		data, err := os.ReadFile(path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		pkts, err := readPcap(data)
+		pkts, err := readFrames(path)
 		if err != nil {
 			t.Fatalf("%s: %v", rel, err)
 		}
@@ -246,4 +169,19 @@ func TestCaptures(t *testing.T) {
 			t.Logf("  %-40v %d", Opcode(op), n)
 		}
 	}
+}
+
+// readFrames returns the frames of a lab capture, refusing records the
+// capture's snaplen cut short: every test here needs whole frames.
+func readFrames(path string) ([][]byte, error) {
+	recs, err := pcaptest.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	for i, r := range recs {
+		if len(r.Data) != r.OrigLen {
+			return nil, fmt.Errorf("pcap: record %d truncated by snaplen (%d of %d)", i+1, len(r.Data), r.OrigLen)
+		}
+	}
+	return pcaptest.Frames(recs), nil
 }

@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/goroce/goroce/internal/pcaptest"
 )
 
 // wsField is one field of Wireshark's InfiniBand dissection (tshark -V) and
@@ -71,7 +73,7 @@ func b2u(b bool) uint64 {
 // TestCapturesMatchWireshark compares every header field Wireshark decoded
 // from the lab captures (the .decode.txt next to each .pcap) with Parse.
 func TestCapturesMatchWireshark(t *testing.T) {
-	dir := capturesDir(t)
+	dir := pcaptest.CaptureDir(t)
 	frameRE := regexp.MustCompile(`(?m)^Frame (\d+):`)
 	checked := 0
 	err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
@@ -82,11 +84,7 @@ func TestCapturesMatchWireshark(t *testing.T) {
 		if err != nil {
 			return nil // no Wireshark dissection recorded for this capture
 		}
-		data, err := os.ReadFile(path)
-		if err != nil {
-			return err
-		}
-		pkts, err := readPcap(data)
+		pkts, err := readFrames(path)
 		if err != nil {
 			return err
 		}

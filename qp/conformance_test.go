@@ -3,81 +3,25 @@ package qp_test
 import (
 	"bytes"
 	"encoding/binary"
-	"errors"
 	"fmt"
-	"io"
 	"net/netip"
 	"os"
 	"path/filepath"
 	"testing"
 
 	"github.com/goroce/goroce/ib"
+	"github.com/goroce/goroce/internal/pcaptest"
 	"github.com/goroce/goroce/qp"
 	"github.com/goroce/goroce/qp/qptest"
 )
 
-// repoRoot finds the module root (the directory holding go.mod).
-func repoRoot(t *testing.T) string {
-	t.Helper()
-	dir, err := os.Getwd()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return dir
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			t.Fatal("go.mod not found above the test directory")
-		}
-		dir = parent
-	}
-}
-
-func capturesDir(t *testing.T) string {
-	d := filepath.Join(repoRoot(t), "..", "shared", "rxe-lab", "captures")
-	if _, err := os.Stat(d); err != nil {
-		t.Skipf("rxe reference captures not present at %s (CI places shared/ next to the repository): %v", d, err)
-	}
-	return d
-}
-
-// readPcap reads a classic libpcap file of Ethernet frames.
+// readPcap returns the frames of a classic libpcap file of Ethernet frames.
 func readPcap(path string) ([][]byte, error) {
-	b, err := os.ReadFile(path)
+	recs, err := pcaptest.ReadFile(path)
 	if err != nil {
 		return nil, err
 	}
-	if len(b) < 24 {
-		return nil, io.ErrUnexpectedEOF
-	}
-	var bo binary.ByteOrder
-	switch binary.LittleEndian.Uint32(b) {
-	case 0xa1b2c3d4, 0xa1b23c4d:
-		bo = binary.LittleEndian
-	case 0xd4c3b2a1, 0x4d3cb2a1:
-		bo = binary.BigEndian
-	default:
-		return nil, errors.New("not a pcap file")
-	}
-	if lt := bo.Uint32(b[20:]); lt != 1 {
-		return nil, fmt.Errorf("link type %d, want Ethernet", lt)
-	}
-	var frames [][]byte
-	for off := 24; off < len(b); {
-		if off+16 > len(b) {
-			return nil, io.ErrUnexpectedEOF
-		}
-		n := int(bo.Uint32(b[off+8:]))
-		off += 16
-		if n < 0 || off+n > len(b) {
-			return nil, io.ErrUnexpectedEOF
-		}
-		frames = append(frames, b[off:off+n])
-		off += n
-	}
-	return frames, nil
+	return pcaptest.Frames(recs), nil
 }
 
 type capPkt struct {
@@ -95,7 +39,7 @@ func isResponse(op ib.Opcode) bool {
 // what the rxe responder sent: opcodes, PSNs, AETH syndrome and MSN, atomic
 // original values and payload bytes.
 func TestConformanceWithRxe(t *testing.T) {
-	dir := capturesDir(t)
+	dir := pcaptest.CaptureDir(t)
 	for _, c := range []struct {
 		mtuDir string
 		mtu    ib.MTU
@@ -353,7 +297,7 @@ func replayDirection(t *testing.T, pkts []*capPkt, reqSrc, reqDst netip.Addr, mt
 // (feeding it rxe's responses in capture order) and checks that we send the
 // packets rxe sent: opcodes, PSNs, AckReq, extension headers and payloads.
 func TestRequesterConformanceWithRxe(t *testing.T) {
-	dir := capturesDir(t)
+	dir := pcaptest.CaptureDir(t)
 	for _, c := range []struct {
 		mtuDir string
 		mtu    ib.MTU
@@ -623,7 +567,7 @@ func rAddr(r *capPkt) uint64 {
 // QP, payload), and rxe's packets are received with the 40-byte GRH area and
 // the source QP in the completion.
 func TestUDConformanceWithRxe(t *testing.T) {
-	dir := capturesDir(t)
+	dir := pcaptest.CaptureDir(t)
 	for _, mtuDir := range []string{"mtu4096", "mtu1024"} {
 		t.Run(mtuDir, func(t *testing.T) {
 			frames, err := readPcap(filepath.Join(dir, mtuDir, "ud_send.pcap"))

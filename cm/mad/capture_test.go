@@ -3,8 +3,6 @@ package mad
 import (
 	"bufio"
 	"bytes"
-	"errors"
-	"io"
 	"math/bits"
 	"net/netip"
 	"os"
@@ -13,39 +11,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/gopacket/gopacket/pcapgo"
-
 	"github.com/goroce/goroce/ib"
+	"github.com/goroce/goroce/internal/pcaptest"
 )
-
-func repoRoot(t testing.TB) string {
-	t.Helper()
-	dir, err := os.Getwd()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return dir
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			t.Fatal("go.mod not found above the test directory")
-		}
-		dir = parent
-	}
-}
-
-// capturesDir returns ../shared/rxe-lab/captures next to the repository or
-// skips when the shared lab captures are absent.
-func capturesDir(t testing.TB) string {
-	t.Helper()
-	d := filepath.Join(repoRoot(t), "..", "shared", "rxe-lab", "captures")
-	if st, err := os.Stat(d); err != nil || !st.IsDir() {
-		t.Skipf("rxe captures not present at %s (CI provides ../shared next to the repository)", d)
-	}
-	return d
-}
 
 var cmCaptures = []string{
 	"mtu4096/cm_rping", "mtu4096/cm_ucmatose", "mtu4096/cm_udaddy_sidr",
@@ -62,25 +30,14 @@ type capturedMAD struct {
 // payload passes ParseCM.
 func readCMFrames(t *testing.T, path string) []capturedMAD {
 	t.Helper()
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	r, err := pcapgo.NewReader(f)
+	recs, err := pcaptest.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var out []capturedMAD
 	var p ib.Packet
-	for n := 1; ; n++ {
-		data, _, err := r.ReadPacketData()
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
+	for i, rec := range recs {
+		n, data := i+1, rec.Data
 		if err := ib.Parse(data, &p); err != nil {
 			continue
 		}
@@ -260,7 +217,7 @@ func reencode(t *testing.T, m MAD) []byte {
 }
 
 func TestCaptures(t *testing.T) {
-	dir := capturesDir(t)
+	dir := pcaptest.CaptureDir(t)
 	seen := map[AttrID]int{}
 	for _, name := range cmCaptures {
 		t.Run(name, func(t *testing.T) {

@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 	"reflect"
 	"testing"
+
+	"github.com/goroce/goroce/internal/pcaptest"
 )
 
 func addSeeds(f *testing.F) {
@@ -12,7 +14,7 @@ func addSeeds(f *testing.F) {
 	f.Add(make([]byte, Size))
 	f.Add([]byte{1, 7, 2, 3})
 	// The captured MADs, when the lab captures are present.
-	d := filepath.Join(repoRoot(f), "..", "shared", "rxe-lab", "captures", "mtu4096")
+	d := filepath.Join(pcaptest.RepoRoot(f), "..", "shared", "rxe-lab", "captures", "mtu4096")
 	if _, err := os.Stat(d); err == nil {
 		for _, name := range []string{"cm_rping.pcap", "cm_udaddy_sidr.pcap"} {
 			b, err := os.ReadFile(filepath.Join(d, name))
