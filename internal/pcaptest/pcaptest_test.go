@@ -129,3 +129,27 @@ func TestLabCaptures(t *testing.T) {
 		}
 	}
 }
+
+// TestCaptureDirAbsent checks that a repository without ../shared next to it
+// skips rather than fails.
+func TestCaptureDirAbsent(t *testing.T) {
+	repo := filepath.Join(t.TempDir(), "repo")
+	if err := os.MkdirAll(filepath.Join(repo, "pkg"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(repo, "go.mod"), []byte("module x\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Chdir(filepath.Join(repo, "pkg"))
+	if got := RepoRoot(t); got != repo {
+		t.Fatalf("RepoRoot = %s, want %s", got, repo)
+	}
+	var reached bool
+	ok := t.Run("skip", func(t *testing.T) {
+		CaptureDir(t)
+		reached = true
+	})
+	if !ok || reached {
+		t.Fatalf("CaptureDir without captures: passed=%v returned=%v, want a skip", ok, reached)
+	}
+}
