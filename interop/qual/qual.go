@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/netip"
@@ -27,6 +28,10 @@ import (
 
 // SharedDevice is the goroce device on rxeh0, opened once.
 type SharedDevice struct {
+	// Capture, if set before the first Setup, receives the device's pcap
+	// capture (roce.Options.Capture).
+	Capture io.Writer
+
 	once sync.Once
 	dev  *roce.Device
 	err  error
@@ -44,11 +49,14 @@ func (s *SharedDevice) Close() {
 
 // Env is what every test needs: the lab, its guest and our device.
 type Env struct {
-	lab *rxelab.Lab
-	g   *rxelab.Guest
-	dev *roce.Device
-	// gidIndex is the guest's GID index of its IPv4 address.
-	gidIndex int
+	// Lab is the running lab.
+	Lab *rxelab.Lab
+	// Guest is the lab's first guest, where the tools run.
+	Guest *rxelab.Guest
+	// Dev is the shared goroce device on rxeh0.
+	Dev *roce.Device
+	// GIDIndex is the guest's GID index of its IPv4 address.
+	GIDIndex int
 }
 
 // Setup returns the lab (started on first use) and the shared device,
@@ -62,7 +70,7 @@ func Setup(t *testing.T) *Env {
 		logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 		Shared.err = lab.InPeerNS(func() error {
 			var err error
-			Shared.dev, err = roce.Open(ctx, lab.PeerIf, roce.Options{Link: roce.LinkXDP, Logger: logger})
+			Shared.dev, err = roce.Open(ctx, lab.PeerIf, roce.Options{Link: roce.LinkXDP, Logger: logger, Capture: Shared.Capture})
 			return err
 		})
 	})
@@ -77,17 +85,17 @@ func Setup(t *testing.T) *Env {
 	if !ok {
 		t.Fatalf("guest %s has no GID for %v: %v", g.Name, g.Addr, g.GIDs)
 	}
-	return &Env{lab: lab, g: g, dev: Shared.dev, gidIndex: idx}
+	return &Env{Lab: lab, Guest: g, Dev: Shared.dev, GIDIndex: idx}
 }
 
-// listen opens the out-of-band listener on rxeh0's address in the peer
+// Listen opens the out-of-band listener on rxeh0's address in the peer
 // netns, for a guest tool that connects to us.
-func (e *Env) listen(t *testing.T) perfcmd.OOB {
+func (e *Env) Listen(t *testing.T) perfcmd.OOB {
 	t.Helper()
 	var ln net.Listener
-	err := e.lab.InPeerNS(func() error {
+	err := e.Lab.InPeerNS(func() error {
 		var err error
-		ln, err = net.Listen("tcp", netip.AddrPortFrom(e.lab.PeerAddr, rxelab.OOBPort).String())
+		ln, err = net.Listen("tcp", netip.AddrPortFrom(e.Lab.PeerAddr, rxelab.OOBPort).String())
 		return err
 	})
 	if err != nil {
@@ -97,14 +105,14 @@ func (e *Env) listen(t *testing.T) perfcmd.OOB {
 	return perfcmd.OOB{Listener: ln}
 }
 
-// dialer connects to the guest tool's server from the peer netns, retrying
+// Dialer connects to the guest tool's server from the peer netns, retrying
 // until it listens or exits.
-func (e *Env) dialer(serverDone <-chan struct{}) perfcmd.OOB {
-	addr := netip.AddrPortFrom(e.g.Addr, rxelab.OOBPort).String()
+func (e *Env) Dialer(serverDone <-chan struct{}) perfcmd.OOB {
+	addr := netip.AddrPortFrom(e.Guest.Addr, rxelab.OOBPort).String()
 	return perfcmd.OOB{Dial: func(ctx context.Context) (net.Conn, error) {
 		for {
 			var c net.Conn
-			err := e.lab.InPeerNS(func() error {
+			err := e.Lab.InPeerNS(func() error {
 				var err error
 				d := net.Dialer{Timeout: 2 * time.Second}
 				c, err = d.DialContext(ctx, "tcp", addr)
@@ -124,25 +132,31 @@ func (e *Env) dialer(serverDone <-chan struct{}) perfcmd.OOB {
 	}}
 }
 
-// toolResult is a finished guest tool.
-type toolResult struct {
-	stdout, stderr string
-	code           int
-	err            error
+// ToolResult is a finished guest tool.
+type ToolResult struct {
+	// Stdout and Stderr are what the tool printed.
+	Stdout, Stderr string
+	// Code is the tool's exit status.
+	Code int
+	// Err is why the tool could not be run or waited for.
+	Err error
 }
 
-func (r toolResult) String() string {
-	return fmt.Sprintf("exit %d (%v)\nstdout:\n%s\nstderr:\n%s", r.code, r.err, r.stdout, r.stderr)
+// String formats the result for failure reports.
+func (r ToolResult) String() string {
+	return fmt.Sprintf("exit %d (%v)\nstdout:\n%s\nstderr:\n%s", r.Code, r.Err, r.Stdout, r.Stderr)
 }
 
-func (r toolResult) ok() bool { return r.err == nil && r.code == 0 }
+// OK reports whether the tool ran and exited 0.
+func (r ToolResult) OK() bool { return r.Err == nil && r.Code == 0 }
 
-// start runs a tool in the guest in the background.
-func (e *Env) start(ctx context.Context, args ...string) (*rxelab.Job, func() toolResult) {
-	job := e.g.Start(ctx, args...)
-	return job, func() toolResult {
+// Start runs a tool in the guest in the background; the returned function
+// waits for it to end.
+func (e *Env) Start(ctx context.Context, args ...string) (*rxelab.Job, func() ToolResult) {
+	job := e.Guest.Start(ctx, args...)
+	return job, func() ToolResult {
 		o, se, code, err := job.Wait()
-		return toolResult{string(o), string(se), code, err}
+		return ToolResult{string(o), string(se), code, err}
 	}
 }
 
@@ -152,12 +166,12 @@ func itoa(n int) string { return strconv.Itoa(n) }
 func (e *Env) counters() string {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	out, _, _, err := e.g.Exec(ctx, "sh", "-c", "cd /sys/class/infiniband/rxe0/ports/1/hw_counters && grep . *")
+	out, _, _, err := e.Guest.Exec(ctx, "sh", "-c", "cd /sys/class/infiniband/rxe0/ports/1/hw_counters && grep . *")
 	s := "guest rxe0:\n" + string(out)
 	if err != nil {
 		s += err.Error()
 	}
-	return s + fmt.Sprintf("\ngoroce: %v", e.dev.Counters().Map())
+	return s + fmt.Sprintf("\ngoroce: %v", e.Dev.Counters().Map())
 }
 
 // PingpongCase is one pingpong qualification run.
@@ -189,7 +203,7 @@ func (c PingpongCase) Name() string {
 }
 
 func (c PingpongCase) toolArgs(e *Env, server string) []string {
-	args := []string{c.tool(), "-d", "rxe0", "-g", itoa(e.gidIndex), "-s", itoa(c.Size), "-n", itoa(c.Iters)}
+	args := []string{c.tool(), "-d", "rxe0", "-g", itoa(e.GIDIndex), "-s", itoa(c.Size), "-n", itoa(c.Iters)}
 	if c.Type == roce.RC {
 		args = append(args, "-m", itoa(c.MTU))
 	}
@@ -211,17 +225,17 @@ func (c PingpongCase) config() perfcmd.PingpongConfig {
 func PingpongGoroceServer(t *testing.T, e *Env, c PingpongCase) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	oob := e.listen(t)
+	oob := e.Listen(t)
 	t0 := time.Now()
-	_, wait := e.start(ctx, c.toolArgs(e, e.lab.PeerAddr.String())...)
+	_, wait := e.Start(ctx, c.toolArgs(e, e.Lab.PeerAddr.String())...)
 	var out bytes.Buffer
-	res, err := perfcmd.Pingpong(ctx, e.dev, oob, c.config(), &out)
+	res, err := perfcmd.Pingpong(ctx, e.Dev, oob, c.config(), &out)
 	tool := wait()
-	if err != nil || !tool.ok() {
+	if err != nil || !tool.OK() {
 		t.Fatalf("goroce server: %v\n%s\nour output:\n%s\nguest %s\n%s", err, out.String(), out.String(), tool, e.counters())
 	}
 	checkPingpong(t, c, res, out.String(), tool)
-	t.Logf("%s client in the guest, goroce server: %.1fs\n%s%s", c.tool(), time.Since(t0).Seconds(), out.String(), tool.stdout)
+	t.Logf("%s client in the guest, goroce server: %.1fs\n%s%s", c.tool(), time.Since(t0).Seconds(), out.String(), tool.Stdout)
 }
 
 // PingpongGoroceClient runs the case with goroce as client and the guest tool as server.
@@ -229,29 +243,29 @@ func PingpongGoroceClient(t *testing.T, e *Env, c PingpongCase) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	t0 := time.Now()
-	job, wait := e.start(ctx, c.toolArgs(e, "")...)
+	job, wait := e.Start(ctx, c.toolArgs(e, "")...)
 	var out bytes.Buffer
-	res, err := perfcmd.Pingpong(ctx, e.dev, e.dialer(job.Done()), c.config(), &out)
+	res, err := perfcmd.Pingpong(ctx, e.Dev, e.Dialer(job.Done()), c.config(), &out)
 	if err != nil {
 		cancel()
 	}
 	tool := wait()
-	if err != nil || !tool.ok() {
+	if err != nil || !tool.OK() {
 		t.Fatalf("goroce client: %v\nour output:\n%s\nguest %s\n%s", err, out.String(), tool, e.counters())
 	}
 	checkPingpong(t, c, res, out.String(), tool)
-	t.Logf("%s server in the guest, goroce client: %.1fs\n%s%s", c.tool(), time.Since(t0).Seconds(), out.String(), tool.stdout)
+	t.Logf("%s server in the guest, goroce client: %.1fs\n%s%s", c.tool(), time.Since(t0).Seconds(), out.String(), tool.Stdout)
 }
 
-func checkPingpong(t *testing.T, c PingpongCase, res *perfcmd.PingpongResult, ours string, tool toolResult) {
+func checkPingpong(t *testing.T, c PingpongCase, res *perfcmd.PingpongResult, ours string, tool ToolResult) {
 	t.Helper()
 	want := fmt.Sprintf("%d iters in", c.Iters)
-	if !strings.Contains(tool.stdout, want) || !strings.Contains(ours, want) {
-		t.Errorf("result lines missing %q\nours:\n%s\ntool:\n%s", want, ours, tool.stdout)
+	if !strings.Contains(tool.Stdout, want) || !strings.Contains(ours, want) {
+		t.Errorf("result lines missing %q\nours:\n%s\ntool:\n%s", want, ours, tool.Stdout)
 	}
 	// Each side's remote line is the other's local line.
 	ourLocal := lineWith(ours, "local address:")
-	toolRemote := lineWith(tool.stdout, "remote address:")
+	toolRemote := lineWith(tool.Stdout, "remote address:")
 	if f1, f2 := addrFields(ourLocal), addrFields(toolRemote); f1 != f2 {
 		t.Errorf("tool saw us as %q, we announced %q", toolRemote, ourLocal)
 	}
@@ -313,7 +327,7 @@ func (c PerfCase) Name() string {
 }
 
 func (c PerfCase) toolArgs(e *Env, server string) []string {
-	args := []string{c.tool(), "-d", "rxe0", "-x", itoa(e.gidIndex), "-F", "-n", itoa(c.Iters), "-m", itoa(c.MTU)}
+	args := []string{c.tool(), "-d", "rxe0", "-x", itoa(e.GIDIndex), "-F", "-n", itoa(c.Iters), "-m", itoa(c.MTU)}
 	if c.Size != 0 {
 		args = append(args, "-s", itoa(c.Size))
 	}
@@ -336,20 +350,20 @@ func (c PerfCase) config() perfcmd.PerfConfig {
 func PerfGoroceServer(t *testing.T, e *Env, c PerfCase) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	oob := e.listen(t)
+	oob := e.Listen(t)
 	t0 := time.Now()
-	_, wait := e.start(ctx, c.toolArgs(e, e.lab.PeerAddr.String())...)
+	_, wait := e.Start(ctx, c.toolArgs(e, e.Lab.PeerAddr.String())...)
 	var out bytes.Buffer
-	res, err := perfcmd.Perf(ctx, e.dev, oob, c.config(), &out, false)
+	res, err := perfcmd.Perf(ctx, e.Dev, oob, c.config(), &out, false)
 	if err != nil {
 		cancel()
 	}
 	tool := wait()
-	if err != nil || !tool.ok() {
+	if err != nil || !tool.OK() {
 		t.Fatalf("goroce server: %v\nour output:\n%s\nguest %s\n%s", err, out.String(), tool, e.counters())
 	}
 	checkPerf(t, c, res, out.String(), tool, true)
-	t.Logf("%s client in the guest, goroce server: %.1fs\n%s%s", c.tool(), time.Since(t0).Seconds(), out.String(), tool.stdout)
+	t.Logf("%s client in the guest, goroce server: %.1fs\n%s%s", c.tool(), time.Since(t0).Seconds(), out.String(), tool.Stdout)
 }
 
 // PerfGoroceClient runs the case with goroce as client and the guest tool as server.
@@ -357,30 +371,30 @@ func PerfGoroceClient(t *testing.T, e *Env, c PerfCase) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	t0 := time.Now()
-	job, wait := e.start(ctx, c.toolArgs(e, "")...)
+	job, wait := e.Start(ctx, c.toolArgs(e, "")...)
 	var out bytes.Buffer
-	res, err := perfcmd.Perf(ctx, e.dev, e.dialer(job.Done()), c.config(), &out, false)
+	res, err := perfcmd.Perf(ctx, e.Dev, e.Dialer(job.Done()), c.config(), &out, false)
 	if err != nil {
 		cancel()
 	}
 	tool := wait()
-	if err != nil || !tool.ok() {
+	if err != nil || !tool.OK() {
 		t.Fatalf("goroce client: %v\nour output:\n%s\nguest %s\n%s", err, out.String(), tool, e.counters())
 	}
 	checkPerf(t, c, res, out.String(), tool, false)
-	t.Logf("%s server in the guest, goroce client: %.1fs\n%s%s", c.tool(), time.Since(t0).Seconds(), out.String(), tool.stdout)
+	t.Logf("%s server in the guest, goroce client: %.1fs\n%s%s", c.tool(), time.Since(t0).Seconds(), out.String(), tool.Stdout)
 }
 
-func checkPerf(t *testing.T, c PerfCase, res []perfcmd.PerfResult, ours string, tool toolResult, goroceServer bool) {
+func checkPerf(t *testing.T, c PerfCase, res []perfcmd.PerfResult, ours string, tool ToolResult, goroceServer bool) {
 	t.Helper()
 	// Address lines: ours local is the tool's remote, and the other way.
 	for _, pair := range [][2]string{{"local address:", "remote address:"}, {"remote address:", "local address:"}} {
-		a, b := afterColon(lineWith(ours, pair[0])), afterColon(lineWith(tool.stdout, pair[1]))
+		a, b := afterColon(lineWith(ours, pair[0])), afterColon(lineWith(tool.Stdout, pair[1]))
 		if a == "" || a != b {
 			t.Errorf("our %q line %q, the tool's %q line %q", pair[0], a, pair[1], b)
 		}
 	}
-	for who, s := range map[string]string{"tool": tool.stdout, "goroce": ours} {
+	for who, s := range map[string]string{"tool": tool.Stdout, "goroce": ours} {
 		if !strings.Contains(s, fmt.Sprintf(" Mtu             : %d[B]\n", c.MTU)) {
 			t.Errorf("%s did not run at MTU %d:\n%s", who, c.MTU, s)
 		}
@@ -388,13 +402,13 @@ func checkPerf(t *testing.T, c PerfCase, res []perfcmd.PerfResult, ours string, 
 	toolPassive := !goroceServer && !c.Latency && c.Verb != perftest.Send ||
 		!goroceServer && c.Latency && (c.Verb == perftest.Read || c.Verb == perftest.Atomic)
 	oursPassive := goroceServer && c.Latency && (c.Verb == perftest.Read || c.Verb == perftest.Atomic)
-	ourRow, toolRow := resultRow(ours), resultRow(tool.stdout)
+	ourRow, toolRow := resultRow(ours), resultRow(tool.Stdout)
 	switch {
 	case toolPassive && c.Latency:
 		// The tool's read/atomic latency server prints no row.
 	case oursPassive:
 		if toolRow == "" {
-			t.Errorf("tool printed no result row:\n%s", tool.stdout)
+			t.Errorf("tool printed no result row:\n%s", tool.Stdout)
 		}
 	case !c.Latency && c.Verb != perftest.Send:
 		// One side measured, both print the same report.
@@ -403,7 +417,7 @@ func checkPerf(t *testing.T, c PerfCase, res []perfcmd.PerfResult, ours string, 
 		}
 	default:
 		if ourRow == "" || toolRow == "" {
-			t.Errorf("missing result row:\nours:\n%s\ntool:\n%s", ours, tool.stdout)
+			t.Errorf("missing result row:\nours:\n%s\ntool:\n%s", ours, tool.Stdout)
 		}
 	}
 	if ourRow != "" {

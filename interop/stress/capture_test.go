@@ -43,9 +43,9 @@ func TestCapture(t *testing.T) {
 	}
 	dir := t.TempDir()
 	tapFile := filepath.Join(dir, "guest-tap.pcap")
-	stopDump := startTcpdump(t, tcpdump, e.lab.NS, e.tap(), tapFile)
+	stopDump := startTcpdump(t, tcpdump, e.Lab.NS, e.tap(), tapFile)
 
-	if err := e.dev.FlushCapture(); err != nil {
+	if err := e.Dev.FlushCapture(); err != nil {
 		t.Fatal(err)
 	}
 	e.cap.start()
@@ -66,7 +66,7 @@ func TestCapture(t *testing.T) {
 		run(name+"/goroce-server", func(t *testing.T) { runPerf(t, e, name, c, true) })
 		run(name+"/goroce-client", func(t *testing.T) { runPerf(t, e, name, c, false) })
 	}
-	if err := e.dev.FlushCapture(); err != nil {
+	if err := e.Dev.FlushCapture(); err != nil {
 		t.Fatal(err)
 	}
 	time.Sleep(500 * time.Millisecond) // let tcpdump write the last frames
@@ -76,7 +76,7 @@ func TestCapture(t *testing.T) {
 	}
 	stopDump()
 
-	ourIP := e.lab.PeerAddr.String()
+	ourIP := e.Lab.PeerAddr.String()
 	for _, f := range []string{ourFile, tapFile} {
 		t.Run(filepath.Base(f), func(t *testing.T) {
 			checkCapture(t, f, ourIP)

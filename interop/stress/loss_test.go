@@ -8,12 +8,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"testing"
 	"time"
 
 	"github.com/goroce/goroce/cmd/rocectl/perfcmd"
 	"github.com/goroce/goroce/ib"
 	"github.com/goroce/goroce/internal/perftest"
+	"github.com/goroce/goroce/interop/qual"
 	"github.com/goroce/goroce/interop/rxelab"
 	"github.com/goroce/goroce/roce"
 	"golang.org/x/sys/unix"
@@ -42,7 +44,7 @@ func TestLoss(t *testing.T) {
 }
 
 func lossLevel(t *testing.T, e *env, pct int) {
-	l, err := newLoss(e.lab.NS, []string{e.tap(), e.lab.PeerIf + "-br"}, float64(pct)/100)
+	l, err := newLoss(e.Lab.NS, []string{e.tap(), e.Lab.PeerIf + "-br"}, float64(pct)/100)
 	if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.EOPNOTSUPP) {
 		// The kernel does not know the clsact qdisc or the bpf classifier.
 		t.Skipf("cannot inject loss: clsact/cls_bpf missing (CONFIG_NET_SCH_INGRESS, CONFIG_NET_CLS_BPF): %v", err)
@@ -114,31 +116,31 @@ func lossLevel(t *testing.T, e *env, pct int) {
 func runPerf(t *testing.T, e *env, tool string, c perfcmd.PerfConfig, goroceServer bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	args := []string{tool, "-d", "rxe0", "-x", itoa(e.gidIndex), "-F", "-n", itoa(c.Iters), "-m", itoa(c.MTU.Bytes()), "-s", itoa(c.Size)}
+	args := []string{tool, "-d", "rxe0", "-x", strconv.Itoa(e.GIDIndex), "-F", "-n", strconv.Itoa(c.Iters), "-m", strconv.Itoa(c.MTU.Bytes()), "-s", strconv.Itoa(c.Size)}
 	var oob perfcmd.OOB
-	var wait func() toolResult
+	var wait func() qual.ToolResult
 	t0 := time.Now()
 	if goroceServer {
-		oob = e.listen(t)
+		oob = e.Listen(t)
 		var job *rxelab.Job
-		job, wait = e.start(ctx, append(args, e.lab.PeerAddr.String())...)
+		job, wait = e.Start(ctx, append(args, e.Lab.PeerAddr.String())...)
 		closeWhenDone(ctx, oob, job)
 	} else {
 		var job interface{ Done() <-chan struct{} }
-		job, wait = e.start(ctx, args...)
-		oob = e.dialer(job.Done())
+		job, wait = e.Start(ctx, args...)
+		oob = e.Dialer(job.Done())
 	}
 	var out bytes.Buffer
-	res, err := perfcmd.Perf(ctx, e.dev, oob, c, &out, false)
+	res, err := perfcmd.Perf(ctx, e.Dev, oob, c, &out, false)
 	if err != nil {
 		cancel()
 	}
 	tr := wait()
-	if err != nil || !tr.ok() {
+	if err != nil || !tr.OK() {
 		t.Fatalf("%s: %v\nour output:\n%s\nguest %s\n%s", tool, err, out.String(), tr, e.counters(t))
 	}
 	if len(res) == 0 || res[0].Iters != uint64(c.Iters) {
 		t.Errorf("result %+v, want %d iterations", res, c.Iters)
 	}
-	t.Logf("%d × %d B, %.1fs\n%s%s", c.Iters, c.Size, time.Since(t0).Seconds(), out.String(), tr.stdout)
+	t.Logf("%d × %d B, %.1fs\n%s%s", c.Iters, c.Size, time.Since(t0).Seconds(), out.String(), tr.Stdout)
 }

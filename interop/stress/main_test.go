@@ -6,12 +6,8 @@ package stress
 import (
 	"bufio"
 	"context"
-	"errors"
 	"fmt"
 	"io"
-	"log/slog"
-	"net"
-	"net/netip"
 	"os"
 	"sort"
 	"strconv"
@@ -21,8 +17,8 @@ import (
 	"time"
 
 	"github.com/goroce/goroce/cmd/rocectl/perfcmd"
+	"github.com/goroce/goroce/interop/qual"
 	"github.com/goroce/goroce/interop/rxelab"
-	"github.com/goroce/goroce/roce"
 )
 
 // labMTU gives rxe an active MTU of 2048 while a frame still fits one
@@ -30,9 +26,10 @@ import (
 const labMTU = 3000
 
 func TestMain(m *testing.M) {
+	qual.Shared.Capture = &capture
 	code := rxelab.Main(m, rxelab.Config{Guests: 1, MTU: labMTU,
 		Logf: func(format string, args ...any) { fmt.Fprintf(os.Stderr, "rxelab: "+format+"\n", args...) }})
-	shared.close()
+	qual.Shared.Close()
 	os.Exit(code)
 }
 
@@ -77,77 +74,24 @@ func (c *captureSwitch) stop() []byte {
 	return f
 }
 
-// sharedDevice is the goroce device on rxeh0, opened once per binary.
-type sharedDevice struct {
-	once sync.Once
-	dev  *roce.Device
-	cap  captureSwitch
-	err  error
-}
+// capture is the shared device's capture writer.
+var capture captureSwitch
 
-var shared sharedDevice
-
-func (s *sharedDevice) close() {
-	if s.dev != nil {
-		s.dev.Close()
-	}
-}
-
-// env is what every test needs: the lab, its guest and our device.
+// env is qual's lab environment plus the device's capture switch.
 type env struct {
-	lab      *rxelab.Lab
-	g        *rxelab.Guest
-	dev      *roce.Device
-	cap      *captureSwitch
-	gidIndex int // the guest's GID index of its IPv4 address
+	*qual.Env
+	cap *captureSwitch
 }
 
+// setup returns the lab and the shared device, opened with the capture
+// switch as its pcap writer.
 func setup(t *testing.T) *env {
 	t.Helper()
-	lab := rxelab.Get(t)
-	shared.once.Do(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-		shared.err = lab.InPeerNS(func() error {
-			var err error
-			shared.dev, err = roce.Open(ctx, lab.PeerIf, roce.Options{Link: roce.LinkXDP, Logger: logger, Capture: &shared.cap})
-			return err
-		})
-	})
-	if shared.err != nil {
-		if errors.Is(shared.err, roce.ErrNotSupported) {
-			t.Skipf("AF_XDP on %s: %v", lab.PeerIf, shared.err)
-		}
-		t.Fatalf("opening goroce on %s over AF_XDP: %v", lab.PeerIf, shared.err)
-	}
-	g := lab.Guests[0]
-	idx, ok := g.GIDIndex(g.Addr)
-	if !ok {
-		t.Fatalf("guest %s has no GID for %v: %v", g.Name, g.Addr, g.GIDs)
-	}
-	return &env{lab: lab, g: g, dev: shared.dev, cap: &shared.cap, gidIndex: idx}
+	return &env{Env: qual.Setup(t), cap: &capture}
 }
 
 // tap is the guest's tap device in the lab netns (rxe-lab names it so).
-func (e *env) tap() string { return "rxt-" + e.g.Name }
-
-// listen opens the out-of-band listener on rxeh0's address in the peer
-// netns, for a guest tool that connects to us.
-func (e *env) listen(t *testing.T) perfcmd.OOB {
-	t.Helper()
-	var ln net.Listener
-	err := e.lab.InPeerNS(func() error {
-		var err error
-		ln, err = net.Listen("tcp", netip.AddrPortFrom(e.lab.PeerAddr, rxelab.OOBPort).String())
-		return err
-	})
-	if err != nil {
-		t.Fatalf("listening on the OOB port: %v", err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	return perfcmd.OOB{Listener: ln}
-}
+func (e *env) tap() string { return "rxt-" + e.Guest.Name }
 
 // closeWhenDone closes a server's listener once the guest tool has ended
 // or ctx is done, so an Accept waiting for a tool that died returns.
@@ -160,57 +104,6 @@ func closeWhenDone(ctx context.Context, oob perfcmd.OOB, job *rxelab.Job) {
 		oob.Listener.Close()
 	}()
 }
-
-// dialer connects to the guest tool's server from the peer netns, retrying
-// until it listens or exits.
-func (e *env) dialer(serverDone <-chan struct{}) perfcmd.OOB {
-	addr := netip.AddrPortFrom(e.g.Addr, rxelab.OOBPort).String()
-	return perfcmd.OOB{Dial: func(ctx context.Context) (net.Conn, error) {
-		for {
-			var c net.Conn
-			err := e.lab.InPeerNS(func() error {
-				var err error
-				d := net.Dialer{Timeout: 2 * time.Second}
-				c, err = d.DialContext(ctx, "tcp", addr)
-				return err
-			})
-			if err == nil {
-				return c, nil
-			}
-			select {
-			case <-ctx.Done():
-				return nil, fmt.Errorf("connecting to the guest tool: %w (last: %v)", ctx.Err(), err)
-			case <-serverDone:
-				return nil, fmt.Errorf("guest tool exited before accepting (last dial: %v)", err)
-			case <-time.After(200 * time.Millisecond):
-			}
-		}
-	}}
-}
-
-// toolResult is a finished guest tool.
-type toolResult struct {
-	stdout, stderr string
-	code           int
-	err            error
-}
-
-func (r toolResult) String() string {
-	return fmt.Sprintf("exit %d (%v)\nstdout:\n%s\nstderr:\n%s", r.code, r.err, r.stdout, r.stderr)
-}
-
-func (r toolResult) ok() bool { return r.err == nil && r.code == 0 }
-
-// start runs a tool in the guest in the background.
-func (e *env) start(ctx context.Context, args ...string) (*rxelab.Job, func() toolResult) {
-	job := e.g.Start(ctx, args...)
-	return job, func() toolResult {
-		o, se, code, err := job.Wait()
-		return toolResult{string(o), string(se), code, err}
-	}
-}
-
-func itoa(n int) string { return strconv.Itoa(n) }
 
 // counterSet is a snapshot of named counters.
 type counterSet map[string]uint64
@@ -247,7 +140,7 @@ func (e *env) guestCounters(t *testing.T) counterSet {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	out, errOut, code, err := e.g.Exec(ctx, "sh", "-c", "cd /sys/class/infiniband/rxe0/ports/1/hw_counters && grep . *")
+	out, errOut, code, err := e.Guest.Exec(ctx, "sh", "-c", "cd /sys/class/infiniband/rxe0/ports/1/hw_counters && grep . *")
 	if err != nil || code != 0 {
 		t.Fatalf("reading the guest's hw_counters: exit %d, %v: %s", code, err, errOut)
 	}
@@ -270,7 +163,7 @@ func parseCounters(s string) counterSet {
 	return c
 }
 
-func (e *env) ourCounters() counterSet { return counterSet(e.dev.Counters().Map()) }
+func (e *env) ourCounters() counterSet { return counterSet(e.Dev.Counters().Map()) }
 
 // counters returns both sides' counters for failure reports.
 func (e *env) counters(t *testing.T) string {

@@ -4,6 +4,7 @@
 package stress
 
 import (
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -28,7 +29,7 @@ import (
 func TestMTUMismatch(t *testing.T) {
 	e := setup(t)
 	for _, c := range []struct{ ours, theirs int }{{2048, 1024}, {1024, 2048}} {
-		t.Run("goroce"+itoa(c.ours)+"-rxe"+itoa(c.theirs), func(t *testing.T) {
+		t.Run("goroce"+strconv.Itoa(c.ours)+"-rxe"+strconv.Itoa(c.theirs), func(t *testing.T) {
 			m, _ := ib.MTUFromBytes(c.ours)
 			cfg := perfcmd.PingpongConfig{Type: roce.RC, Size: 4096, Iters: 5, MTU: m}
 			guestBefore, before := e.guestCounters(t), e.ourCounters()
@@ -37,15 +38,15 @@ func TestMTUMismatch(t *testing.T) {
 			status, tool := playPingpong(t, e, cfg, false, true, c.theirs)
 			took := time.Since(t0)
 			t.Logf("goroce: %v; tool: exit %d, %.2fs in all\n%s%s\ngoroce counters %v\nrxe counters %v",
-				status, tool.code, took.Seconds(), tool.stdout, tool.stderr,
+				status, tool.Code, took.Seconds(), tool.Stdout, tool.Stderr,
 				e.ourCounters().sub(before), e.guestCounters(t).sub(guestBefore))
-			if tool.err != nil {
-				t.Fatalf("the tool did not end within two minutes: %v", tool.err)
+			if tool.Err != nil {
+				t.Fatalf("the tool did not end within two minutes: %v", tool.Err)
 			}
 			if status != roce.WCRemInvReqErr {
 				t.Errorf("goroce ended with %v, want a REMOTE_INVALID_REQUEST completion", status)
 			}
-			if tool.code == 0 || !strings.Contains(tool.stderr, "remote invalid request error") {
+			if tool.Code == 0 || !strings.Contains(tool.Stderr, "remote invalid request error") {
 				t.Errorf("the tool did not fail with a remote invalid request error:\n%s", tool)
 			}
 		})

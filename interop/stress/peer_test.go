@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -54,14 +55,14 @@ func peerGoneRetry3(t *testing.T, e *env) {
 	const size = 4096
 	jobCtx, kill := context.WithCancel(ctx)
 	defer kill()
-	job, wait := e.start(jobCtx, "ibv_rc_pingpong", "-d", "rxe0", "-g", itoa(e.gidIndex), "-s", itoa(size), "-n", "1000000", "-m", "1024", "-e", "-r", "8000")
+	job, wait := e.Start(jobCtx, "ibv_rc_pingpong", "-d", "rxe0", "-g", strconv.Itoa(e.GIDIndex), "-s", strconv.Itoa(size), "-n", "1000000", "-m", "1024", "-e", "-r", "8000")
 
-	pd, err := e.dev.AllocPD()
+	pd, err := e.Dev.AllocPD()
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer pd.Close()
-	cq, err := e.dev.CreateCQ(256)
+	cq, err := e.Dev.CreateCQ(256)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -94,14 +95,14 @@ func peerGoneRetry3(t *testing.T, e *env) {
 		}
 	}
 	var gid ib.GID
-	for _, g := range e.dev.GIDs() {
+	for _, g := range e.Dev.GIDs() {
 		if g.GID.IsIPv4() {
 			gid = g.GID
 			break
 		}
 	}
 	me := perftest.PingpongDest{QPN: q.QPN(), PSN: 0x2a5a5a, GID: gid}
-	conn, err := e.dialer(job.Done()).Dial(ctx)
+	conn, err := e.Dialer(job.Done()).Dial(ctx)
 	if err != nil {
 		t.Fatalf("%v\nguest %s", err, wait())
 	}
@@ -190,7 +191,7 @@ func peerGoneRetry3(t *testing.T, e *env) {
 		t.Logf("note: %d RNR NAKs before the tool was gone", rnr)
 	}
 	t.Logf("killed ibv_rc_pingpong after %d SENDs of %d B were acknowledged; the guest job ended %.2fs later (exit %d)",
-		acked.Load(), size, gone.Sub(killed).Seconds(), tool.code)
+		acked.Load(), size, gone.Sub(killed).Seconds(), tool.Code)
 
 	var r result
 	select {
@@ -244,15 +245,15 @@ func peerGoneRetry7(t *testing.T, e *env) {
 	c := perfcmd.PerfConfig{Verb: perftest.Write, Size: 4096, Iters: iters, MTU: ib.MTU1024, GIDIndex: -1}
 	jobCtx, kill := context.WithCancel(ctx)
 	defer kill()
-	job, wait := e.start(jobCtx, "ib_write_bw", "-d", "rxe0", "-x", itoa(e.gidIndex), "-F",
-		"-n", itoa(iters), "-m", "1024", "-s", "4096")
+	job, wait := e.Start(jobCtx, "ib_write_bw", "-d", "rxe0", "-x", strconv.Itoa(e.GIDIndex), "-F",
+		"-n", strconv.Itoa(iters), "-m", "1024", "-s", "4096")
 	before := e.ourCounters()
 	perfCtx, stop := context.WithCancel(ctx)
 	defer stop()
 	done := make(chan error, 1)
 	var out bytes.Buffer
 	go func() {
-		_, err := perfcmd.Perf(perfCtx, e.dev, e.dialer(job.Done()), c, &out, false)
+		_, err := perfcmd.Perf(perfCtx, e.Dev, e.Dialer(job.Done()), c, &out, false)
 		done <- err
 	}()
 	for e.ourCounters()["rdma_sends"]-before["rdma_sends"] < 2000 {
@@ -268,7 +269,7 @@ func peerGoneRetry7(t *testing.T, e *env) {
 	const watch = 3 * time.Second
 	select {
 	case err := <-done:
-		t.Fatalf("ib_write_bw client ended %v after the peer (exit %d) although retry count 7 retries forever: %v", watch, tool.code, err)
+		t.Fatalf("ib_write_bw client ended %v after the peer (exit %d) although retry count 7 retries forever: %v", watch, tool.Code, err)
 	case <-time.After(watch):
 	}
 	retried := e.ourCounters().sub(gone)

@@ -6,6 +6,7 @@ package stress
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -13,6 +14,7 @@ import (
 	"github.com/goroce/goroce/cmd/rocectl/perfcmd"
 	"github.com/goroce/goroce/ib"
 	"github.com/goroce/goroce/internal/perftest"
+	"github.com/goroce/goroce/interop/qual"
 	"github.com/goroce/goroce/roce"
 )
 
@@ -46,7 +48,7 @@ func runPingpong(t *testing.T, e *env, c perfcmd.PingpongConfig, goroceServer bo
 // tool's result once the tool has exited (the QP stays open until then, so
 // whatever goroce still has to send, such as a NAK, goes out). toolMTU,
 // if not 0, is the tool's path MTU instead of c.MTU.
-func playPingpong(t *testing.T, e *env, c perfcmd.PingpongConfig, goroceServer, wantFail bool, toolMTU int) (roce.WCStatus, toolResult) {
+func playPingpong(t *testing.T, e *env, c perfcmd.PingpongConfig, goroceServer, wantFail bool, toolMTU int) (roce.WCStatus, qual.ToolResult) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -57,18 +59,18 @@ func playPingpong(t *testing.T, e *env, c perfcmd.PingpongConfig, goroceServer, 
 	if toolMTU == 0 {
 		toolMTU = c.MTU.Bytes()
 	}
-	args := []string{"ibv_rc_pingpong", "-d", "rxe0", "-g", itoa(e.gidIndex), "-s", itoa(size), "-n", itoa(iters), "-m", itoa(toolMTU)}
+	args := []string{"ibv_rc_pingpong", "-d", "rxe0", "-g", strconv.Itoa(e.GIDIndex), "-s", strconv.Itoa(size), "-n", strconv.Itoa(iters), "-m", strconv.Itoa(toolMTU)}
 	if goroceServer {
-		args = append(args, e.lab.PeerAddr.String())
+		args = append(args, e.Lab.PeerAddr.String())
 	}
 	var oob perfcmd.OOB
 	if goroceServer {
-		oob = e.listen(t)
+		oob = e.Listen(t)
 	}
 	t0 := time.Now()
-	job, wait := e.start(ctx, args...)
+	job, wait := e.Start(ctx, args...)
 	if !goroceServer {
-		oob = e.dialer(job.Done())
+		oob = e.Dialer(job.Done())
 	} else {
 		closeWhenDone(ctx, oob, job)
 	}
@@ -79,13 +81,13 @@ func playPingpong(t *testing.T, e *env, c perfcmd.PingpongConfig, goroceServer, 
 		t.Fatalf("%s\nguest %s\n%s", fmt.Sprintf(format, args...), tool, e.counters(t))
 	}
 
-	pd, err := e.dev.AllocPD()
+	pd, err := e.Dev.AllocPD()
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer pd.Close()
 	const recvs = 16
-	cq, err := e.dev.CreateCQ(recvs + 2)
+	cq, err := e.Dev.CreateCQ(recvs + 2)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -115,7 +117,7 @@ func playPingpong(t *testing.T, e *env, c perfcmd.PingpongConfig, goroceServer, 
 		}
 	}
 	var gid ib.GID
-	for _, g := range e.dev.GIDs() {
+	for _, g := range e.Dev.GIDs() {
 		if g.GID.IsIPv4() {
 			gid = g.GID
 			break
@@ -233,11 +235,11 @@ loop:
 	if wantFail {
 		return failed, tool
 	}
-	if !tool.ok() {
+	if !tool.OK() {
 		t.Fatalf("the tool failed after goroce finished in %.1fs:\n%s\n%s", elapsed.Seconds(), tool, e.counters(t))
 	}
-	if w := fmt.Sprintf("%d iters in", iters); !strings.Contains(tool.stdout, w) {
-		t.Errorf("the tool did not report %q:\n%s", w, tool.stdout)
+	if w := fmt.Sprintf("%d iters in", iters); !strings.Contains(tool.Stdout, w) {
+		t.Errorf("the tool did not report %q:\n%s", w, tool.Stdout)
 	}
 	if exact != iters {
 		t.Errorf("%d of %d messages received byte-exact", exact, iters)
