@@ -138,39 +138,25 @@ func (w *netlinkWatch) watchAddrs(ctx context.Context, fn func([]netip.Addr)) er
 		return fmt.Errorf("roce: addresses of %s: %w", w.ifname, err)
 	}
 	fn(addrs)
-	w.wg.Add(1)
-	go func() {
-		defer w.wg.Done()
-		for {
+	pump(w, ctx, ch, func(u netlink.AddrUpdate) {
+		if u.LinkIndex != w.ifindex {
+			return
+		}
+		// Coalesce a burst of updates into one re-listing.
+		for more := true; more; {
 			select {
-			case u, ok := <-ch:
+			case _, ok := <-ch:
 				if !ok {
-					return
+					more = false
 				}
-				if u.LinkIndex != w.ifindex {
-					continue
-				}
-				// Coalesce a burst of updates into one re-listing.
-				for more := true; more; {
-					select {
-					case _, ok := <-ch:
-						if !ok {
-							more = false
-						}
-					default:
-						more = false
-					}
-				}
-				if a, err := w.addrs(); err == nil {
-					fn(a)
-				}
-			case <-ctx.Done():
-				return
-			case <-w.done:
-				return
+			default:
+				more = false
 			}
 		}
-	}()
+		if a, err := w.addrs(); err == nil {
+			fn(a)
+		}
+	})
 	return nil
 }
 
@@ -186,26 +172,12 @@ func (w *netlinkWatch) watchLink(ctx context.Context, fn func(mtu int, up bool))
 	if err != nil {
 		return fmt.Errorf("roce: link subscription: %w", err)
 	}
-	w.wg.Add(1)
-	go func() {
-		defer w.wg.Done()
-		for {
-			select {
-			case u, ok := <-ch:
-				if !ok {
-					return
-				}
-				if a := u.Attrs(); a != nil && a.Index == w.ifindex {
-					up := a.OperState == netlink.OperUp || a.OperState == netlink.OperUnknown
-					fn(a.MTU, up && a.Flags&net.FlagUp != 0)
-				}
-			case <-ctx.Done():
-				return
-			case <-w.done:
-				return
-			}
+	pump(w, ctx, ch, func(u netlink.LinkUpdate) {
+		if a := u.Attrs(); a != nil && a.Index == w.ifindex {
+			up := a.OperState == netlink.OperUp || a.OperState == netlink.OperUnknown
+			fn(a.MTU, up && a.Flags&net.FlagUp != 0)
 		}
-	}()
+	})
 	return nil
 }
 
@@ -221,6 +193,23 @@ func (w *netlinkWatch) watchNeigh(ctx context.Context, fn func(ip netip.Addr, ma
 	if err != nil {
 		return fmt.Errorf("roce: neighbour subscription: %w", err)
 	}
+	pump(w, ctx, ch, func(u netlink.NeighUpdate) {
+		if u.Type != unix.RTM_NEWNEIGH || u.LinkIndex != w.ifindex ||
+			u.State&nudValid == 0 || len(u.HardwareAddr) != 6 {
+			return
+		}
+		ip, ok := netip.AddrFromSlice(u.IP)
+		if !ok {
+			return
+		}
+		fn(ip.Unmap(), [6]byte(u.HardwareAddr))
+	})
+	return nil
+}
+
+// pump calls handle for every update on ch, in a goroutine the watch waits
+// for on Close, until ch closes, ctx ends or the watch is closed.
+func pump[T any](w *netlinkWatch, ctx context.Context, ch <-chan T, handle func(T)) {
 	w.wg.Add(1)
 	go func() {
 		defer w.wg.Done()
@@ -230,15 +219,7 @@ func (w *netlinkWatch) watchNeigh(ctx context.Context, fn func(ip netip.Addr, ma
 				if !ok {
 					return
 				}
-				if u.Type != unix.RTM_NEWNEIGH || u.LinkIndex != w.ifindex ||
-					u.State&nudValid == 0 || len(u.HardwareAddr) != 6 {
-					continue
-				}
-				ip, ok := netip.AddrFromSlice(u.IP)
-				if !ok {
-					continue
-				}
-				fn(ip.Unmap(), [6]byte(u.HardwareAddr))
+				handle(u)
 			case <-ctx.Done():
 				return
 			case <-w.done:
@@ -246,7 +227,6 @@ func (w *netlinkWatch) watchNeigh(ctx context.Context, fn func(ip netip.Addr, ma
 			}
 		}
 	}()
-	return nil
 }
 
 const nudValid = netlink.NUD_REACHABLE | netlink.NUD_STALE | netlink.NUD_DELAY | netlink.NUD_PROBE |
