@@ -153,6 +153,7 @@ type Device struct {
 	gids  atomic.Pointer[gidTable]
 	neigh *neighbours
 	ctr   counters
+	res   Resources // live verbs objects, guarded by mu
 	tap   atomic.Pointer[pcapTap]
 
 	// Transmit: txMu owns the slots; txPending asks the holder to go again.

@@ -29,6 +29,7 @@ func (d *Device) AllocPD() (*PD, error) {
 	if err != nil {
 		return nil, err
 	}
+	d.res.PD++
 	return &PD{d: d, pd: pd}, nil
 }
 
@@ -38,7 +39,7 @@ func (pd *PD) Close() error {
 		return err
 	}
 	defer pd.d.mu.Unlock()
-	return pd.pd.Close()
+	return pd.d.res.released(&pd.d.res.PD, pd.pd.Close())
 }
 
 // Device returns the device the PD belongs to.
@@ -78,6 +79,7 @@ func (pd *PD) RegisterMRAt(buf []byte, iova uint64, access Access) (*MR, error) 
 	if err != nil {
 		return nil, fmt.Errorf("roce: register MR of %d bytes: %w", len(buf), err)
 	}
+	pd.d.res.MR++
 	return &MR{d: pd.d, mr: mr, buf: buf, key: mr.LKey(), addr: iova}, nil
 }
 
@@ -121,7 +123,7 @@ func (mr *MR) Close() error {
 		return err
 	}
 	defer mr.d.mu.Unlock()
-	return mr.mr.Dereg()
+	return mr.d.res.released(&mr.d.res.MR, mr.mr.Dereg())
 }
 
 // CQ is a completion queue (ibv_cq). Completions are added by the device's
@@ -143,6 +145,7 @@ func (d *Device) CreateCQ(cqe int) (*CQ, error) {
 	if err != nil {
 		return nil, fmt.Errorf("roce: create CQ of %d entries: %w", cqe, err)
 	}
+	d.res.CQ++
 	cq := &CQ{d: d, cq: c, ready: make(chan struct{}, 1)}
 	// Runs under d.mu on the completion path: must not block.
 	c.Notify = func() {
@@ -257,7 +260,7 @@ func (cq *CQ) Close() error {
 		return err
 	}
 	defer cq.d.mu.Unlock()
-	return cq.cq.Close()
+	return cq.d.res.released(&cq.d.res.CQ, cq.cq.Close())
 }
 
 // SRQ is a shared receive queue (ibv_srq).
@@ -276,6 +279,7 @@ func (pd *PD) CreateSRQ(attr SRQAttr) (*SRQ, error) {
 	if err != nil {
 		return nil, err
 	}
+	pd.d.res.SRQ++
 	return &SRQ{d: pd.d, srq: s}, nil
 }
 
@@ -295,7 +299,7 @@ func (s *SRQ) Close() error {
 		return err
 	}
 	defer s.d.mu.Unlock()
-	return s.srq.Close()
+	return s.d.res.released(&s.d.res.SRQ, s.srq.Close())
 }
 
 // AH is an address handle for UD sends (ibv_ah): a resolved destination.
@@ -321,6 +325,7 @@ func (pd *PD) CreateAH(ctx context.Context, av AddressVector) (*AH, error) {
 	if err != nil {
 		return nil, err
 	}
+	d.res.AH++
 	return &AH{d: d, ah: ah, av: av}, nil
 }
 
@@ -333,7 +338,7 @@ func (ah *AH) Close() error {
 		return err
 	}
 	defer ah.d.mu.Unlock()
-	return ah.ah.Destroy()
+	return ah.d.res.released(&ah.d.res.AH, ah.ah.Destroy())
 }
 
 // prepareAV fills in the source GID, checks it is ours, and resolves the
@@ -425,6 +430,7 @@ func (pd *PD) CreateQP(attr *QPInitAttr) (*QP, error) {
 	if err != nil {
 		return nil, fmt.Errorf("roce: create %v QP: %w", attr.Type, err)
 	}
+	d.res.QP++
 	return &QP{d: d, q: q, qpn: q.QPN(), typ: attr.Type}, nil
 }
 
@@ -599,7 +605,7 @@ func (q *QP) Close() error {
 		return err
 	}
 	defer d.mu.Unlock()
-	return q.q.Destroy()
+	return d.res.released(&d.res.QP, q.q.Destroy())
 }
 
 // ConnectAttr are the parameters Connect applies: the usual rc_pingpong /
