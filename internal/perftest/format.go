@@ -81,6 +81,7 @@ type Params struct {
 	InlineSize  int
 	OutReads    int
 	ReportGbits bool
+	RDMACM      bool // -R: QPs connected and data exchanged with rdma_cm
 }
 
 // Preamble is what perftest prints before it connects: a separator for
@@ -147,8 +148,17 @@ func Header(p *Params) string {
 	} else {
 		fmt.Fprintf(&b, " Outstand reads  : %d\n", p.OutReads)
 	}
-	b.WriteString(" rdma_cm QPs\t : OFF\n")
-	b.WriteString(" Data ex. method : Ethernet\n")
+	fmt.Fprintf(&b, " rdma_cm QPs\t : %s\n", onOff(p.RDMACM))
+	if p.RDMACM {
+		b.WriteString(" Data ex. method : rdma_cm")
+		if p.Role == Server {
+			b.WriteString("\n" + Line + " Waiting for client rdma_cm QP to connect\n" +
+				" Please run the same command with the IB/RoCE interface IP")
+		}
+		b.WriteString("\n")
+	} else {
+		b.WriteString(" Data ex. method : Ethernet\n")
+	}
 	b.WriteString(Line)
 	return b.String()
 }

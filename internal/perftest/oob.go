@@ -26,7 +26,11 @@ const Version = "6.06"
 const (
 	VersionSize = 16  // char version[16]
 	DestSize    = 108 // a key record with GID
-	reportField = 8   // each bandwidth report field
+	// DestBinarySize is a key record over rdma_cm: sizeof(struct
+	// pingpong_dest), which is also the receive perftest keeps posted
+	// there, so no rdma_cm message may be longer.
+	DestBinarySize = 56
+	reportField    = 8 // each bandwidth report field
 )
 
 // minVersion is the oldest peer perftest 6.06 accepts.
@@ -52,6 +56,9 @@ type Dest struct {
 	VAddr    uint64
 	GID      ib.GID
 	SRQN     uint32
+	// GIDIndex travels only in binary (rdma_cm) records; perftest sends its
+	// -x value there and does not read the peer's.
+	GIDIndex int32
 }
 
 // Marshal returns the 108-byte record, NUL-terminated.
@@ -109,6 +116,45 @@ func ParseDest(b []byte) (Dest, error) {
 	return d, nil
 }
 
+// MarshalBinary returns the record as perftest's rdma_cm exchange sends it:
+// struct pingpong_dest of an LP64 little-endian host with every field in
+// network byte order (rdma_write_keys), padding zeroed.
+func (d Dest) MarshalBinary() []byte {
+	b := make([]byte, DestBinarySize)
+	be := binary.BigEndian
+	be.PutUint32(b[0:], uint32(d.LID))
+	be.PutUint32(b[4:], uint32(d.OutReads))
+	be.PutUint32(b[8:], d.QPN&0xFFFFFF)
+	be.PutUint32(b[12:], d.PSN&0xFFFFFF)
+	be.PutUint32(b[16:], d.RKey)
+	be.PutUint64(b[24:], d.VAddr)
+	copy(b[32:48], d.GID[:])
+	be.PutUint32(b[48:], d.SRQN)
+	be.PutUint32(b[52:], uint32(d.GIDIndex))
+	return b
+}
+
+// ParseDestBinary decodes a record of perftest's rdma_cm exchange
+// (rdma_read_keys). QPN and PSN keep their low 24 bits, LID and OUT_READS
+// their low 16, as the text format carries them.
+func ParseDestBinary(b []byte) (Dest, error) {
+	var d Dest
+	if len(b) != DestBinarySize {
+		return d, fmt.Errorf("%w: rdma_cm record of %d bytes, want %d", ErrBadRecord, len(b), DestBinarySize)
+	}
+	be := binary.BigEndian
+	d.LID = uint16(be.Uint32(b[0:]))
+	d.OutReads = uint16(be.Uint32(b[4:]))
+	d.QPN = be.Uint32(b[8:]) & 0xFFFFFF
+	d.PSN = be.Uint32(b[12:]) & 0xFFFFFF
+	d.RKey = be.Uint32(b[16:])
+	d.VAddr = be.Uint64(b[24:])
+	copy(d.GID[:], b[32:48])
+	d.SRQN = be.Uint32(b[48:])
+	d.GIDIndex = int32(be.Uint32(b[52:]))
+	return d, nil
+}
+
 // Role says which end of the TCP connection this side is. The client
 // writes first in every exchange.
 type Role int
@@ -128,51 +174,101 @@ func (r Role) String() string {
 // ErrVersion is returned when the peer's perftest is too old to talk to.
 var ErrVersion = errors.New("perftest: peer version not supported")
 
-// Conn is perftest's out-of-band connection ("Data ex. method: Ethernet").
-// Each exchange is bounded by the context given to it.
+// Conn is perftest's control channel: a TCP connection ("Data ex. method:
+// Ethernet", NewConn) or, with -R, a connected RC QP carrying one SEND per
+// message ("Data ex. method: rdma_cm", NewMessageConn). Both carry the same
+// exchanges in the same order; they differ in how a key record is encoded
+// and in how a test is closed. Each exchange is bounded by the context given
+// to it.
 type Conn struct {
-	c    net.Conn
+	c    net.Conn         // Ethernet
+	msg  MessageTransport // rdma_cm
 	role Role
 	// RemoteVersion is the peer's version string (after ExchangeVersions).
 	RemoteVersion string
 	remVer        float64
 }
 
-// NewConn wraps an established connection.
+// MessageTransport carries perftest's control messages over rdma_cm (-R):
+// each message is one SEND on a connected RC QP, and the peer keeps one
+// receive of DestBinarySize bytes posted for it.
+type MessageTransport interface {
+	// SendMessage sends b as one message and waits until it is delivered.
+	SendMessage(ctx context.Context, b []byte) error
+	// RecvMessage waits for the next message, copies it into b and
+	// returns its length (which may exceed len(b): the rest is dropped).
+	RecvMessage(ctx context.Context, b []byte) (int, error)
+	Close() error
+}
+
+// NewConn wraps an established TCP connection.
 func NewConn(c net.Conn, role Role) *Conn {
 	return &Conn{c: c, role: role, remVer: 6.06}
+}
+
+// NewMessageConn wraps an rdma_cm control channel (perftest -R).
+func NewMessageConn(t MessageTransport, role Role) *Conn {
+	return &Conn{msg: t, role: role, remVer: 6.06}
 }
 
 // Role returns the side this end plays.
 func (c *Conn) Role() Role { return c.role }
 
-// Close closes the TCP connection.
-func (c *Conn) Close() error { return c.c.Close() }
+// RDMACM reports whether the exchange runs over rdma_cm.
+func (c *Conn) RDMACM() bool { return c.msg != nil }
+
+// Close closes the control channel.
+func (c *Conn) Close() error {
+	if c.msg != nil {
+		return c.msg.Close()
+	}
+	return c.c.Close()
+}
 
 // Exchange sends my and reads len(rem) bytes into rem, in the order of the
 // side's role (ctx_xchg_data).
 func (c *Conn) Exchange(ctx context.Context, my, rem []byte) error {
-	defer deadline(ctx, c.c)()
+	if c.msg == nil {
+		defer deadline(ctx, c.c)()
+	}
 	if c.role == Client {
-		if err := c.write(my); err != nil {
+		if err := c.write(ctx, my); err != nil {
 			return ctxErr(ctx, err)
 		}
-		return ctxErr(ctx, c.read(rem))
+		return ctxErr(ctx, c.read(ctx, rem))
 	}
-	if err := c.read(rem); err != nil {
+	if err := c.read(ctx, rem); err != nil {
 		return ctxErr(ctx, err)
 	}
-	return ctxErr(ctx, c.write(my))
+	return ctxErr(ctx, c.write(ctx, my))
 }
 
-func (c *Conn) write(b []byte) error {
+func (c *Conn) write(ctx context.Context, b []byte) error {
+	if c.msg != nil {
+		if err := c.msg.SendMessage(ctx, b); err != nil {
+			return fmt.Errorf("perftest: rdma_cm send: %w", err)
+		}
+		return nil
+	}
 	if _, err := c.c.Write(b); err != nil {
 		return fmt.Errorf("perftest: out-of-band write: %w", err)
 	}
 	return nil
 }
 
-func (c *Conn) read(b []byte) error {
+func (c *Conn) read(ctx context.Context, b []byte) error {
+	if c.msg != nil {
+		n, err := c.msg.RecvMessage(ctx, b)
+		if err != nil {
+			return fmt.Errorf("perftest: rdma_cm receive: %w", err)
+		}
+		// Both ends call the same exchanges with the same sizes; a message
+		// of another size means they are no longer in step.
+		if n != len(b) {
+			return fmt.Errorf("%w: rdma_cm message of %d bytes, want %d", ErrBadRecord, n, len(b))
+		}
+		return nil
+	}
 	if _, err := io.ReadFull(c.c, b); err != nil {
 		if err == io.EOF {
 			err = io.ErrUnexpectedEOF
@@ -263,8 +359,16 @@ func (c *Conn) Setup(ctx context.Context, mtu ib.MTU) (cycle, cacheLine int, pat
 	return
 }
 
-// HandShake swaps key records (ctx_hand_shake).
+// HandShake swaps key records (ctx_hand_shake): text over Ethernet, the
+// binary struct over rdma_cm.
 func (c *Conn) HandShake(ctx context.Context, me Dest) (Dest, error) {
+	if c.msg != nil {
+		var rem [DestBinarySize]byte
+		if err := c.Exchange(ctx, me.MarshalBinary(), rem[:]); err != nil {
+			return Dest{}, err
+		}
+		return ParseDestBinary(rem[:])
+	}
 	var rem [DestSize]byte
 	if err := c.Exchange(ctx, me.Marshal(), rem[:]); err != nil {
 		return Dest{}, err
@@ -322,15 +426,19 @@ func (c *Conn) ExchangeBWReports(ctx context.Context, my BWReport) (BWReport, er
 	return rem, nil
 }
 
-// CloseTest ends a test (ctx_close_connection): one more handshake, then
-// "done" from each side. It reads the peer's "done" if it comes, so closing
-// does not reset a connection with data unread, but does not require it.
+// CloseTest ends a test (ctx_close_connection): one more handshake, then,
+// over Ethernet, "done" from each side. It reads the peer's "done" if it
+// comes, so closing does not reset a connection with data unread, but does
+// not require it.
 func (c *Conn) CloseTest(ctx context.Context, me Dest) error {
 	if _, err := c.HandShake(ctx, me); err != nil {
 		return err
 	}
+	if c.msg != nil {
+		return nil
+	}
 	defer deadline(ctx, c.c)()
-	if err := c.write(doneMsg); err != nil {
+	if err := c.write(ctx, doneMsg); err != nil {
 		return ctxErr(ctx, err)
 	}
 	var buf [5]byte

@@ -11,8 +11,13 @@ import (
 // Hooks are the RDMA steps a test script calls between its exchanges.
 // Nil hooks are skipped.
 type Hooks struct {
-	// Connect brings the QP to RTS towards the peer's first record.
+	// Connect brings the QP to RTS towards the peer's first record. It is
+	// not called over rdma_cm, where CMConnect connected the QP.
 	Connect func(ctx context.Context, rem Dest) error
+	// CMConnect connects the test QP with rdma_cm (-R). It runs between
+	// two handshakes of empty records, before any other, and returns this
+	// side's record for the rest of the script.
+	CMConnect func(ctx context.Context) (Dest, error)
 	// Addresses is called once both records are known and the QP is
 	// connected, where perftest prints them.
 	Addresses func(local, remote Dest)
@@ -60,6 +65,8 @@ func HasRun(verb Verb, latency bool, role Role) bool {
 //	                       client: run, close
 //
 // Every handshake swaps the same record: the peer uses them as barriers.
+// Over rdma_cm (-R) the script starts with handshake, CMConnect, handshake,
+// and "connect" is a no-op.
 func RunScript(ctx context.Context, c *Conn, verb Verb, latency bool, me Dest, h Hooks) (Outcome, error) {
 	var out Outcome
 	hs := func(step string) error {
@@ -98,6 +105,25 @@ func RunScript(ctx context.Context, c *Conn, verb Verb, latency bool, me Dest, h
 		}
 	}
 
+	if c.RDMACM() {
+		// create_rdma_cm_connection: the records are still zero here.
+		empty := Dest{GIDIndex: me.GIDIndex}
+		if _, err := c.HandShake(ctx, empty); err != nil {
+			return out, fmt.Errorf("sync before the rdma_cm connection: %w", err)
+		}
+		if h.CMConnect == nil {
+			return out, fmt.Errorf("perftest: rdma_cm exchange without a CMConnect hook")
+		}
+		d, err := h.CMConnect(ctx)
+		if err != nil {
+			return out, err
+		}
+		if _, err := c.HandShake(ctx, empty); err != nil {
+			return out, fmt.Errorf("sync after the rdma_cm connection: %w", err)
+		}
+		me = d
+		h.Connect = nil
+	}
 	if err := hs("first handshake"); err != nil {
 		return out, err
 	}
