@@ -1,6 +1,7 @@
 package cm
 
 import (
+	"container/heap"
 	"errors"
 	"fmt"
 	"math/bits"
@@ -217,6 +218,8 @@ type Engine struct {
 	byQPN     map[qpnKey]uint32    // remote QPN + CA GUID → local ID (stale connections)
 	sidrIn    map[sidrKey]uint32   // passive SIDR requests awaiting a reply
 	listeners map[uint64]struct{}
+	timers    timerHeap // the conns whose timer runs, earliest deadline first
+	expired   []*conn   // scratch for Advance
 	out       []Outbound
 	events    []Event
 	stats     Stats
@@ -270,6 +273,7 @@ type conn struct {
 	// transaction layer: the MAD awaiting an answer
 	msg        [mad.Size]byte
 	waiting    bool
+	theap      int // position in Engine.timers plus one; 0 while waiting is false
 	retries    int // retransmissions left
 	interval   time.Duration
 	deadline   time.Duration
@@ -307,7 +311,7 @@ func (e *Engine) Len() (ids, listeners int) { return len(e.conns), len(e.listene
 
 // tablesEmpty reports whether every lookup table is empty (tests).
 func (e *Engine) tablesEmpty() bool {
-	return len(e.conns) == 0 && len(e.byRemote) == 0 && len(e.byQPN) == 0 && len(e.sidrIn) == 0
+	return len(e.conns) == 0 && len(e.byRemote) == 0 && len(e.byQPN) == 0 && len(e.sidrIn) == 0 && len(e.timers) == 0
 }
 
 // State returns the state of id.
@@ -391,10 +395,9 @@ func (e *Engine) queue(p Path, a mad.AttrID, tid uint64, fill func(m mad.MAD)) *
 func (e *Engine) send(c *conn, a mad.AttrID, tid uint64, interval time.Duration, retries uint8, fill func(m mad.MAD)) {
 	o := e.queue(c.path, a, tid, fill)
 	c.msg = o.MAD
-	c.waiting = true
 	c.retries = int(retries)
 	c.interval = interval
-	c.deadline = e.cfg.Clock.Now() + interval
+	e.arm(c, e.cfg.Clock.Now()+interval)
 }
 
 // reply queues a response MAD and remembers it for duplicates.
@@ -404,7 +407,49 @@ func (e *Engine) reply(c *conn, a mad.AttrID, tid uint64, fill func(m mad.MAD)) 
 	c.replyValid = true
 }
 
-func (e *Engine) stopTimer(c *conn) { c.waiting = false }
+// arm (re)starts the timer of c.
+func (e *Engine) arm(c *conn, deadline time.Duration) {
+	c.waiting = true
+	c.deadline = deadline
+	if c.theap > 0 {
+		heap.Fix(&e.timers, c.theap-1)
+	} else {
+		heap.Push(&e.timers, c)
+	}
+}
+
+// stopTimer stops the timer of c, if it runs.
+func (e *Engine) stopTimer(c *conn) {
+	c.waiting = false
+	if c.theap > 0 {
+		heap.Remove(&e.timers, c.theap-1)
+	}
+}
+
+// timerHeap orders running timers by deadline so that NextDeadline and
+// Advance cost O(log n) in the number of IDs, which with rdma_cm's 2 s
+// timewait reach thousands on a busy listener.
+type timerHeap []*conn
+
+func (h timerHeap) Len() int           { return len(h) }
+func (h timerHeap) Less(i, j int) bool { return h[i].deadline < h[j].deadline }
+func (h timerHeap) Swap(i, j int) {
+	h[i], h[j] = h[j], h[i]
+	h[i].theap, h[j].theap = i+1, j+1
+}
+func (h *timerHeap) Push(x any) {
+	c := x.(*conn)
+	c.theap = len(*h) + 1
+	*h = append(*h, c)
+}
+func (h *timerHeap) Pop() any {
+	old := *h
+	c := old[len(old)-1]
+	old[len(old)-1] = nil
+	*h = old[:len(old)-1]
+	c.theap = 0
+	return c
+}
 
 // remove forgets c and its index entries.
 func (e *Engine) remove(c *conn) {
@@ -426,7 +471,7 @@ func (e *Engine) remove(c *conn) {
 		c.sidr = nil
 	}
 	c.state = StateIdle
-	c.waiting = false
+	e.stopTimer(c)
 }
 
 func (e *Engine) indexRemote(c *conn) {
@@ -446,32 +491,33 @@ func (e *Engine) indexQPN(c *conn) {
 // duplicates are recognised (cm_enter_timewait), then releases it.
 func (e *Engine) enterTimewait(c *conn) {
 	c.state = StateTimewait
-	c.waiting = true
 	c.retries = 0
 	c.interval = 0
-	c.deadline = e.cfg.Clock.Now() + ConvertToDuration(c.ackTimeout)
+	e.arm(c, e.cfg.Clock.Now()+ConvertToDuration(c.ackTimeout))
 }
 
 // NextDeadline returns the earliest pending timer.
 func (e *Engine) NextDeadline() (time.Duration, bool) {
-	var d time.Duration
-	ok := false
-	for _, c := range e.conns {
-		if c.waiting && (!ok || c.deadline < d) {
-			d, ok = c.deadline, true
-		}
+	if len(e.timers) == 0 {
+		return 0, false
 	}
-	return d, ok
+	return e.timers[0].deadline, true
 }
 
-// Advance runs every timer that expired by the clock's current time.
+// Advance runs every timer that expired by the clock's current time, each
+// once (a retransmission re-arms its timer for a later call).
 func (e *Engine) Advance() {
 	now := e.cfg.Clock.Now()
-	for _, c := range e.conns {
-		if c.waiting && c.deadline <= now {
-			e.expire(c, now)
-		}
+	due := e.expired[:0]
+	for len(e.timers) > 0 && e.timers[0].deadline <= now {
+		due = append(due, heap.Pop(&e.timers).(*conn))
 	}
+	for i, c := range due {
+		// Off the heap but still waiting: expire re-arms or stops it.
+		e.expire(c, now)
+		due[i] = nil
+	}
+	e.expired = due[:0]
 }
 
 func (e *Engine) expire(c *conn, now time.Duration) {
@@ -482,12 +528,12 @@ func (e *Engine) expire(c *conn, now time.Duration) {
 	}
 	if c.retries > 0 {
 		c.retries--
-		c.deadline = now + c.interval
+		e.arm(c, now+c.interval)
 		e.out = append(e.out, Outbound{Path: c.path, MAD: c.msg})
 		e.stats.Retransmits++
 		return
 	}
-	c.waiting = false
+	e.stopTimer(c)
 	switch c.state {
 	case StateREQSent, StateMRAREQRcvd:
 		e.remove(c)

@@ -114,6 +114,9 @@ func FuzzEngineSequence(f *testing.F) {
 				}
 			}
 			for _, s := range []*side{p.a, p.b} {
+				if err := s.e.checkTimers(); err != nil {
+					t.Fatal(err)
+				}
 				for _, ev := range s.events {
 					if ev.Type == EventRequest || ev.Type == EventReply {
 						ids[3] = ev.ID

@@ -1,6 +1,7 @@
 package cm
 
 import (
+	"fmt"
 	"math/rand/v2"
 	"net/netip"
 	"testing"
@@ -193,8 +194,30 @@ func (p *pair) assertEmpty() {
 		if _, ok := s.e.NextDeadline(); ok {
 			p.t.Errorf("%v: timer still pending", s.addr)
 		}
+		if err := s.e.checkTimers(); err != nil {
+			p.t.Errorf("%v: %v", s.addr, err)
+		}
 		if len(s.e.out) != 0 || len(s.e.events) != 0 {
 			p.t.Errorf("%v: queues not drained", s.addr)
 		}
 	}
+}
+
+// checkTimers verifies the timer heap: exactly the waiting IDs are in it,
+// each at the position it records, in heap order.
+func (e *Engine) checkTimers() error {
+	for i, c := range e.timers {
+		if c.theap != i+1 || !c.waiting || e.conns[c.id] != c {
+			return fmt.Errorf("timer %d: ID %#x at %d, waiting %v, known %v", i, c.id, c.theap, c.waiting, e.conns[c.id] == c)
+		}
+		if i > 0 && e.timers[(i-1)/2].deadline > c.deadline {
+			return fmt.Errorf("timer %d: deadline before its parent's", i)
+		}
+	}
+	for id, c := range e.conns {
+		if c.waiting != (c.theap > 0) {
+			return fmt.Errorf("ID %#x: waiting %v, heap position %d", id, c.waiting, c.theap)
+		}
+	}
+	return nil
 }

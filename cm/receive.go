@@ -151,7 +151,11 @@ func (e *Engine) recvMRA(m mad.MAD) {
 	// cm_mra_handler: wait the promised service time plus one ACK timeout,
 	// for this and every further retry.
 	c.interval = ConvertToDuration(r.ServiceTimeout()) + ConvertToDuration(c.ackTimeout)
-	c.deadline = e.cfg.Clock.Now() + c.interval
+	if c.waiting {
+		e.arm(c, e.cfg.Clock.Now()+c.interval)
+	} else {
+		c.deadline = e.cfg.Clock.Now() + c.interval
+	}
 }
 
 func (e *Engine) recvREJ(m mad.MAD) {
