@@ -26,10 +26,17 @@ const DefaultPort = 18515
 type OOB struct {
 	Listener net.Listener
 	Dial     func(ctx context.Context) (net.Conn, error)
+	// RDMACM, if set, replaces TCP with rdma_cm (perftest -R).
+	RDMACM *RDMACM
 }
 
 // IsServer reports whether this side waits for the peer.
-func (o OOB) IsServer() bool { return o.Listener != nil }
+func (o OOB) IsServer() bool {
+	if o.RDMACM != nil {
+		return o.RDMACM.Listen.IsValid()
+	}
+	return o.Listener != nil
+}
 
 // connect returns the out-of-band connection: the first accepted one for a
 // server, a dialled one for a client, bounded by ctx.

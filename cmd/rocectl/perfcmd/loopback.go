@@ -64,15 +64,28 @@ func Loopback(ctx context.Context, cfg PerfConfig, out io.Writer, asJSON bool) (
 	}
 	srvDone := make(chan res, 1)
 	var srvOut bytes.Buffer
+	srvOOB, cliOOB := OOB{Listener: ln}, OOB{Dial: DialRetry(ln.Addr().String(), 0)}
+	if cfg.RDMACM {
+		// The rdma_cm port names a service ID, not a socket: no clash.
+		srvOOB = OOB{RDMACM: &RDMACM{Listen: netip.AddrPortFrom(netip.IPv4Unspecified(), DefaultPort), listening: make(chan struct{})}}
+		cliOOB = OOB{RDMACM: &RDMACM{Peer: netip.AddrPortFrom(lo2, DefaultPort)}}
+	}
 	go func() {
-		r, err := perfRun(ctx, db, OOB{Listener: ln}, cfg, &srvOut, false, true)
+		r, err := perfRun(ctx, db, srvOOB, cfg, &srvOut, false, true)
 		if err != nil {
 			cancel()
 		}
 		srvDone <- res{r, err}
 	}()
-	dial := DialRetry(ln.Addr().String(), 0)
-	client, cerr := perfRun(ctx, da, OOB{Dial: dial}, cfg, out, asJSON, true)
+	if srvOOB.RDMACM != nil {
+		// A REQ that reaches a device whose CM does not exist yet is
+		// dropped, not rejected; do not wait out its timeout.
+		select {
+		case <-srvOOB.RDMACM.listening:
+		case <-ctx.Done():
+		}
+	}
+	client, cerr := perfRun(ctx, da, cliOOB, cfg, out, asJSON, true)
 	if cerr != nil {
 		cancel()
 	}

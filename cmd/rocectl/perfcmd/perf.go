@@ -14,6 +14,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/goroce/goroce/cm"
 	"github.com/goroce/goroce/ib"
 	"github.com/goroce/goroce/internal/perftest"
 	"github.com/goroce/goroce/roce"
@@ -50,6 +51,9 @@ type PerfConfig struct {
 	RunAll   bool // -a: every size from 2 to 8 MiB
 	// Device is the name the header shows.
 	Device string
+	// RDMACM (-R) asks Loopback to connect with rdma_cm; Perf takes the
+	// mode from its OOB.
+	RDMACM bool
 }
 
 // PerfResult is one size's outcome.
@@ -207,7 +211,7 @@ func perfRun(ctx context.Context, dev *roce.Device, oob OOB, cfg PerfConfig, out
 	if cfg.Verb == perftest.Read || cfg.Verb == perftest.Atomic {
 		outReads = ourOutReads
 	}
-	p.params = &perftest.Params{
+	p.params = &perftest.Params{RDMACM: oob.RDMACM != nil,
 		Verb: cfg.Verb, AtomicOp: cfg.AtomicOp, Latency: cfg.Latency, Role: p.role,
 		Device: cfg.Device, NumQPs: 1, Conn: "RC", Transport: "IB", PCIeRelax: "OFF",
 		UseEvent: cfg.Events, TxDepth: cfg.TxDepth, RxDepth: cfg.RxDepth, CQMod: cfg.CQMod,
@@ -218,12 +222,39 @@ func perfRun(ctx context.Context, dev *roce.Device, oob OOB, cfg PerfConfig, out
 	}
 	fmt.Fprint(p.out, perftest.Preamble(p.params))
 
-	nc, err := oob.connect(ctx)
-	if err != nil {
+	if p.pd, err = dev.AllocPD(); err != nil {
 		return nil, err
 	}
-	defer nc.Close()
-	c := perftest.NewConn(nc, p.role)
+	defer p.pd.Close()
+	depth := max(cfg.TxDepth, cfg.RxDepth) + 16
+	if p.scq, err = dev.CreateCQ(depth); err != nil {
+		return nil, err
+	}
+	defer p.scq.Close()
+	if p.rcq, err = dev.CreateCQ(depth); err != nil {
+		return nil, err
+	}
+	defer p.rcq.Close()
+	qpCap := roce.QPCap{MaxSendWR: cfg.TxDepth + 1, MaxRecvWR: max(cfg.RxDepth, 1), MaxSendSGE: 1, MaxRecvSGE: 1}
+
+	var c *perftest.Conn
+	var sess *cmSession
+	testQP := cm.QPOptions{PD: p.pd, SendCQ: p.scq, RecvCQ: p.rcq, Cap: qpCap}
+	if oob.RDMACM != nil {
+		// The QP's connection is closed before the PD and CQs it uses.
+		sess = &cmSession{cfg: *oob.RDMACM, dev: dev}
+		defer sess.close()
+		if c, err = sess.connectControl(ctx, testQP, uint8(outReads)); err != nil {
+			return nil, err
+		}
+	} else {
+		nc, err := oob.connect(ctx)
+		if err != nil {
+			return nil, err
+		}
+		defer nc.Close()
+		c = perftest.NewConn(nc, p.role)
+	}
 	if p.cycle, p.line, p.mtu, err = c.Setup(ctx, mtu); err != nil {
 		return nil, err
 	}
@@ -239,42 +270,43 @@ func perfRun(ctx context.Context, dev *roce.Device, oob OOB, cfg PerfConfig, out
 	}
 	p.half = inc(max(maxSize, p.cycle), p.line)
 	p.buf = make([]byte, 2*p.half)
-	if p.pd, err = dev.AllocPD(); err != nil {
-		return nil, err
-	}
-	defer p.pd.Close()
 	access := roce.AccessLocalWrite | roce.AccessRemoteWrite | roce.AccessRemoteRead | roce.AccessRemoteAtomic
 	if p.mr, err = p.pd.RegisterMR(p.buf, access); err != nil {
 		return nil, err
 	}
 	defer p.mr.Close()
-	depth := max(cfg.TxDepth, cfg.RxDepth) + 16
-	if p.scq, err = dev.CreateCQ(depth); err != nil {
-		return nil, err
+	if sess == nil {
+		if p.q, err = p.pd.CreateQP(&roce.QPInitAttr{Type: roce.RC, SendCQ: p.scq, RecvCQ: p.rcq, Cap: qpCap}); err != nil {
+			return nil, err
+		}
+		defer p.q.Close()
 	}
-	defer p.scq.Close()
-	if p.rcq, err = dev.CreateCQ(depth); err != nil {
-		return nil, err
-	}
-	defer p.rcq.Close()
-	if p.q, err = p.pd.CreateQP(&roce.QPInitAttr{Type: roce.RC, SendCQ: p.scq, RecvCQ: p.rcq,
-		Cap: roce.QPCap{MaxSendWR: cfg.TxDepth + 1, MaxRecvWR: max(cfg.RxDepth, 1), MaxSendSGE: 1, MaxRecvSGE: 1}}); err != nil {
-		return nil, err
-	}
-	defer p.q.Close()
 	fillPattern(p.buf[:p.half], 1)
 	fillPattern(p.buf[p.half:], 2)
 
 	p.me = perftest.Dest{
-		OutReads: uint16(outReads), QPN: p.q.QPN(), PSN: randPSN(),
-		RKey: p.mr.RKey(), VAddr: p.mr.Addr() + uint64(p.half), GID: gid,
+		OutReads: uint16(outReads), PSN: randPSN(),
+		RKey: p.mr.RKey(), VAddr: p.mr.Addr() + uint64(p.half), GID: gid, GIDIndex: int32(cfg.GIDIndex),
+	}
+	if p.q != nil {
+		p.me.QPN = p.q.QPN()
 	}
 	fmt.Fprint(p.out, perftest.Header(p.params))
 
 	var results []PerfResult
 	hooks := perftest.Hooks{
 		Connect: p.connect,
+		CMConnect: func(ctx context.Context) (perftest.Dest, error) {
+			conn, err := sess.connectTest(ctx, testQP, uint8(outReads), p.mtu)
+			if err != nil {
+				return p.me, err
+			}
+			p.q = conn.QP()
+			p.me.QPN, p.me.PSN = p.q.QPN(), p.q.Attr().SQPSN
+			return p.me, nil
+		},
 		Addresses: func(local, remote perftest.Dest) {
+			p.rem = remote
 			fmt.Fprint(p.out, perftest.AddrLines(p.params, false, local))
 			fmt.Fprint(p.out, perftest.AddrLines(p.params, true, remote))
 			if !(cfg.Latency && p.role == perftest.Server && cfg.Verb != perftest.Send && cfg.Verb != perftest.Write) {

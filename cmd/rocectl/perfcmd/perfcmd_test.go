@@ -24,8 +24,25 @@ import (
 // out-of-band script, and the receiving side's data checked.
 func TestLoopbackAll(t *testing.T) {
 	for name, tc := range PerfTests {
+		for _, rdmaCM := range []bool{false, true} {
+			if rdmaCM {
+				name += "/rdma_cm"
+			}
+			testLoopback(t, name, tc.Verb, tc.Latency, rdmaCM)
+		}
+	}
+}
+
+// testLoopback runs one test both ends in this process, connected by TCP
+// or (-R) by rdma_cm.
+func testLoopback(t *testing.T, name string, verb perftest.Verb, latency bool, rdmaCM bool) {
+	tc := struct {
+		Verb    perftest.Verb
+		Latency bool
+	}{verb, latency}
+	{
 		t.Run(name, func(t *testing.T) {
-			if raceEnabled && name == "write-lat" {
+			if raceEnabled && tc.Verb == perftest.Write && tc.Latency {
 				// perftest's write latency test spins on buffer memory the
 				// peer's RDMA WRITEs fill; the device writes it from its own
 				// goroutine with no synchronization the detector can see.
@@ -33,7 +50,7 @@ func TestLoopbackAll(t *testing.T) {
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
-			cfg := PerfConfig{Verb: tc.Verb, Latency: tc.Latency, Iters: 50, GIDIndex: -1}
+			cfg := PerfConfig{Verb: tc.Verb, Latency: tc.Latency, Iters: 50, GIDIndex: -1, RDMACM: rdmaCM}
 			if !tc.Latency && tc.Verb != perftest.Atomic {
 				cfg.Size = 8192
 			}
@@ -63,7 +80,11 @@ func TestLoopbackAll(t *testing.T) {
 					t.Errorf("server results %+v, client %+v", server, r.BW)
 				}
 			}
-			for _, want := range []string{perftest.Line, " local address: ", " remote address: ", "Test\n"} {
+			wants := []string{perftest.Line, " local address: ", " remote address: ", "Test\n", " rdma_cm QPs\t : OFF\n Data ex. method : Ethernet\n"}
+			if rdmaCM {
+				wants[len(wants)-1] = " rdma_cm QPs\t : ON\n Data ex. method : rdma_cm\n"
+			}
+			for _, want := range wants {
 				if !strings.Contains(out.String(), want) {
 					t.Errorf("output lacks %q:\n%s", want, out.String())
 				}
@@ -198,7 +219,7 @@ func TestPerfFlags(t *testing.T) {
 		{[]string{"-h"}, 0, "write-bw"},
 		{nil, 2, "usage"},
 		{[]string{"frob-bw"}, 2, "unknown test"},
-		{[]string{"write-bw", "-R", "--loopback"}, 2, "rdma_cm"},
+		{[]string{"write-bw", "-R", "--loopback", "-n", "20", "-s", "1024"}, 0, "Data ex. method : rdma_cm"},
 		{[]string{"write-bw", "-m", "1000", "--loopback"}, 2, "invalid MTU"},
 		{[]string{"atomic-bw", "-s", "16", "--loopback"}, 1, "cannot be changed"},
 		{[]string{"send-bw", "-a", "--loopback"}, 1, "not supported"},
@@ -213,6 +234,18 @@ func TestPerfFlags(t *testing.T) {
 		if code != c.code || !strings.Contains(out.String()+errOut.String(), c.want) {
 			t.Errorf("perf %q: exit %d, want %d and %q\nstdout %s\nstderr %s", c.args, code, c.code, c.want, out.String(), errOut.String())
 		}
+	}
+}
+
+func TestResolveIPv4(t *testing.T) {
+	ctx := context.Background()
+	for in, want := range map[string]string{"10.1.2.3": "10.1.2.3", "::ffff:10.1.2.3": "10.1.2.3", "localhost": "127.0.0.1"} {
+		if a, err := resolveIPv4(ctx, in); err != nil || a.String() != want {
+			t.Errorf("resolveIPv4(%q) = %v, %v; want %s", in, a, err, want)
+		}
+	}
+	if a, err := resolveIPv4(ctx, "fd77::2"); err == nil {
+		t.Errorf("resolveIPv4(fd77::2) = %v: perftest's rdma_cm mode is IPv4 only", a)
 	}
 }
 

@@ -10,6 +10,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
+	"net/netip"
 	"os"
 	"os/signal"
 	"strings"
@@ -171,7 +173,7 @@ func newPerfFlags(stderr io.Writer) *perfFlags {
 	f.events = fs.Bool("e", false, "sleep on CQ events (default poll)")
 	fs.Bool("F", false, "accepted for perftest compatibility (no CPU frequency check here)")
 	f.gbits = fs.Bool("report_gbits", false, "report bandwidth in Gb/s")
-	f.rdmaCM = fs.Bool("R", false, "connect QPs with rdma_cm (not implemented yet)")
+	f.rdmaCM = fs.Bool("R", false, "connect QPs with rdma_cm and exchange data over it (IPv4; -p is the rdma_cm port)")
 	f.json = fs.Bool("json", false, "print one JSON object per result instead of perftest's text")
 	f.loopback = fs.Bool("loopback", false, "run both ends in this process over kernel UDP on 127.0.0.1 (no root needed)")
 	f.link = fs.String("link", "auto", "packet link: xdp, udp or auto (xdp, falling back to udp)")
@@ -216,10 +218,6 @@ func RunPerf(args []string, stdout, stderr io.Writer) int {
 		f.fs.Usage()
 		return 2
 	}
-	if *f.rdmaCM {
-		fmt.Fprintln(stderr, "rocectl perf: -R (rdma_cm) is not implemented yet")
-		return 2
-	}
 	m, err := parseMTU(*f.mtu)
 	if err != nil {
 		fmt.Fprintln(stderr, "rocectl perf:", err)
@@ -228,7 +226,7 @@ func RunPerf(args []string, stdout, stderr io.Writer) int {
 	cfg := PerfConfig{
 		Verb: test.Verb, Latency: test.Latency, Size: *f.size, Iters: *f.iters, TxDepth: *f.txDepth,
 		RxDepth: *f.rxDepth, CQMod: *f.cqMod, MTU: m, GIDIndex: *f.gid, Events: *f.events,
-		Gbits: *f.gbits, RunAll: *f.all, Device: *f.dev,
+		Gbits: *f.gbits, RunAll: *f.all, Device: *f.dev, RDMACM: *f.rdmaCM,
 	}
 	switch *f.atomic {
 	case "FETCH_AND_ADD":
@@ -265,13 +263,23 @@ func RunPerf(args []string, stdout, stderr io.Writer) int {
 	}
 	defer d.Close()
 	var oob OOB
-	if len(pos) == 1 {
+	switch {
+	case *f.rdmaCM && len(pos) == 1:
+		a, err := resolveIPv4(ctx, pos[0])
+		if err != nil {
+			fmt.Fprintln(stderr, "rocectl perf:", err)
+			return 1
+		}
+		oob.RDMACM = &RDMACM{Peer: netip.AddrPortFrom(a, uint16(*f.port))}
+	case *f.rdmaCM:
+		oob.RDMACM = &RDMACM{Listen: netip.AddrPortFrom(netip.IPv4Unspecified(), uint16(*f.port))}
+	case len(pos) == 1:
 		oob.Dial = DialRetry(peerAddr(pos[0], *f.port), 0)
-	} else if oob.Listener, err = ListenOOB(*f.port); err != nil {
-		fmt.Fprintln(stderr, "rocectl perf: Couldn't listen to port", *f.port, err)
-		return 1
-	}
-	if oob.Listener != nil {
+	default:
+		if oob.Listener, err = ListenOOB(*f.port); err != nil {
+			fmt.Fprintln(stderr, "rocectl perf: Couldn't listen to port", *f.port, err)
+			return 1
+		}
 		defer oob.Listener.Close()
 	}
 	if _, err := Perf(ctx, d, oob, cfg, stdout, *f.json); err != nil {
@@ -279,6 +287,25 @@ func RunPerf(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	return 0
+}
+
+// resolveIPv4 returns host's IPv4 address: perftest's rdma_cm mode
+// resolves with AF_INET only.
+func resolveIPv4(ctx context.Context, host string) (netip.Addr, error) {
+	if a, err := netip.ParseAddr(host); err == nil {
+		if a = a.Unmap(); !a.Is4() {
+			return netip.Addr{}, fmt.Errorf("-R: %v is not an IPv4 address (perftest's rdma_cm mode is IPv4 only)", a)
+		}
+		return a, nil
+	}
+	addrs, err := net.DefaultResolver.LookupNetIP(ctx, "ip4", host)
+	if err != nil {
+		return netip.Addr{}, err
+	}
+	if len(addrs) == 0 {
+		return netip.Addr{}, fmt.Errorf("%s: no IPv4 address", host)
+	}
+	return addrs[0].Unmap(), nil
 }
 
 func sortedNames() []string {
