@@ -2,12 +2,15 @@ package cm
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/netip"
 	"runtime"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/goroce/goroce/cm/mad"
 	"github.com/goroce/goroce/internal/faultnet"
 	"github.com/goroce/goroce/roce"
 )
@@ -306,5 +309,142 @@ func BenchmarkDialAccept(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// TestFailedConnectionsLeakNothing runs the ways a connection fails or
+// does not become one: no listener (REJ), a listener whose Prepare fails
+// (REJ after the passive QP was made), a dial cancelled while the passive
+// side prepares, and SIDR exchanges for UD. Each leaves nothing behind.
+func TestFailedConnectionsLeakNothing(t *testing.T) {
+	const cycles = 400
+	da, db := devPair(t, faultnet.Config{}, faultnet.Config{}, nil)
+	g0 := settleGoroutines(t, runtime.NumGoroutine(), "devices open")
+	resA0, resB0 := da.Resources(), db.Resources()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+
+	boom := errors.New("boom")
+	const (
+		portNone = 7191 + iota
+		portFail
+		portGate
+		portUD
+	)
+	lFail, err := Listen(ctx, db, netip.AddrPortFrom(devAddrB, portFail), &ListenOptions{QP: QPOptions{Prepare: func(*Conn) error { return boom }}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	entered, gate := make(chan struct{}), make(chan struct{})
+	lGate, err := Listen(ctx, db, netip.AddrPortFrom(devAddrB, portGate), &ListenOptions{QP: QPOptions{Prepare: func(*Conn) error {
+		entered <- struct{}{}
+		<-gate
+		return nil
+	}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lUD, err := Listen(ctx, db, netip.AddrPortFrom(devAddrB, portUD), &ListenOptions{PortSpace: mad.PortSpaceUDP})
+	if err != nil {
+		t.Fatal(err)
+	}
+	udConns := make(chan *Conn)
+	var wg sync.WaitGroup
+	for _, l := range []*Listener{lFail, lGate, lUD} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				c, err := l.Accept(ctx)
+				if err != nil {
+					return
+				}
+				if l != lUD {
+					t.Errorf("listener %v accepted a connection", l.Addr())
+					c.Close()
+					continue
+				}
+				udConns <- c
+			}
+		}()
+	}
+	dial := func(ctx context.Context, port uint16, ps mad.PortSpace) (*Conn, error) {
+		return Dial(ctx, da, netip.AddrPortFrom(devAddrB, port), &DialOptions{PortSpace: ps, PacketLifeTime: churnPLT})
+	}
+	var m1 runtime.MemStats
+	var g1 int
+	var resA1, resB1 roce.Resources
+	start := time.Now()
+	for i := range cycles {
+		if i == cycles/4 {
+			quiesce(t, da, db)
+			g1 = settleGoroutines(t, g0+4, "after warm-up") // 3 accepting goroutines, the listeners' CM
+			resA1, resB1 = da.Resources(), db.Resources()
+			m1 = liveHeap()
+		}
+		switch i % 4 {
+		case 0:
+			if _, err := dial(ctx, portNone, 0); !errors.Is(err, mad.RejInvalidServiceID) {
+				t.Fatalf("cycle %d: dial without a listener: %v", i, err)
+			}
+		case 1:
+			if _, err := dial(ctx, portFail, 0); !errors.Is(err, mad.RejConsumerDefined) {
+				t.Fatalf("cycle %d: dial to a failing Prepare: %v", i, err)
+			}
+		case 2:
+			dctx, dcancel := context.WithCancel(ctx)
+			go func() {
+				<-entered
+				dcancel()
+			}()
+			_, err := dial(dctx, portGate, 0)
+			dcancel()
+			if !errors.Is(err, context.Canceled) {
+				t.Fatalf("cycle %d: cancelled dial: %v", i, err)
+			}
+			gate <- struct{}{}
+		case 3:
+			cc, err := dial(ctx, portUD, mad.PortSpaceUDP)
+			if err != nil {
+				t.Fatalf("cycle %d: SIDR: %v", i, err)
+			}
+			sc := <-udConns
+			if err := errors.Join(cc.Close(), sc.Close()); err != nil {
+				t.Fatalf("cycle %d: closing UD: %v", i, err)
+			}
+		}
+	}
+	took := time.Since(start)
+	quiesce(t, da, db)
+	g2 := settleGoroutines(t, g1, "after the failures")
+	m2 := liveHeap()
+	n := cycles - cycles/4
+	dHeap := int64(m2.HeapAlloc) - int64(m1.HeapAlloc)
+	dObj := int64(m2.HeapObjects) - int64(m1.HeapObjects)
+	t.Logf("%d attempts in %v (%v each); live heap %+d bytes, %+d objects over the last %d; goroutines %d/%d/%d",
+		cycles, took.Round(time.Millisecond), took/cycles, dHeap, dObj, n, g0, g1, g2)
+	if maxHeap := int64(n) * 128; dHeap > maxHeap {
+		t.Errorf("live heap grew by %d bytes over %d attempts (bound %d)", dHeap, n, maxHeap)
+	}
+	if maxObj := int64(n) / 4; dObj > maxObj {
+		t.Errorf("live objects grew by %d over %d attempts (bound %d)", dObj, n, maxObj)
+	}
+	if ra, rb := da.Resources(), db.Resources(); ra != resA1 || rb != resB1 {
+		t.Errorf("verbs objects after warm-up A %+v B %+v, at the end A %+v B %+v", resA1, resB1, ra, rb)
+	}
+
+	cancel()
+	wg.Wait()
+	for _, l := range []*Listener{lFail, lGate, lUD} {
+		l.Close()
+	}
+	for _, d := range []*roce.Device{da, db} {
+		if !pollUntil(agentLinger+5*time.Second, func() bool { return !agentRunning(d) }) {
+			t.Fatalf("%s: CM agent still running (%d IDs)", d.Info().Name, agentIDs(d))
+		}
+	}
+	settleGoroutines(t, g0, "after the listeners closed")
+	if ra, rb := da.Resources(), db.Resources(); ra != resA0 || rb != resB0 {
+		t.Errorf("verbs objects left: A %+v B %+v, want A %+v B %+v", ra, rb, resA0, resB0)
 	}
 }
