@@ -181,7 +181,13 @@ func AddrLines(p *Params, remote bool, d Dest) string {
 		side = "remote"
 	}
 	fmt.Fprintf(&b, " %s address: LID %s QPN %s PSN %s", side, altHex(uint64(d.LID), 4), altHex(uint64(d.QPN), 6), altHex(uint64(d.PSN), 6))
-	switch p.Verb {
+	verb := p.Verb
+	if p.RDMACM {
+		// perftest prints with the control channel's parameters, whose
+		// verb is SEND in rdma_cm mode: no OUT, RKey or VAddr.
+		verb = Send
+	}
+	switch verb {
 	case Read:
 		fmt.Fprintf(&b, " OUT %s", altHex(uint64(d.OutReads), 4))
 		fallthrough

@@ -9,6 +9,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -205,5 +206,27 @@ func TestRDMACMSizeMismatch(t *testing.T) {
 	c := NewMessageConn(pa, Server)
 	if err := c.ExchangeVersions(ctx); !errors.Is(err, ErrBadRecord) {
 		t.Fatalf("got %v, want ErrBadRecord", err)
+	}
+}
+
+// TestRDMACMFormat pins the header and address lines of -R to what
+// ib_read_bw -R prints as server (rxe, perftest 6.06): the mode lines, the
+// server's wait notice, and address lines without OUT, RKey or VAddr.
+func TestRDMACMFormat(t *testing.T) {
+	p := &Params{Verb: Read, Role: Server, Device: "rxe0", NumQPs: 1, Conn: "RC", Transport: "IB", PCIeRelax: "ON",
+		CQMod: 1, MTU: 2048, LinkType: "Ethernet", GIDIndex: 1, OutReads: 128, RDMACM: true}
+	h := Header(p)
+	want := " Outstand reads  : 128\n rdma_cm QPs\t : ON\n Data ex. method : rdma_cm\n" + Line +
+		" Waiting for client rdma_cm QP to connect\n Please run the same command with the IB/RoCE interface IP\n" + Line
+	if !strings.HasSuffix(h, want) {
+		t.Errorf("header ends\n%q\nwant\n%q", h[max(len(h)-len(want), 0):], want)
+	}
+	d := Dest{QPN: 0x40, PSN: 0x4a4232, OutReads: 128, RKey: 0x31e4, VAddr: 0x55bf2295f000, GID: ib.GIDFromAddr(netipMust("10.77.0.2"))}
+	if got, want := AddrLines(p, false, d), " local address: LID 0000 QPN 0x0040 PSN 0x4a4232\n GID: 00:00:00:00:00:00:00:00:00:00:255:255:10:77:00:02\n"; got != want {
+		t.Errorf("got %q\nwant %q", got, want)
+	}
+	p.Role = Client
+	if h := Header(p); strings.Contains(h, "Waiting") || !strings.HasSuffix(h, " Data ex. method : rdma_cm\n"+Line) {
+		t.Errorf("client header:\n%s", h)
 	}
 }

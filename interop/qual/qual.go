@@ -307,6 +307,9 @@ type PerfCase struct {
 	Size    int // 0: the tool's default
 	Iters   int
 	Gbits   bool
+	// RDMACM runs perftest's -R mode: both the exchange and the test QP
+	// connect with rdma_cm (on the OOB port's number) instead of TCP.
+	RDMACM bool
 }
 
 func (c PerfCase) tool() string {
@@ -323,6 +326,9 @@ func (c PerfCase) Name() string {
 	if c.Gbits {
 		n += "/gbits"
 	}
+	if c.RDMACM {
+		n += "/rdma_cm"
+	}
 	return n
 }
 
@@ -333,6 +339,9 @@ func (c PerfCase) toolArgs(e *Env, server string) []string {
 	}
 	if c.Gbits {
 		args = append(args, "--report_gbits")
+	}
+	if c.RDMACM {
+		args = append(args, "-R")
 	}
 	if server != "" {
 		args = append(args, server)
@@ -350,7 +359,10 @@ func (c PerfCase) config() perfcmd.PerfConfig {
 func PerfGoroceServer(t *testing.T, e *Env, c PerfCase) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	oob := e.Listen(t)
+	oob := perfcmd.OOB{RDMACM: &perfcmd.RDMACM{Listen: netip.AddrPortFrom(netip.IPv4Unspecified(), rxelab.OOBPort)}}
+	if !c.RDMACM {
+		oob = e.Listen(t)
+	}
 	t0 := time.Now()
 	_, wait := e.Start(ctx, c.toolArgs(e, e.Lab.PeerAddr.String())...)
 	var out bytes.Buffer
@@ -373,7 +385,11 @@ func PerfGoroceClient(t *testing.T, e *Env, c PerfCase) {
 	t0 := time.Now()
 	job, wait := e.Start(ctx, c.toolArgs(e, "")...)
 	var out bytes.Buffer
-	res, err := perfcmd.Perf(ctx, e.Dev, e.Dialer(job.Done()), c.config(), &out, false)
+	oob := e.Dialer(job.Done())
+	if c.RDMACM {
+		oob = perfcmd.OOB{RDMACM: &perfcmd.RDMACM{Peer: netip.AddrPortFrom(e.Guest.Addr, rxelab.OOBPort)}}
+	}
+	res, err := perfcmd.Perf(ctx, e.Dev, oob, c.config(), &out, false)
 	if err != nil {
 		cancel()
 	}
@@ -394,9 +410,16 @@ func checkPerf(t *testing.T, c PerfCase, res []perfcmd.PerfResult, ours string, 
 			t.Errorf("our %q line %q, the tool's %q line %q", pair[0], a, pair[1], b)
 		}
 	}
+	mode := " rdma_cm QPs\t : OFF\n Data ex. method : Ethernet\n"
+	if c.RDMACM {
+		mode = " rdma_cm QPs\t : ON\n Data ex. method : rdma_cm"
+	}
 	for who, s := range map[string]string{"tool": tool.Stdout, "goroce": ours} {
 		if !strings.Contains(s, fmt.Sprintf(" Mtu             : %d[B]\n", c.MTU)) {
 			t.Errorf("%s did not run at MTU %d:\n%s", who, c.MTU, s)
+		}
+		if !strings.Contains(s, mode) {
+			t.Errorf("%s's header lacks %q:\n%s", who, mode, s)
 		}
 	}
 	toolPassive := !goroceServer && !c.Latency && c.Verb != perftest.Send ||
