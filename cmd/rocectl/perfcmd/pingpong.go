@@ -215,6 +215,7 @@ func Pingpong(ctx context.Context, dev *roce.Device, oob OOB, cfg PingpongConfig
 	}
 	var wc [2]roce.WorkCompletion
 	scnt, rcnt := 0, 0
+	lastWasRecv := false
 	for rcnt < cfg.Iters || scnt < cfg.Iters {
 		n, err := pollWait(ctx, cq, wc[:], cfg.Events)
 		if err != nil {
@@ -246,6 +247,7 @@ func Pingpong(ctx context.Context, dev *roce.Device, oob OOB, cfg PingpongConfig
 			default:
 				return res, fmt.Errorf("Completion for unknown wr_id %d", w.WRID)
 			}
+			lastWasRecv = w.WRID == ppRecvWRID
 			pending &^= int(w.WRID)
 			if scnt < cfg.Iters && pending == 0 {
 				if err := q.PostSend(&sendWR); err != nil {
@@ -257,5 +259,25 @@ func Pingpong(ctx context.Context, dev *roce.Device, oob OOB, cfg PingpongConfig
 	}
 	res.Elapsed = time.Since(start)
 	fmt.Fprint(out, perftest.PingpongResult(cfg.Size, cfg.Iters, res.Elapsed))
+	if !ud && lastWasRecv {
+		// Our ACK of the peer's last SEND may be lost; its retransmission
+		// (after its ACK timeout, 67 ms at the tools' timeout 14) needs a
+		// QP to answer it, or the peer's last send fails with
+		// RETRY_EXC_ERR. Keep the QP a little longer.
+		linger(ctx, pingpongLinger)
+	}
 	return res, nil
+}
+
+// pingpongLinger is how long an RC pingpong keeps its QP after the last
+// message arrived: a few of the peer's retransmission timeouts.
+const pingpongLinger = 250 * time.Millisecond
+
+func linger(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
 }
