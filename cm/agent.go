@@ -24,6 +24,7 @@ type agent struct {
 	scq, rcq *roce.CQ
 	gsi      *roce.QP
 	slab     *roce.RecvSlab
+	inflight int // MADs posted and not yet completed (agent goroutine only)
 
 	mu        sync.Mutex // guards everything below
 	eng       *Engine
@@ -200,7 +201,12 @@ func (a *agent) run() {
 			if lingerUntil.IsZero() {
 				lingerUntil = time.Now().Add(agentLinger)
 			}
-			if n, _ := a.eng.Len(); n == 0 || time.Now().After(lingerUntil) {
+			// Idle means no ID left and every queued MAD on the wire:
+			// the REJ of a cancelled dial leaves no ID behind but must
+			// still reach the peer, which would otherwise wait for it.
+			n, _ := a.eng.Len()
+			idle := n == 0 && len(a.eng.out) == 0 && a.inflight == 0
+			if idle || time.Now().After(lingerUntil) {
 				if registry.m[a.dev] == a {
 					delete(registry.m, a.dev)
 				}
@@ -217,13 +223,21 @@ func (a *agent) run() {
 		if d, ok := a.eng.NextDeadline(); ok {
 			wait = max(d-a.eng.cfg.Clock.Now(), 0)
 		}
+		var sent <-chan struct{} // send completions wake the agent only when it waits to stop
 		if a.stopping {
 			wait = min(wait, time.Until(lingerUntil))
+			if len(a.eng.out) > 0 {
+				wait = 0
+			}
+			if a.inflight > 0 {
+				sent = a.scq.Ready()
+			}
 		}
 		a.mu.Unlock()
 		timer.Reset(wait)
 		select {
 		case <-a.rcq.Ready():
+		case <-sent:
 		case <-timer.C:
 		case <-a.kick:
 		}
@@ -282,7 +296,12 @@ func (a *agent) step(wcs []roce.WorkCompletion) error {
 			break
 		}
 	}
-	for a.scq.Poll(wcs) > 0 { // send completions only free the send queue
+	for { // send completions only free the send queue
+		n := a.scq.Poll(wcs)
+		if n == 0 {
+			break
+		}
+		a.inflight = max(a.inflight-n, 0)
 	}
 	a.mu.Lock()
 	a.eng.Advance()
@@ -337,8 +356,12 @@ func (a *agent) sendMAD(o *Outbound) error {
 		a.ahs[key] = ah
 		a.mu.Unlock()
 	}
-	return a.gsi.PostSend(&roce.SendWR{Opcode: roce.WRSend, Flags: roce.SendInline | roce.SendSignaled,
+	err := a.gsi.PostSend(&roce.SendWR{Opcode: roce.WRSend, Flags: roce.SendInline | roce.SendSignaled,
 		Inline: o.MAD[:], AH: ah, RemoteQPN: 1, RemoteQKey: qp.GSIQKey})
+	if err == nil {
+		a.inflight++
+	}
+	return err
 }
 
 // dispatchLocked hands engine events to listeners and waiting IDs.
