@@ -16,7 +16,8 @@
 // The first Dial or Listen on a device takes the device's QP1 and starts one
 // goroutine that owns it; it stops (releasing QP1) a few seconds after the
 // last Listener and Conn of the device are closed, once pending
-// disconnections have finished.
+// disconnections have finished and its last MADs (a cancelled dial's REJ)
+// are on the wire.
 //
 // # Engine
 //
