@@ -42,7 +42,6 @@ func (e churnEnd) String() string {
 // churner runs connect/disconnect cycles through the public API against one
 // listener.
 type churner struct {
-	t        testing.TB
 	ctx      context.Context
 	da, db   *roce.Device
 	raddr    netip.AddrPort
@@ -60,7 +59,7 @@ func startChurn(t testing.TB, ctx context.Context, da, db *roce.Device, dopts *D
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := &churner{t: t, ctx: ctx, da: da, db: db, raddr: raddr, dopts: dopts, accepted: make(chan *Conn)}
+	c := &churner{ctx: ctx, da: da, db: db, raddr: raddr, dopts: dopts, accepted: make(chan *Conn)}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
