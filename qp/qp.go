@@ -1,6 +1,7 @@
 package qp
 
 import (
+	"slices"
 	"time"
 
 	"github.com/goroce/goroce/ib"
@@ -233,7 +234,9 @@ func (q *QP) Destroy() error {
 	delete(q.e.qps, q.qpn)
 	for i, x := range q.e.qpList {
 		if x == q {
-			q.e.qpList = append(q.e.qpList[:i], q.e.qpList[i+1:]...)
+			// slices.Delete clears the vacated last slot, which would
+			// otherwise keep this QP and its CQs reachable.
+			q.e.qpList = slices.Delete(q.e.qpList, i, i+1)
 			break
 		}
 	}
