@@ -198,10 +198,12 @@ func (c *Conn) newQP(dev *roce.Device, o *QPOptions, typ roce.QPType) error {
 	}
 	c.scq, c.rcq = o.SendCQ, o.RecvCQ
 	if c.scq == nil || c.rcq == nil {
-		if c.scq, err = dev.CreateCQ(1024); err != nil {
+		// Sized to the QP's queues, as librdmacm's rdma_create_qp sizes
+		// the CQs it creates: no more completions can be outstanding.
+		if c.scq, err = dev.CreateCQ(capOr(o.Cap.MaxSendWR, defaultQueueWRs)); err != nil {
 			return err
 		}
-		if c.rcq, err = dev.CreateCQ(1024); err != nil {
+		if c.rcq, err = dev.CreateCQ(capOr(o.Cap.MaxRecvWR, defaultQueueWRs)); err != nil {
 			_ = c.scq.Close()
 			return err
 		}
@@ -226,6 +228,16 @@ func (c *Conn) newQP(dev *roce.Device, o *QPOptions, typ roce.QPType) error {
 		return o.Prepare(c)
 	}
 	return nil
+}
+
+// defaultQueueWRs is the queue depth roce.CreateQP gives a zero capacity.
+const defaultQueueWRs = 128
+
+func capOr(n, d int) int {
+	if n > 0 {
+		return n
+	}
+	return d
 }
 
 // modifyFromCM applies the CM's RTR and RTS attributes to the QP.
