@@ -211,6 +211,12 @@ func (e *Engine) Reject(id uint32, reason mad.RejectReason, ari, pd []byte) erro
 	default:
 		return fmt.Errorf("%w: reject in %v", ErrState, c.state)
 	}
+	if c.state == StateREPSent {
+		// ib_send_cm_rej cancels a REP that is still waiting to be sent
+		// (an accept whose QP could not be moved to RTR): the peer then
+		// sees only the REJ.
+		e.withdrawREP(c.tid, c.id)
+	}
 	e.queue(c.path, mad.AttrREJ, c.tid, func(m mad.MAD) {
 		m.REJ().Encode(&mad.REJFields{LocalCommID: c.id, RemoteCommID: c.remoteID, MessageRejected: msg,
 			ARILength: uint8(len(ari)), Reason: reason, ARI: ari, PrivateData: pd})

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/bits"
 	"net/netip"
+	"slices"
 	"time"
 
 	"github.com/goroce/goroce/cm/mad"
@@ -389,6 +390,18 @@ func (e *Engine) queue(p Path, a mad.AttrID, tid uint64, fill func(m mad.MAD)) *
 	m.Encode(&h)
 	fill(m)
 	return o
+}
+
+// withdrawREP removes connection id's REP from the queue if it has not
+// been polled yet.
+func (e *Engine) withdrawREP(tid uint64, id uint32) {
+	for i := range e.out {
+		m := mad.MAD(e.out[i].MAD[:])
+		if m.AttrID() == mad.AttrREP && m.TID() == tid && m.REP().LocalCommID() == id {
+			e.out = slices.Delete(e.out, i, i+1)
+			return
+		}
+	}
 }
 
 // send queues a request MAD and arms the retry timer of c.
