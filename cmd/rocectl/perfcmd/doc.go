@@ -6,7 +6,10 @@
 // (perftest's ib_{send,write,read,atomic}_{bw,lat}) commands. Either end
 // interoperates with the real tool at the other end, or with itself.
 //
-// The runners take an open device and a way to reach the peer's TCP
-// endpoint, so tests can open both inside another network namespace and run
-// the rest anywhere; Run* functions are the command-line front ends.
+// The runners take an open device and a way to reach the peer (an OOB):
+// its TCP endpoint, or, for perftest's -R mode, its rdma_cm address, in
+// which case both the exchange and the test QP are connected with package
+// cm. Tests can open the device and sockets inside another network
+// namespace and run the rest anywhere; Run* functions are the command-line
+// front ends.
 package perfcmd
