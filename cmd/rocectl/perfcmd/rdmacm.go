@@ -124,14 +124,22 @@ func (ch *cmChannel) RecvMessage(ctx context.Context, b []byte) (int, error) {
 // Close disconnects (briefly waiting for the DREP: the peer may already
 // have gone) and frees the connection.
 func (ch *cmChannel) Close() error {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-	_ = ch.conn.Disconnect(ctx)
-	cancel()
-	err := ch.conn.Close()
+	// The region lives in the connection's PD: deregister it between
+	// the disconnect (QP in error) and the Close that frees the PD.
+	disconnect(ch.conn)
+	var err error
 	if ch.mr != nil {
-		err = errors.Join(err, ch.mr.Close())
+		err = ch.mr.Close()
 	}
-	return err
+	return errors.Join(err, ch.conn.Close())
+}
+
+// disconnect sends a DREQ and waits a second at most for the DREP (the
+// peer may already have gone).
+func disconnect(c *cm.Conn) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	_ = c.Disconnect(ctx)
+	cancel()
 }
 
 // cmDialRetry dials like perftest's rdma_cm client: a server that is not
@@ -228,9 +236,7 @@ func (s *cmSession) close() {
 		s.ln.Close()
 	}
 	if s.test != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		_ = s.test.Disconnect(ctx)
-		cancel()
+		disconnect(s.test)
 		s.test.Close()
 	}
 	if s.ctl != nil && s.ctl.conn != nil {
