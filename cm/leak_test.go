@@ -176,6 +176,21 @@ func quiesce(t testing.TB, devs ...*roce.Device) {
 
 // settleGoroutines waits until at most want goroutines run, and fails with
 // every stack if they do not.
+// assertReleased checks that, with every listener closed, both CM agents
+// stop and the goroutines and verbs objects are back to where they started.
+func assertReleased(t testing.TB, g0 int, when string, devs [2]*roce.Device, res0 [2]roce.Resources) {
+	t.Helper()
+	for _, d := range devs {
+		if !pollUntil(agentLinger+5*time.Second, func() bool { return !agentRunning(d) }) {
+			t.Fatalf("%s: CM agent still running (%d IDs)", d.Info().Name, agentIDs(d))
+		}
+	}
+	settleGoroutines(t, g0, when)
+	if ra, rb := devs[0].Resources(), devs[1].Resources(); ra != res0[0] || rb != res0[1] {
+		t.Errorf("verbs objects left: A %+v B %+v, want A %+v B %+v", ra, rb, res0[0], res0[1])
+	}
+}
+
 func settleGoroutines(t testing.TB, want int, what string) int {
 	t.Helper()
 	if pollUntil(5*time.Second, func() bool { return runtime.NumGoroutine() <= want }) {
@@ -279,15 +294,7 @@ func TestConnectionChurn(t *testing.T) {
 	// With the listener closed the CMs give QP1 back and stop: every
 	// goroutine and verbs object of the test is gone.
 	stop()
-	for _, d := range []*roce.Device{da, db} {
-		if !pollUntil(agentLinger+5*time.Second, func() bool { return !agentRunning(d) }) {
-			t.Fatalf("%s: CM agent still running (%d IDs)", d.Info().Name, agentIDs(d))
-		}
-	}
-	settleGoroutines(t, g0, "after the listener closed")
-	if ra, rb := da.Resources(), db.Resources(); ra != resA0 || rb != resB0 {
-		t.Errorf("verbs objects left: A %+v B %+v, want A %+v B %+v", ra, rb, resA0, resB0)
-	}
+	assertReleased(t, g0, "after the listener closed", [2]*roce.Device{da, db}, [2]roce.Resources{resA0, resB0})
 }
 
 // BenchmarkDialAccept measures one connection through the public API:
@@ -460,13 +467,5 @@ func TestFailedConnectionsLeakNothing(t *testing.T) {
 	for _, l := range []*Listener{lFail, lGate, lUD} {
 		l.Close()
 	}
-	for _, d := range []*roce.Device{da, db} {
-		if !pollUntil(agentLinger+5*time.Second, func() bool { return !agentRunning(d) }) {
-			t.Fatalf("%s: CM agent still running (%d IDs)", d.Info().Name, agentIDs(d))
-		}
-	}
-	settleGoroutines(t, g0, "after the listeners closed")
-	if ra, rb := da.Resources(), db.Resources(); ra != resA0 || rb != resB0 {
-		t.Errorf("verbs objects left: A %+v B %+v, want A %+v B %+v", ra, rb, resA0, resB0)
-	}
+	assertReleased(t, g0, "after the listeners closed", [2]*roce.Device{da, db}, [2]roce.Resources{resA0, resB0})
 }

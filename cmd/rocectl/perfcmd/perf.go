@@ -380,7 +380,6 @@ func fillPattern(b []byte, seed byte) {
 }
 
 func (p *perf) connect(ctx context.Context, rem perftest.Dest) error {
-	p.rem = rem
 	err := p.q.Connect(ctx, &roce.ConnectAttr{
 		RemoteQPN: rem.QPN, RemoteGID: rem.GID, RemotePSN: rem.PSN, LocalPSN: p.me.PSN,
 		SGID: p.me.GID, PathMTU: p.mtu, Timeout: 14, RetryCnt: 7, RNRRetry: 7, MinRNRTimer: 12,
