@@ -23,6 +23,13 @@ const (
 	DefaultMRAServiceTimeout = 24 // CMA_CM_MRA_SETTING of older kernels
 	DefaultHopLimit          = 64
 	DefaultPKey              = 0xFFFF
+	// DefaultMaxPeerCMTimeout caps the timeout exponents a peer imposes on
+	// us (its REQ's Local CM Response Timeout, which paces our REP and DREQ
+	// retries, its ACK timeout, which sets timewait, and an MRA's Service
+	// Timeout): 2^(24-8) ms ≈ 65.5 s a try, where 31 would mean 2.3 h. It
+	// is the largest value rdma_cm sends (its MRA), so no real peer is
+	// affected.
+	DefaultMaxPeerCMTimeout = 24
 )
 
 // Errors returned by the engine and reported in events. A rejection by the
@@ -195,15 +202,21 @@ type Config struct {
 	// default, ignores such duplicates as current kernels do: an MRA makes the
 	// peer wait that long for a lost REP.
 	MRAServiceTimeout uint8
+	// MaxPeerCMTimeout caps the timeout exponents the peer sets for us
+	// (0: DefaultMaxPeerCMTimeout; at most 31). The Linux CM takes them
+	// unclamped but retransmits asynchronously; a half-open connection
+	// here holds a listener's backlog slot for as long.
+	MaxPeerCMTimeout uint8
 }
 
 // Stats counts what the engine dropped or answered on its own.
 type Stats struct {
 	Malformed     uint64 // MADs failing mad.ParseCM
-	Unmatched     uint64 // messages for unknown or mismatching IDs, dropped
+	Unmatched     uint64 // messages for unknown or mismatching IDs, or unexpected in the ID's state, dropped
 	Duplicates    uint64 // repeated REQ/REP/DREQ/SIDR_REQ handled as duplicates
 	Retransmits   uint64 // MADs sent again by the retry timer
 	RejectsIssued uint64 // REJs sent without a local ID (no listener, stale)
+	Clamped       uint64 // peer timeouts lowered to Config.MaxPeerCMTimeout
 }
 
 // Engine is the Communication Manager of one port: MAD transaction layer,
@@ -292,6 +305,9 @@ func NewEngine(cfg Config) (*Engine, error) {
 	}
 	if cfg.HopLimit == 0 {
 		cfg.HopLimit = DefaultHopLimit
+	}
+	if cfg.MaxPeerCMTimeout == 0 || cfg.MaxPeerCMTimeout > 31 {
+		cfg.MaxPeerCMTimeout = DefaultMaxPeerCMTimeout
 	}
 	return &Engine{
 		cfg:       cfg,

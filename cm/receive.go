@@ -26,21 +26,21 @@ func (e *Engine) Receive(p Path, b []byte) error {
 	case mad.AttrREQ:
 		e.recvREQ(p, m)
 	case mad.AttrMRA:
-		e.recvMRA(m)
+		e.recvMRA(p, m)
 	case mad.AttrREJ:
-		e.recvREJ(m)
+		e.recvREJ(p, m)
 	case mad.AttrREP:
 		e.recvREP(p, m)
 	case mad.AttrRTU:
-		e.recvRTU(m)
+		e.recvRTU(p, m)
 	case mad.AttrDREQ:
 		e.recvDREQ(p, m)
 	case mad.AttrDREP:
-		e.recvDREP(m)
+		e.recvDREP(p, m)
 	case mad.AttrSIDRREQ:
 		e.recvSIDRREQ(p, m)
 	case mad.AttrSIDRREP:
-		e.recvSIDRREP(m)
+		e.recvSIDRREP(p, m)
 	case mad.AttrLAP:
 		e.recvLAP(p, m)
 	default: // APR: we never send a LAP
@@ -48,6 +48,22 @@ func (e *Engine) Receive(p Path, b []byte) error {
 	}
 	return nil
 }
+
+// peerTimeout caps a timeout exponent the peer chose for us (see
+// Config.MaxPeerCMTimeout).
+func (e *Engine) peerTimeout(t uint8) uint8 {
+	if t > e.cfg.MaxPeerCMTimeout {
+		e.stats.Clamped++
+		return e.cfg.MaxPeerCMTimeout
+	}
+	return t
+}
+
+// fromPeer reports whether a message for c came from c's peer. The Linux
+// CM matches on communication IDs only; on RoCE the source address is as
+// cheap to check and keeps another host from ending a connection whose
+// IDs it guessed.
+func fromPeer(c *conn, p Path) bool { return c.path.Remote == p.Remote }
 
 // issueREJ answers a message that has no ID here (cm_issue_rej): local comm
 // ID 0, remote comm ID = the sender's.
@@ -119,22 +135,23 @@ func (e *Engine) recvREQ(p Path, m mad.MAD) {
 		tid: m.TID(), path: path, remoteGUID: guid, transport: f.Transport,
 		remoteQPN: f.LocalQPN, remotePSN: f.StartingPSN, pathMTU: f.PathMTU,
 		retryCount: f.RetryCount, rnrRetry: f.RNRRetryCount,
-		ackTimeout: max(pri.LocalACKTimeout, 1), localCMTimeout: f.LocalCMResponseTimeout,
+		ackTimeout: max(e.peerTimeout(pri.LocalACKTimeout), 1), localCMTimeout: f.LocalCMResponseTimeout,
 		maxCMRetries: f.MaxCMRetries, flowControl: f.FlowControl, srq: f.SRQ, pkey: f.PKey,
 	}
 	// REP (and DREQ) retransmit interval: the response time the peer
-	// announced for itself.
-	c.timeout = ConvertToDuration(f.LocalCMResponseTimeout)
+	// announced for itself, capped so that a peer announcing hours cannot
+	// hold a half-open connection (and a listener's slot) that long.
+	c.timeout = ConvertToDuration(e.peerTimeout(f.LocalCMResponseTimeout))
 	e.conns[c.id] = c
 	e.indexRemote(c)
 	e.indexQPN(c)
 	e.emit(Event{Type: EventRequest, ID: c.id, ServiceID: f.ServiceID, Path: path, REQ: &f, PrivateData: f.PrivateData})
 }
 
-func (e *Engine) recvMRA(m mad.MAD) {
+func (e *Engine) recvMRA(p Path, m mad.MAD) {
 	r := m.MRA()
 	c, ok := e.conns[r.RemoteCommID()]
-	if !ok {
+	if !ok || !fromPeer(c, p) {
 		e.stats.Unmatched++
 		return
 	}
@@ -150,7 +167,7 @@ func (e *Engine) recvMRA(m mad.MAD) {
 	}
 	// cm_mra_handler: wait the promised service time plus one ACK timeout,
 	// for this and every further retry.
-	c.interval = ConvertToDuration(r.ServiceTimeout()) + ConvertToDuration(c.ackTimeout)
+	c.interval = ConvertToDuration(e.peerTimeout(r.ServiceTimeout())) + ConvertToDuration(c.ackTimeout)
 	if c.waiting {
 		e.arm(c, e.cfg.Clock.Now()+c.interval)
 	} else {
@@ -158,17 +175,22 @@ func (e *Engine) recvMRA(m mad.MAD) {
 	}
 }
 
-func (e *Engine) recvREJ(m mad.MAD) {
+func (e *Engine) recvREJ(p Path, m mad.MAD) {
 	r := m.REJ()
 	c, ok := e.conns[r.RemoteCommID()]
+	byARI := false
 	if r.Reason() == mad.RejTimeout && r.ARILength() >= 8 {
 		// A cancelled REQ (cm_destroy_id): the rejecter did not know our
 		// ID yet; it names itself by comm ID and, in the ARI, CA GUID.
 		if id, found := e.byRemote[remoteKey{r.LocalCommID(), binary.BigEndian.Uint64(r.ARI())}]; found {
-			c, ok = e.conns[id], true
+			c, ok, byARI = e.conns[id], true, true
 		}
 	}
-	if !ok || (c.remoteID != 0 && r.LocalCommID() != 0 && r.LocalCommID() != c.remoteID) {
+	// cm_acquire_rejected_id: a REJ names both IDs, except one for a REQ
+	// sent before the rejecter had an ID (cm_issue_rej: local comm ID 0).
+	// Our REQ's ID does not know the peer's yet and takes any.
+	if !ok || !fromPeer(c, p) || !byARI && c.remoteID != 0 && r.LocalCommID() != c.remoteID &&
+		(r.LocalCommID() != 0 || r.MessageRejected() != mad.MsgREQ) {
 		e.stats.Unmatched++
 		return
 	}
@@ -189,6 +211,10 @@ func (e *Engine) recvREJ(m mad.MAD) {
 func (e *Engine) recvREP(p Path, m mad.MAD) {
 	r := m.REP()
 	c, ok := e.conns[r.RemoteCommID()]
+	if ok && !fromPeer(c, p) {
+		e.stats.Unmatched++ // not answered: the REJ would go to whoever forged it
+		return
+	}
 	if !ok || !c.active || c.state == StateSIDRREQSent {
 		// cm_rep_handler: a REP for no ID of ours is rejected.
 		e.issueREJ(p, m, r.LocalCommID(), mad.MsgREP, mad.RejInvalidCommID)
@@ -207,7 +233,27 @@ func (e *Engine) recvREP(p Path, m mad.MAD) {
 		e.stats.Unmatched++
 		return
 	}
+	if c.remoteID != 0 && r.LocalCommID() != c.remoteID {
+		// The peer named itself in an MRA; this REP is from another ID.
+		e.stats.Unmatched++
+		return
+	}
 	f := r.Fields()
+	// cm_rep_handler: the peer's comm ID or QP already belongs to another
+	// of our connections: a stale connection. Refuse the REP (the REQ
+	// keeps waiting for a good one), and disconnect the old connection if
+	// it holds the QP.
+	if id, dup := e.byRemote[remoteKey{f.LocalCommID, f.LocalCAGUID}]; dup && id != c.id {
+		e.issueREJ(p, m, f.LocalCommID, mad.MsgREP, mad.RejStaleConn)
+		return
+	}
+	if id, dup := e.byQPN[qpnKey{f.LocalQPN, f.LocalCAGUID}]; dup && id != c.id && (c.transport == mad.TransportRC || c.transport == mad.TransportUC) {
+		e.issueREJ(p, m, f.LocalCommID, mad.MsgREP, mad.RejStaleConn)
+		if old := e.conns[id]; old.state == StateEstablished {
+			_ = e.Disconnect(id, nil)
+		}
+		return
+	}
 	e.stopTimer(c)
 	c.state = StateREPRcvd
 	c.remoteID = f.LocalCommID
@@ -219,16 +265,16 @@ func (e *Engine) recvREP(p Path, m mad.MAD) {
 	c.initDepth = f.ResponderResources
 	c.respRes = f.InitiatorDepth
 	c.rnrRetry = f.RNRRetryCount
-	c.ackTimeout = ACKTimeout(f.TargetACKDelay, c.plt)
+	c.ackTimeout = e.peerTimeout(ACKTimeout(f.TargetACKDelay, c.plt))
 	e.indexRemote(c)
 	e.indexQPN(c)
 	e.emit(Event{Type: EventReply, ID: c.id, ServiceID: c.serviceID, Path: c.path, REP: &f, PrivateData: f.PrivateData})
 }
 
-func (e *Engine) recvRTU(m mad.MAD) {
+func (e *Engine) recvRTU(p Path, m mad.MAD) {
 	r := m.RTU()
 	c, ok := e.conns[r.RemoteCommID()]
-	if !ok || r.LocalCommID() != c.remoteID || (c.state != StateREPSent && c.state != StateMRAREPRcvd) {
+	if !ok || !fromPeer(c, p) || r.LocalCommID() != c.remoteID || (c.state != StateREPSent && c.state != StateMRAREPRcvd) {
 		e.stats.Unmatched++
 		return
 	}
@@ -240,7 +286,7 @@ func (e *Engine) recvRTU(m mad.MAD) {
 func (e *Engine) recvDREQ(p Path, m mad.MAD) {
 	r := m.DREQ()
 	c, ok := e.conns[r.RemoteCommID()]
-	if !ok || c.remoteID != r.LocalCommID() || c.state == StateSIDRREQSent || c.state == StateSIDRREQRcvd {
+	if !ok || !fromPeer(c, p) || c.remoteID != r.LocalCommID() || c.state == StateSIDRREQSent || c.state == StateSIDRREQRcvd {
 		// cm_issue_drep: answer a DREQ for an unknown connection anyway so
 		// that the peer does not retry.
 		e.stats.Unmatched++
@@ -276,10 +322,10 @@ func (e *Engine) recvDREQ(p Path, m mad.MAD) {
 	e.emit(Event{Type: evType, ID: c.id, ServiceID: c.serviceID, PrivateData: r.Fields().PrivateData})
 }
 
-func (e *Engine) recvDREP(m mad.MAD) {
+func (e *Engine) recvDREP(p Path, m mad.MAD) {
 	r := m.DREP()
 	c, ok := e.conns[r.RemoteCommID()]
-	if !ok || c.remoteID != r.LocalCommID() || c.state != StateDREQSent {
+	if !ok || !fromPeer(c, p) || c.remoteID != r.LocalCommID() || c.state != StateDREQSent {
 		e.stats.Unmatched++
 		return
 	}
@@ -310,10 +356,12 @@ func (e *Engine) recvSIDRREQ(p Path, m mad.MAD) {
 	e.emit(Event{Type: EventSIDRRequest, ID: c.id, ServiceID: f.ServiceID, Path: p, SIDRREQ: &f, PrivateData: f.PrivateData})
 }
 
-func (e *Engine) recvSIDRREP(m mad.MAD) {
+func (e *Engine) recvSIDRREP(p Path, m mad.MAD) {
 	r := m.SIDRREP()
 	c, ok := e.conns[r.RequestID()]
-	if !ok || c.state != StateSIDRREQSent {
+	// cm_sidr_rep_handler: only an ID waiting for a SIDR_REP, and (here)
+	// only from the address asked, for the service asked.
+	if !ok || c.state != StateSIDRREQSent || !fromPeer(c, p) || r.ServiceID() != c.serviceID {
 		e.stats.Unmatched++
 		return
 	}
@@ -332,7 +380,7 @@ func (e *Engine) recvSIDRREP(m mad.MAD) {
 func (e *Engine) recvLAP(p Path, m mad.MAD) {
 	r := m.LAP()
 	c, ok := e.conns[r.RemoteCommID()]
-	if !ok || c.state != StateEstablished || r.LocalCommID() != c.remoteID {
+	if !ok || !fromPeer(c, p) || c.state != StateEstablished || r.LocalCommID() != c.remoteID {
 		e.stats.Unmatched++
 		return
 	}
