@@ -41,7 +41,8 @@ type agent struct {
 // idState routes the events of one communication ID to its owner.
 type idState struct {
 	events chan Event
-	closed chan struct{} // closed when the connection ends (peer DREQ, REJ, timeout)
+	closed chan struct{} // closed when the connection ends (peer DREQ, REJ, timeout, Close)
+	err    error         // why it ended (agent.mu)
 	ended  bool
 }
 
@@ -49,9 +50,12 @@ func newIDState() *idState {
 	return &idState{events: make(chan Event, 16), closed: make(chan struct{})}
 }
 
-func (s *idState) end() {
+// end records why the connection ended, the first cause only, and closes
+// the Done channel. The caller holds agent.mu.
+func (s *idState) end(err error) {
 	if !s.ended {
 		s.ended = true
+		s.err = err
 		close(s.closed)
 	}
 }
@@ -60,38 +64,9 @@ type monoClock struct{ start time.Time }
 
 func (c monoClock) Now() time.Duration { return time.Since(c.start) }
 
-var registry struct {
-	sync.Mutex
-	m map[*roce.Device]*agent
-}
-
 // Linger bounds how long an agent without users keeps running so that its
 // last DREQ/DREP exchanges and timewait complete.
 const agentLinger = 5 * time.Second
-
-// acquire returns the running agent of dev, starting one (and taking QP1)
-// if needed.
-func acquire(dev *roce.Device) (*agent, error) {
-	registry.Lock()
-	defer registry.Unlock()
-	if registry.m == nil {
-		registry.m = map[*roce.Device]*agent{}
-	}
-	if a := registry.m[dev]; a != nil {
-		a.mu.Lock()
-		a.refs++
-		a.stopping = false
-		a.mu.Unlock()
-		return a, nil
-	}
-	a, err := startAgent(dev)
-	if err != nil {
-		return nil, err
-	}
-	a.refs = 1
-	registry.m[dev] = a
-	return a, nil
-}
 
 func (a *agent) release() {
 	a.mu.Lock()
@@ -115,7 +90,7 @@ const (
 	gsiSendWR      = 256
 )
 
-func startAgent(dev *roce.Device) (a *agent, err error) {
+func startAgent(dev *roce.Device, clock qp.Clock, maxPeerCMTimeout uint8) (a *agent, err error) {
 	a = &agent{dev: dev, ids: map[uint32]*idState{}, listeners: map[uint64]*Listener{},
 		ahs: map[[2]netip.Addr]*roce.AH{}, kick: make(chan struct{}, 1), done: make(chan struct{})}
 	defer func() {
@@ -155,8 +130,11 @@ func startAgent(dev *roce.Device) (a *agent, err error) {
 		return nil, err
 	}
 	info := dev.Info()
-	a.eng, err = NewEngine(Config{Clock: monoClock{time.Now()}, Rand: rand.Uint32,
-		LocalCAGUID: info.NodeGUID, HiTID: rand.Uint32()})
+	if clock == nil {
+		clock = monoClock{time.Now()}
+	}
+	a.eng, err = NewEngine(Config{Clock: clock, Rand: rand.Uint32,
+		LocalCAGUID: info.NodeGUID, HiTID: rand.Uint32(), MaxPeerCMTimeout: maxPeerCMTimeout})
 	if err != nil {
 		return nil, err
 	}
@@ -250,7 +228,7 @@ func (a *agent) run() {
 		if err := a.step(wcs); errors.Is(err, roce.ErrClosed) {
 			a.mu.Lock()
 			for _, s := range a.ids {
-				s.end()
+				s.end(errDeviceClosed)
 			}
 			a.mu.Unlock()
 			a.exit()
@@ -390,11 +368,15 @@ func (a *agent) dispatchLocked() {
 		default:
 		}
 		switch ev.Type {
-		case EventRejected, EventTimeout, EventDisconnected, EventDisconnectDone:
-			s.end()
+		case EventRejected, EventTimeout:
+			s.end(ev.Err)
+		case EventDisconnected:
+			s.end(errPeerDisconnected)
+		case EventDisconnectDone:
+			s.end(ErrDisconnected)
 		case EventSIDRReply:
 			if ev.Err != nil {
-				s.end()
+				s.end(ev.Err)
 			}
 		}
 	}

@@ -13,8 +13,19 @@ import (
 	"github.com/goroce/goroce/roce"
 )
 
-// ErrClosed reports use of a closed Listener or Conn.
-var ErrClosed = errors.New("cm: closed")
+var (
+	// ErrClosed reports use of a closed Manager, Listener or Conn, and is
+	// the Err of a connection closed here.
+	ErrClosed = errors.New("cm: closed")
+	// ErrDisconnected is the Err of a connection ended with a DREQ, ours
+	// or (wrapped: "by the peer") the peer's.
+	ErrDisconnected = errors.New("cm: disconnected")
+	// ErrAnswered reports a second answer to a Request.
+	ErrAnswered = errors.New("cm: request already answered")
+
+	errPeerDisconnected = fmt.Errorf("%w by the peer", ErrDisconnected)
+	errDeviceClosed     = fmt.Errorf("%w: the device closed", ErrClosed)
+)
 
 // QPOptions say which PD and CQs a connection's QP uses and how large it
 // is. Zero values make the CM create its own PD and CQs (closed with the
@@ -24,6 +35,12 @@ type QPOptions struct {
 	SendCQ, RecvCQ *roce.CQ
 	Cap            roce.QPCap
 	SigAll         bool
+	// Access is the remote access the QP grants (qp_access_flags). Zero
+	// grants what the kernel's rdma_cm does (ib_cm_init_qp_attr):
+	// REMOTE_WRITE, plus REMOTE_READ and REMOTE_ATOMIC when this side's
+	// negotiated responder resources are not zero. roce.AccessLocalWrite
+	// alone grants no remote access. Ignored for UD.
+	Access roce.Access
 	// Prepare, if set, runs once the QP is in INIT and before the CM sends
 	// anything that lets the peer start sending: the place to post
 	// receives (rdma_cm applications post them before rdma_connect and
@@ -62,9 +79,13 @@ type ListenOptions struct {
 	// capped by the peer's offer. RNRRetryCount for the peer's QP (0: 7).
 	ResponderResources, InitiatorDepth uint8
 	RNRRetryCount                      uint8
-	// Backlog of requests not yet accepted (0: 16); more are rejected.
+	// Backlog bounds the requests the listener holds before Accept or
+	// Request hands them out, whether waiting, half-open (REP sent, no
+	// RTU yet) or established and not yet returned (0: 16). More are
+	// rejected (REJ CONSUMER_DEFINED, SIDR_REP REJECT).
 	Backlog int
-	// PrivateData is sent in every REP (at most 196 bytes).
+	// PrivateData is sent in every REP that Accept sends (at most 196
+	// bytes; 136 for SIDR). Request.Accept sends its own.
 	PrivateData []byte
 }
 
@@ -80,6 +101,7 @@ type Conn struct {
 	ownPD, ownCQs bool
 	local, remote netip.AddrPort
 	privateData   []byte
+	access        roce.Access // QPOptions.Access
 	// UD
 	remoteQPN, remoteQKey uint32
 	ah                    *roce.AH
@@ -119,9 +141,31 @@ func (c *Conn) RemoteQKey() uint32 { return c.remoteQKey }
 // AH returns the address handle of the peer (UD connections).
 func (c *Conn) AH() *roce.AH { return c.ah }
 
-// Done is closed when the connection ends from the other side (DREQ, REJ)
-// or the device closes.
+// Done is closed when the connection ends: from the other side (DREQ,
+// REJ), by the CM's retries running out, by Disconnect or Close here, or
+// because the device closed. Err then says why.
 func (c *Conn) Done() <-chan struct{} { return c.st.closed }
+
+// Err returns why the connection ended: a *mad.RejectError for a REJ,
+// ErrTimeout, ErrDisconnected (a DREQ; "by the peer" when it sent it),
+// ErrClosed; nil while it is healthy.
+func (c *Conn) Err() error {
+	c.a.mu.Lock()
+	defer c.a.mu.Unlock()
+	return c.st.err
+}
+
+// qpFatal ends the connection because its QP failed.
+//
+// HOOK(qp-fatal): the single place where a QP-fatal event (the QP entering
+// the error state on its own: retries exhausted, a remote access error)
+// is to be reported once package roce delivers it; Err then returns err
+// and Done is closed. Nothing calls it yet.
+func (c *Conn) qpFatal(err error) {
+	c.a.mu.Lock()
+	c.st.end(err)
+	c.a.mu.Unlock()
+}
 
 // Disconnect sends a DREQ and waits for the DREP (or the CM's retries to
 // run out, or ctx). The QP is moved to the error state. Close still has to
@@ -160,6 +204,7 @@ func (c *Conn) Close() error {
 				_ = e.Destroy(c.id)
 			}
 			delete(c.a.ids, c.id)
+			c.st.end(ErrClosed)
 			return nil
 		})
 		c.toError()
@@ -196,6 +241,7 @@ func (c *Conn) newQP(dev *roce.Device, o *QPOptions, typ roce.QPType) error {
 		}
 		c.ownPD = true
 	}
+	c.access = o.Access
 	c.scq, c.rcq = o.SendCQ, o.RecvCQ
 	if c.scq == nil || c.rcq == nil {
 		// Sized to the QP's queues, as librdmacm's rdma_create_qp sizes
@@ -218,7 +264,8 @@ func (c *Conn) newQP(dev *roce.Device, o *QPOptions, typ roce.QPType) error {
 		attr.QKey = mad.UDPQKey
 		mask |= roce.AttrQKey
 	} else {
-		attr.AccessFlags = roce.AccessRemoteWrite | roce.AccessRemoteRead | roce.AccessRemoteAtomic
+		// No remote access until the CM knows what to grant: INIT →
+		// INIT before RTR sets it (cma_init_ib_qp, cma_modify_qp_rtr).
 		mask |= roce.AttrAccessFlags
 	}
 	if err := c.qp.Modify(context.Background(), &attr, mask); err != nil {
@@ -240,12 +287,17 @@ func capOr(n, d int) int {
 	return d
 }
 
-// modifyFromCM applies the CM's RTR and RTS attributes to the QP.
+// modifyFromCM applies the CM's attributes to the QP: INIT again with
+// the access flags the negotiation allows (or QPOptions.Access), then RTR
+// and RTS, as rdma_cm's cma_modify_qp_rtr/rts do.
 func (c *Conn) modifyFromCM(ctx context.Context, e *Engine) error {
-	for _, st := range []roce.QPState{roce.StateRTR, roce.StateRTS} {
+	for _, st := range []roce.QPState{roce.StateInit, roce.StateRTR, roce.StateRTS} {
 		attr, mask, err := e.QPAttr(c.id, st)
 		if err != nil {
 			return err
+		}
+		if st == roce.StateInit && c.access != 0 {
+			attr.AccessFlags = c.access
 		}
 		if err := c.qp.Modify(ctx, &attr, mask); err != nil {
 			return err
@@ -279,357 +331,196 @@ func defaultU8(v, d uint8) uint8 {
 	return v
 }
 
+
 // Dial connects to the rdma_cm listener at raddr through dev, like
 // rdma_resolve_addr + rdma_resolve_route + rdma_connect. For the TCP port
 // space it returns an RC connection in RTS; for the UDP port space it
 // resolves the peer's UD QP with SIDR. ctx bounds the whole exchange; when
 // it ends first the pending REQ is cancelled with a REJ.
 func Dial(ctx context.Context, dev *roce.Device, raddr netip.AddrPort, opts *DialOptions) (*Conn, error) {
+	return dial(ctx, dev, func() (*agent, error) { return acquire(dev) }, raddr, opts)
+}
+
+// dialPlan is a checked Dial: the port space, addresses and the request's
+// private data (rdma_cm header first).
+type dialPlan struct {
+	opts          *DialOptions
+	ps            mad.PortSpace
+	raddr         netip.AddrPort
+	local, remote netip.Addr
+	sport         uint16
+	privateData   []byte
+}
+
+// planDial checks the options and picks the source address and port.
+func planDial(dev *roce.Device, raddr netip.AddrPort, opts *DialOptions) (*dialPlan, error) {
 	if opts == nil {
 		opts = &DialOptions{}
 	}
-	ps := opts.PortSpace
-	if ps == 0 {
-		ps = mad.PortSpaceTCP
+	p := &dialPlan{opts: opts, ps: opts.PortSpace, raddr: raddr, remote: raddr.Addr().Unmap(), sport: ephemeralPort()}
+	if p.ps == 0 {
+		p.ps = mad.PortSpaceTCP
 	}
-	if ps != mad.PortSpaceTCP && ps != mad.PortSpaceUDP {
-		return nil, fmt.Errorf("%w: port space %v", ErrInvalid, ps)
+	if p.ps != mad.PortSpaceTCP && p.ps != mad.PortSpaceUDP {
+		return nil, fmt.Errorf("%w: port space %v", ErrInvalid, p.ps)
 	}
 	limit := mad.CMAUserDataSize
-	if ps == mad.PortSpaceUDP {
+	if p.ps == mad.PortSpaceUDP {
 		limit = mad.SIDRREQPrivateDataSize - mad.CMAHeaderSize
 	}
 	if len(opts.PrivateData) > limit {
 		return nil, fmt.Errorf("%w: %d bytes of private data, at most %d", ErrInvalid, len(opts.PrivateData), limit)
 	}
-	remote := raddr.Addr().Unmap()
-	local := opts.LocalAddr
-	if !local.IsValid() {
-		g, err := dev.SourceGID(remote)
+	p.local = opts.LocalAddr
+	if !p.local.IsValid() {
+		g, err := dev.SourceGID(p.remote)
 		if err != nil {
-			return nil, fmt.Errorf("cm: no source address for %v: %w", remote, err)
+			return nil, fmt.Errorf("cm: no source address for %v: %w", p.remote, err)
 		}
-		local = g.Addr()
+		p.local = g.Addr()
 	}
-	// Address resolution first: a peer without a MAC fails here, before any MAD.
-	if _, err := dev.ResolveNeighbour(ctx, remote); err != nil {
-		return nil, fmt.Errorf("cm: resolve %v: %w", remote, err)
-	}
-	a, err := acquire(dev)
+	p.privateData = make([]byte, mad.CMAHeaderSize, mad.CMAHeaderSize+len(opts.PrivateData))
+	mad.CMAHeader(p.privateData).Encode(&mad.CMAHeaderFields{SrcPort: p.sport, Src: p.local, Dst: p.remote})
+	p.privateData = append(p.privateData, opts.PrivateData...)
+	return p, nil
+}
+
+// dial runs Dial's stages: plan, address resolution, QP, request, reply.
+// get returns the CM agent with a reference the Conn keeps.
+func dial(ctx context.Context, dev *roce.Device, get func() (*agent, error), raddr netip.AddrPort, opts *DialOptions) (*Conn, error) {
+	p, err := planDial(dev, raddr, opts)
 	if err != nil {
 		return nil, err
 	}
-	sport := ephemeralPort()
-	c := &Conn{a: a, st: newIDState(), local: netip.AddrPortFrom(local, sport), remote: netip.AddrPortFrom(remote, raddr.Port())}
-	fail := func(err error) (*Conn, error) {
-		_ = c.freeQP()
-		a.release()
+	// Address resolution first: a peer without a MAC fails here, before any MAD.
+	if _, err := dev.ResolveNeighbour(ctx, p.remote); err != nil {
+		return nil, fmt.Errorf("cm: resolve %v: %w", p.remote, err)
+	}
+	a, err := get()
+	if err != nil {
 		return nil, err
 	}
+	c := &Conn{a: a, st: newIDState(), local: netip.AddrPortFrom(p.local, p.sport), remote: netip.AddrPortFrom(p.remote, raddr.Port())}
 	typ := roce.RC
-	if ps == mad.PortSpaceUDP {
+	if p.ps == mad.PortSpaceUDP {
 		typ = roce.UD
 	}
-	if err := c.newQP(dev, &opts.QP, typ); err != nil {
-		return fail(err)
+	if err := c.newQP(dev, &p.opts.QP, typ); err != nil {
+		return c.fail(err)
 	}
-	pd := make([]byte, mad.CMAHeaderSize, mad.CMAHeaderSize+len(opts.PrivateData))
-	mad.CMAHeader(pd).Encode(&mad.CMAHeaderFields{SrcPort: sport, Src: local, Dst: remote})
-	pd = append(pd, opts.PrivateData...)
-	sid := mad.ServiceID(ps, raddr.Port())
-	path := Path{Local: local, Remote: remote, TrafficClass: opts.TrafficClass,
-		FlowLabel: (uint32(sport)*31 + uint32(raddr.Port())) & 0xFFFFF}
-	err = a.do(func(e *Engine) error {
+	if err := c.request(p); err != nil {
+		return c.fail(err)
+	}
+	return c.awaitReply(ctx, p)
+}
+
+// fail frees what a Conn that never connected holds.
+func (c *Conn) fail(err error) (*Conn, error) {
+	_ = c.freeQP()
+	c.a.release()
+	return nil, err
+}
+
+// abandon withdraws the request (REJ for a REQ) and fails.
+func (c *Conn) abandon(err error) (*Conn, error) {
+	_ = c.a.do(func(e *Engine) error {
+		_ = e.Destroy(c.id)
+		delete(c.a.ids, c.id)
+		return nil
+	})
+	return c.fail(err)
+}
+
+// forget unregisters the ID's events; the engine keeps or ends the ID.
+func (c *Conn) forget() {
+	_ = c.a.do(func(*Engine) error { delete(c.a.ids, c.id); return nil })
+}
+
+// request sends the REQ (or SIDR_REQ) and registers the ID's events.
+func (c *Conn) request(p *dialPlan) error {
+	o := p.opts
+	sid := mad.ServiceID(p.ps, p.raddr.Port())
+	path := Path{Local: p.local, Remote: p.remote, TrafficClass: o.TrafficClass,
+		FlowLabel: (uint32(p.sport)*31 + uint32(p.raddr.Port())) & 0xFFFFF}
+	return c.a.do(func(e *Engine) error {
 		var err error
-		if ps == mad.PortSpaceUDP {
-			c.id, err = e.SIDRRequest(&SIDRParams{ServiceID: sid, Path: path, PrivateData: pd})
+		if p.ps == mad.PortSpaceUDP {
+			c.id, err = e.SIDRRequest(&SIDRParams{ServiceID: sid, Path: path, PrivateData: p.privateData})
 		} else {
-			mtu := opts.PathMTU
+			mtu := o.PathMTU
 			if mtu == 0 {
-				mtu = IBoEMTU(dev.Info().NetdevMTU)
+				mtu = IBoEMTU(c.a.dev.Info().NetdevMTU)
 			}
 			c.id, err = e.Connect(&ConnectParams{ServiceID: sid, Path: path, QPN: c.qp.QPN(),
-				StartingPSN: randPSN(), ResponderResources: defaultU8(opts.ResponderResources, 16),
-				InitiatorDepth: defaultU8(opts.InitiatorDepth, 16), RetryCount: defaultU8(opts.RetryCount, 7),
-				RNRRetryCount: defaultU8(opts.RNRRetryCount, 7), PathMTU: mtu,
-				PacketLifeTime: opts.PacketLifeTime, PrivateData: pd})
+				StartingPSN: randPSN(), ResponderResources: defaultU8(o.ResponderResources, 16),
+				InitiatorDepth: defaultU8(o.InitiatorDepth, 16), RetryCount: defaultU8(o.RetryCount, 7),
+				RNRRetryCount: defaultU8(o.RNRRetryCount, 7), PathMTU: mtu,
+				PacketLifeTime: o.PacketLifeTime, PrivateData: p.privateData})
 		}
 		if err == nil {
-			a.ids[c.id] = c.st
+			c.a.ids[c.id] = c.st
 		}
 		return err
 	})
-	if err != nil {
-		return fail(err)
-	}
-	abandon := func(err error) (*Conn, error) {
-		_ = a.do(func(e *Engine) error {
-			_ = e.Destroy(c.id)
-			delete(a.ids, c.id)
-			return nil
-		})
-		return fail(err)
-	}
+}
+
+// awaitReply waits for the REP (then moves the QP to RTS and sends the
+// RTU) or the SIDR_REP, a REJ, the CM's timeout, or ctx.
+func (c *Conn) awaitReply(ctx context.Context, p *dialPlan) (*Conn, error) {
 	for {
 		var ev Event
 		select {
 		case <-ctx.Done():
-			return abandon(ctx.Err())
+			return c.abandon(ctx.Err())
 		case ev = <-c.st.events:
 		}
 		switch ev.Type {
 		case EventSIDRReply:
 			if ev.Err != nil {
-				return abandon(ev.Err)
+				return c.abandon(ev.Err)
 			}
 			c.remoteQPN, c.remoteQKey = ev.SIDRREP.QPN, ev.SIDRREP.QKey
 			c.privateData = ev.SIDRREP.PrivateData
-			if c.ah, err = c.pd.CreateAH(ctx, roce.AddressVector{DGID: ib.GIDFromAddr(remote), SGID: ib.GIDFromAddr(local)}); err != nil {
-				return abandon(err)
+			if err := c.readyUD(ctx, p.local, p.remote); err != nil {
+				return c.abandon(err)
 			}
-			for _, st := range []roce.QPState{roce.StateRTR, roce.StateRTS} {
-				attr := roce.QPAttr{State: st, SQPSN: randPSN()}
-				mask := roce.AttrState
-				if st == roce.StateRTS {
-					mask |= roce.AttrSQPSN
-				}
-				if err := c.qp.Modify(ctx, &attr, mask); err != nil {
-					return abandon(err)
-				}
-			}
-			_ = a.do(func(*Engine) error { delete(a.ids, c.id); return nil })
+			c.forget()
 			return c, nil
 		case EventReply:
 			c.remoteQPN = ev.REP.LocalQPN
 			c.privateData = ev.REP.PrivateData
 			var qerr error
-			err := a.do(func(e *Engine) error {
+			err := c.a.do(func(e *Engine) error {
 				if qerr = c.modifyFromCM(ctx, e); qerr != nil {
 					return e.Reject(c.id, mad.RejConsumerDefined, nil, nil)
 				}
 				return e.RTU(c.id, nil)
 			})
 			if qerr != nil || err != nil {
-				_ = a.do(func(*Engine) error { delete(a.ids, c.id); return nil })
-				return fail(errors.Join(qerr, err))
+				c.forget()
+				return c.fail(errors.Join(qerr, err))
 			}
 			return c, nil
 		case EventRejected, EventTimeout:
-			_ = a.do(func(*Engine) error { delete(a.ids, c.id); return nil })
-			return fail(fmt.Errorf("cm: connect to %v: %w", raddr, ev.Err))
+			c.forget()
+			return c.fail(fmt.Errorf("cm: connect to %v: %w", p.raddr, ev.Err))
 		}
 	}
 }
 
-// Listener accepts rdma_cm connections on one port of one device.
-type Listener struct {
-	a       *agent
-	addr    netip.AddrPort
-	sid     uint64
-	opts    ListenOptions
-	backlog chan Event
-	closed  chan struct{}
-	once    sync.Once
-}
-
-// Listen starts accepting connection requests for addr's port (the
-// rdma_cm port) on dev, like rdma_bind_addr + rdma_listen. An unspecified
-// address accepts requests for any of the device's addresses.
-func Listen(ctx context.Context, dev *roce.Device, addr netip.AddrPort, opts *ListenOptions) (*Listener, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	if opts == nil {
-		opts = &ListenOptions{}
-	}
-	o := *opts
-	if o.PortSpace == 0 {
-		o.PortSpace = mad.PortSpaceTCP
-	}
-	if o.PortSpace != mad.PortSpaceTCP && o.PortSpace != mad.PortSpaceUDP {
-		return nil, fmt.Errorf("%w: port space %v", ErrInvalid, o.PortSpace)
-	}
-	if len(o.PrivateData) > mad.REPPrivateDataSize {
-		return nil, fmt.Errorf("%w: %d bytes of REP private data", ErrInvalid, len(o.PrivateData))
-	}
-	if o.Backlog <= 0 {
-		o.Backlog = 16
-	}
-	a, err := acquire(dev)
-	if err != nil {
-		return nil, err
-	}
-	l := &Listener{a: a, addr: addr, sid: mad.ServiceID(o.PortSpace, addr.Port()), opts: o,
-		backlog: make(chan Event, o.Backlog), closed: make(chan struct{})}
-	err = a.do(func(e *Engine) error {
-		if err := e.Listen(l.sid); err != nil {
-			return fmt.Errorf("cm: listen on %v: %w", addr, err)
+// readyUD moves a UD QP to RTS and makes the peer's address handle.
+func (c *Conn) readyUD(ctx context.Context, local, remote netip.Addr) error {
+	for _, st := range []roce.QPState{roce.StateRTR, roce.StateRTS} {
+		attr := roce.QPAttr{State: st, SQPSN: randPSN()}
+		mask := roce.AttrState
+		if st == roce.StateRTS {
+			mask |= roce.AttrSQPSN
 		}
-		a.listeners[l.sid] = l
-		return nil
-	})
-	if err != nil {
-		a.release()
-		return nil, err
-	}
-	return l, nil
-}
-
-// Addr returns the address the listener was created with.
-func (l *Listener) Addr() netip.AddrPort { return l.addr }
-
-// offerLocked queues a request if it is for this listener's address (the
-// rdma_cm lookup by the cma_hdr destination) and the backlog has room.
-func (l *Listener) offerLocked(ev Event) bool {
-	h, err := mad.ParseCMAHeader(ev.PrivateData)
-	if err != nil {
-		return false // cma.c refuses a bad header; the IB CM then sends REJ 28
-	}
-	if a := l.addr.Addr(); a.IsValid() && !a.IsUnspecified() && h.Dst() != a.Unmap() {
-		return false
-	}
-	select {
-	case l.backlog <- ev:
-		return true
-	default:
-		return false
-	}
-}
-
-// Accept waits for a connection request and accepts it: it creates the
-// QP, moves it to RTS with the negotiated attributes, sends the REP and
-// waits for the RTU (RC), or answers the SIDR_REQ with the UD QP (UDP port
-// space). One call handles one handshake at a time; call Accept from
-// several goroutines to run handshakes in parallel.
-func (l *Listener) Accept(ctx context.Context) (*Conn, error) {
-	for {
-		var ev Event
-		select {
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case <-l.closed:
-			return nil, ErrClosed
-		case ev = <-l.backlog:
-		}
-		c, err := l.accept(ctx, ev)
-		if err == nil || ctx.Err() != nil {
-			return c, err
-		}
-		// That request failed (peer gave up, rejected our REP): next one.
-	}
-}
-
-func (l *Listener) accept(ctx context.Context, ev Event) (*Conn, error) {
-	a := l.a
-	dev := a.dev
-	h, _ := mad.ParseCMAHeader(ev.PrivateData)
-	c := &Conn{a: a, id: ev.ID, st: newIDState(), remote: netip.AddrPortFrom(h.Src(), h.SrcPort()),
-		local: netip.AddrPortFrom(ev.Path.Local, l.addr.Port()), privateData: ev.PrivateData[mad.CMAHeaderSize:]}
-	a.mu.Lock()
-	a.refs++
-	a.mu.Unlock()
-	refuse := func(err error) (*Conn, error) {
-		_ = a.do(func(e *Engine) error {
-			if ev.Type == EventSIDRRequest {
-				_ = e.SIDRReply(ev.ID, mad.SIDRReject, 0, 0, nil)
-			} else {
-				_ = e.Destroy(ev.ID)
-			}
-			delete(a.ids, ev.ID)
-			return nil
-		})
-		_ = c.freeQP()
-		a.release()
-		return nil, err
-	}
-	typ := roce.RC
-	if ev.Type == EventSIDRRequest {
-		typ = roce.UD
-	}
-	if err := c.newQP(dev, &l.opts.QP, typ); err != nil {
-		return refuse(err)
-	}
-	if _, err := dev.ResolveNeighbour(ctx, ev.Path.Remote); err != nil {
-		return refuse(err)
-	}
-	if typ == roce.UD {
-		for _, st := range []roce.QPState{roce.StateRTR, roce.StateRTS} {
-			attr := roce.QPAttr{State: st, SQPSN: randPSN()}
-			mask := roce.AttrState
-			if st == roce.StateRTS {
-				mask |= roce.AttrSQPSN
-			}
-			if err := c.qp.Modify(ctx, &attr, mask); err != nil {
-				return refuse(err)
-			}
-		}
-		var err error
-		if c.ah, err = c.pd.CreateAH(ctx, roce.AddressVector{DGID: ib.GIDFromAddr(ev.Path.Remote), SGID: ib.GIDFromAddr(ev.Path.Local)}); err != nil {
-			return refuse(err)
-		}
-		if err := a.do(func(e *Engine) error {
-			return e.SIDRReply(ev.ID, mad.SIDRSuccess, c.qp.QPN(), mad.UDPQKey, l.opts.PrivateData)
-		}); err != nil {
-			return refuse(err)
-		}
-		return c, nil
-	}
-	req := ev.REQ
-	var qerr error
-	err := a.do(func(e *Engine) error {
-		a.ids[c.id] = c.st
-		err := e.Accept(c.id, &AcceptParams{QPN: c.qp.QPN(), StartingPSN: randPSN(),
-			ResponderResources: min(defaultU8(l.opts.ResponderResources, 16), req.InitiatorDepth),
-			InitiatorDepth:     min(defaultU8(l.opts.InitiatorDepth, 16), req.ResponderResources),
-			RNRRetryCount:      defaultU8(l.opts.RNRRetryCount, 7), PrivateData: l.opts.PrivateData})
-		if err != nil {
+		if err := c.qp.Modify(ctx, &attr, mask); err != nil {
 			return err
 		}
-		// RTR and RTS before the REP leaves (it is only queued), as
-		// cma_accept_ib does, so the peer's first packets find the QP ready.
-		if qerr = c.modifyFromCM(ctx, e); qerr != nil {
-			_ = e.Reject(c.id, mad.RejConsumerDefined, nil, nil)
-		}
-		return nil
-	})
-	if err != nil || qerr != nil {
-		return refuse(errors.Join(err, qerr))
 	}
-	for {
-		select {
-		case <-ctx.Done():
-			return refuse(ctx.Err())
-		case ev := <-c.st.events:
-			switch ev.Type {
-			case EventEstablished:
-				return c, nil
-			case EventRejected, EventTimeout:
-				return refuse(fmt.Errorf("cm: accept from %v: %w", c.remote, ev.Err))
-			case EventDisconnected:
-				// The RTU was lost and the peer already hung up.
-				return refuse(fmt.Errorf("cm: accept from %v: %w", c.remote, ErrClosed))
-			}
-		}
-	}
-}
-
-// Close stops listening; requests not yet accepted are rejected.
-func (l *Listener) Close() error {
-	l.once.Do(func() {
-		close(l.closed)
-		_ = l.a.do(func(e *Engine) error {
-			e.Unlisten(l.sid)
-			delete(l.a.listeners, l.sid)
-			for {
-				select {
-				case ev := <-l.backlog:
-					l.a.refuseLocked(ev)
-				default:
-					return nil
-				}
-			}
-		})
-		l.a.release()
-	})
-	return nil
+	var err error
+	c.ah, err = c.pd.CreateAH(ctx, roce.AddressVector{DGID: ib.GIDFromAddr(remote), SGID: ib.GIDFromAddr(local)})
+	return err
 }

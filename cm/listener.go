@@ -1,0 +1,507 @@
+package cm
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+
+	"github.com/goroce/goroce/cm/mad"
+	"github.com/goroce/goroce/ib"
+	"github.com/goroce/goroce/roce"
+)
+
+// Listener accepts rdma_cm connections on one port of one device.
+//
+// Requests wait in the listener until Accept or Request takes them. Accept
+// answers each in the background and returns established connections
+// only, so a peer that never completes its handshake (no RTU) holds one
+// backlog slot until the CM's retries give up, and delays no one else.
+type Listener struct {
+	a    *agent
+	addr netip.AddrPort
+	sid  uint64
+	opts ListenOptions
+	// reqs holds received requests no one took yet, ready the
+	// connections Accept's handshakes established and Accept has not
+	// returned. Neither send blocks: both hold at most pending entries.
+	reqs  chan *Request
+	ready chan *Conn
+
+	// guarded by a.mu
+	pending int                   // requests held, in any stage, until handed out (≤ Backlog)
+	taken   map[*Request]struct{} // handed out by Request, not yet answered
+	shut    bool
+
+	ctx    context.Context // ends Accept's background handshakes on Close
+	cancel context.CancelFunc
+	closed chan struct{}
+	once   sync.Once
+}
+
+// Listen starts accepting connection requests for addr's port (the
+// rdma_cm port) on dev, like rdma_bind_addr + rdma_listen. An unspecified
+// address accepts requests for any of the device's addresses.
+func Listen(ctx context.Context, dev *roce.Device, addr netip.AddrPort, opts *ListenOptions) (*Listener, error) {
+	return listen(ctx, func() (*agent, error) { return acquire(dev) }, addr, opts)
+}
+
+func listen(ctx context.Context, get func() (*agent, error), addr netip.AddrPort, opts *ListenOptions) (*Listener, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if opts == nil {
+		opts = &ListenOptions{}
+	}
+	o := *opts
+	if o.PortSpace == 0 {
+		o.PortSpace = mad.PortSpaceTCP
+	}
+	if o.PortSpace != mad.PortSpaceTCP && o.PortSpace != mad.PortSpaceUDP {
+		return nil, fmt.Errorf("%w: port space %v", ErrInvalid, o.PortSpace)
+	}
+	if err := checkReplyData(o.PortSpace, o.PrivateData); err != nil {
+		return nil, err
+	}
+	if o.Backlog <= 0 {
+		o.Backlog = 16
+	}
+	a, err := get()
+	if err != nil {
+		return nil, err
+	}
+	l := &Listener{a: a, addr: addr, sid: mad.ServiceID(o.PortSpace, addr.Port()), opts: o,
+		reqs: make(chan *Request, o.Backlog), ready: make(chan *Conn, o.Backlog),
+		taken: map[*Request]struct{}{}, closed: make(chan struct{})}
+	l.ctx, l.cancel = context.WithCancel(context.Background())
+	err = a.do(func(e *Engine) error {
+		if err := e.Listen(l.sid); err != nil {
+			return fmt.Errorf("cm: listen on %v: %w", addr, err)
+		}
+		a.listeners[l.sid] = l
+		return nil
+	})
+	if err != nil {
+		l.cancel()
+		a.release()
+		return nil, err
+	}
+	return l, nil
+}
+
+// checkReplyData bounds the private data of a REP or SIDR_REP.
+func checkReplyData(ps mad.PortSpace, pd []byte) error {
+	limit := mad.REPPrivateDataSize
+	if ps == mad.PortSpaceUDP {
+		limit = mad.SIDRREPPrivateDataSize
+	}
+	if len(pd) > limit {
+		return fmt.Errorf("%w: %d bytes of reply private data, at most %d", ErrInvalid, len(pd), limit)
+	}
+	return nil
+}
+
+// Addr returns the address the listener was created with.
+func (l *Listener) Addr() netip.AddrPort { return l.addr }
+
+// offerLocked queues a request if it is one rdma_cm would give this
+// listener and the backlog has room.
+func (l *Listener) offerLocked(ev Event) bool {
+	if l.shut {
+		return false
+	}
+	// cma_check_req_qp_type: RC REQs for the TCP port space, SIDR for UDP.
+	switch ev.Type {
+	case EventRequest:
+		if l.opts.PortSpace != mad.PortSpaceTCP || ev.REQ == nil || ev.REQ.Transport != mad.TransportRC {
+			return false
+		}
+	case EventSIDRRequest:
+		if l.opts.PortSpace != mad.PortSpaceUDP {
+			return false
+		}
+	default:
+		return false
+	}
+	h, err := mad.ParseCMAHeader(ev.PrivateData)
+	if err != nil {
+		return false // cma.c refuses a bad header; the IB CM then sends REJ 28
+	}
+	// The rdma_cm lookup by the cma_hdr destination.
+	if a := l.addr.Addr(); a.IsValid() && !a.IsUnspecified() && h.Dst() != a.Unmap() {
+		return false
+	}
+	if l.pending >= l.opts.Backlog {
+		return false
+	}
+	l.pending++
+	l.reqs <- &Request{l: l, ev: ev, remote: netip.AddrPortFrom(h.Src(), h.SrcPort()),
+		local: netip.AddrPortFrom(ev.Path.Local, l.addr.Port()), privateData: ev.PrivateData[mad.CMAHeaderSize:]}
+	return true
+}
+
+// releaseSlot frees the backlog slot of a request handed out or ended.
+func (l *Listener) releaseSlot() {
+	l.a.mu.Lock()
+	l.pending--
+	l.a.mu.Unlock()
+}
+
+// receive takes the next request for Request.
+func (l *Listener) receive(ctx context.Context) (*Request, error) {
+	select {
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case <-l.closed:
+		return nil, ErrClosed
+	case r := <-l.reqs:
+		if !l.admit(r, true) {
+			return nil, ErrClosed
+		}
+		return r, nil
+	}
+}
+
+// admit records a request taken from the queue: handed out to the caller
+// of Request (answered later) or claimed by Accept's background handshake.
+// It reports false, refusing r, if Close ran between the receive and the
+// lock and so could not see r in the queue.
+func (l *Listener) admit(r *Request, handOut bool) bool {
+	a := l.a
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if l.shut {
+		if r.answered.CompareAndSwap(false, true) {
+			a.refuseLocked(r.ev)
+			l.pending--
+		}
+		a.poke()
+		return false
+	}
+	if handOut {
+		l.taken[r] = struct{}{}
+	} else {
+		r.answered.Store(true)
+	}
+	return true
+}
+
+// Request waits for the next connection request and hands it out
+// unanswered, like rdma_get_request: the caller inspects it and answers
+// with Request.Accept (its own QP options and private data) or
+// Request.Reject. Until answered it holds a backlog slot. Answer each
+// request in its own goroutine when peers may be slow: Request.Accept
+// returns only once the handshake completes.
+func (l *Listener) Request(ctx context.Context) (*Request, error) {
+	return l.receive(ctx)
+}
+
+// Accept returns the next established connection, accepting requests with
+// the ListenOptions: it creates the QP, moves it to RTS with the
+// negotiated attributes, sends the REP and returns once the RTU came (RC),
+// or answers the SIDR_REQ with the UD QP (UDP port space). Handshakes run
+// in the background, so one peer that never finishes its handshake does
+// not delay the others; at most Backlog requests are held at a time.
+func (l *Listener) Accept(ctx context.Context) (*Conn, error) {
+	for {
+		select {
+		case c := <-l.ready:
+			l.releaseSlot()
+			return c, nil
+		default:
+		}
+		select {
+		case c := <-l.ready:
+			l.releaseSlot()
+			return c, nil
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-l.closed:
+			return nil, ErrClosed
+		case r := <-l.reqs:
+			if l.admit(r, false) {
+				go l.background(r)
+			}
+		}
+	}
+}
+
+// background runs one handshake for Accept. The established connection
+// waits in ready, keeping its slot, until Accept returns it.
+func (l *Listener) background(r *Request) {
+	c, err := r.accept(l.ctx, &AcceptOptions{QP: l.opts.QP, ResponderResources: l.opts.ResponderResources,
+		InitiatorDepth: l.opts.InitiatorDepth, RNRRetryCount: l.opts.RNRRetryCount, PrivateData: l.opts.PrivateData})
+	if err != nil {
+		l.releaseSlot() // the peer gave up or rejected our REP, or we closed
+		return
+	}
+	l.a.mu.Lock()
+	if !l.shut {
+		l.ready <- c
+		l.a.mu.Unlock()
+		return
+	}
+	l.pending--
+	l.a.mu.Unlock()
+	_ = c.Close()
+}
+
+// Close stops listening: requests not yet answered are rejected,
+// handshakes in progress are abandoned (REJ), and connections established
+// but not yet returned by Accept are closed.
+func (l *Listener) Close() error {
+	l.once.Do(func() {
+		close(l.closed)
+		l.cancel()
+		var conns []*Conn
+		_ = l.a.do(func(e *Engine) error {
+			l.shut = true
+			e.Unlisten(l.sid)
+			if l.a.listeners[l.sid] == l {
+				delete(l.a.listeners, l.sid)
+			}
+			for r := range l.taken {
+				if r.answered.CompareAndSwap(false, true) {
+					l.a.refuseLocked(r.ev)
+					l.pending--
+				}
+			}
+			clear(l.taken)
+			for {
+				select {
+				case r := <-l.reqs:
+					if r.answered.CompareAndSwap(false, true) {
+						l.a.refuseLocked(r.ev)
+						l.pending--
+					}
+				case c := <-l.ready:
+					conns = append(conns, c)
+					l.pending--
+				default:
+					return nil
+				}
+			}
+		})
+		for _, c := range conns {
+			_ = c.Close()
+		}
+		l.a.release()
+	})
+	return nil
+}
+
+// Request is a connection request (REQ) or SIDR request received by a
+// Listener and not yet answered: rdma_cm's RDMA_CM_EVENT_CONNECT_REQUEST.
+type Request struct {
+	l             *Listener
+	ev            Event
+	remote, local netip.AddrPort
+	privateData   []byte
+	answered      atomic.Bool
+}
+
+// RemoteAddr returns the peer's address and rdma_cm port (from the
+// rdma_cm header).
+func (r *Request) RemoteAddr() netip.AddrPort { return r.remote }
+
+// LocalAddr returns the address the request came to and the listener's
+// port.
+func (r *Request) LocalAddr() netip.AddrPort { return r.local }
+
+// PrivateData returns the user part of the request's private data (after
+// the rdma_cm header): 56 bytes for a REQ, 180 for a SIDR_REQ, zero-padded
+// past what the peer wrote.
+func (r *Request) PrivateData() []byte { return r.privateData }
+
+// SIDR reports whether the request is a SIDR_REQ (UDP port space).
+func (r *Request) SIDR() bool { return r.ev.Type == EventSIDRRequest }
+
+// REQ returns the fields of the REQ (nil for SIDR): the offered responder
+// resources and initiator depth, path MTU, retry counts, timeouts.
+func (r *Request) REQ() *mad.REQFields { return r.ev.REQ }
+
+// ResponderResources returns the RDMA reads and atomics the peer accepts
+// at once (0 for SIDR); it bounds our initiator depth.
+func (r *Request) ResponderResources() uint8 {
+	if r.ev.REQ == nil {
+		return 0
+	}
+	return r.ev.REQ.ResponderResources
+}
+
+// InitiatorDepth returns the RDMA reads and atomics the peer issues at
+// once (0 for SIDR); it bounds our responder resources.
+func (r *Request) InitiatorDepth() uint8 {
+	if r.ev.REQ == nil {
+		return 0
+	}
+	return r.ev.REQ.InitiatorDepth
+}
+
+// PathMTU returns the path MTU of the request (0 for SIDR).
+func (r *Request) PathMTU() ib.MTU {
+	if r.ev.REQ == nil {
+		return 0
+	}
+	return r.ev.REQ.PathMTU
+}
+
+// AcceptOptions configure Request.Accept (rdma_accept's conn_param).
+type AcceptOptions struct {
+	// QP says how the connection's QP is made, including its access flags
+	// and the Prepare hook.
+	QP QPOptions
+	// ResponderResources / InitiatorDepth: the most we grant (0: 16), each
+	// capped by the peer's offer (its initiator depth / responder
+	// resources).
+	ResponderResources, InitiatorDepth uint8
+	// RNRRetryCount for the peer's QP (0: 7).
+	RNRRetryCount uint8
+	// PrivateData is sent in the REP (at most 196 bytes) or SIDR_REP (136).
+	PrivateData []byte
+}
+
+// claim makes the caller the one who answers r.
+func (r *Request) claim() bool {
+	l := r.l
+	l.a.mu.Lock()
+	defer l.a.mu.Unlock()
+	if !r.answered.CompareAndSwap(false, true) {
+		return false
+	}
+	delete(l.taken, r)
+	return true
+}
+
+// Accept accepts the request with the connection's own options: it
+// creates the QP, moves it to RTS, sends the REP and returns once the RTU
+// came (RC), or answers the SIDR_REQ with the UD QP. If ctx ends first,
+// the handshake is abandoned with a REJ.
+func (r *Request) Accept(ctx context.Context, o *AcceptOptions) (*Conn, error) {
+	if o == nil {
+		o = &AcceptOptions{}
+	}
+	ps := mad.PortSpaceTCP
+	if r.SIDR() {
+		ps = mad.PortSpaceUDP
+	}
+	if err := checkReplyData(ps, o.PrivateData); err != nil {
+		return nil, err
+	}
+	if !r.claim() {
+		return nil, ErrAnswered
+	}
+	c, err := r.accept(ctx, o)
+	r.l.releaseSlot()
+	return c, err
+}
+
+// Reject refuses the request like rdma_reject: a REJ with reason (0:
+// mad.RejConsumerDefined) and up to 148 bytes of private data, or for a
+// SIDR request a SIDR_REP REJECT with up to 136 bytes.
+func (r *Request) Reject(reason mad.RejectReason, privateData []byte) error {
+	if reason == 0 {
+		reason = mad.RejConsumerDefined
+	}
+	limit := mad.REJPrivateDataSize
+	if r.SIDR() {
+		limit = mad.SIDRREPPrivateDataSize
+	}
+	if len(privateData) > limit {
+		return fmt.Errorf("%w: %d bytes of reject private data, at most %d", ErrInvalid, len(privateData), limit)
+	}
+	if !r.claim() {
+		return ErrAnswered
+	}
+	a := r.l.a
+	return a.do(func(e *Engine) error {
+		r.l.pending--
+		if r.SIDR() {
+			return e.SIDRReply(r.ev.ID, mad.SIDRReject, 0, 0, privateData)
+		}
+		// ErrUnknownID: the peer gave up already.
+		return e.Reject(r.ev.ID, reason, nil, privateData)
+	})
+}
+
+// accept answers r (claimed by the caller) and waits for the RTU.
+func (r *Request) accept(ctx context.Context, o *AcceptOptions) (*Conn, error) {
+	l, ev := r.l, r.ev
+	a := l.a
+	c := &Conn{a: a, id: ev.ID, st: newIDState(), remote: r.remote, local: r.local, privateData: r.privateData}
+	a.mu.Lock()
+	a.refs++
+	a.mu.Unlock()
+	refuse := func(err error) (*Conn, error) {
+		_ = a.do(func(e *Engine) error {
+			if ev.Type == EventSIDRRequest {
+				_ = e.SIDRReply(ev.ID, mad.SIDRReject, 0, 0, nil)
+			} else {
+				_ = e.Destroy(ev.ID)
+			}
+			delete(a.ids, ev.ID)
+			return nil
+		})
+		return c.fail(err)
+	}
+	typ := roce.RC
+	if ev.Type == EventSIDRRequest {
+		typ = roce.UD
+	}
+	if err := c.newQP(a.dev, &o.QP, typ); err != nil {
+		return refuse(err)
+	}
+	if _, err := a.dev.ResolveNeighbour(ctx, ev.Path.Remote); err != nil {
+		return refuse(err)
+	}
+	if typ == roce.UD {
+		if err := c.readyUD(ctx, ev.Path.Local, ev.Path.Remote); err != nil {
+			return refuse(err)
+		}
+		if err := a.do(func(e *Engine) error {
+			return e.SIDRReply(ev.ID, mad.SIDRSuccess, c.qp.QPN(), mad.UDPQKey, o.PrivateData)
+		}); err != nil {
+			return refuse(err)
+		}
+		return c, nil
+	}
+	req := ev.REQ
+	var qerr error
+	err := a.do(func(e *Engine) error {
+		a.ids[c.id] = c.st
+		err := e.Accept(c.id, &AcceptParams{QPN: c.qp.QPN(), StartingPSN: randPSN(),
+			ResponderResources: min(defaultU8(o.ResponderResources, 16), req.InitiatorDepth),
+			InitiatorDepth:     min(defaultU8(o.InitiatorDepth, 16), req.ResponderResources),
+			RNRRetryCount:      defaultU8(o.RNRRetryCount, 7), PrivateData: o.PrivateData})
+		if err != nil {
+			return err
+		}
+		// RTR and RTS before the REP leaves (it is only queued), as
+		// cma_accept_ib does, so the peer's first packets find the QP ready.
+		if qerr = c.modifyFromCM(ctx, e); qerr != nil {
+			_ = e.Reject(c.id, mad.RejConsumerDefined, nil, nil)
+		}
+		return nil
+	})
+	if err != nil || qerr != nil {
+		return refuse(errors.Join(err, qerr))
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return refuse(ctx.Err())
+		case ev := <-c.st.events:
+			switch ev.Type {
+			case EventEstablished:
+				return c, nil
+			case EventRejected, EventTimeout:
+				return refuse(fmt.Errorf("cm: accept from %v: %w", c.remote, ev.Err))
+			case EventDisconnected:
+				// The RTU was lost and the peer already hung up.
+				return refuse(fmt.Errorf("cm: accept from %v: %w", c.remote, ErrClosed))
+			}
+		}
+	}
+}
