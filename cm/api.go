@@ -331,7 +331,6 @@ func defaultU8(v, d uint8) uint8 {
 	return v
 }
 
-
 // Dial connects to the rdma_cm listener at raddr through dev, like
 // rdma_resolve_addr + rdma_resolve_route + rdma_connect. For the TCP port
 // space it returns an RC connection in RTS; for the UDP port space it
