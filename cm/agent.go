@@ -90,8 +90,8 @@ const (
 	gsiSendWR      = 256
 )
 
-func startAgent(dev *roce.Device, clock qp.Clock, maxPeerCMTimeout uint8) (a *agent, err error) {
-	a = &agent{dev: dev, ids: map[uint32]*idState{}, listeners: map[uint64]*Listener{},
+func startAgent(dev *roce.Device, clock qp.Clock, maxPeerCMTimeout uint8) (_ *agent, err error) {
+	a := &agent{dev: dev, ids: map[uint32]*idState{}, listeners: map[uint64]*Listener{},
 		ahs: map[[2]netip.Addr]*roce.AH{}, kick: make(chan struct{}, 1), done: make(chan struct{})}
 	defer func() {
 		if err != nil {

@@ -11,13 +11,25 @@
 // REQ private data) and return a [Conn] whose RC QP is in RTS, or, for the
 // UDP port space, a UD QP with the peer's QPN and Q_Key from SIDR. Everything
 // that waits takes a context; cancelling a pending Dial sends a REJ.
-// [Conn.Close] disconnects with a DREQ.
+// [Conn.Close] disconnects with a DREQ; [Conn.Err] says why a connection
+// ended.
 //
-// The first Dial or Listen on a device takes the device's QP1 and starts one
-// goroutine that owns it; it stops (releasing QP1) a few seconds after the
-// last Listener and Conn of the device are closed, once pending
-// disconnections have finished and its last MADs (a cancelled dial's REJ)
-// are on the wire.
+// [Listener.Accept] answers requests with the listener's options and runs
+// the handshakes in the background, returning established connections
+// only: a peer that never sends its RTU holds one backlog slot until the
+// CM's retries (paced by the peer's timeouts, capped at
+// [DefaultMaxPeerCMTimeout]) give up, and delays no one else.
+// [Listener.Request] hands out requests unanswered, as rdma_get_request:
+// the server reads the peer's private data and answers with
+// [Request.Accept], with its own QP options, access flags and REP private
+// data, or [Request.Reject].
+//
+// A [Manager] owns the device's QP1 and runs the CM on it; [NewManager]
+// makes the owner explicit and [Manager.Close] releases QP1. The
+// package-level Dial and Listen use a Manager of their own per device: the
+// first of them takes QP1, and it is released a few seconds after the last
+// of their listeners and connections closed, once pending disconnections
+// have finished and its last MADs (a cancelled dial's REJ) are on the wire.
 //
 // # Engine
 //

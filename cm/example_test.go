@@ -1,7 +1,9 @@
 package cm_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/binary"
 	"fmt"
 	"net/netip"
 	"time"
@@ -54,4 +56,85 @@ func ExampleListen() {
 			conn.Close()
 		}()
 	}
+}
+
+// Serve each connection with its own buffer, as an rsocket or rping
+// server does: read the request's private data, then accept with a REP
+// that carries this connection's buffer address and rkey, or reject with
+// a reason the client can read.
+func ExampleListener_Request() {
+	var dev *roce.Device
+	if dev == nil {
+		return
+	}
+	ctx := context.Background()
+	l, err := cm.Listen(ctx, dev, netip.AddrPortFrom(netip.IPv4Unspecified(), 7174), nil)
+	if err != nil {
+		return
+	}
+	defer l.Close()
+	for {
+		req, err := l.Request(ctx)
+		if err != nil {
+			return
+		}
+		// Answer in a goroutine: Accept returns once the peer's RTU came,
+		// and a slow peer must not hold up the next request.
+		go func() {
+			if !bytes.HasPrefix(req.PrivateData(), []byte("hello")) {
+				_ = req.Reject(0, []byte("unknown protocol")) // REJ CONSUMER_DEFINED
+				return
+			}
+			pd, err := dev.AllocPD()
+			if err != nil {
+				_ = req.Reject(0, nil)
+				return
+			}
+			buf := make([]byte, 4096)
+			mr, err := pd.RegisterMR(buf, roce.AccessLocalWrite|roce.AccessRemoteWrite)
+			if err != nil {
+				_ = req.Reject(0, nil)
+				pd.Close()
+				return
+			}
+			rep := binary.BigEndian.AppendUint64(nil, mr.Addr())
+			rep = binary.BigEndian.AppendUint32(rep, mr.RKey())
+			actx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			defer cancel()
+			conn, err := req.Accept(actx, &cm.AcceptOptions{
+				QP:          cm.QPOptions{PD: pd, Access: roce.AccessRemoteWrite}, // writes only
+				PrivateData: rep,
+			})
+			if err != nil {
+				mr.Close()
+				pd.Close()
+				return
+			}
+			<-conn.Done()
+			fmt.Println(conn.RemoteAddr(), conn.Err()) // e.g. "cm: disconnected by the peer"
+			conn.Close()
+			mr.Close()
+			pd.Close()
+		}()
+	}
+}
+
+// Own the device's CM explicitly instead of letting the package-level
+// functions share one: Close releases QP1.
+func ExampleNewManager() {
+	var dev *roce.Device
+	if dev == nil {
+		return
+	}
+	m, err := cm.NewManager(dev, nil)
+	if err != nil {
+		return // QP1 is taken
+	}
+	defer m.Close()
+	ctx := context.Background()
+	conn, err := m.Dial(ctx, netip.MustParseAddrPort("192.0.2.1:7174"), &cm.DialOptions{PrivateData: []byte("hello")})
+	if err != nil {
+		return
+	}
+	defer conn.Close()
 }
