@@ -65,12 +65,13 @@ func (e *Engine) peerTimeout(t uint8) uint8 {
 // IDs it guessed.
 func fromPeer(c *conn, p Path) bool { return c.path.Remote == p.Remote }
 
-// issueREJ answers a message that has no ID here (cm_issue_rej): local comm
-// ID 0, remote comm ID = the sender's.
-func (e *Engine) issueREJ(p Path, m mad.MAD, remoteID uint32, msg mad.MsgType, reason mad.RejectReason) {
+// issueREJ answers a message that has no ID here (cm_issue_rej): the IDs
+// of the message swapped, remote comm ID = the sender's, local comm ID =
+// the one the message named as ours (0 for a REQ).
+func (e *Engine) issueREJ(p Path, m mad.MAD, localID, remoteID uint32, msg mad.MsgType, reason mad.RejectReason) {
 	e.stats.RejectsIssued++
 	e.queue(p, mad.AttrREJ, m.TID(), func(o mad.MAD) {
-		o.REJ().Encode(&mad.REJFields{RemoteCommID: remoteID, MessageRejected: msg, Reason: reason})
+		o.REJ().Encode(&mad.REJFields{LocalCommID: localID, RemoteCommID: remoteID, MessageRejected: msg, Reason: reason})
 	})
 }
 
@@ -105,22 +106,22 @@ func (e *Engine) recvREQ(p Path, m mad.MAD) {
 	if id, ok := e.byQPN[qpnKey{r.LocalQPN(), guid}]; ok {
 		// The peer's QP is still connected to us under another ID: the
 		// peer restarted. Refuse and tear the old connection down.
-		e.issueREJ(p, m, r.LocalCommID(), mad.MsgREQ, mad.RejStaleConn)
+		e.issueREJ(p, m, 0, r.LocalCommID(), mad.MsgREQ, mad.RejStaleConn)
 		if c := e.conns[id]; c.state == StateEstablished {
 			_ = e.Disconnect(id, nil)
 		}
 		return
 	}
 	if _, ok := e.listeners[r.ServiceID()]; !ok {
-		e.issueREJ(p, m, r.LocalCommID(), mad.MsgREQ, mad.RejInvalidServiceID)
+		e.issueREJ(p, m, 0, r.LocalCommID(), mad.MsgREQ, mad.RejInvalidServiceID)
 		return
 	}
 	switch {
 	case r.Transport() != mad.TransportRC && r.Transport() != mad.TransportUC:
-		e.issueREJ(p, m, r.LocalCommID(), mad.MsgREQ, mad.RejInvalidTransportType)
+		e.issueREJ(p, m, 0, r.LocalCommID(), mad.MsgREQ, mad.RejInvalidTransportType)
 		return
 	case r.PathMTU() < 1 || r.PathMTU() > 5:
-		e.issueREJ(p, m, r.LocalCommID(), mad.MsgREQ, mad.RejInvalidMTU)
+		e.issueREJ(p, m, 0, r.LocalCommID(), mad.MsgREQ, mad.RejInvalidMTU)
 		return
 	}
 	f := r.Fields()
@@ -217,7 +218,7 @@ func (e *Engine) recvREP(p Path, m mad.MAD) {
 	}
 	if !ok || !c.active || c.state == StateSIDRREQSent {
 		// cm_rep_handler: a REP for no ID of ours is rejected.
-		e.issueREJ(p, m, r.LocalCommID(), mad.MsgREP, mad.RejInvalidCommID)
+		e.issueREJ(p, m, r.RemoteCommID(), r.LocalCommID(), mad.MsgREP, mad.RejInvalidCommID)
 		return
 	}
 	switch c.state {
@@ -244,11 +245,11 @@ func (e *Engine) recvREP(p Path, m mad.MAD) {
 	// keeps waiting for a good one), and disconnect the old connection if
 	// it holds the QP.
 	if id, dup := e.byRemote[remoteKey{f.LocalCommID, f.LocalCAGUID}]; dup && id != c.id {
-		e.issueREJ(p, m, f.LocalCommID, mad.MsgREP, mad.RejStaleConn)
+		e.issueREJ(p, m, f.RemoteCommID, f.LocalCommID, mad.MsgREP, mad.RejStaleConn)
 		return
 	}
 	if id, dup := e.byQPN[qpnKey{f.LocalQPN, f.LocalCAGUID}]; dup && id != c.id && (c.transport == mad.TransportRC || c.transport == mad.TransportUC) {
-		e.issueREJ(p, m, f.LocalCommID, mad.MsgREP, mad.RejStaleConn)
+		e.issueREJ(p, m, f.RemoteCommID, f.LocalCommID, mad.MsgREP, mad.RejStaleConn)
 		if old := e.conns[id]; old.state == StateEstablished {
 			_ = e.Disconnect(id, nil)
 		}
