@@ -8,4 +8,8 @@
 // and the client may compare the two buffers (-V). The connection is made
 // with the rdma_cm conventions of package cm (RDMA_PS_TCP, port 7174 by
 // default, responder resources and initiator depth 1).
+//
+// The tests against the real tools in an rxe guest are in package
+// interop/rdmacm; this package's own tests run both roles over an
+// in-memory link.
 package rping

@@ -1,4 +1,4 @@
-package rping
+package rdmacm
 
 import (
 	"bytes"
@@ -11,6 +11,7 @@ import (
 
 	"github.com/goroce/goroce/cm"
 	"github.com/goroce/goroce/cm/mad"
+	"github.com/goroce/goroce/cm/rping"
 	"github.com/goroce/goroce/roce"
 )
 
@@ -44,7 +45,7 @@ func TestRxeSIDR(t *testing.T) {
 	var conn *cm.Conn
 	var err error
 	for {
-		conn, err = cm.Dial(ctx, dev, netip.AddrPortFrom(g.Addr, DefaultPort), opts)
+		conn, err = cm.Dial(ctx, dev, netip.AddrPortFrom(g.Addr, rping.DefaultPort), opts)
 		// Until udaddy listens, rxe's CM answers SIDR_REP status UNSUPPORTED.
 		if !errors.Is(err, cm.ErrSIDRStatus) {
 			break

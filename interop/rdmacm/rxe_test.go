@@ -1,4 +1,4 @@
-package rping
+package rdmacm
 
 import (
 	"bytes"
@@ -16,6 +16,7 @@ import (
 
 	"github.com/goroce/goroce/cm"
 	"github.com/goroce/goroce/cm/mad"
+	"github.com/goroce/goroce/cm/rping"
 	"github.com/goroce/goroce/interop/rxelab"
 	"github.com/goroce/goroce/roce"
 )
@@ -84,7 +85,7 @@ func rxeSetup(t *testing.T) (*rxelab.Lab, *rxelab.Guest, *roce.Device) {
 func expectedPings(prefix string, count int) string {
 	var b strings.Builder
 	for i := 0; i < count; i++ {
-		buf := make([]byte, DefaultSize)
+		buf := make([]byte, rping.DefaultSize)
 		n := copy(buf, "rdma-ping-"+strconv.Itoa(i)+": ")
 		for j, c := n, byte(65+i); j < len(buf); j++ {
 			buf[j] = c
@@ -121,7 +122,7 @@ func rxeServer(t *testing.T, addr netip.Addr) {
 	var err error
 	for {
 		out.Reset()
-		err = Client(ctx, dev, netip.AddrPortFrom(addr, DefaultPort), Config{Count: count, Verbose: true, Validate: true, Out: &out})
+		err = rping.Client(ctx, dev, netip.AddrPortFrom(addr, rping.DefaultPort), rping.Config{Count: count, Verbose: true, Validate: true, Out: &out})
 		// Until rping listens, rxe's CM answers REJ INVALID_SERVICE_ID.
 		if !errors.Is(err, mad.RejInvalidServiceID) {
 			break
@@ -159,7 +160,7 @@ func TestRxeClient(t *testing.T) {
 	var out bytes.Buffer
 	srv := make(chan error, 1)
 	go func() {
-		srv <- Server(ctx, dev, netipPort(lab.PeerAddr.String()), Config{Count: count, Verbose: true, Out: &out})
+		srv <- rping.Server(ctx, dev, netipPort(lab.PeerAddr.String()), rping.Config{Count: count, Verbose: true, Out: &out})
 	}()
 	var stdout, stderr []byte
 	var code int
@@ -218,5 +219,5 @@ func TestRxeRejects(t *testing.T) {
 }
 
 func netipPort(a string) netip.AddrPort {
-	return netip.AddrPortFrom(netip.MustParseAddr(a), DefaultPort)
+	return netip.AddrPortFrom(netip.MustParseAddr(a), rping.DefaultPort)
 }

@@ -1,4 +1,4 @@
-package rping
+package rdmacm
 
 import (
 	"bytes"
