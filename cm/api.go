@@ -38,8 +38,10 @@ type QPOptions struct {
 	// Access is the remote access the QP grants (qp_access_flags). Zero
 	// grants what the kernel's rdma_cm does (ib_cm_init_qp_attr):
 	// REMOTE_WRITE, plus REMOTE_READ and REMOTE_ATOMIC when this side's
-	// negotiated responder resources are not zero. roce.AccessLocalWrite
-	// alone grants no remote access. Ignored for UD.
+	// negotiated responder resources are not zero (Linux 6.2 and later
+	// add the FLUSH flags a device supports; goroce checks FLUSH against
+	// the memory region only). roce.AccessLocalWrite alone grants no
+	// remote access. Ignored for UD.
 	Access roce.Access
 	// Prepare, if set, runs once the QP is in INIT and before the CM sends
 	// anything that lets the peer start sending: the place to post

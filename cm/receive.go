@@ -107,7 +107,9 @@ func (e *Engine) recvREQ(p Path, m mad.MAD) {
 		// The peer's QP is still connected to us under another ID: the
 		// peer restarted. Refuse and tear the old connection down.
 		e.issueREJ(p, m, 0, r.LocalCommID(), mad.MsgREQ, mad.RejStaleConn)
-		if c := e.conns[id]; c.state == StateEstablished {
+		// Only the connection's peer may end it this way (the GUID and
+		// QPN of a REQ are the sender's word).
+		if c := e.conns[id]; c.state == StateEstablished && fromPeer(c, p) {
 			_ = e.Disconnect(id, nil)
 		}
 		return
@@ -250,7 +252,7 @@ func (e *Engine) recvREP(p Path, m mad.MAD) {
 	}
 	if id, dup := e.byQPN[qpnKey{f.LocalQPN, f.LocalCAGUID}]; dup && id != c.id && (c.transport == mad.TransportRC || c.transport == mad.TransportUC) {
 		e.issueREJ(p, m, f.RemoteCommID, f.LocalCommID, mad.MsgREP, mad.RejStaleConn)
-		if old := e.conns[id]; old.state == StateEstablished {
+		if old := e.conns[id]; old.state == StateEstablished && fromPeer(old, p) {
 			_ = e.Disconnect(id, nil)
 		}
 		return
