@@ -226,3 +226,41 @@ func TestHalfOpenTornDown(t *testing.T) {
 		t.Fatal("not accepted")
 	}
 }
+
+// TestListenerCloseAbandonsHalfOpen: closing a listener rejects the
+// handshakes Accept has in progress and frees their QPs.
+func TestListenerCloseAbandonsHalfOpen(t *testing.T) {
+	da, db := devPair(t, faultnet.Config{}, faultnet.Config{}, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	m, err := NewManager(db, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	const port = 7202
+	l, err := m.Listen(ctx, netip.AddrPortFrom(devAddrB, port), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	accepted := acceptLoop(ctx, l)
+	res0 := db.Resources()
+	withdraw := hostileREQ(t, da, port)
+	defer withdraw()
+	if !pollUntil(5*time.Second, func() bool { return len(repSent(m.a)) == 1 }) {
+		t.Fatal("the hostile REQ was never answered with a REP")
+	}
+	l.Close()
+	if _, ok := <-accepted; ok {
+		t.Error("Accept returned a connection")
+	}
+	if !pollUntil(5*time.Second, func() bool { r := db.Resources(); r.AH = res0.AH; return r == res0 && len(repSent(m.a)) == 0 }) {
+		t.Errorf("after Close: resources %+v (want %+v), %d half-open", db.Resources(), res0, len(repSent(m.a)))
+	}
+	m.a.mu.Lock()
+	pending := l.pending
+	m.a.mu.Unlock()
+	if pending != 0 {
+		t.Errorf("%d requests still held", pending)
+	}
+}
