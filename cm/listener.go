@@ -31,7 +31,7 @@ type Listener struct {
 	ready chan *Conn
 
 	// guarded by a.mu
-	pending int                   // requests held, in any stage, until handed out (≤ Backlog)
+	pending int                   // requests held until answered or returned by Accept (≤ Backlog)
 	taken   map[*Request]struct{} // handed out by Request, not yet answered
 	shut    bool
 
