@@ -96,5 +96,18 @@
 //     NAA masks with 0x7F.
 //   - The software NAA reads an incoming ERR code from byte 3, not byte 1.
 //   - The count field is documented for up to 256 regions; the library's
-//     buffers hold 31.
+//     buffers hold 31. The C host checks no count at all: 32 regions make a
+//     772-byte SEND that the NAA's 768-byte receive cannot take (UNVERIFIED
+//     by run; a receive too short for a SEND fails with a local length error).
+//   - The C host copies as many A entries as the A's count says without
+//     comparing it with its own regions; MatchA insists on one entry per
+//     non-internal region, each at least as large.
+//
+// # Data phase plans
+//
+// HostWrites and NAAWrites list the writes of one RPC as the library posts
+// them: host INPUT regions in order (single-send ones on the first RPC only,
+// naaice_set_bytes_to_send lengths honoured), NAA OUTPUT regions in order at
+// their whole length; the last write of each carries the immediate.
+// HostAbort and NAAAbort are the zero-length error writes.
 package mrsp

@@ -103,8 +103,15 @@
 // RDMA_RQSIZE 1, RDMA_INLINE 2, RDMA_IOMAPSIZE 3, RDMA_ROUTE 4; polling
 // time 10 µs; wake-up interval 500 ms; route resolution retried 6 times.
 //
-// UNVERIFIED in the reference notes and what the source says: the REP
-// carrying private data without a CM header is inferred, and rsocket.c
-// reads the REP data at offset 0 (rs_do_connect); the iomap credit leak is
-// inferred from rs_poll_cq/rrecv, which never count IOMAP_SGL as consumed.
+// # Points the reference notes mark UNVERIFIED, against rsocket.c
+//
+//   - REP private data without a CM header: rs_do_connect reads the REP's
+//     rs_conn_data at offset 0 (AF_IB adds a 36-byte ib_connect_hdr in front,
+//     rs_conn_data_offset); captures of rstream runs agree.
+//   - The iomap credit leak: rs_write_iomap does sseq_no++, while rs_poll_cq
+//     ignores RS_OP_IOMAP_SGL and rrecv bumps rseq_no only per data message,
+//     so the source confirms it; no run has shown it.
+//   - There is no rs_conn_data_ntoh in any rsocket.c version: the fields have
+//     been big-endian since the first version, and NET only ever selected the
+//     byte order of RDMA-written SGEs (RS_OPT_SWAP_SGL).
 package wire
