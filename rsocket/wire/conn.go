@@ -174,6 +174,11 @@ func (c *Conn) OnRecv(imm uint32, addr uint64, body []byte) (ev Event, idx int, 
 	}
 }
 
+// CreditDue is Receiver.CreditDue while the socket is still connected
+// (rs_give_credits also requires rs_connected; a received DISCONNECT ends
+// credit messages).
+func (c *Conn) CreditDue() bool { return (c.Readable || c.Writable) && c.Recv.CreditDue() }
+
 // IOWrite is Sender.WriteDirect over the entries the peer published.
 func (c *Conn) IOWrite(off uint64, want uint32) (Write, error) {
 	return c.Send.WriteDirect(c.IOMap, off, want)

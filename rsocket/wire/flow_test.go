@@ -347,6 +347,9 @@ func TestConnOnRecv(t *testing.T) {
 	if ev, _, _, err := a.conn.OnRecv(0xE0000000, 0, nil); ev != EvDisconnect || err != nil || a.conn.Readable {
 		t.Fatal(ev, err)
 	}
+	if !a.conn.Recv.CreditDue() || a.conn.CreditDue() {
+		t.Fatal("credits after disconnect")
+	}
 }
 
 // The per-message paths allocate nothing.
