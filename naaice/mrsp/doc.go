@@ -41,6 +41,9 @@
 // AAR entries, padding 0, then per region in AAR order {u64 NAA address,
 // u32 rkey, u32 size}.
 //
+// Type 0x03 (MSG_MR_R, with struct naaice_mr_request {u64 size}) is left
+// from an older protocol version and never sent; Type refuses it.
+//
 // ERR, either direction, 4 bytes: type 0x00, code, padding 0. Codes: 0x01
 // not enough memory (address + size beyond the memory), 0x02 invalid
 // address, 0x03 too many regions. The C software NAA sends 0x01 for every
