@@ -35,6 +35,26 @@ func FuzzMessage(f *testing.F) {
 			if len(b) > RecvBufLen {
 				t.Fatal("accepted AAR larger than the receive buffer")
 			}
+			// Plans over an NAA that answers with regions of the same size.
+			var adv []Advert
+			for i, r := range rs {
+				if !r.Internal() {
+					adv = append(adv, Advert{Addr: uint64(i+1) << 32, RKey: 1, Size: r.Size})
+				}
+			}
+			for rpc := 0; rpc < 2; rpc++ {
+				ws, err := HostWrites(rs, adv, rpc, nil, 0x81, nil)
+				if err == nil && (!ws[len(ws)-1].WithImm || ws[0].Len == 0) {
+					t.Fatalf("bad plan %+v", ws)
+				}
+			}
+			if ws, err := NAAWrites(rs, 0, nil); err == nil {
+				for _, w := range ws[:len(ws)-1] {
+					if w.WithImm {
+						t.Fatal("immediate before the last write")
+					}
+				}
+			}
 		case MsgA:
 			as, err := ParseA(b, nil)
 			if err != nil {
