@@ -207,19 +207,55 @@ func (q *QP) receive(p *ib.Packet, src *Source) error {
 			return ErrWrongTransport
 		}
 	}
-	now := q.e.clock.Now()
-	if q.typ == RC && opClass[low]&clResponse != 0 {
-		return q.complete(p, now)
-	}
-	switch q.state {
-	case StateRTR, StateRTS, StateSQD, StateSQE:
-	default:
-		return ErrNotReady
-	}
 	if q.typ == UD {
+		if !q.acceptsRequests() {
+			return ErrNotReady
+		}
 		return q.respondUD(p, src)
 	}
+	isResp := q.typ == RC && opClass[low]&clResponse != 0
+	if isResp && !q.acceptsResponses() || !isResp && !q.acceptsRequests() {
+		return ErrNotReady
+	}
+	if !q.fromPeer(src) {
+		q.e.stats.BadAddress++
+		return ErrBadAddress
+	}
+	if isResp {
+		return q.complete(p, q.e.clock.Now())
+	}
 	return q.respond(p)
+}
+
+// acceptsRequests reports whether the responder takes requests in the QP's
+// state (rxe check_type_state: RTR or later, but not ERR).
+func (q *QP) acceptsRequests() bool {
+	switch q.state {
+	case StateRTR, StateRTS, StateSQD, StateSQE:
+		return true
+	}
+	return false
+}
+
+// acceptsResponses reports whether the completer takes responses in the
+// QP's state.
+func (q *QP) acceptsResponses() bool {
+	return q.state == StateRTS || q.state == StateSQD
+}
+
+// fromPeer is rxe's check_addr for a connected QP: the packet must come from
+// the address vector's destination and be addressed to its source, so that
+// a third host that knows the QPN, PSN and keys cannot inject requests or
+// responses. A nil src (a caller that has no network addresses, such as a
+// test feeding packets by hand) is not checked; a device always passes one.
+// GIDs of IPv4 addresses are IPv4-mapped on both sides, so one comparison
+// covers both families.
+func (q *QP) fromPeer(src *Source) bool {
+	if src == nil {
+		return true
+	}
+	av := &q.attr.AV
+	return src.SGID == av.DGID && src.DGID == av.SGID
 }
 
 // classAC reports a class A/C error (rxe do_class_ac_error): NAK the request,
