@@ -410,7 +410,16 @@ func (q *QP) Modify(attr *QPAttr, mask AttrMask) error {
 	if err := q.checkValues(attr, mask); err != nil {
 		return err
 	}
-	// Apply.
+	q.applyAttrs(attr, mask)
+	if next != cur {
+		q.setState(next)
+	}
+	return nil
+}
+
+// applyAttrs stores the attributes in mask, and the transport state they
+// set (PSNs, retry counters, timers, responder resources).
+func (q *QP) applyAttrs(attr *QPAttr, mask AttrMask) {
 	a := &q.attr
 	if mask&AttrAccessFlags != 0 {
 		a.AccessFlags = attr.AccessFlags
@@ -470,10 +479,6 @@ func (q *QP) Modify(attr *QPAttr, mask AttrMask) error {
 	if mask&AttrDestQPN != 0 {
 		a.DestQPN = attr.DestQPN
 	}
-	if next != cur {
-		q.setState(next)
-	}
-	return nil
 }
 
 func (q *QP) checkValues(attr *QPAttr, mask AttrMask) error {
