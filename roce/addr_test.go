@@ -233,4 +233,58 @@ func spoofScenario(t *testing.T, e *spoofEnv) {
 	if ca, cb := e.da.Counters(), e.db.Counters(); ca.BadAddr != uint64(len(forgedResp)) || cb.BadAddr != 2 {
 		t.Fatalf("bad_addr: A %d B %d", ca.BadAddr, cb.BadAddr)
 	}
+
+	// UC: a forged WRITE_ONLY_WITH_IMM needs not even the PSN (UC
+	// resynchronises on any FIRST/ONLY), only the address check stops it.
+	ua := newEndpoint(t, e.da, UC, 4096)
+	ub := newEndpoint(t, e.db, UC, 4096)
+	fill(ub.buf, 11)
+	uorig := append([]byte(nil), ub.buf...)
+	if err := ua.qp.Connect(ctx, &ConnectAttr{RemoteQPN: ub.qp.QPN(), RemoteAddr: e.addrB,
+		SGID: ib.GIDFromAddr(e.addrA), LocalPSN: 7, RemotePSN: 9}); err != nil {
+		t.Fatal(err)
+	}
+	if err := ub.qp.Connect(ctx, &ConnectAttr{RemoteQPN: ua.qp.QPN(), RemoteAddr: e.addrA,
+		SGID: ib.GIDFromAddr(e.addrB), LocalPSN: 9, RemotePSN: 7}); err != nil {
+		t.Fatal(err)
+	}
+	if err := ub.qp.PostRecv(&RecvWR{ID: 5, SGL: []SGE{ub.mr.SGE(3072, 1024)}}); err != nil {
+		t.Fatal(err)
+	}
+	e.inject(t, true, &ib.FrameSpec{Src: e.third, Dst: e.addrB, HopLimit: 64, SrcPort: 0xC000,
+		BTH:     ib.BTHFields{Opcode: ib.UCWriteOnlyImm, PKey: 0xFFFF, DestQP: ub.qp.QPN(), PSN: 0x4242},
+		RETH:    &ib.RETHFields{VA: ub.mr.Addr(), RKey: ub.mr.RKey(), DMALen: 64},
+		ImmDt:   &ib.ImmDtFields{Imm: 0xBAD},
+		Payload: evil})
+	waitFor(t, "B to count the forged UC WRITE", func() bool { return e.db.Counters().BadAddr == 3 })
+	if !bytes.Equal(ub.buf, uorig) {
+		t.Fatal("a forged UC WRITE changed B's memory region")
+	}
+	if n := ub.rcq.Poll(wc[:]); n != 0 {
+		t.Fatalf("a forged UC WRITE_WITH_IMM completed: %+v", wc[:n])
+	}
+	// UC has no retransmission: resend until one arrives.
+	fill(ua.buf[:64], 12)
+	for try := 0; ; try++ {
+		if err := ua.qp.PostSend(&SendWR{ID: 6, Opcode: WRRDMAWriteWithImm, Flags: SendSignaled, Imm: 8,
+			SGL: []SGE{ua.mr.SGE(0, 64)}, RemoteAddr: ub.mr.Addr(), RKey: ub.mr.RKey()}); err != nil {
+			t.Fatal(err)
+		}
+		wantOK(t, waitWC(t, ua.scq, to), WCRDMAWrite)
+		got := false
+		for deadline := time.Now().Add(time.Second); !got && time.Now().Before(deadline); {
+			if got = ub.rcq.Poll(wc[:1]) == 1; !got {
+				time.Sleep(5 * time.Millisecond)
+			}
+		}
+		if got {
+			break
+		}
+		if try == 4 {
+			t.Fatal("the real UC WRITE_WITH_IMM never arrived")
+		}
+	}
+	if w := wc[0]; w.Status != WCSuccess || w.WRID != 5 || !bytes.Equal(ub.buf[:64], ua.buf[:64]) {
+		t.Fatalf("the real UC WRITE_WITH_IMM: %+v", w)
+	}
 }
