@@ -15,7 +15,8 @@ type wire struct {
 	ea, eb   *qptest.Endpoint
 	slots    []qp.TxPacket
 	pkt      ib.Packet
-	src      qp.Source
+	srcA     qp.Source // what B sees as the source of A's packets
+	srcB     qp.Source
 	wcs      [8]qp.WorkCompletion
 	aMR, bMR *qp.MR
 	sendWR   qp.SendWR
@@ -30,7 +31,8 @@ func newWire(tb testing.TB, op qp.WROpcode, size int) *wire {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	w := &wire{a: n.A.E, b: n.B.E}
+	w := &wire{a: n.A.E, b: n.B.E,
+		srcA: qp.Source{SGID: n.A.GID, DGID: n.B.GID}, srcB: qp.Source{SGID: n.B.GID, DGID: n.A.GID}}
 	w.ea, _ = qptest.NewEndpoint(w.a, qp.RC, 64)
 	w.eb, _ = qptest.NewEndpoint(w.b, qp.RC, 64)
 	prm := qptest.DefaultRC
@@ -51,7 +53,7 @@ func newWire(tb testing.TB, op qp.WROpcode, size int) *wire {
 	return w
 }
 
-func (w *wire) move(from, to *qp.Engine) int {
+func (w *wire) move(from, to *qp.Engine, src *qp.Source) int {
 	total := 0
 	for {
 		n := from.Transmit(w.slots)
@@ -59,7 +61,7 @@ func (w *wire) move(from, to *qp.Engine) int {
 			if err := ib.ParseIB(w.slots[i].Payload(), &w.pkt); err != nil {
 				panic(err)
 			}
-			to.Receive(&w.pkt, &w.src)
+			to.Receive(&w.pkt, src)
 		}
 		total += n
 		if n < len(w.slots) {
@@ -78,8 +80,8 @@ func (w *wire) one(tb testing.TB) {
 	if err := w.ea.QP.PostSend(&w.sendWR); err != nil {
 		tb.Fatal(err)
 	}
-	w.packets += w.move(w.a, w.b)
-	w.packets += w.move(w.b, w.a)
+	w.packets += w.move(w.a, w.b, &w.srcA)
+	w.packets += w.move(w.b, w.a, &w.srcB)
 	if n := w.ea.SCQ.Poll(w.wcs[:]); n != 1 || w.wcs[0].Status != qp.WCSuccess {
 		tb.Fatalf("completion %d %+v", n, w.wcs[0])
 	}

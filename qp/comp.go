@@ -73,6 +73,9 @@ func (q *QP) complete(p *ib.Packet, now time.Duration) error {
 	return err
 }
 
+// completeOne matches one response with the oldest WQE, in the stages of
+// rxe's completer (rxe_comp.c): check_psn here, then check_ack by response
+// kind, each of which carries out its read, atomic or write_send step.
 func (q *QP) completeOne(p *ib.Packet, now time.Duration, psn ib.PSN, low uint8, progress *bool) error {
 	if q.sqHead == q.sqTail {
 		return ErrDropped
@@ -88,155 +91,182 @@ func (q *QP) completeOne(p *ib.Packet, now time.Duration, psn ib.PSN, low uint8,
 	switch low {
 	case opReadRespFirst, opReadRespMiddle, opReadRespLast, opReadRespOnly:
 		if isEmptyReadRespWR(w.op) {
-			// ATOMIC_WRITE and FLUSH are answered by an empty READ_RESPONSE_ONLY.
-			if d != 0 || low != opReadRespOnly || len(p.AETH) < ib.AETHSize || len(p.Payload) != 0 {
-				return ErrDropped
-			}
-			if syn := p.AETH.Syndrome(); syn.Type() != ib.SyndromeACK {
-				q.completeHead(nakStatus(syn))
-				return nil
-			}
-			q.comp.psn = psn.Next()
-			*progress = true
-			q.completeHead(WCSuccess)
-			return nil
+			return q.completeEmptyReadResp(p, psn, d, low, progress)
 		}
-		if w.op != WRRDMARead {
-			q.completeHead(WCBadRespErr)
-			return ErrDropped
-		}
-		if d > 0 {
-			// A response packet is missing: go back and re-request from it.
-			q.retry(now, false, psn)
-			return ErrDropped
-		}
-		k := uint32(ib.PSNDiff(psn, w.firstPSN))
-		npk := uint32(ib.PSNDiff(w.lastPSN, w.firstPSN)) + 1
-		// rxe continues a re-requested READ with MIDDLE/LAST; a responder
-		// that treats the retried request as new starts with FIRST/ONLY at
-		// the retry PSN. Both are accepted; the position must fit either way.
-		var ok bool
-		switch {
-		case npk == 1:
-			ok = low == opReadRespOnly
-		case k == 0:
-			ok = low == opReadRespFirst
-		case k == npk-1:
-			ok = low == opReadRespLast || low == opReadRespOnly
-		default:
-			ok = low == opReadRespMiddle || low == opReadRespFirst
-		}
-		if !ok {
-			return ErrDropped
-		}
-		if low != opReadRespMiddle {
-			if len(p.AETH) < ib.AETHSize {
-				return ErrBadHeader
-			}
-			if syn := p.AETH.Syndrome(); syn.Type() != ib.SyndromeACK {
-				q.completeHead(nakStatus(syn))
-				return nil
-			}
-		}
-		off := k * uint32(q.mtu)
-		if off > w.length {
-			return ErrDropped
-		}
-		if uint32(len(p.Payload)) != minU32(w.length-off, uint32(q.mtu)) {
-			return ErrDropped
-		}
-		if len(p.Payload) > 0 {
-			if st := q.e.copySGL(q.pd, w.sge, uint64(off), p.Payload, true); st != WCSuccess {
-				q.completeHead(st)
-				return nil
-			}
-		}
-		q.comp.psn = psn.Next()
-		*progress = true
-		if k == npk-1 {
-			q.completeHead(WCSuccess)
-		}
-		return nil
-
+		return q.completeReadResp(p, now, w, psn, d, low, progress)
 	case opAtomicAck:
-		if !isAtomicWR(w.op) {
-			q.completeHead(WCBadRespErr)
-			return ErrDropped
-		}
-		if d != 0 || len(p.AETH) < ib.AETHSize || len(p.AtomicAckETH) < ib.AtomicAckETHSize {
-			return ErrDropped
+		return q.completeAtomicAck(p, w, psn, d, progress)
+	case opAck:
+		return q.completeAck(p, now, w, psn, d, progress)
+	}
+	return ErrDropped
+}
+
+// completeEmptyReadResp handles the empty READ_RESPONSE_ONLY that answers
+// ATOMIC_WRITE and FLUSH.
+func (q *QP) completeEmptyReadResp(p *ib.Packet, psn ib.PSN, d int32, low uint8, progress *bool) error {
+	if d != 0 || low != opReadRespOnly || len(p.AETH) < ib.AETHSize || len(p.Payload) != 0 {
+		return ErrDropped
+	}
+	if syn := p.AETH.Syndrome(); syn.Type() != ib.SyndromeACK {
+		q.completeHead(nakStatus(syn))
+		return nil
+	}
+	q.comp.psn = psn.Next()
+	*progress = true
+	q.completeHead(WCSuccess)
+	return nil
+}
+
+// completeReadResp places one READ response packet and completes the READ
+// with its last one.
+func (q *QP) completeReadResp(p *ib.Packet, now time.Duration, w *sendWQE, psn ib.PSN, d int32, low uint8, progress *bool) error {
+	if w.op != WRRDMARead {
+		q.completeHead(WCBadRespErr)
+		return ErrDropped
+	}
+	if d > 0 {
+		// A response packet is missing: go back and re-request from it.
+		q.retry(now, false, psn)
+		return ErrDropped
+	}
+	k := uint32(ib.PSNDiff(psn, w.firstPSN))
+	npk := uint32(ib.PSNDiff(w.lastPSN, w.firstPSN)) + 1
+	if !readRespFits(low, k, npk) {
+		return ErrDropped
+	}
+	if low != opReadRespMiddle {
+		if len(p.AETH) < ib.AETHSize {
+			return ErrBadHeader
 		}
 		if syn := p.AETH.Syndrome(); syn.Type() != ib.SyndromeACK {
 			q.completeHead(nakStatus(syn))
 			return nil
 		}
-		var v [8]byte
-		binary.NativeEndian.PutUint64(v[:], p.AtomicAckETH.Orig())
-		if st := q.e.copySGL(q.pd, w.sge, 0, v[:], true); st != WCSuccess {
+	}
+	off := k * uint32(q.mtu)
+	if off > w.length {
+		return ErrDropped
+	}
+	if uint32(len(p.Payload)) != minU32(w.length-off, uint32(q.mtu)) {
+		return ErrDropped
+	}
+	if len(p.Payload) > 0 {
+		if st := q.e.copySGL(q.pd, w.sge, uint64(off), p.Payload, true); st != WCSuccess {
 			q.completeHead(st)
 			return nil
 		}
-		q.comp.psn = psn.Next()
-		*progress = true
+	}
+	q.comp.psn = psn.Next()
+	*progress = true
+	if k == npk-1 {
 		q.completeHead(WCSuccess)
-		return nil
+	}
+	return nil
+}
 
-	case opAck:
-		if len(p.AETH) < ib.AETHSize {
-			return ErrBadHeader
-		}
-		syn := p.AETH.Syndrome()
-		switch syn.Type() {
-		case ib.SyndromeACK:
-			if isRdAtomicWR(w.op) {
-				return ErrDropped
-			}
-			q.comp.psn = psn.Next()
-			*progress = true
-			if psn == w.lastPSN {
-				q.completeHead(WCSuccess)
-			}
-			return nil
-		case ib.SyndromeRNRNAK:
-			q.e.stats.RNRNAKsRcvd++
-			if q.req.rnrWait {
-				return ErrDropped
-			}
-			if q.comp.rnrRetry == 0 {
-				q.completeHead(WCRNRRetryExcErr)
-				return nil
-			}
-			if q.comp.rnrRetry != 7 {
-				q.comp.rnrRetry--
-			}
-			q.comp.psn = psn
-			q.req.needRetry = true
-			q.req.rnrWait = true
-			q.req.rnrUntil = now + syn.RNRTimer().Duration()
-			q.watchTimers()
-			q.comp.armed = false
-			return nil
-		case ib.SyndromeNAK:
-			switch syn.NAKCode() {
-			case ib.NAKPSNSequenceError:
-				q.e.stats.SeqNAKsRcvd++
-				if q.req.rnrWait {
-					return ErrDropped
-				}
-				from := q.comp.psn
-				if d > 0 {
-					q.comp.psn = psn
-				}
-				q.retryAt(now, false, psn, from)
-				return nil
-			default:
-				q.completeHead(nakStatus(syn))
-				return nil
-			}
-		}
+// readRespFits reports whether a READ response opcode fits packet k of npk.
+// rxe continues a re-requested READ with MIDDLE/LAST; a responder that
+// treats the retried request as new starts with FIRST/ONLY at the retry
+// PSN. Both are accepted; the position must fit either way.
+func readRespFits(low uint8, k, npk uint32) bool {
+	switch {
+	case npk == 1:
+		return low == opReadRespOnly
+	case k == 0:
+		return low == opReadRespFirst
+	case k == npk-1:
+		return low == opReadRespLast || low == opReadRespOnly
+	}
+	return low == opReadRespMiddle || low == opReadRespFirst
+}
+
+// completeAtomicAck stores the original value an atomic ACK returns and
+// completes the atomic.
+func (q *QP) completeAtomicAck(p *ib.Packet, w *sendWQE, psn ib.PSN, d int32, progress *bool) error {
+	if !isAtomicWR(w.op) {
+		q.completeHead(WCBadRespErr)
 		return ErrDropped
 	}
+	if d != 0 || len(p.AETH) < ib.AETHSize || len(p.AtomicAckETH) < ib.AtomicAckETHSize {
+		return ErrDropped
+	}
+	if syn := p.AETH.Syndrome(); syn.Type() != ib.SyndromeACK {
+		q.completeHead(nakStatus(syn))
+		return nil
+	}
+	var v [8]byte
+	binary.NativeEndian.PutUint64(v[:], p.AtomicAckETH.Orig())
+	if st := q.e.copySGL(q.pd, w.sge, 0, v[:], true); st != WCSuccess {
+		q.completeHead(st)
+		return nil
+	}
+	q.comp.psn = psn.Next()
+	*progress = true
+	q.completeHead(WCSuccess)
+	return nil
+}
+
+// completeAck handles an ACK, RNR NAK or NAK for the oldest WQE.
+func (q *QP) completeAck(p *ib.Packet, now time.Duration, w *sendWQE, psn ib.PSN, d int32, progress *bool) error {
+	if len(p.AETH) < ib.AETHSize {
+		return ErrBadHeader
+	}
+	syn := p.AETH.Syndrome()
+	switch syn.Type() {
+	case ib.SyndromeACK:
+		// A READ or atomic is acknowledged only by its own response.
+		if isRdAtomicWR(w.op) {
+			return ErrDropped
+		}
+		q.comp.psn = psn.Next()
+		*progress = true
+		if psn == w.lastPSN {
+			q.completeHead(WCSuccess)
+		}
+		return nil
+	case ib.SyndromeRNRNAK:
+		return q.rnrNAK(now, psn, syn)
+	case ib.SyndromeNAK:
+		if syn.NAKCode() != ib.NAKPSNSequenceError {
+			q.completeHead(nakStatus(syn))
+			return nil
+		}
+		q.e.stats.SeqNAKsRcvd++
+		if q.req.rnrWait {
+			return ErrDropped
+		}
+		from := q.comp.psn
+		if d > 0 {
+			q.comp.psn = psn
+		}
+		q.retryAt(now, false, psn, from)
+		return nil
+	}
 	return ErrDropped
+}
+
+// rnrNAK waits out the RNR timer before resending from psn, or fails the
+// WQE once the RNR retries are spent (rxe rnr_retry).
+func (q *QP) rnrNAK(now time.Duration, psn ib.PSN, syn ib.Syndrome) error {
+	q.e.stats.RNRNAKsRcvd++
+	if q.req.rnrWait {
+		return ErrDropped
+	}
+	if q.comp.rnrRetry == 0 {
+		q.completeHead(WCRNRRetryExcErr)
+		return nil
+	}
+	if q.comp.rnrRetry != 7 {
+		q.comp.rnrRetry--
+	}
+	q.comp.psn = psn
+	q.req.needRetry = true
+	q.req.rnrWait = true
+	q.req.rnrUntil = now + syn.RNRTimer().Duration()
+	q.watchTimers()
+	q.comp.armed = false
+	return nil
 }
 
 // nakStatus maps a NAK syndrome to the requester's completion status.

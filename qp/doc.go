@@ -27,6 +27,36 @@
 // completion that does not fit its CQ is lost (CQ.Overflows) and moves its QP
 // to the error state, as in rxe; size CQs for the queues they serve.
 //
+// # What the device checks on receive
+//
+// A received packet passes the same checks as in rxe (rxe_recv.c, then
+// rxe_resp.c or rxe_comp.c) before it touches a QP; the first failure drops
+// it and bumps one device counter (package roce):
+//
+//	check                                           rxe                  where          counter
+//	Ethernet/IP/UDP and IB headers, pad, lengths    rxe_rcv              roce, ib       bad_frame
+//	ICRC (not on the UDP link: no wire IP header)   rxe_icrc_check       roce           icrc_err
+//	IP destination is one of the device's GIDs      rxe_chk_dgid         roce           bad_dgid
+//	BTH TVer is 0                                   hdr_check            qp             rcvd_dropped
+//	the QPN exists (never QPN 0 or multicast)       hdr_check            qp             unknown_qp
+//	P_Key matches 0xFFFF (full or limited member)   check_keys           qp             bad_key
+//	opcode transport is the QP's (GSI counts as UD) check_type_state     qp             rcvd_dropped
+//	state: requests RTR..SQE, responses RTS or SQD  check_type_state     qp             rcvd_dropped
+//	RC/UC: IP source is the AV's DGID and IP        check_addr           qp             bad_addr
+//	  destination its SGID (IPv4 and IPv6)
+//	UD: Q_Key is the QP's (QP1: 0x80010000)         check_keys           qp             bad_key
+//
+// The responder then checks, in rxe's order, the PSN (duplicate or
+// sequence NAK), the opcode sequence, the opcode against the QP type and
+// its access flags, resources (a receive WQE, else RNR NAK; responder
+// resources for READ and atomics), the lengths against the path MTU, and
+// the R_Key, its PD, access and range, before it executes anything. The
+// completer accepts only responses for PSNs already sent, of the kind the
+// oldest WQE expects (READ response, atomic ACK, ACK), in position and of
+// the right length. Unlike rxe, requests to a QP in the error state are
+// dropped rather than flushed through the responder. [Engine.Receive]
+// checks addresses only when given a [Source]: a device always passes one.
+//
 // Test helpers live in package qptest: two engines joined by deterministic
 // internal/faultnet pipes under a fake clock.
 package qp

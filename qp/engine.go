@@ -86,6 +86,7 @@ type Stats struct {
 	RNRNAKsRcvd, RNRNAKsSent uint64
 	SeqNAKsRcvd, SeqNAKsSent uint64
 	DuplicateRequests        uint64
+	BadAddress               uint64 // RC/UC packets from or to an address other than the QP's peer
 	ShortTxBuffer            uint64
 }
 

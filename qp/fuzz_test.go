@@ -3,6 +3,7 @@ package qp_test
 import (
 	"bytes"
 	"encoding/binary"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"testing"
@@ -48,7 +49,7 @@ func guardsIntact(all []byte) bool {
 // Input: records of [flags][len hi][len lo] + len bytes; flags bits 0-1 select
 // the target (0 = RC responder B, 1 = RC requester A, 2 = UC QP on B, 3 = UD QP
 // on B), bit 2 keeps the packet's own DestQP instead of steering it to the
-// target QP.
+// target QP, bit 3 sends it from a third address (which RC and UC drop).
 func FuzzEngine(f *testing.F) {
 	addSeeds(f)
 	f.Fuzz(func(t *testing.T, data []byte) {
@@ -111,7 +112,7 @@ func FuzzEngine(f *testing.F) {
 
 		var pkt ib.Packet
 		buf := make([]byte, 1<<16)
-		src := qp.Source{}
+		third := ib.GIDFromAddr(netip.MustParseAddr("10.0.0.66"))
 		for len(data) >= 3 {
 			flags := data[0]
 			ln := min(int(data[1])<<8|int(data[2]), len(data)-3)
@@ -132,6 +133,13 @@ func FuzzEngine(f *testing.F) {
 			}
 			if ib.ParseIB(p, &pkt) != nil {
 				continue
+			}
+			src := qp.Source{SGID: n.A.GID, DGID: n.B.GID}
+			if e == n.A.E {
+				src = qp.Source{SGID: n.B.GID, DGID: n.A.GID}
+			}
+			if flags&8 != 0 {
+				src.SGID = third
 			}
 			e.Receive(&pkt, &src)
 			drain(e)
@@ -218,6 +226,8 @@ func addSeeds(f *testing.F) {
 	f.Add(rec(0, mk(ib.RCWriteOnly, 0x200, reth(0x10000+4090, 0x1234, 100), pl[:100], true)))
 	f.Add(rec(0, mk(ib.RCWriteOnly, 0x200, reth(^uint64(0)-10, 0x1234, 100), pl[:100], true)))
 	f.Add(rec(0, mk(ib.RCSendFirst, 0x200, nil, pl, false)))
+	f.Add(rec(8, mk(ib.RCWriteOnly, 0x200, reth(0x10000, 0x1234, 100), pl[:100], true)))
+	f.Add(rec(9, mk(ib.RCAck, 0x100, aeth(0x60, 2), nil, false)))
 	f.Add(rec(0, mk(ib.RCReadRequest, 0x200, reth(0x10000, 0x1234, 1<<31), nil, true)))
 	var r []byte
 	r = append(r, rec(1, mk(ib.RCReadResponseFirst, 0x100, aeth(0x1f, 1), pl, false))...)

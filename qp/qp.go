@@ -249,110 +249,124 @@ func (q *QP) Destroy() error {
 	return nil
 }
 
-// transitions lists, per (type, from, to), the required and optional attribute
-// masks, as in ibverbs' qp_state_table.
+// transition is what qpStateTable says about one move for one QP type.
 type transition struct {
 	valid    bool
 	req, opt AttrMask
 }
 
+// qpMove is one entry of qpStateTable: the QP types that may make the move,
+// and per type the attributes it requires and those it allows besides
+// (AttrState is always required).
+type qpMove struct {
+	types    uint8 // bit 1<<t: allowed for QPType t
+	req, opt [UD + 1]AttrMask
+}
+
+const (
+	forRC  = 1 << RC
+	forUC  = 1 << UC
+	forUD  = 1 << UD
+	forAll = forRC | forUC | forUD
+)
+
+// masks gives the RC, UC and UD entries of a qpMove column.
+func masks(rc, uc, ud AttrMask) [UD + 1]AttrMask {
+	var m [UD + 1]AttrMask
+	m[RC], m[UC], m[UD] = rc, uc, ud
+	return m
+}
+
+// qpStateTable is the kernel's qp_state_table (ib_modify_qp_is_ok in
+// drivers/infiniband/core/verbs.c) for the QP types and attributes this
+// engine supports, indexed [current][next]. GSI QPs use the UD entries.
+// Every state may move to RESET and to ERR with no other attribute.
+var qpStateTable = [StateErr + 1][StateErr + 1]qpMove{
+	StateReset: {
+		StateReset: {types: forAll},
+		StateInit: {types: forAll, req: masks(
+			AttrPKeyIndex|AttrPort|AttrAccessFlags,
+			AttrPKeyIndex|AttrPort|AttrAccessFlags,
+			AttrPKeyIndex|AttrPort|AttrQKey)},
+		StateErr: {types: forAll},
+	},
+	StateInit: {
+		StateReset: {types: forAll},
+		StateInit: {types: forAll, opt: masks(
+			AttrPKeyIndex|AttrPort|AttrAccessFlags,
+			AttrPKeyIndex|AttrPort|AttrAccessFlags,
+			AttrPKeyIndex|AttrPort|AttrQKey)},
+		StateRTR: {types: forAll,
+			req: masks(
+				AttrAV|AttrPathMTU|AttrDestQPN|AttrRQPSN|AttrMaxDestRdAtomic|AttrMinRNRTimer,
+				AttrAV|AttrPathMTU|AttrDestQPN|AttrRQPSN,
+				0),
+			opt: masks(
+				AttrAltPath|AttrAccessFlags|AttrPKeyIndex,
+				AttrAltPath|AttrAccessFlags|AttrPKeyIndex,
+				AttrPKeyIndex|AttrQKey)},
+		StateErr: {types: forAll},
+	},
+	StateRTR: {
+		StateReset: {types: forAll},
+		StateRTS: {types: forAll,
+			req: masks(
+				AttrSQPSN|AttrTimeout|AttrRetryCnt|AttrRNRRetry|AttrMaxQPRdAtomic,
+				AttrSQPSN,
+				AttrSQPSN),
+			opt: masks(
+				AttrCurState|AttrAltPath|AttrAccessFlags|AttrMinRNRTimer|AttrPathMigState,
+				AttrCurState|AttrAltPath|AttrAccessFlags|AttrPathMigState,
+				AttrCurState|AttrQKey)},
+		StateErr: {types: forAll},
+	},
+	StateRTS: {
+		StateReset: {types: forAll},
+		StateRTS: {types: forAll, opt: masks(
+			AttrCurState|AttrAccessFlags|AttrAltPath|AttrPathMigState|AttrMinRNRTimer,
+			AttrCurState|AttrAccessFlags|AttrAltPath|AttrPathMigState,
+			AttrCurState|AttrQKey)},
+		StateSQD: {types: forAll, opt: masks(AttrEnSQDAsyncNotify, AttrEnSQDAsyncNotify, AttrEnSQDAsyncNotify)},
+		StateErr: {types: forAll},
+	},
+	StateSQD: {
+		StateReset: {types: forAll},
+		StateRTS: {types: forAll, opt: masks(
+			AttrCurState|AttrAccessFlags|AttrAltPath|AttrPathMigState|AttrMinRNRTimer,
+			AttrCurState|AttrAccessFlags|AttrAltPath|AttrPathMigState,
+			AttrCurState|AttrQKey)},
+		StateSQD: {types: forAll, opt: masks(
+			AttrPort|AttrAV|AttrTimeout|AttrRetryCnt|AttrRNRRetry|AttrMaxQPRdAtomic|AttrMaxDestRdAtomic|
+				AttrCurState|AttrAltPath|AttrAccessFlags|AttrPKeyIndex|AttrMinRNRTimer|AttrPathMigState,
+			AttrPort|AttrAV|AttrCurState|AttrAltPath|AttrAccessFlags|AttrPKeyIndex|AttrPathMigState,
+			AttrPKeyIndex|AttrQKey)},
+		StateErr: {types: forAll},
+	},
+	StateSQE: {
+		StateReset: {types: forAll},
+		// Only UC and UD QPs reach SQE (an RC send error is fatal).
+		StateRTS: {types: forUC | forUD, opt: masks(
+			0,
+			AttrCurState|AttrAccessFlags,
+			AttrCurState|AttrQKey)},
+		StateErr: {types: forAll},
+	},
+	StateErr: {
+		StateReset: {types: forAll},
+		StateErr:   {types: forAll},
+	},
+}
+
+// transitionFor looks a move up in qpStateTable.
 func transitionFor(t QPType, from, to QPState) transition {
-	all := func(req, opt AttrMask) transition { return transition{true, req | AttrState, opt} }
-	switch {
-	case to == StateReset:
-		return all(0, 0)
-	case to == StateErr:
-		return all(0, 0)
+	if t > UD || from > StateErr || to > StateErr {
+		return transition{}
 	}
-	switch from {
-	case StateReset:
-		if to == StateInit {
-			switch t {
-			case UD:
-				return all(AttrPKeyIndex|AttrPort|AttrQKey, 0)
-			default:
-				return all(AttrPKeyIndex|AttrPort|AttrAccessFlags, 0)
-			}
-		}
-	case StateInit:
-		switch to {
-		case StateInit:
-			switch t {
-			case UD:
-				return all(0, AttrPKeyIndex|AttrPort|AttrQKey)
-			default:
-				return all(0, AttrPKeyIndex|AttrPort|AttrAccessFlags)
-			}
-		case StateRTR:
-			switch t {
-			case RC:
-				return all(AttrAV|AttrPathMTU|AttrDestQPN|AttrRQPSN|AttrMaxDestRdAtomic|AttrMinRNRTimer,
-					AttrAltPath|AttrAccessFlags|AttrPKeyIndex)
-			case UC:
-				return all(AttrAV|AttrPathMTU|AttrDestQPN|AttrRQPSN, AttrAltPath|AttrAccessFlags|AttrPKeyIndex)
-			case UD:
-				return all(0, AttrPKeyIndex|AttrQKey)
-			}
-		}
-	case StateRTR:
-		if to == StateRTS {
-			switch t {
-			case RC:
-				return all(AttrSQPSN|AttrTimeout|AttrRetryCnt|AttrRNRRetry|AttrMaxQPRdAtomic,
-					AttrCurState|AttrAltPath|AttrAccessFlags|AttrMinRNRTimer|AttrPathMigState)
-			case UC:
-				return all(AttrSQPSN, AttrCurState|AttrAltPath|AttrAccessFlags|AttrPathMigState)
-			case UD:
-				return all(AttrSQPSN, AttrCurState|AttrQKey)
-			}
-		}
-	case StateRTS:
-		switch to {
-		case StateRTS:
-			switch t {
-			case RC:
-				return all(0, AttrCurState|AttrAccessFlags|AttrAltPath|AttrPathMigState|AttrMinRNRTimer)
-			case UC:
-				return all(0, AttrCurState|AttrAccessFlags|AttrAltPath|AttrPathMigState)
-			case UD:
-				return all(0, AttrCurState|AttrQKey)
-			}
-		case StateSQD:
-			return all(0, AttrEnSQDAsyncNotify)
-		}
-	case StateSQD:
-		switch to {
-		case StateRTS:
-			switch t {
-			case RC:
-				return all(0, AttrCurState|AttrAccessFlags|AttrAltPath|AttrPathMigState|AttrMinRNRTimer)
-			case UC:
-				return all(0, AttrCurState|AttrAccessFlags|AttrAltPath|AttrPathMigState)
-			case UD:
-				return all(0, AttrCurState|AttrQKey)
-			}
-		case StateSQD:
-			switch t {
-			case RC:
-				return all(0, AttrPort|AttrAV|AttrTimeout|AttrRetryCnt|AttrRNRRetry|AttrMaxQPRdAtomic|
-					AttrMaxDestRdAtomic|AttrCurState|AttrAltPath|AttrAccessFlags|AttrPKeyIndex|AttrMinRNRTimer|AttrPathMigState)
-			case UC:
-				return all(0, AttrPort|AttrAV|AttrCurState|AttrAltPath|AttrAccessFlags|AttrPKeyIndex|AttrPathMigState)
-			case UD:
-				return all(0, AttrPKeyIndex|AttrQKey)
-			}
-		}
-	case StateSQE:
-		if to == StateRTS {
-			switch t {
-			case UC:
-				return all(0, AttrCurState|AttrAccessFlags)
-			case UD:
-				return all(0, AttrCurState|AttrQKey)
-			}
-		}
+	m := &qpStateTable[from][to]
+	if m.types&(1<<t) == 0 {
+		return transition{}
 	}
-	return transition{}
+	return transition{true, m.req[t] | AttrState, m.opt[t]}
 }
 
 // Modify changes the QP's state and attributes like ibv_modify_qp: the mask must
@@ -396,7 +410,16 @@ func (q *QP) Modify(attr *QPAttr, mask AttrMask) error {
 	if err := q.checkValues(attr, mask); err != nil {
 		return err
 	}
-	// Apply.
+	q.applyAttrs(attr, mask)
+	if next != cur {
+		q.setState(next)
+	}
+	return nil
+}
+
+// applyAttrs stores the attributes in mask, and the transport state they
+// set (PSNs, retry counters, timers, responder resources).
+func (q *QP) applyAttrs(attr *QPAttr, mask AttrMask) {
 	a := &q.attr
 	if mask&AttrAccessFlags != 0 {
 		a.AccessFlags = attr.AccessFlags
@@ -456,10 +479,6 @@ func (q *QP) Modify(attr *QPAttr, mask AttrMask) error {
 	if mask&AttrDestQPN != 0 {
 		a.DestQPN = attr.DestQPN
 	}
-	if next != cur {
-		q.setState(next)
-	}
-	return nil
 }
 
 func (q *QP) checkValues(attr *QPAttr, mask AttrMask) error {

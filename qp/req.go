@@ -69,168 +69,207 @@ func (q *QP) request(now time.Duration, buf []byte, t *TxPacket) (int, bool) {
 	}
 }
 
-// requestRCUC builds one RC or UC request packet of w.
+// reqPkt is the request packet being built: its opcode without the
+// transport bits, the header bytes written so far, the payload length,
+// whether it ends the WQE, the solicited-event bit and the PSN after it.
+type reqPkt struct {
+	op      uint8
+	h       int
+	paylen  int
+	last    bool
+	se      bool
+	nextPSN ib.PSN
+}
+
+// requestRCUC builds one RC or UC request packet of w in the stages of rxe's
+// requester (rxe_req.c): assign the WQE's PSNs when it starts, choose the
+// opcode and write its extension headers (next_opcode, init_req_packet),
+// copy the payload (finish_packet), then advance the WQE and requester
+// state (update_wqe_state, update_state).
 func (q *QP) requestRCUC(now time.Duration, w *sendWQE, buf []byte, t *TxPacket) (int, bool) {
-	mtu := uint32(q.mtu)
+	if q.req.off == 0 {
+		q.startWQE(w)
+	}
+	off := q.req.off
+	k := reqPkt{h: ib.BTHSize, nextPSN: q.req.psn.Next()}
+	q.initRequest(w, buf, off, &k)
+	if k.paylen > 0 && !q.copyRequestPayload(w, buf[k.h:k.h+k.paylen], off) {
+		return 0, false
+	}
 	base := uint8(transportRC)
 	if q.typ == UC {
 		base = transportUC
 	}
-	if q.req.off == 0 {
-		npk := uint32(1)
-		if !isAtomicWR(w.op) && w.length > mtu {
-			npk = (w.length + mtu - 1) / mtu
-		}
-		w.firstPSN = q.req.psn
-		w.lastPSN = q.req.psn.Add(npk - 1)
-		w.started = true
+	pc := pad(k.paylen)
+	writeBTH(buf, base|k.op, k.se, q.ackReq(k.last), pc, q.attr.DestQPN, q.req.psn)
+	n := finish(buf, k.h+k.paylen, pc)
+	q.updateRequester(now, w, off, &k)
+	q.fillAV(t, &q.attr.AV)
+	return n, true
+}
+
+// startWQE assigns the PSNs of a WQE about to send its first packet.
+func (q *QP) startWQE(w *sendWQE) {
+	mtu := uint32(q.mtu)
+	npk := uint32(1)
+	if !isAtomicWR(w.op) && w.length > mtu {
+		npk = (w.length + mtu - 1) / mtu
 	}
-	off := q.req.off
+	w.firstPSN = q.req.psn
+	w.lastPSN = q.req.psn.Add(npk - 1)
+	w.started = true
+}
+
+// msgOp picks the opcode for a packet's position in its message.
+func msgOp(first, last bool, only, firstOp, middle, lastOp uint8) uint8 {
+	switch {
+	case first && last:
+		return only
+	case first:
+		return firstOp
+	case last:
+		return lastOp
+	}
+	return middle
+}
+
+// initRequest chooses the opcode of the packet at offset off of w and
+// writes its extension headers after the BTH.
+func (q *QP) initRequest(w *sendWQE, buf []byte, off uint32, k *reqPkt) {
+	mtu := uint32(q.mtu)
 	remaining := w.length - off
 	first := off == 0
-	last := remaining <= mtu
-	psn := q.req.psn
-	h := ib.BTHSize
-	var op uint8
-	paylen := 0
-	nextPSN := psn.Next()
-	se := false
+	k.last = remaining <= mtu
 	switch w.op {
 	case WRSend, WRSendWithImm, WRSendWithInv:
-		paylen = int(minU32(remaining, mtu))
-		switch {
-		case first && last:
-			op = opSendOnly
-		case first:
-			op = opSendFirst
-		case last:
-			op = opSendLast
-		default:
-			op = opSendMiddle
+		k.paylen = int(minU32(remaining, mtu))
+		k.op = msgOp(first, k.last, opSendOnly, opSendFirst, opSendMiddle, opSendLast)
+		if !k.last {
+			return
 		}
-		if last {
-			se = w.flags&SendSolicited != 0
-			if w.op == WRSendWithImm {
-				op++ // LAST→LAST_IMM, ONLY→ONLY_IMM
-				ib.ImmDt(buf[h : h+ib.ImmDtSize]).Encode(&ib.ImmDtFields{Imm: w.imm})
-				h += ib.ImmDtSize
-			} else if w.op == WRSendWithInv {
-				if op == opSendOnly {
-					op = opSendOnlyInv
-				} else {
-					op = opSendLastInv
-				}
-				ib.IETH(buf[h : h+ib.IETHSize]).Encode(&ib.IETHFields{RKey: w.invRKey})
-				h += ib.IETHSize
+		k.se = w.flags&SendSolicited != 0
+		if w.op == WRSendWithImm {
+			k.op++ // LAST→LAST_IMM, ONLY→ONLY_IMM
+			k.putImm(buf, w.imm)
+		} else if w.op == WRSendWithInv {
+			if k.op == opSendOnly {
+				k.op = opSendOnlyInv
+			} else {
+				k.op = opSendLastInv
 			}
+			ib.IETH(buf[k.h : k.h+ib.IETHSize]).Encode(&ib.IETHFields{RKey: w.invRKey})
+			k.h += ib.IETHSize
 		}
 	case WRRDMAWrite, WRRDMAWriteWithImm:
-		paylen = int(minU32(remaining, mtu))
-		switch {
-		case first && last:
-			op = opWriteOnly
-		case first:
-			op = opWriteFirst
-		case last:
-			op = opWriteLast
-		default:
-			op = opWriteMiddle
-		}
+		k.paylen = int(minU32(remaining, mtu))
+		k.op = msgOp(first, k.last, opWriteOnly, opWriteFirst, opWriteMiddle, opWriteLast)
 		if first {
-			ib.RETH(buf[h : h+ib.RETHSize]).Encode(&ib.RETHFields{VA: w.remoteAddr, RKey: w.rkey, DMALen: w.length})
-			h += ib.RETHSize
+			k.putRETH(buf, w.remoteAddr, w.rkey, w.length)
 		}
-		if last && w.op == WRRDMAWriteWithImm {
-			op++ // LAST→LAST_IMM, ONLY→ONLY_IMM
-			se = w.flags&SendSolicited != 0
-			ib.ImmDt(buf[h : h+ib.ImmDtSize]).Encode(&ib.ImmDtFields{Imm: w.imm})
-			h += ib.ImmDtSize
+		if k.last && w.op == WRRDMAWriteWithImm {
+			k.op++ // LAST→LAST_IMM, ONLY→ONLY_IMM
+			k.se = w.flags&SendSolicited != 0
+			k.putImm(buf, w.imm)
 		}
 	case WRRDMARead:
-		op = opReadRequest
-		ib.RETH(buf[h : h+ib.RETHSize]).Encode(&ib.RETHFields{VA: w.remoteAddr + uint64(off), RKey: w.rkey, DMALen: remaining})
-		h += ib.RETHSize
+		// One request for the rest of the READ; it uses a PSN per response packet.
+		k.op = opReadRequest
+		k.putRETH(buf, w.remoteAddr+uint64(off), w.rkey, remaining)
 		npk := uint32(1)
 		if remaining > mtu {
 			npk = (remaining + mtu - 1) / mtu
 		}
-		nextPSN = psn.Add(npk)
-		last = true
-		remaining = 0
+		k.nextPSN = q.req.psn.Add(npk)
+		k.last = true
 	case WRFlush:
-		op = opFlush
-		ib.FETH(buf[h : h+ib.FETHSize]).Encode(&ib.FETHFields{Placement: uint8(w.swap) & 0xF, Selectivity: uint8(w.swap>>4) & 3})
-		h += ib.FETHSize
-		ib.RETH(buf[h : h+ib.RETHSize]).Encode(&ib.RETHFields{VA: w.remoteAddr, RKey: w.rkey, DMALen: uint32(w.compareAdd)})
-		h += ib.RETHSize
-		last = true
-		remaining = 0
+		k.op = opFlush
+		ib.FETH(buf[k.h : k.h+ib.FETHSize]).Encode(&ib.FETHFields{Placement: uint8(w.swap) & 0xF, Selectivity: uint8(w.swap>>4) & 3})
+		k.h += ib.FETHSize
+		k.putRETH(buf, w.remoteAddr, w.rkey, uint32(w.compareAdd))
+		k.last = true
 	case WRAtomicWrite:
-		op = opAtomicWrite
-		ib.RETH(buf[h : h+ib.RETHSize]).Encode(&ib.RETHFields{VA: w.remoteAddr, RKey: w.rkey, DMALen: 8})
-		h += ib.RETHSize
-		paylen = 8
-		last = true
-		remaining = 0
+		k.op = opAtomicWrite
+		k.putRETH(buf, w.remoteAddr, w.rkey, 8)
+		k.paylen = 8
+		k.last = true
 	case WRAtomicCmpAndSwp, WRAtomicFetchAndAdd:
 		f := ib.AtomicETHFields{VA: w.remoteAddr, RKey: w.rkey}
 		if w.op == WRAtomicCmpAndSwp {
-			op = opCompareSwap
+			k.op = opCompareSwap
 			f.SwapAdd, f.Compare = w.swap, w.compareAdd
 		} else {
-			op = opFetchAdd
+			k.op = opFetchAdd
 			f.SwapAdd = w.compareAdd
 		}
-		ib.AtomicETH(buf[h : h+ib.AtomicETHSize]).Encode(&f)
-		h += ib.AtomicETHSize
-		last = true
-		remaining = 0
+		ib.AtomicETH(buf[k.h : k.h+ib.AtomicETHSize]).Encode(&f)
+		k.h += ib.AtomicETHSize
+		k.last = true
 	}
-	if paylen > 0 {
-		dst := buf[h : h+paylen]
-		if w.flags&SendInline != 0 {
-			copy(dst, w.inline[off:])
-		} else if st := q.e.copySGL(q.pd, w.sge, uint64(off), dst, false); st != WCSuccess {
-			q.failWQE(st)
-			return 0, false
-		}
-	}
-	ackReq := false
-	if q.typ == RC {
-		// rxe: AckReq on the last packet of a message, and on a packet that
-		// finds more than RXE_MAX_PKT_PER_ACK earlier ones without it.
-		if last {
-			ackReq = true
-			q.req.noack = 0
-		} else if q.req.noack++; q.req.noack > maxPktPerAck+1 {
-			ackReq = true
-			q.req.noack = 0
-		}
-	}
-	pc := pad(paylen)
-	writeBTH(buf, base|op, se, ackReq, pc, q.attr.DestQPN, psn)
-	n := finish(buf, h+paylen, pc)
+}
 
-	q.req.psn = nextPSN
-	if ib.PSNDiff(nextPSN, q.req.maxPSN) > 0 {
-		q.req.maxPSN = nextPSN
+func (k *reqPkt) putRETH(buf []byte, va uint64, rkey, n uint32) {
+	ib.RETH(buf[k.h : k.h+ib.RETHSize]).Encode(&ib.RETHFields{VA: va, RKey: rkey, DMALen: n})
+	k.h += ib.RETHSize
+}
+
+func (k *reqPkt) putImm(buf []byte, imm uint32) {
+	ib.ImmDt(buf[k.h : k.h+ib.ImmDtSize]).Encode(&ib.ImmDtFields{Imm: imm})
+	k.h += ib.ImmDtSize
+}
+
+// copyRequestPayload fills dst with w's data from offset off. A local
+// memory error completes the WQE with that error instead.
+func (q *QP) copyRequestPayload(w *sendWQE, dst []byte, off uint32) bool {
+	if w.flags&SendInline != 0 {
+		copy(dst, w.inline[off:])
+		return true
+	}
+	if st := q.e.copySGL(q.pd, w.sge, uint64(off), dst, false); st != WCSuccess {
+		q.failWQE(st)
+		return false
+	}
+	return true
+}
+
+// ackReq decides the AckReq bit of an RC packet. rxe sets it on the last
+// packet of a message and on a packet that finds more than
+// RXE_MAX_PKT_PER_ACK earlier ones without it.
+func (q *QP) ackReq(last bool) bool {
+	if q.typ != RC {
+		return false
 	}
 	if last {
+		q.req.noack = 0
+		return true
+	}
+	if q.req.noack++; q.req.noack > maxPktPerAck+1 {
+		q.req.noack = 0
+		return true
+	}
+	return false
+}
+
+// updateRequester moves past the packet just built: the next PSN, the next
+// WQE at the end of one (a UC WQE completes once sent), and the retransmit
+// timer.
+func (q *QP) updateRequester(now time.Duration, w *sendWQE, off uint32, k *reqPkt) {
+	q.req.psn = k.nextPSN
+	if ib.PSNDiff(k.nextPSN, q.req.maxPSN) > 0 {
+		q.req.maxPSN = k.nextPSN
+	}
+	if k.last {
 		q.req.idx++
 		q.req.off = 0
 		if q.typ == UC {
-			// Unreliable: done once sent.
 			q.postSendWC(w, WCSuccess)
 			q.sqHead++
 		}
 	} else {
-		q.req.off = off + uint32(paylen)
+		q.req.off = off + uint32(k.paylen)
 	}
 	if q.typ == RC && !q.comp.armed && q.rto > 0 {
 		q.armRTO(now)
 	}
-	q.fillAV(t, &q.attr.AV)
-	return n, true
 }
 
 // requestUD builds the packet of a UD send. again reports that the WQE was

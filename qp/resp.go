@@ -207,19 +207,55 @@ func (q *QP) receive(p *ib.Packet, src *Source) error {
 			return ErrWrongTransport
 		}
 	}
-	now := q.e.clock.Now()
-	if q.typ == RC && opClass[low]&clResponse != 0 {
-		return q.complete(p, now)
-	}
-	switch q.state {
-	case StateRTR, StateRTS, StateSQD, StateSQE:
-	default:
-		return ErrNotReady
-	}
 	if q.typ == UD {
+		if !q.acceptsRequests() {
+			return ErrNotReady
+		}
 		return q.respondUD(p, src)
 	}
+	isResp := q.typ == RC && opClass[low]&clResponse != 0
+	if isResp && !q.acceptsResponses() || !isResp && !q.acceptsRequests() {
+		return ErrNotReady
+	}
+	if !q.fromPeer(src) {
+		q.e.stats.BadAddress++
+		return ErrBadAddress
+	}
+	if isResp {
+		return q.complete(p, q.e.clock.Now())
+	}
 	return q.respond(p)
+}
+
+// acceptsRequests reports whether the responder takes requests in the QP's
+// state (rxe check_type_state: RTR or later, but not ERR).
+func (q *QP) acceptsRequests() bool {
+	switch q.state {
+	case StateRTR, StateRTS, StateSQD, StateSQE:
+		return true
+	}
+	return false
+}
+
+// acceptsResponses reports whether the completer takes responses in the
+// QP's state.
+func (q *QP) acceptsResponses() bool {
+	return q.state == StateRTS || q.state == StateSQD
+}
+
+// fromPeer is rxe's check_addr for a connected QP: the packet must come from
+// the address vector's destination and be addressed to its source, so that
+// a third host that knows the QPN, PSN and keys cannot inject requests or
+// responses. A nil src (a caller that has no network addresses, such as a
+// test feeding packets by hand) is not checked; a device always passes one.
+// GIDs of IPv4 addresses are IPv4-mapped on both sides, so one comparison
+// covers both families.
+func (q *QP) fromPeer(src *Source) bool {
+	if src == nil {
+		return true
+	}
+	av := &q.attr.AV
+	return src.SGID == av.DGID && src.DGID == av.SGID
 }
 
 // classAC reports a class A/C error (rxe do_class_ac_error): NAK the request,
@@ -242,44 +278,78 @@ func (q *QP) classAC(psn ib.PSN, code ib.NAKCode, st WCStatus) error {
 	return ErrDropped
 }
 
-// respond processes an RC or UC request packet.
+// respond processes an RC or UC request packet through the stages of rxe's
+// responder (rxe_resp.c): check_psn, check_op_seq, check_op_valid,
+// check_resource, check_length, then execute (with check_rkey for WRITEs,
+// whose key and range persist across the message) and the acknowledgement.
+// Every stage either passes the packet on or ends its processing.
 func (q *QP) respond(p *ib.Packet) error {
-	r := &q.resp
 	psn := p.BTH.PSN()
 	low := uint8(p.BTH.Opcode()) & 0x1F
 	cl := opClass[low]
 	if cl == 0 || cl&clResponse != 0 {
 		return ErrBadHeader
 	}
-	rc := q.typ == RC
+	if done, err := q.checkPSN(p, psn, low, cl); done {
+		return err
+	}
+	if err := q.checkOpSeq(psn, cl); err != nil {
+		return err
+	}
+	if err := q.checkOpValid(p, psn, cl); err != nil {
+		return err
+	}
+	if err := q.checkResource(psn, cl); err != nil {
+		return err
+	}
+	if err := q.checkLength(p, psn, cl); err != nil {
+		return err
+	}
+	return q.execute(p, psn, low, cl)
+}
+
+// checkPSN compares the PSN with the expected one (rxe check_psn). RC NAKs a
+// gap once and hands earlier PSNs to duplicate; UC resynchronises on the
+// next FIRST/ONLY. done reports that the packet was fully handled.
+func (q *QP) checkPSN(p *ib.Packet, psn ib.PSN, low uint8, cl uint16) (done bool, err error) {
+	r := &q.resp
 	d := ib.PSNDiff(psn, r.epsn)
-	if rc {
+	if q.typ == RC {
 		if d > 0 {
 			if !r.nakSent {
 				r.nakSent = true
 				q.e.stats.SeqNAKsSent++
 				q.queueAck(ib.NAKSyndrome(ib.NAKPSNSequenceError), r.epsn, r.msn)
 			}
-			return ErrDropped
+			return true, ErrDropped
 		}
 		if d < 0 {
-			return q.duplicate(p, psn, low, cl)
+			return true, q.duplicate(p, psn, low, cl)
 		}
 		r.nakSent = false
-	} else if r.dropMsg || d != 0 {
+		return false, nil
+	}
+	if r.dropMsg || d != 0 {
 		r.inMsg = msgNone
 		r.recvOff = 0
 		if cl&clFirst == 0 {
 			r.dropMsg = true
-			return ErrDropped
+			return true, ErrDropped
 		}
 		r.dropMsg = false
 		r.epsn = psn
 	}
+	return false, nil
+}
+
+// checkOpSeq rejects opcodes the responder does not implement and opcodes
+// out of sequence within a message (rxe check_op_seq).
+func (q *QP) checkOpSeq(psn ib.PSN, cl uint16) error {
+	r := &q.resp
+	rc := q.typ == RC
 	if cl&clUnsupported != 0 {
 		return q.classAC(psn, ib.NAKInvalidRequest, WCRemInvReqErr)
 	}
-	// Opcode sequence.
 	switch r.inMsg {
 	case msgSend:
 		if cl&clSend == 0 || cl&clFirst != 0 {
@@ -306,25 +376,37 @@ func (q *QP) respond(p *ib.Packet) error {
 			return q.classAC(psn, ib.NAKInvalidRequest, WCRemInvReqErr)
 		}
 	}
-	// Headers the opcode needs (a correct parser guarantees them; be defensive).
+	return nil
+}
+
+// checkOpValid checks that the opcode's headers are present and that the
+// QP's access flags allow the operation (rxe check_op_valid).
+func (q *QP) checkOpValid(p *ib.Packet, psn ib.PSN, cl uint16) error {
+	// A correct parser guarantees the headers; be defensive.
 	if (cl&clRETH != 0 && len(p.RETH) < ib.RETHSize) || (cl&clImm != 0 && len(p.ImmDt) < ib.ImmDtSize) ||
 		(cl&clInv != 0 && len(p.IETH) < ib.IETHSize) || (cl&clAtomic != 0 && len(p.AtomicETH) < ib.AtomicETHSize) ||
 		(cl&clFlush != 0 && len(p.FETH) < ib.FETHSize) {
 		return ErrBadHeader
 	}
-	// Operation allowed by the QP's access flags.
 	acc := q.attr.AccessFlags
 	if (cl&(clWrite|clAtomicWrite) != 0 && acc&AccessRemoteWrite == 0) || (cl&clRead != 0 && acc&AccessRemoteRead == 0) ||
 		(cl&clAtomic != 0 && acc&AccessRemoteAtomic == 0) {
 		return q.classAC(psn, ib.NAKInvalidRequest, WCRemInvReqErr)
 	}
-	// Resources.
+	return nil
+}
+
+// checkResource finds responder resources for READ/atomics and a receive
+// WQE for a message that needs one, RNR NAKing when there is none (rxe
+// check_resource).
+func (q *QP) checkResource(psn ib.PSN, cl uint16) error {
+	r := &q.resp
 	if cl&(clRead|clAtomic|clAtomicWrite|clFlush) != 0 && q.attr.MaxDestRdAtomic == 0 {
 		return q.classAC(psn, ib.NAKInvalidRequest, WCRemInvReqErr)
 	}
 	if cl&clRecv != 0 && !r.haveRecv {
 		if !q.takeRecv(&r.cur) {
-			if !rc {
+			if q.typ != RC {
 				r.dropMsg = true
 				r.inMsg = msgNone
 				return ErrDropped
@@ -339,9 +421,13 @@ func (q *QP) respond(p *ib.Packet) error {
 	if cl&clSend != 0 && !r.haveRecv {
 		return q.classAC(psn, ib.NAKInvalidRequest, WCRemInvReqErr)
 	}
-	// Lengths.
-	plen := len(p.Payload)
-	mtu := q.mtu
+	return nil
+}
+
+// checkLength checks the payload against the path MTU for the packet's
+// position in its message, and the RETH length (rxe check_length).
+func (q *QP) checkLength(p *ib.Packet, psn ib.PSN, cl uint16) error {
+	plen, mtu := len(p.Payload), q.mtu
 	switch {
 	case cl&clFirst != 0 && cl&clLast != 0:
 		if plen > mtu {
@@ -359,7 +445,13 @@ func (q *QP) respond(p *ib.Packet) error {
 	if cl&clRETH != 0 && p.RETH.DMALen() > 1<<31 {
 		return q.classAC(psn, ib.NAKInvalidRequest, WCRemInvReqErr)
 	}
+	return nil
+}
 
+// execute carries out the request (rxe execute): READ, atomics and FLUSH
+// hand over to their own executors; WRITE and SEND data is placed, and the
+// message state, ACK and receive completion follow.
+func (q *QP) execute(p *ib.Packet, psn ib.PSN, low uint8, cl uint16) error {
 	switch {
 	case cl&clRead != 0:
 		return q.executeRead(p, psn)
@@ -370,58 +462,86 @@ func (q *QP) respond(p *ib.Packet) error {
 	case cl&clAtomic != 0:
 		return q.executeAtomic(p, psn, low)
 	case cl&clWrite != 0:
-		if cl&clRETH != 0 {
-			r.wva, r.wrkey = p.RETH.VA(), p.RETH.RKey()
-			r.wresid, r.wlen = p.RETH.DMALen(), p.RETH.DMALen()
-		}
-		if !(cl&clRETH != 0 && r.wlen == 0) {
-			// rxe skips key checks for a zero-length RDMA WRITE (C9-88).
-			mr := q.e.lookupMR(q.pd, r.wrkey, AccessRemoteWrite)
-			if mr == nil {
-				return q.classAC(psn, ib.NAKRemoteAccessError, WCRemAccessErr)
-			}
-			if _, ok := mr.span(r.wva, r.wresid); !ok {
-				return q.classAC(psn, ib.NAKRemoteAccessError, WCRemAccessErr)
-			}
-			pc := int(p.BTH.PadCount())
-			if r.wresid > uint32(mtu) {
-				if plen != mtu || pc != 0 {
-					return q.classAC(psn, ib.NAKInvalidRequest, WCRemInvReqErr)
-				}
-			} else if uint32(plen) != r.wresid || pc != pad(int(r.wresid)) {
-				return q.classAC(psn, ib.NAKInvalidRequest, WCRemInvReqErr)
-			}
-			if plen > 0 {
-				mem, _ := mr.span(r.wva, uint32(plen))
-				if q.readPending(mem) {
-					return q.deferRequest()
-				}
-				copy(mem, p.Payload)
-			}
-			r.wva += uint64(plen)
-			r.wresid -= uint32(plen)
+		if err := q.executeWrite(p, psn, cl); err != nil {
+			return err
 		}
 	case cl&clSend != 0:
-		if plen > 0 {
-			switch st := q.e.copySGL(q.pd, r.cur.sgl(), r.recvOff, p.Payload, true); st {
-			case WCSuccess:
-			case WCLocLenErr:
-				if !rc {
-					r.dropMsg, r.inMsg, r.recvOff = true, msgNone, 0
-					return ErrDropped
-				}
-				return q.classAC(psn, ib.NAKInvalidRequest, WCRemInvReqErr)
-			default:
-				if !rc {
-					r.dropMsg, r.inMsg, r.recvOff = true, msgNone, 0
-					return ErrDropped
-				}
-				return q.classAC(psn, ib.NAKRemoteOperationalError, WCLocQPOpErr)
-			}
-			r.recvOff += uint64(plen)
+		if err := q.executeSend(p, psn); err != nil {
+			return err
 		}
 	}
+	q.finishRequest(p, psn, cl)
+	return nil
+}
 
+// executeWrite places one WRITE packet. The R_Key and range are checked on
+// every packet against what remains of the message (rxe check_rkey).
+func (q *QP) executeWrite(p *ib.Packet, psn ib.PSN, cl uint16) error {
+	r := &q.resp
+	if cl&clRETH != 0 {
+		r.wva, r.wrkey = p.RETH.VA(), p.RETH.RKey()
+		r.wresid, r.wlen = p.RETH.DMALen(), p.RETH.DMALen()
+	}
+	if cl&clRETH != 0 && r.wlen == 0 {
+		return nil // rxe skips key checks for a zero-length RDMA WRITE (C9-88)
+	}
+	mr := q.e.lookupMR(q.pd, r.wrkey, AccessRemoteWrite)
+	if mr == nil {
+		return q.classAC(psn, ib.NAKRemoteAccessError, WCRemAccessErr)
+	}
+	if _, ok := mr.span(r.wva, r.wresid); !ok {
+		return q.classAC(psn, ib.NAKRemoteAccessError, WCRemAccessErr)
+	}
+	plen, mtu := len(p.Payload), q.mtu
+	pc := int(p.BTH.PadCount())
+	if r.wresid > uint32(mtu) {
+		if plen != mtu || pc != 0 {
+			return q.classAC(psn, ib.NAKInvalidRequest, WCRemInvReqErr)
+		}
+	} else if uint32(plen) != r.wresid || pc != pad(int(r.wresid)) {
+		return q.classAC(psn, ib.NAKInvalidRequest, WCRemInvReqErr)
+	}
+	if plen > 0 {
+		mem, _ := mr.span(r.wva, uint32(plen))
+		if q.readPending(mem) {
+			return q.deferRequest()
+		}
+		copy(mem, p.Payload)
+	}
+	r.wva += uint64(plen)
+	r.wresid -= uint32(plen)
+	return nil
+}
+
+// executeSend copies one SEND packet into the receive WQE. A buffer that is
+// too small or unusable is a class A/C error on RC and drops the message on
+// UC.
+func (q *QP) executeSend(p *ib.Packet, psn ib.PSN) error {
+	r := &q.resp
+	plen := len(p.Payload)
+	if plen == 0 {
+		return nil
+	}
+	st := q.e.copySGL(q.pd, r.cur.sgl(), r.recvOff, p.Payload, true)
+	if st == WCSuccess {
+		r.recvOff += uint64(plen)
+		return nil
+	}
+	if q.typ != RC {
+		r.dropMsg, r.inMsg, r.recvOff = true, msgNone, 0
+		return ErrDropped
+	}
+	if st == WCLocLenErr {
+		return q.classAC(psn, ib.NAKInvalidRequest, WCRemInvReqErr)
+	}
+	return q.classAC(psn, ib.NAKRemoteOperationalError, WCLocQPOpErr)
+}
+
+// finishRequest advances the message and PSN state after a WRITE or SEND
+// packet was placed, acknowledges it if asked, and completes the receive
+// WQE at the end of a message that consumes one (rxe acknowledge, cleanup).
+func (q *QP) finishRequest(p *ib.Packet, psn ib.PSN, cl uint16) {
+	r := &q.resp
 	invFailed := false
 	if cl&clInv != 0 {
 		mr := q.e.keys.lookup(p.IETH.RKey())
@@ -442,34 +562,34 @@ func (q *QP) respond(p *ib.Packet) error {
 		}
 	}
 	r.epsn = psn.Next()
-	if rc && p.BTH.AckReq() {
+	if q.typ == RC && p.BTH.AckReq() {
 		q.queueAck(ib.SyndromeACKUnlimited, psn, r.msn)
 	}
-	if cl&clComplete != 0 {
-		wc := WorkCompletion{WRID: r.cur.id, Status: WCSuccess, Opcode: WCRecv, QPN: q.qpn, Flags: WCWithGRH,
-			ByteLen: uint32(r.recvOff)}
-		if cl&clWrite != 0 {
-			wc.Opcode = WCRecvRDMAWithImm
-			wc.ByteLen = r.wlen
-		}
-		if cl&clImm != 0 {
-			wc.Flags |= WCWithImm
-			wc.Imm = p.ImmDt.Imm()
-		}
-		if cl&clInv != 0 {
-			wc.Flags |= WCWithInv
-			wc.InvalidatedRKey = p.IETH.RKey()
-		}
-		if invFailed {
-			wc = WorkCompletion{WRID: r.cur.id, Status: WCRemInvReqErr, Opcode: WCRecv, QPN: q.qpn}
-		}
-		r.haveRecv = false
-		q.pushWC(q.recvCQ, &wc)
-		if invFailed {
-			q.toError()
-		}
+	if cl&clComplete == 0 {
+		return
 	}
-	return nil
+	wc := WorkCompletion{WRID: r.cur.id, Status: WCSuccess, Opcode: WCRecv, QPN: q.qpn, Flags: WCWithGRH,
+		ByteLen: uint32(r.recvOff)}
+	if cl&clWrite != 0 {
+		wc.Opcode = WCRecvRDMAWithImm
+		wc.ByteLen = r.wlen
+	}
+	if cl&clImm != 0 {
+		wc.Flags |= WCWithImm
+		wc.Imm = p.ImmDt.Imm()
+	}
+	if cl&clInv != 0 {
+		wc.Flags |= WCWithInv
+		wc.InvalidatedRKey = p.IETH.RKey()
+	}
+	if invFailed {
+		wc = WorkCompletion{WRID: r.cur.id, Status: WCRemInvReqErr, Opcode: WCRecv, QPN: q.qpn}
+	}
+	r.haveRecv = false
+	q.pushWC(q.recvCQ, &wc)
+	if invFailed {
+		q.toError()
+	}
 }
 
 func (q *QP) executeRead(p *ib.Packet, psn ib.PSN) error {

@@ -351,6 +351,9 @@ var (
 	ErrBadHeader      = errors.New("qp: malformed transport header")
 	ErrNotReady       = errors.New("qp: QP not in a state that accepts this packet")
 	ErrDropped        = errors.New("qp: packet dropped by the transport rules")
+	// ErrBadAddress: an RC/UC packet whose IP source is not the QP's
+	// destination or whose IP destination is not its source (rxe check_addr).
+	ErrBadAddress = errors.New("qp: packet addresses do not match the QP's address vector")
 )
 
 // AttrError reports which attribute a Modify call rejected.

@@ -45,6 +45,7 @@ type Counters struct {
 	BadDGID             uint64 // bad_dgid: frames to an address not in the GID table
 	UnknownQP           uint64 // unknown_qp: packets for a QPN that does not exist
 	BadKey              uint64 // bad_key: P_Key or Q_Key violations
+	BadAddr             uint64 // bad_addr: RC/UC packets not from the QP's destination or not to its source
 	RcvdDropped         uint64 // rcvd_dropped: packets the transport dropped otherwise
 	NoNeighbour         uint64 // no_neighbour: sends or resolutions without a MAC
 	LinkErr             uint64 // link_err: link read errors
@@ -57,7 +58,7 @@ var CounterNames = []string{
 	"sent_pkts", "rcvd_pkts", "duplicate_request", "out_of_seq_request", "rcvd_seq_err",
 	"rcvd_rnr_err", "send_rnr_err", "ack_deferred", "retry_exceeded_err", "retry_rnr_exceeded_err",
 	"completer_retry_err", "send_err", "rdma_sends", "rdma_recvs", "icrc_err", "bad_frame",
-	"bad_dgid", "unknown_qp", "bad_key", "rcvd_dropped", "no_neighbour", "link_err", "timeouts",
+	"bad_dgid", "unknown_qp", "bad_key", "bad_addr", "rcvd_dropped", "no_neighbour", "link_err", "timeouts",
 	"cq_overflow",
 }
 
@@ -67,7 +68,7 @@ func (c Counters) Each(fn func(name string, value uint64)) {
 		c.SentPkts, c.RcvdPkts, c.DuplicateRequest, c.OutOfSeqRequest, c.RcvdSeqErr,
 		c.RcvdRNRErr, c.SendRNRErr, c.AckDeferred, c.RetryExceededErr, c.RetryRNRExceededErr,
 		c.CompleterRetryErr, c.SendErr, c.RDMASends, c.RDMARecvs, c.ICRCErr, c.BadFrame,
-		c.BadDGID, c.UnknownQP, c.BadKey, c.RcvdDropped, c.NoNeighbour, c.LinkErr, c.Timeouts,
+		c.BadDGID, c.UnknownQP, c.BadKey, c.BadAddr, c.RcvdDropped, c.NoNeighbour, c.LinkErr, c.Timeouts,
 		c.CQOverflow,
 	}
 	for i, name := range CounterNames {
@@ -111,6 +112,7 @@ func (d *Device) counters(s qp.Stats) Counters {
 		BadDGID:             c.badDGID.Load(),
 		UnknownQP:           c.unknownQP.Load(),
 		BadKey:              c.badKey.Load(),
+		BadAddr:             s.BadAddress,
 		RcvdDropped:         c.rxDropped.Load(),
 		NoNeighbour:         c.noNeighbour.Load(),
 		LinkErr:             c.linkErr.Load(),

@@ -578,6 +578,8 @@ func (d *Device) countDrop(err error) {
 		d.ctr.unknownQP.Add(1)
 	case qp.ErrBadPKey, qp.ErrBadQKey:
 		d.ctr.badKey.Add(1)
+	case qp.ErrBadAddress:
+		// Counted by the engine (bad_addr).
 	default:
 		d.ctr.rxDropped.Add(1)
 	}

@@ -33,7 +33,7 @@ type Side struct {
 	GID ib.GID
 	out *faultnet.Pipe // packets this side sends
 	src qp.Source      // what the peer sees as the source of this side's packets
-	hdr [20]byte
+	hdr [40]byte
 }
 
 // Net is two engines joined by a pipe in each direction.
@@ -56,6 +56,9 @@ type Net struct {
 type Options struct {
 	AtoB, BtoA faultnet.Config
 	PortMTU    ib.MTU
+	// AddrA and AddrB are the sides' IP addresses (default 10.0.0.1 and
+	// 10.0.0.2); both must be of one family.
+	AddrA, AddrB netip.Addr
 }
 
 const slotSize = 4096 + 128
@@ -63,26 +66,40 @@ const slotSize = 4096 + 128
 // NewNet creates two engines sharing one fake clock.
 func NewNet(o Options) (*Net, error) {
 	n := &Net{Clock: &Clock{}, RxErrors: map[error]int{}}
-	mk := func(addr string, out faultnet.Config) (*Side, error) {
+	if !o.AddrA.IsValid() {
+		o.AddrA = netip.MustParseAddr("10.0.0.1")
+	}
+	if !o.AddrB.IsValid() {
+		o.AddrB = netip.MustParseAddr("10.0.0.2")
+	}
+	mk := func(a netip.Addr, out faultnet.Config) (*Side, error) {
 		e, err := qp.New(qp.Config{Clock: n.Clock, PortMTU: o.PortMTU})
 		if err != nil {
 			return nil, err
 		}
-		a := netip.MustParseAddr(addr)
 		s := &Side{E: e, GID: ib.GIDFromAddr(a), out: faultnet.New(out)}
-		// A plausible IPv4 header for the UD GRH area.
-		s.hdr[0] = 0x45
-		s.hdr[8] = 64
-		s.hdr[9] = 17
-		copy(s.hdr[12:16], a.AsSlice())
-		s.src = qp.Source{SGID: s.GID, NetworkHeader: s.hdr[:]}
+		// A plausible IP header for the UD GRH area.
+		h := s.hdr[:20]
+		if a.Is4() {
+			s.hdr[0] = 0x45
+			s.hdr[8] = 64
+			s.hdr[9] = 17
+			copy(s.hdr[12:16], a.AsSlice())
+		} else {
+			h = s.hdr[:40]
+			s.hdr[0] = 0x60
+			s.hdr[6] = 17
+			s.hdr[7] = 64
+			copy(s.hdr[8:24], a.AsSlice())
+		}
+		s.src = qp.Source{SGID: s.GID, NetworkHeader: h}
 		return s, nil
 	}
 	var err error
-	if n.A, err = mk("10.0.0.1", o.AtoB); err != nil {
+	if n.A, err = mk(o.AddrA, o.AtoB); err != nil {
 		return nil, err
 	}
-	if n.B, err = mk("10.0.0.2", o.BtoA); err != nil {
+	if n.B, err = mk(o.AddrB, o.BtoA); err != nil {
 		return nil, err
 	}
 	n.slots = make([]qp.TxPacket, 32)

@@ -27,6 +27,7 @@ var help = map[string]string{
 	"bad_dgid":               "Frames to an address not in the GID table.",
 	"unknown_qp":             "Packets for a QP number that does not exist.",
 	"bad_key":                "P_Key or Q_Key violations.",
+	"bad_addr":               "RC/UC packets not from the QP's peer address or not to its own.",
 	"rcvd_dropped":           "Packets the transport dropped for other reasons.",
 	"no_neighbour":           "Sends or resolutions without a destination MAC.",
 	"link_err":               "Link read errors.",
