@@ -303,3 +303,49 @@ func TestAllocsCQWaitParks(t *testing.T) {
 		}
 	}
 }
+
+// One completion wakes one parked waiter, not all of them.
+func TestCQWakesOnePerCompletion(t *testing.T) {
+	da, db := memPairSpin(t, -1)
+	a := newEndpoint(t, da, RC, 4096)
+	b := newEndpoint(t, db, RC, 4096)
+	connect(t, a, b, addrA, addrB, ConnectAttr{})
+	const waiters = 8
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var returned atomic.Int32
+	var wg sync.WaitGroup
+	for i := 0; i < waiters; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if b.rcq.Wait(ctx) == nil {
+				returned.Add(1) // returns without polling: the completion stays
+			}
+		}()
+	}
+	for b.rcq.waiters.n.Load() < waiters {
+		time.Sleep(time.Millisecond)
+	}
+	for i := 1; i <= 2; i++ {
+		if err := b.qp.PostRecv(&RecvWR{SGL: []SGE{b.mr.SGE(0, 64)}}); err != nil {
+			t.Fatal(err)
+		}
+		if err := a.qp.PostSend(&SendWR{Opcode: WRSend, Flags: SendInline, Inline: []byte("x")}); err != nil {
+			t.Fatal(err)
+		}
+		deadline := time.Now().Add(10 * time.Second)
+		for returned.Load() < int32(i) && time.Now().Before(deadline) {
+			time.Sleep(time.Millisecond)
+		}
+		time.Sleep(20 * time.Millisecond) // room for a stampede to show
+		if n := returned.Load(); n != int32(i) {
+			t.Fatalf("%d completions woke %d waiters", i, n)
+		}
+		if n := b.rcq.waiters.n.Load(); n != int32(waiters-i) {
+			t.Fatalf("%d waiters parked after %d completions", n, i)
+		}
+	}
+	cancel()
+	wg.Wait()
+}
