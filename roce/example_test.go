@@ -114,40 +114,6 @@ func ExampleRecvSlab() {
 	// Output: datagram from QP 17
 }
 
-// The GID table of a device: the default GID from the MAC, then the addresses.
-func ExampleDevice_GIDs() {
-	la, _ := memlink.Pair(faultnet.Config{}, faultnet.Config{})
-	d, _ := roce.OpenLink(la, roce.Options{Addrs: []netip.Addr{netip.MustParseAddr("192.168.1.1")}})
-	defer d.Close()
-	for _, g := range d.GIDs() {
-		fmt.Println(g.Index, g.GID, g.Type)
-	}
-	// Output:
-	// 0 fe80::ff:fe00:a RoCE v2
-	// 1 ::ffff:192.168.1.1 RoCE v2
-}
-
-// Opening a device on a network interface (AF_XDP, or the kernel UDP link
-// when AF_XDP is unavailable) and describing it. Needs root for AF_XDP.
-func ExampleOpen() {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	dev, err := roce.Open(ctx, "eth0", roce.Options{})
-	if err != nil {
-		fmt.Println(err)
-		return
-	}
-	defer dev.Close()
-	info := dev.Info()
-	fmt.Println("link:", info.Link.Kind, "fallback:", info.Fallback)
-	port := dev.QueryPort()
-	fmt.Println("state:", port.State, "active MTU:", port.ActiveMTU.Bytes())
-	for _, g := range dev.GIDs() {
-		fmt.Println(g.Index, g.GID)
-	}
-	dev.Counters().Each(func(name string, v uint64) { fmt.Println(name, v) })
-}
-
 // Many goroutines, one device: each connection has its own CQ and its own
 // goroutine that waits only for its completions, bounded by a deadline as a
 // net.Conn read would be. A device-wide subscription learns of connections
@@ -281,3 +247,38 @@ func ExampleRecvSlab_Frame() {
 	// three (5 bytes)
 	// four (4 bytes)
 }
+
+// The GID table of a device: the default GID from the MAC, then the addresses.
+func ExampleDevice_GIDs() {
+	la, _ := memlink.Pair(faultnet.Config{}, faultnet.Config{})
+	d, _ := roce.OpenLink(la, roce.Options{Addrs: []netip.Addr{netip.MustParseAddr("192.168.1.1")}})
+	defer d.Close()
+	for _, g := range d.GIDs() {
+		fmt.Println(g.Index, g.GID, g.Type)
+	}
+	// Output:
+	// 0 fe80::ff:fe00:a RoCE v2
+	// 1 ::ffff:192.168.1.1 RoCE v2
+}
+
+// Opening a device on a network interface (AF_XDP, or the kernel UDP link
+// when AF_XDP is unavailable) and describing it. Needs root for AF_XDP.
+func ExampleOpen() {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	dev, err := roce.Open(ctx, "eth0", roce.Options{})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer dev.Close()
+	info := dev.Info()
+	fmt.Println("link:", info.Link.Kind, "fallback:", info.Fallback)
+	port := dev.QueryPort()
+	fmt.Println("state:", port.State, "active MTU:", port.ActiveMTU.Bytes())
+	for _, g := range dev.GIDs() {
+		fmt.Println(g.Index, g.GID)
+	}
+	dev.Counters().Each(func(name string, v uint64) { fmt.Println(name, v) })
+}
+
