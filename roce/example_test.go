@@ -281,4 +281,3 @@ func ExampleOpen() {
 	}
 	dev.Counters().Each(func(name string, v uint64) { fmt.Println(name, v) })
 }
-
