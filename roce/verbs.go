@@ -224,11 +224,11 @@ func (cq *CQ) Wait(ctx context.Context) error {
 // suits net.Conn-style SetReadDeadline code: no context per call, and no
 // allocation.
 func (cq *CQ) WaitDeadline(deadline time.Time) error {
-	return cq.wait(nil, deadline)
+	return cq.wait(context.Background(), deadline)
 }
 
 // wait waits for progress on the CQ, bounded by ctx and deadline (either
-// may be absent): the single waiting path of the CQ (see Device.park).
+// may be unbounded): the single waiting path of the CQ (see Device.park).
 func (cq *CQ) wait(ctx context.Context, deadline time.Time) error {
 	if cq.avail.Load() > 0 {
 		return nil
@@ -251,7 +251,7 @@ func (cq *CQ) wait(ctx context.Context, deadline time.Time) error {
 		cq.waiters.enqueue(w)
 		if cq.avail.Load() > 0 || cq.closed.Load() {
 			cq.waiters.remove(w)
-		} else if err := cq.d.park(w, ctx, deadline); err != nil {
+		} else if err := cq.d.park(ctx, w, deadline); err != nil {
 			cq.waiters.remove(w)
 			// A completion that arrived meanwhile wins over the
 			// error, so a wake-up meant for this waiter is not lost.

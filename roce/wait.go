@@ -126,7 +126,7 @@ func (q *waitQueue) wakeAll() {
 
 // park blocks the calling goroutine until w is woken (nil), ctx ends (its
 // error), the deadline passes (os.ErrDeadlineExceeded) or the device closes
-// (ErrClosed). A nil ctx and a zero deadline do not bound the wait.
+// (ErrClosed). A zero deadline does not bound the wait.
 //
 // This is the one place where a goroutine waits for the device to make
 // progress on an object it cares about; the caller has queued w on that
@@ -135,7 +135,7 @@ func (q *waitQueue) wakeAll() {
 // path plugs in here: instead of sleeping at once, the waiting goroutine
 // reads the link, runs the engine and transmits for a bounded busy-poll
 // window, and parks only when that window passes without its wake-up.
-func (d *Device) park(w *waiter, ctx context.Context, deadline time.Time) error {
+func (d *Device) park(ctx context.Context, w *waiter, deadline time.Time) error {
 	var timeout <-chan time.Time
 	if !deadline.IsZero() {
 		dur := time.Until(deadline)
@@ -152,14 +152,10 @@ func (d *Device) park(w *waiter, ctx context.Context, deadline time.Time) error 
 		defer w.timer.Stop()
 		timeout = w.timer.C
 	}
-	var done <-chan struct{}
-	if ctx != nil {
-		done = ctx.Done()
-	}
 	select {
 	case <-w.ch:
 		return nil
-	case <-done:
+	case <-ctx.Done():
 		return ctx.Err()
 	case <-timeout:
 		return os.ErrDeadlineExceeded
