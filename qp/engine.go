@@ -105,6 +105,8 @@ type Engine struct {
 	ready  readyList
 	timers []*QP // QPs that may have a timer running
 	stats  Stats
+
+	onEvent func(Event) // asynchronous events (events.go)
 }
 
 // New creates an engine.

@@ -153,6 +153,7 @@ type CQ struct {
 	// uses it to wake pollers.
 	Notify  func()
 	pending bool
+	ctx     any
 }
 
 // CreateCQ creates a completion queue with room for cqe entries.
@@ -201,6 +202,7 @@ func (cq *CQ) Close() error {
 func (cq *CQ) push(wc *WorkCompletion) bool {
 	if cq.n == len(cq.ring) {
 		cq.overflow++
+		cq.e.raise(Event{Type: EventCQErr, CQ: cq})
 		return false
 	}
 	i := cq.head + cq.n
@@ -314,6 +316,8 @@ type SRQ struct {
 	rq     recvQueue
 	refs   int
 	closed bool
+	limit  int // armed SRQ limit, 0 = disarmed (events.go)
+	ctx    any
 }
 
 // SRQAttr sizes a shared receive queue.

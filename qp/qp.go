@@ -103,6 +103,13 @@ type QP struct {
 	reqTurn   bool // the requester goes first on the next produce
 	inTimers  bool
 	destroyed bool
+
+	// Asynchronous events (events.go).
+	ctx       any
+	failure   *QPError
+	cause     WCStatus // status of the error completion that preceded a failure
+	respFault bool     // the responder detected the failure
+	lostWC    bool     // a completion did not fit its CQ
 }
 
 // CreateQP creates a queue pair in the RESET state.
@@ -553,11 +560,13 @@ func (q *QP) resetTransport() {
 	q.comp = completer{psn: ib.PSN(q.attr.SQPSN), retryCnt: q.attr.RetryCnt, rnrRetry: q.attr.RNRRetry}
 	q.resp.reset(ib.PSN(q.attr.RQPSN))
 	q.resp.initResources(int(q.attr.MaxDestRdAtomic))
+	q.failure, q.cause, q.respFault, q.lostWC = nil, WCSuccess, false, false
 }
 
 // toError moves the QP to the error state (after a fatal transport error).
 func (q *QP) toError() {
 	if q.state != StateErr && q.state != StateReset {
+		q.raiseFailure()
 		q.setState(StateErr)
 	}
 }
@@ -587,6 +596,7 @@ func (q *QP) flush() {
 		}
 	}
 	q.resp.clearOutput()
+	q.lastWQE()
 }
 
 func (q *QP) wqe(i uint32) *sendWQE { return &q.sq[i%uint32(len(q.sq))] }
@@ -754,7 +764,7 @@ func (q *QP) PostRecv(wr *RecvWR) error {
 // takeRecv takes the next receive WQE from the SRQ or the QP's own queue.
 func (q *QP) takeRecv(dst *curRecv) bool {
 	if q.srq != nil {
-		return q.srq.rq.take(dst)
+		return q.srq.take(dst)
 	}
 	return q.rq.take(dst)
 }
@@ -762,7 +772,9 @@ func (q *QP) takeRecv(dst *curRecv) bool {
 // pushWC adds a completion; if the CQ is full the completion is lost and, as
 // rxe does on CQ overflow, the QP moves to the error state.
 func (q *QP) pushWC(cq *CQ, wc *WorkCompletion) {
+	q.noteCause(wc.Status)
 	if !cq.push(wc) && q.state != StateErr {
+		q.lostWC = true
 		q.toError()
 	}
 }

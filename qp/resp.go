@@ -273,7 +273,7 @@ func (q *QP) classAC(psn ib.PSN, code ib.NAKCode, st WCStatus) error {
 		q.postRecvWC(&r.cur, st, 0)
 		r.haveRecv = false
 	}
-	q.toError()
+	q.failResponder(st)
 	q.queueAck(ib.NAKSyndrome(code), psn, r.msn)
 	return ErrDropped
 }
@@ -987,7 +987,7 @@ func (r *responder) readResponse(q *QP, s *respRes, buf []byte, t *TxPacket) (in
 			s.kind = resNone
 			s.queued = false
 			r.popOut()
-			q.toError()
+			q.failResponder(WCRemAccessErr)
 			h := ib.BTHSize
 			ib.AETH(buf[h : h+ib.AETHSize]).Encode(&ib.AETHFields{Syndrome: ib.NAKSyndrome(ib.NAKRemoteAccessError), MSN: r.msn})
 			writeBTH(buf, transportRC|opAck, false, false, 0, q.attr.DestQPN, psn)

@@ -181,6 +181,7 @@ type Device struct {
 	closeMu sync.Mutex
 	extra   []io.Closer // netlink watchers, owned by the device
 	cqSpin  time.Duration
+	ev      events // asynchronous event subscriptions, guarded by mu
 }
 
 // Headroom budget: Ethernet + VLAN + IPv6 + UDP, rounded up.
@@ -339,6 +340,7 @@ func newDevice(l link.Link, opts Options, nl *netlinkWatch) (*Device, error) {
 		return nil, err
 	}
 	d.eng = eng
+	d.initEvents()
 	d.info = DeviceInfo{
 		Name:         d.linfo.Name,
 		Link:         d.linfo,
@@ -445,6 +447,7 @@ func (d *Device) Close() error {
 	d.cancel()
 	err := d.link.Close()
 	d.wg.Wait()
+	d.closeEvents()
 	for _, c := range d.extra {
 		c.Close()
 	}
@@ -805,7 +808,9 @@ func (d *Device) ibLimit(v4 bool) int {
 // linkChanged follows the interface: a new MTU changes the active MTU (the
 // UD limit) and the path MTU check; operational state is the port state.
 func (d *Device) linkChanged(mtu int, up bool) {
-	d.portUp.Store(up)
+	if d.portUp.Swap(up) != up {
+		d.portChanged(up)
+	}
 	if mtu <= 0 || int64(mtu) == d.netMTU.Load() {
 		return
 	}

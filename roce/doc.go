@@ -61,17 +61,58 @@
 // cache are copy-on-write snapshots read without a lock. The data path
 // allocates nothing per packet.
 //
+// # Completions and waiting
+//
 // Completion queues are filled by those goroutines. CQ.Poll takes
-// completions without blocking; CQ.Wait spins for Options.CQSpin and then
-// parks on a channel the completion path signals; CQ.Ready exposes that
-// channel for select loops.
+// completions without blocking. CQ.Wait (bounded by a context) and
+// CQ.WaitDeadline (bounded by a time, for net.Conn-style deadlines) block
+// until the CQ holds a completion; any number of goroutines may Poll and
+// Wait on one CQ, and on the many CQs of one device, at once. A waiter
+// queues itself on its CQ's FIFO of parked goroutines and then looks at the
+// completion count; the completion path raises the count and then wakes the
+// longest waiting entry, one per completion. So no wake-up is lost, and as
+// many goroutines wake as there are completions, not all of them. A waiter
+// whose completion another goroutine took parks again. The first waiter of
+// a CQ spins for Options.CQSpin before it parks, for ping-pong latency;
+// further waiters park at once rather than spin on shared CPUs. Parked
+// waiters are recycled entries with their own channel and timer, so waiting
+// allocates nothing. CQ.Ready is a one-value channel for select loops over
+// several CQs: a value goes to one receiver, which polls the CQ empty.
+//
+// Every blocking wait of the device goes through one function,
+// Device.park: "wait for progress on this object, bounded by a context or
+// a deadline". Today progress is made by the receive and timer goroutines
+// and park simply sleeps. A run-to-completion data path plugs in there: the
+// waiting goroutine itself reads the link, runs the engine and transmits
+// for a bounded busy-poll window, and parks only when the window passes
+// without progress, leaving the background goroutines for progress that
+// nobody waits on. Callers of Wait, WaitDeadline and the protocol calls
+// built on them do not change.
+//
+// # Asynchronous events
+//
+// The device raises the asynchronous events of ibv_get_async_event under
+// its lock on the data path, so raising one never blocks and never
+// allocates: QP_FATAL (or QP_REQ_ERR, QP_ACCESS_ERR) when the device moves a
+// QP to the error state (retry or RNR retry exhaustion, a NAK, a local
+// protection error, a lost completion), LAST_WQE_REACHED for SRQ-attached
+// QPs, SRQ_LIMIT_REACHED (SRQ.ArmLimit), CQ_ERR, and PORT_ACTIVE/PORT_ERR
+// when the interface's operational state changes. Each QP records its
+// failure: QP.Err returns a *QPError with the failing completion's status,
+// and QP.Failed is a channel closed at that moment, so a connection's owner
+// can select on it. Device.SubscribeEvents (or Device.Events) serves any
+// number of subscribers, each with its own buffer; a full buffer loses the
+// event and EventSub.Lost counts it.
 //
 // # Memory
 //
 // Memory regions are registered over caller []byte, and the engine reads and
 // writes them directly, so RDMA READ and WRITE land in the caller's buffers
 // and receives are zero-copy. RecvSlab keeps a slab of fixed-size receive
-// buffers posted and hands completed ones back in place.
+// buffers posted and hands completed ones back in place: Repost and
+// RepostBatch return buffers from any goroutine, and RecvSlab.Frame claims
+// a received buffer as a Frame, a small value that another goroutine reads
+// and Releases exactly once (a second release is ErrFrameReleased).
 //
 // # Wire details
 //

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"sync"
 	"time"
 
 	"github.com/goroce/goroce/internal/faultnet"
@@ -111,6 +112,140 @@ func ExampleRecvSlab() {
 		slab.Repost(&wc[i])
 	}
 	// Output: datagram from QP 17
+}
+
+// Many goroutines, one device: each connection has its own CQ and its own
+// goroutine that waits only for its completions, bounded by a deadline as a
+// net.Conn read would be. A device-wide subscription learns of connections
+// that fail.
+func Example_manyWaiters() {
+	la, lb := memlink.Pair(faultnet.Config{}, faultnet.Config{})
+	ipA, ipB := netip.MustParseAddr("10.0.0.1"), netip.MustParseAddr("10.0.0.2")
+	devA, _ := roce.OpenLink(la, roce.Options{Addrs: []netip.Addr{ipA},
+		Neighbours: map[netip.Addr]net.HardwareAddr{ipB: lb.HardwareAddr()}})
+	defer devA.Close()
+	devB, _ := roce.OpenLink(lb, roce.Options{Addrs: []netip.Addr{ipB},
+		Neighbours: map[netip.Addr]net.HardwareAddr{ipA: la.HardwareAddr()}})
+	defer devB.Close()
+	events, _ := devA.SubscribeEvents(16)
+	defer events.Close()
+	ctx := context.Background()
+
+	type conn struct {
+		cq *roce.CQ
+		qp *roce.QP
+		mr *roce.MR
+	}
+	mk := func(d *roce.Device) conn {
+		pd, _ := d.AllocPD()
+		cq, _ := d.CreateCQ(64)
+		qp, _ := pd.CreateQP(&roce.QPInitAttr{Type: roce.RC, SendCQ: cq, RecvCQ: cq})
+		mr, _ := pd.RegisterMR(make([]byte, 4096), roce.AccessLocalWrite|roce.AccessRemoteWrite)
+		return conn{cq, qp, mr}
+	}
+	const conns, msgs = 4, 10
+	results := make([]string, conns)
+	var wg sync.WaitGroup
+	for i := 0; i < conns; i++ {
+		a, b := mk(devA), mk(devB)
+		a.qp.Connect(ctx, &roce.ConnectAttr{RemoteQPN: b.qp.QPN(), RemoteAddr: ipB})
+		b.qp.Connect(ctx, &roce.ConnectAttr{RemoteQPN: a.qp.QPN(), RemoteAddr: ipA})
+		wg.Add(1)
+		go func() { // this connection's goroutine: WRITEs, each waited for
+			defer wg.Done()
+			var wc [1]roce.WorkCompletion
+			done := 0
+			for j := 0; j < msgs; j++ {
+				a.qp.PostSend(&roce.SendWR{ID: uint64(j), Opcode: roce.WRRDMAWrite, Flags: roce.SendSignaled,
+					SGL: []roce.SGE{a.mr.SGE(0, 64)}, RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()})
+				for a.cq.Poll(wc[:]) == 0 {
+					if err := a.cq.WaitDeadline(time.Now().Add(5 * time.Second)); err != nil {
+						results[i] = err.Error()
+						return
+					}
+				}
+				if wc[0].Status == roce.WCSuccess && wc[0].QPN == a.qp.QPN() {
+					done++
+				}
+			}
+			results[i] = fmt.Sprintf("connection %d: %d writes completed", i, done)
+		}()
+	}
+	wg.Wait()
+	for _, r := range results {
+		fmt.Println(r)
+	}
+	select {
+	case ev := <-events.C():
+		fmt.Println("event:", ev)
+	default:
+		fmt.Println("no connection failed")
+	}
+	// Output:
+	// connection 0: 10 writes completed
+	// connection 1: 10 writes completed
+	// connection 2: 10 writes completed
+	// connection 3: 10 writes completed
+	// no connection failed
+}
+
+// A receive server that hands zero-copy frames to a worker goroutine, which
+// releases each one when done with it: the release posts the buffer again.
+func ExampleRecvSlab_Frame() {
+	la, lb := memlink.Pair(faultnet.Config{}, faultnet.Config{})
+	ipA, ipB := netip.MustParseAddr("10.0.0.1"), netip.MustParseAddr("10.0.0.2")
+	devA, _ := roce.OpenLink(la, roce.Options{Addrs: []netip.Addr{ipA},
+		Neighbours: map[netip.Addr]net.HardwareAddr{ipB: lb.HardwareAddr()}})
+	defer devA.Close()
+	devB, _ := roce.OpenLink(lb, roce.Options{Addrs: []netip.Addr{ipB}})
+	defer devB.Close()
+	ctx := context.Background()
+
+	pdB, _ := devB.AllocPD()
+	cqB, _ := devB.CreateCQ(64)
+	server, _ := pdB.CreateQP(&roce.QPInitAttr{Type: roce.UD, SendCQ: cqB, RecvCQ: cqB})
+	server.Connect(ctx, &roce.ConnectAttr{QKey: 0x11})
+	slab, _ := pdB.NewRecvSlab(server, 2, 1024) // two buffers, reused for every datagram
+
+	pdA, _ := devA.AllocPD()
+	cqA, _ := devA.CreateCQ(64)
+	client, _ := pdA.CreateQP(&roce.QPInitAttr{Type: roce.UD, SendCQ: cqA, RecvCQ: cqA})
+	client.Connect(ctx, &roce.ConnectAttr{QKey: 0x11})
+	gidB, _ := devB.GID(1)
+	ah, _ := pdA.CreateAH(ctx, roce.AddressVector{DGID: gidB})
+
+	frames := make(chan roce.Frame)
+	done := make(chan struct{})
+	go func() { // the worker: reads each frame in place, then releases it
+		for f := range frames {
+			fmt.Printf("%s (%d bytes)\n", f.Bytes(), f.Len())
+			if err := f.Release(); err != nil {
+				fmt.Println(err)
+			}
+		}
+		close(done)
+	}()
+	var wc [1]roce.WorkCompletion
+	for _, msg := range []string{"one", "two", "three", "four"} {
+		client.PostSend(&roce.SendWR{Opcode: roce.WRSend, Flags: roce.SendInline, Inline: []byte(msg),
+			AH: ah, RemoteQPN: server.QPN(), RemoteQKey: 0x11})
+		for cqB.Poll(wc[:]) == 0 {
+			cqB.Wait(ctx)
+		}
+		f, err := slab.Frame(&wc[0])
+		if err != nil {
+			fmt.Println(err)
+			continue
+		}
+		frames <- f
+	}
+	close(frames)
+	<-done
+	// Output:
+	// one (3 bytes)
+	// two (3 bytes)
+	// three (5 bytes)
+	// four (4 bytes)
 }
 
 // The GID table of a device: the default GID from the MAC, then the addresses.

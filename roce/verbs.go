@@ -128,11 +128,24 @@ func (mr *MR) Close() error {
 
 // CQ is a completion queue (ibv_cq). Completions are added by the device's
 // goroutines; Poll takes them, Wait blocks until there are some.
+//
+// Every method is safe for concurrent use, and any number of goroutines may
+// Poll and Wait at once: each added completion wakes at most one parked
+// waiter (the longest waiting), so waiters never stampede, and a waiter that
+// finds its completion taken by another goroutine parks again. A waiter is
+// told that completions exist, not given them: after Wait returns nil, Poll,
+// and Wait again if Poll returns 0. When several goroutines each need their
+// own connection's completions, give each connection its own CQ (or one
+// goroutine that polls and dispatches).
 type CQ struct {
 	d     *Device
 	cq    *qp.CQ
 	ready chan struct{}
 	avail atomic.Int64
+	// waiters parks goroutines in Wait; spinning admits one spinner.
+	waiters  waitQueue
+	spinning atomic.Bool
+	closed   atomic.Bool
 }
 
 // CreateCQ creates a completion queue with room for cqe entries.
@@ -147,9 +160,14 @@ func (d *Device) CreateCQ(cqe int) (*CQ, error) {
 	}
 	d.res.CQ++
 	cq := &CQ{d: d, cq: c, ready: make(chan struct{}, 1)}
-	// Runs under d.mu on the completion path: must not block.
+	c.SetContext(cq)
+	// Runs under d.mu on the completion path: must not block or allocate.
+	// avail is raised before the waiter queue is looked at, and a waiter
+	// queues itself before it looks at avail, so one of the two sees the
+	// other: no wake-up is lost.
 	c.Notify = func() {
 		cq.avail.Add(1)
+		cq.waiters.wakeOne()
 		select {
 		case cq.ready <- struct{}{}:
 		default:
@@ -167,8 +185,8 @@ func (cq *CQ) Poll(wc []WorkCompletion) int {
 	d := cq.d
 	d.mu.Lock()
 	n := cq.cq.Poll(wc)
-	d.mu.Unlock()
 	cq.avail.Add(int64(-n))
+	d.mu.Unlock()
 	for i := range wc[:n] {
 		switch wc[i].Status {
 		case qp.WCRetryExcErr:
@@ -186,44 +204,83 @@ func (cq *CQ) Len() int { return int(cq.avail.Load()) }
 // Ready returns a channel that receives a value after completions were added
 // (for select loops over several CQs). One value may stand for many
 // completions, and a value may be stale: after a receive, Poll until it
-// returns 0. Do not mix it with Wait on the same CQ from two goroutines.
+// returns 0. Ready may be used alongside Wait and from several goroutines,
+// but a value goes to one receiver only: a goroutine that receives it must
+// Poll the CQ empty (taking the completions of others with it), so Ready
+// suits one dispatching goroutine per CQ; goroutines that each wait for
+// their own turn use Wait.
 func (cq *CQ) Ready() <-chan struct{} { return cq.ready }
 
 // Wait blocks until the CQ holds a completion, ctx ends (its error is
-// returned) or the device closes (ErrClosed). It polls for CQSpin first,
-// which keeps latency low for ping-pong traffic, then parks.
+// returned), the CQ or the device closes (ErrClosed). The first goroutine to
+// wait polls for CQSpin before it parks, which keeps latency low for
+// ping-pong traffic; others park at once. Wait allocates nothing.
 func (cq *CQ) Wait(ctx context.Context) error {
+	return cq.wait(ctx, time.Time{})
+}
+
+// WaitDeadline is Wait bounded by an absolute deadline instead of a context
+// (os.ErrDeadlineExceeded when it passes; a zero deadline waits forever). It
+// suits net.Conn-style SetReadDeadline code: no context per call, and no
+// allocation.
+func (cq *CQ) WaitDeadline(deadline time.Time) error {
+	return cq.wait(context.Background(), deadline)
+}
+
+// wait waits for progress on the CQ, bounded by ctx and deadline (either
+// may be unbounded): the single waiting path of the CQ (see Device.park).
+func (cq *CQ) wait(ctx context.Context, deadline time.Time) error {
 	if cq.avail.Load() > 0 {
 		return nil
 	}
-	if spin := cq.d.cqSpin; spin > 0 {
-		deadline := time.Now().Add(spin)
-		for i := 0; ; i++ {
+	if cq.closed.Load() || cq.d.closed.Load() {
+		return ErrClosed
+	}
+	// Spinning pays off for one latency-bound waiter; a second spinner on
+	// two CPUs would only steal the cycles the device needs.
+	if spin := cq.d.cqSpin; spin > 0 && cq.spinning.CompareAndSwap(false, true) {
+		ok := cq.spin(spin)
+		cq.spinning.Store(false)
+		if ok {
+			return nil
+		}
+	}
+	w := getWaiter()
+	defer putWaiter(w)
+	for {
+		cq.waiters.enqueue(w)
+		if cq.avail.Load() > 0 || cq.closed.Load() {
+			cq.waiters.remove(w)
+		} else if err := cq.d.park(ctx, w, deadline); err != nil {
+			cq.waiters.remove(w)
+			// A completion that arrived meanwhile wins over the
+			// error, so a wake-up meant for this waiter is not lost.
 			if cq.avail.Load() > 0 {
 				return nil
 			}
-			if i&15 == 15 {
-				if time.Now().After(deadline) {
-					break
-				}
-				runtime.Gosched()
-			}
+			return err
 		}
-	}
-	done := ctx.Done()
-	for {
 		if cq.avail.Load() > 0 {
 			return nil
 		}
-		select {
-		case <-cq.ready:
-		case <-done:
-			if cq.avail.Load() > 0 {
-				return nil
-			}
-			return ctx.Err()
-		case <-cq.d.ctx.Done():
+		if cq.closed.Load() {
 			return ErrClosed
+		}
+		// Another goroutine polled the completion first: park again.
+	}
+}
+
+func (cq *CQ) spin(spin time.Duration) bool {
+	deadline := time.Now().Add(spin)
+	for i := 0; ; i++ {
+		if cq.avail.Load() > 0 {
+			return true
+		}
+		if i&15 == 15 {
+			if time.Now().After(deadline) {
+				return false
+			}
+			runtime.Gosched()
 		}
 	}
 }
@@ -260,13 +317,19 @@ func (cq *CQ) Close() error {
 		return err
 	}
 	defer cq.d.mu.Unlock()
-	return cq.d.res.released(&cq.d.res.CQ, cq.cq.Close())
+	if err := cq.d.res.released(&cq.d.res.CQ, cq.cq.Close()); err != nil {
+		return err
+	}
+	cq.closed.Store(true)
+	cq.waiters.wakeAll()
+	return nil
 }
 
 // SRQ is a shared receive queue (ibv_srq).
 type SRQ struct {
-	d   *Device
-	srq *qp.SRQ
+	d     *Device
+	srq   *qp.SRQ
+	limit chan struct{} // one value when the armed limit is reached
 }
 
 // CreateSRQ creates a shared receive queue.
@@ -280,7 +343,9 @@ func (pd *PD) CreateSRQ(attr SRQAttr) (*SRQ, error) {
 		return nil, err
 	}
 	pd.d.res.SRQ++
-	return &SRQ{d: pd.d, srq: s}, nil
+	rs := &SRQ{d: pd.d, srq: s, limit: make(chan struct{}, 1)}
+	s.SetContext(rs)
+	return rs, nil
 }
 
 // PostRecv posts a receive work request.
@@ -292,6 +357,55 @@ func (s *SRQ) PostRecv(wr *RecvWR) error {
 	s.d.mu.Unlock()
 	return err
 }
+
+// PostRecvBatch posts several receive work requests under one lock. It
+// returns how many were posted; on error wrs[n] failed.
+func (s *SRQ) PostRecvBatch(wrs []RecvWR) (int, error) {
+	if err := s.d.lock(); err != nil {
+		return 0, err
+	}
+	defer s.d.mu.Unlock()
+	for i := range wrs {
+		if err := s.srq.PostRecv(&wrs[i]); err != nil {
+			return i, err
+		}
+	}
+	return len(wrs), nil
+}
+
+// Len returns the number of posted receives not yet taken.
+func (s *SRQ) Len() int {
+	s.d.mu.Lock()
+	defer s.d.mu.Unlock()
+	return s.srq.Len()
+}
+
+// ArmLimit arms the SRQ limit (ibv_modify_srq with IBV_SRQ_LIMIT): when a
+// receive is taken and fewer than n remain posted, EventSRQLimitReached is
+// raised once (to subscribers and on LimitReached) and the limit disarms,
+// as in the verbs specification; re-arm it after reposting. n = 0 disarms;
+// n larger than the SRQ is qp.ErrInvalidArgument.
+func (s *SRQ) ArmLimit(n int) error {
+	if err := s.d.lock(); err != nil {
+		return err
+	}
+	defer s.d.mu.Unlock()
+	if err := s.srq.ArmLimit(n); err != nil {
+		return fmt.Errorf("roce: SRQ limit %d: %w", n, err)
+	}
+	return nil
+}
+
+// Limit returns the armed limit (0 when disarmed or after it fired).
+func (s *SRQ) Limit() int {
+	s.d.mu.Lock()
+	defer s.d.mu.Unlock()
+	return s.srq.Limit()
+}
+
+// LimitReached returns a channel that receives a value when the armed limit
+// is reached (one value may stand for several firings if nobody received).
+func (s *SRQ) LimitReached() <-chan struct{} { return s.limit }
 
 // Close destroys the SRQ.
 func (s *SRQ) Close() error {
@@ -390,6 +504,10 @@ type QP struct {
 	qpn uint32
 	typ QPType
 	wr  qp.SendWR // scratch for PostSend, used under d.mu
+	// Failure (events.go): failed is closed and err set when the device
+	// moves the QP to the error state.
+	failed atomic.Pointer[chan struct{}]
+	err    atomic.Pointer[qp.QPError]
 }
 
 // CreateQP creates a queue pair in the RESET state. Zero capacities get
@@ -431,7 +549,11 @@ func (pd *PD) CreateQP(attr *QPInitAttr) (*QP, error) {
 		return nil, fmt.Errorf("roce: create %v QP: %w", attr.Type, err)
 	}
 	d.res.QP++
-	return &QP{d: d, q: q, qpn: q.QPN(), typ: attr.Type}, nil
+	rq := &QP{d: d, q: q, qpn: q.QPN(), typ: attr.Type}
+	failed := make(chan struct{})
+	rq.failed.Store(&failed)
+	q.SetContext(rq)
+	return rq, nil
 }
 
 // QPN returns the queue pair number.
@@ -491,6 +613,9 @@ func (q *QP) Modify(ctx context.Context, attr *QPAttr, mask AttrMask) error {
 		return err
 	}
 	err := q.q.Modify(&a, mask)
+	if err == nil && mask&AttrState != 0 && a.State == StateReset {
+		q.rearm()
+	}
 	d.mu.Unlock()
 	if err != nil {
 		return fmt.Errorf("roce: modify QP %d: %w", q.qpn, err)
@@ -595,6 +720,22 @@ func (q *QP) PostRecv(wr *RecvWR) error {
 	// A receive may satisfy an RNR-waiting peer only when it retries, but a
 	// UC/RC responder may also have queued an ACK: nothing to send here.
 	return nil
+}
+
+// PostRecvBatch posts several receive work requests under one lock. It
+// returns how many were posted; on error wrs[n] failed.
+func (q *QP) PostRecvBatch(wrs []RecvWR) (int, error) {
+	d := q.d
+	if err := d.lock(); err != nil {
+		return 0, err
+	}
+	defer d.mu.Unlock()
+	for i := range wrs {
+		if err := q.q.PostRecv(&wrs[i]); err != nil {
+			return i, fmt.Errorf("roce: post receive on QP %d: %w", q.qpn, err)
+		}
+	}
+	return len(wrs), nil
 }
 
 // Close destroys the QP (ibv_destroy_qp); outstanding work requests are
