@@ -150,23 +150,37 @@ func (c *Conn) Done() <-chan struct{} { return c.st.closed }
 
 // Err returns why the connection ended: a *mad.RejectError for a REJ,
 // ErrTimeout, ErrDisconnected (a DREQ; "by the peer" when it sent it),
-// ErrClosed; nil while it is healthy.
+// ErrClosed, or the *roce.QPError of a QP that failed on its own (errors.Is
+// roce.ErrQPFailed: retries exhausted, a NAK); nil while it is healthy.
 func (c *Conn) Err() error {
 	c.a.mu.Lock()
 	defer c.a.mu.Unlock()
 	return c.st.err
 }
 
-// qpFatal ends the connection because its QP failed.
-//
-// HOOK(qp-fatal): the single place where a QP-fatal event (the QP entering
-// the error state on its own: retries exhausted, a remote access error)
-// is to be reported once package roce delivers it; Err then returns err
-// and Done is closed. Nothing calls it yet.
+// qpFatal ends the connection because its QP failed: Err then returns err
+// and Done is closed.
 func (c *Conn) qpFatal(err error) {
 	c.a.mu.Lock()
 	c.st.end(err)
 	c.a.mu.Unlock()
+}
+
+// watchQP reports the QP entering the error state on its own (retries or RNR
+// retries exhausted, a NAK, a local protection error) as the end of the
+// connection, so Err returns the *roce.QPError (errors.Is ErrQPFailed) and
+// Done is closed, as an rdma_cm user learns it from IBV_EVENT_QP_FATAL. The
+// goroutine ends with the connection or the device.
+func (c *Conn) watchQP() {
+	failed, ended, devDone := c.qp.Failed(), c.st.closed, c.a.dev.Done()
+	go func() {
+		select {
+		case <-failed:
+			c.qpFatal(fmt.Errorf("cm: connection to %v: %w", c.remote, c.qp.Err()))
+		case <-ended:
+		case <-devDone:
+		}
+	}()
 }
 
 // Disconnect sends a DREQ and waits for the DREP (or the CM's retries to
@@ -501,6 +515,7 @@ func (c *Conn) awaitReply(ctx context.Context, p *dialPlan) (*Conn, error) {
 				c.forget()
 				return c.fail(errors.Join(qerr, err))
 			}
+			c.watchQP()
 			return c, nil
 		case EventRejected, EventTimeout:
 			c.forget()
