@@ -20,6 +20,7 @@ import (
 	"github.com/goroce/goroce/ib"
 	"github.com/goroce/goroce/internal/netnstest"
 	"github.com/goroce/goroce/roce"
+	"github.com/goroce/goroce/roce/netdev"
 )
 
 // envRocectl makes the test binary run "rocectl <args>" (the arguments as a
@@ -308,9 +309,9 @@ func pingpongMain(cfgJSON string) {
 	if err := json.Unmarshal([]byte(cfgJSON), &c); err != nil {
 		fail(err)
 	}
-	kind := roce.LinkUDP
+	kind := netdev.LinkUDP
 	if c.Link == "xdp" {
-		kind = roce.LinkXDP
+		kind = netdev.LinkXDP
 	}
 	mtu, ok := ib.MTUFromBytes(c.MTU)
 	if !ok {
@@ -319,7 +320,7 @@ func pingpongMain(cfgJSON string) {
 	ctx, cancel := context.WithTimeout(context.Background(), caseTimeout)
 	defer cancel()
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	dev, err := roce.Open(ctx, c.Ifname, roce.Options{Link: kind, Logger: logger})
+	dev, err := netdev.Open(ctx, c.Ifname, netdev.Options{Link: kind, Device: roce.Options{Logger: logger}})
 	if err != nil {
 		fail(err)
 	}

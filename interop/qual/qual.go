@@ -24,6 +24,7 @@ import (
 	"github.com/goroce/goroce/internal/perftest"
 	"github.com/goroce/goroce/interop/rxelab"
 	"github.com/goroce/goroce/roce"
+	"github.com/goroce/goroce/roce/netdev"
 )
 
 // SharedDevice is the goroce device on rxeh0, opened once.
@@ -70,7 +71,7 @@ func Setup(t *testing.T) *Env {
 		logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 		Shared.err = lab.InPeerNS(func() error {
 			var err error
-			Shared.dev, err = roce.Open(ctx, lab.PeerIf, roce.Options{Link: roce.LinkXDP, Logger: logger, Capture: Shared.Capture})
+			Shared.dev, err = netdev.Open(ctx, lab.PeerIf, netdev.Options{Link: netdev.LinkXDP, Device: roce.Options{Logger: logger, Capture: Shared.Capture}})
 			return err
 		})
 	})
