@@ -1,7 +1,7 @@
 // Copyright The goroce Authors.
 // SPDX-License-Identifier: Apache-2.0
 
-package perfcmd
+package perfrun
 
 import (
 	"context"
@@ -64,7 +64,7 @@ func (o OOB) connect(ctx context.Context) (net.Conn, error) {
 		}
 	}
 	if o.Dial == nil {
-		return nil, errors.New("perfcmd: neither listener nor dialer")
+		return nil, errors.New("perfrun: neither listener nor dialer")
 	}
 	return o.Dial(ctx)
 }
