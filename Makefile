@@ -7,10 +7,11 @@ TIMEOUT   ?= 60m
 # compete with the rest for the two cores.
 UNIT_PKGS  = $$($(GO) list ./... | grep -v /interop)
 INTEROP_PKGS = $$($(GO) list ./interop/... 2>/dev/null)
-# The unit tests that run a second time under the race detector: the device core, the connection
-# manager and the protocols above it, where the concurrency is (AllocsPerRun guards and timing
-# figures are only meaningful in the first, uninstrumented run).
+# The unit tests that run a second time under the race detector: the device core, its links and
+# the connection manager, where the concurrency is. -short trims the engine's soak and multi-MiB
+# lossy runs: the first run covers them, and instrumented they alone take minutes.
 RACE_PKGS  = ./ib/... ./qp/... ./roce/... ./cm/...
+RACE       = $(GO) test -race -short -count=1 -timeout $(TIMEOUT) $(RACE_PKGS)
 
 .PHONY: all build test unit race interop bench fuzz lint lint-fast fmt demo clean
 
@@ -23,7 +24,7 @@ build:
 test: build
 	$(GO) vet ./...
 	$(GO) test -count=1 -timeout $(TIMEOUT) $(UNIT_PKGS)
-	$(GO) test -race -count=1 -timeout $(TIMEOUT) $(RACE_PKGS)
+	$(RACE)
 	@if [ -n "$(INTEROP_PKGS)" ]; then $(GO) test -count=1 -timeout $(TIMEOUT) -v $(INTEROP_PKGS); fi
 
 unit:
@@ -31,7 +32,7 @@ unit:
 
 ## race: the core's unit tests under the race detector.
 race:
-	$(GO) test -race -count=1 -timeout $(TIMEOUT) $(RACE_PKGS)
+	$(RACE)
 
 ## interop: only the tests against real rdma_rxe peers in qemu guests.
 interop:
