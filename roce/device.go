@@ -17,9 +17,9 @@ import (
 	"github.com/goroce/goroce/roce/link"
 )
 
-// Options configure a Device. The zero value is right for OpenLink over a
-// memory link; package netdev fills in Interface when it opens a device on a
-// network interface.
+// Options configure a Device. Every field has a working zero value; package
+// netdev fills in Interface and Fallback when it opens a device on a network
+// interface.
 type Options struct {
 	// Port is the UDP destination port of every sent packet (default
 	// 4791); package netdev also binds the kernel UDP link to it. Only

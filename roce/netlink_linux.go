@@ -20,7 +20,6 @@ import (
 type netlinkWatch struct {
 	ifname  string
 	ifindex int
-	mtu     int
 	ns      netns.NsHandle
 	h       *netlink.Handle
 	// Sockets opened in the namespace to provoke neighbour resolution by
@@ -52,7 +51,6 @@ func openNetlink(ifname string) (_ *netlinkWatch, err error) {
 		return nil, fmt.Errorf("roce: interface %q: %w", ifname, err)
 	}
 	w.ifindex = l.Attrs().Index
-	w.mtu = l.Attrs().MTU
 	if fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC|unix.SOCK_NONBLOCK, 0); err == nil {
 		w.sock4 = fd
 	}
