@@ -7,22 +7,32 @@ TIMEOUT   ?= 60m
 # compete with the rest for the two cores.
 UNIT_PKGS  = $$($(GO) list ./... | grep -v /interop)
 INTEROP_PKGS = $$($(GO) list ./interop/... 2>/dev/null)
+# The unit tests run a second time under the race detector, all but the benchmarks' (whose
+# figures the instrumentation would only slow down). -short trims the engine's soak and
+# multi-MiB lossy runs: the first run covers them, and instrumented they alone take minutes.
+RACE_PKGS  = $$($(GO) list ./... | grep -v -e /interop -e '/bench$$')
+RACE       = $(GO) test -race -short -count=1 -timeout $(TIMEOUT) $(RACE_PKGS)
 
-.PHONY: all build test unit interop bench fuzz lint lint-fast fmt demo clean
+.PHONY: all build test unit race interop bench fuzz lint lint-fast fmt demo clean
 
 all: build test
 
 build:
 	$(GO) build ./...
 
-## test: build, vet, every unit and netns test, then the rxe interop suite.
+## test: build, vet, every unit and netns test, again with -race, then the rxe interop suite.
 test: build
 	$(GO) vet ./...
 	$(GO) test -count=1 -timeout $(TIMEOUT) $(UNIT_PKGS)
+	$(RACE)
 	@if [ -n "$(INTEROP_PKGS)" ]; then $(GO) test -count=1 -timeout $(TIMEOUT) -v $(INTEROP_PKGS); fi
 
 unit:
 	$(GO) test -count=1 -timeout $(TIMEOUT) $(UNIT_PKGS)
+
+## race: the unit tests under the race detector.
+race:
+	$(RACE)
 
 ## interop: only the tests against real rdma_rxe peers in qemu guests.
 interop:
@@ -30,7 +40,8 @@ interop:
 
 ## bench: Go benchmarks of every package, then the side-by-side link table (see bench/README.md).
 bench:
-	$(GO) test -run '^$$' -bench . -benchmem $$($(GO) list ./... | grep -v /interop)
+	$(GO) test -run '^$$' -bench . -benchmem $(UNIT_PKGS)
+	$(GO) test ./bench -run '^TestLinkTable$$' -count=1 -v -args -linkbench.duration=3s
 
 ## fuzz: every Fuzz target in the tree for FUZZTIME each.
 fuzz:

@@ -16,10 +16,11 @@ import (
 	"strings"
 	"time"
 
-	"github.com/goroce/goroce/cmd/rocectl/perfcmd"
 	"github.com/goroce/goroce/ib"
 	"github.com/goroce/goroce/internal/netnstest"
+	"github.com/goroce/goroce/internal/perftest/perfrun"
 	"github.com/goroce/goroce/roce"
+	"github.com/goroce/goroce/roce/netdev"
 )
 
 // envRocectl makes the test binary run "rocectl <args>" (the arguments as a
@@ -39,7 +40,7 @@ func rocectlMain(argsJSON string) {
 	}
 	switch args[0] {
 	case "perf":
-		os.Exit(perfcmd.RunPerf(args[1:], os.Stdout, os.Stderr))
+		os.Exit(perfrun.RunPerf(args[1:], os.Stdout, os.Stderr))
 	}
 	fmt.Fprintf(os.Stderr, "unknown command %q\n", args[0])
 	os.Exit(2)
@@ -282,7 +283,7 @@ func parseSockperf(out []byte) (sockperfResult, error) {
 	return res, nil
 }
 
-// envPingpong makes the test binary run one end of perfcmd.Pingpong (the
+// envPingpong makes the test binary run one end of perfrun.Pingpong (the
 // code behind "rocectl pingpong") with the pingpongRole in it (JSON) and
 // print the result as JSON: the rocectl command prints no count of the
 // messages whose bytes it checked, and this case exists to check them.
@@ -308,9 +309,9 @@ func pingpongMain(cfgJSON string) {
 	if err := json.Unmarshal([]byte(cfgJSON), &c); err != nil {
 		fail(err)
 	}
-	kind := roce.LinkUDP
+	kind := netdev.LinkUDP
 	if c.Link == "xdp" {
-		kind = roce.LinkXDP
+		kind = netdev.LinkXDP
 	}
 	mtu, ok := ib.MTUFromBytes(c.MTU)
 	if !ok {
@@ -319,21 +320,21 @@ func pingpongMain(cfgJSON string) {
 	ctx, cancel := context.WithTimeout(context.Background(), caseTimeout)
 	defer cancel()
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	dev, err := roce.Open(ctx, c.Ifname, roce.Options{Link: kind, Logger: logger})
+	dev, err := netdev.Open(ctx, c.Ifname, netdev.Options{Link: kind, Device: roce.Options{Logger: logger}})
 	if err != nil {
 		fail(err)
 	}
 	defer dev.Close()
-	var oob perfcmd.OOB
+	var oob perfrun.OOB
 	if c.Server != "" {
-		oob.Dial = perfcmd.DialRetry(net.JoinHostPort(c.Server, strconv.Itoa(perfcmd.DefaultPort)), 0)
+		oob.Dial = perfrun.DialRetry(net.JoinHostPort(c.Server, strconv.Itoa(perfrun.DefaultPort)), 0)
 	} else {
-		if oob.Listener, err = perfcmd.ListenOOB(perfcmd.DefaultPort); err != nil {
+		if oob.Listener, err = perfrun.ListenOOB(perfrun.DefaultPort); err != nil {
 			fail(err)
 		}
 		defer oob.Listener.Close()
 	}
-	r, err := perfcmd.Pingpong(ctx, dev, oob, perfcmd.PingpongConfig{Type: roce.RC, Size: c.Size, Iters: c.Iters, MTU: mtu, GIDIndex: -1}, io.Discard)
+	r, err := perfrun.Pingpong(ctx, dev, oob, perfrun.PingpongConfig{Type: roce.RC, Size: c.Size, Iters: c.Iters, MTU: mtu, GIDIndex: -1}, io.Discard)
 	if err != nil {
 		fail(err)
 	}
@@ -359,7 +360,7 @@ func pingpongCheck(ctx context.Context, p *netnstest.Pair, linkKind string, size
 		return cmd
 	}
 	c := pingpongRole{Ifname: p.VethB.Name, Link: linkKind, Size: size, Iters: iters, MTU: roceMTU}
-	srv, err := startServer(ctx, p.B, cmd(c), perfcmd.DefaultPort)
+	srv, err := startServer(ctx, p.B, cmd(c), perfrun.DefaultPort)
 	if err != nil {
 		return client, server, fmt.Errorf("server: %w", err)
 	}

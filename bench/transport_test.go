@@ -17,8 +17,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/goroce/goroce/cmd/rocectl/perfcmd"
 	"github.com/goroce/goroce/internal/netnstest"
+	"github.com/goroce/goroce/internal/perftest/perfrun"
 	"github.com/goroce/goroce/roce/link"
 )
 
@@ -66,7 +66,7 @@ const (
 
 // perfRun is both ends' results of one rocectl perf test.
 type perfRun struct {
-	client, server perfcmd.PerfResult
+	client, server perfrun.PerfResult
 }
 
 // rocectlPerf runs "rocectl perf <test>" with the server in B and the
@@ -78,7 +78,7 @@ func rocectlPerf(ctx context.Context, p *netnstest.Pair, test, linkKind string, 
 		a := []string{"perf", test, "-d", ifname, "--link", linkKind, "--json", "--timeout", caseTimeout.String()}
 		return append(a, extra...)
 	}
-	srv, err := startServer(ctx, p.B, rocectlCmd(ctx, args(p.VethB.Name)...), perfcmd.DefaultPort)
+	srv, err := startServer(ctx, p.B, rocectlCmd(ctx, args(p.VethB.Name)...), perfrun.DefaultPort)
 	if err != nil {
 		return r, fmt.Errorf("server: %w", err)
 	}
@@ -288,7 +288,7 @@ func TestTransportTable(t *testing.T) {
 			if err != nil {
 				return nil, err
 			}
-			for _, e := range []perfcmd.PerfResult{r.client, r.server} {
+			for _, e := range []perfrun.PerfResult{r.client, r.server} {
 				if e.Lat == nil || e.Lat.Typical <= 0 || e.Lat.Avg <= 0 || e.Iters != uint64(plan.latIters) || e.Size != latSize {
 					return nil, fmt.Errorf("%s: no latency figure: %+v", e.Role, e)
 				}

@@ -15,7 +15,7 @@ import (
 // Connect to an rdma_cm server (rping -s, rstream, ...) on port 7174 and
 // get an RC QP in RTS.
 func ExampleDial() {
-	var dev *roce.Device // from roce.Open(ctx, "eth0", roce.Options{})
+	var dev *roce.Device // from netdev.Open(ctx, "eth0", netdev.Options{})
 	if dev == nil {
 		return
 	}

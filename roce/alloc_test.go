@@ -160,8 +160,8 @@ func TestAllocsUDPLink(t *testing.T) {
 func TestAllocsXDP(t *testing.T) {
 	netnstest.RequireCaps(t, unix.CAP_NET_RAW, unix.CAP_NET_ADMIN, unix.CAP_BPF)
 	p := readyPair(t, 1500)
-	da := openIn(t, p.VethA, Options{Link: LinkXDP})
-	db := openIn(t, p.VethB, Options{Link: LinkXDP})
+	da := openIn(t, p.VethA, xdpLink, Options{})
+	db := openIn(t, p.VethB, xdpLink, Options{})
 	a := newEndpoint(t, da, RC, 8192)
 	b := newEndpoint(t, db, RC, 8192)
 	connect(t, a, b, p.VethA.Addr.Addr(), p.VethB.Addr.Addr(), ConnectAttr{})

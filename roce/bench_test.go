@@ -62,8 +62,8 @@ func BenchmarkWriteXDPVeth(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
-	da := openIn(b, p.VethA, Options{Link: LinkXDP})
-	db := openIn(b, p.VethB, Options{Link: LinkXDP})
+	da := openIn(b, p.VethA, xdpLink, Options{})
+	db := openIn(b, p.VethB, xdpLink, Options{})
 	x := newEndpoint(b, da, RC, 1<<16)
 	y := newEndpoint(b, db, RC, 1<<16)
 	connect(b, x, y, p.VethA.Addr.Addr(), p.VethB.Addr.Addr(), ConnectAttr{})

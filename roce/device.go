@@ -15,57 +15,23 @@ import (
 	"github.com/goroce/goroce/ib"
 	"github.com/goroce/goroce/qp"
 	"github.com/goroce/goroce/roce/link"
-	"github.com/goroce/goroce/roce/link/udplink"
-	"github.com/goroce/goroce/roce/link/xdplink"
 )
 
-// LinkKind selects the packet link Open uses.
-type LinkKind int
-
-const (
-	// LinkAuto tries AF_XDP and falls back to the kernel UDP link.
-	LinkAuto LinkKind = iota
-	// LinkXDP requires AF_XDP; Open fails if it is unavailable.
-	LinkXDP
-	// LinkUDP uses a kernel UDP socket (no root needed).
-	LinkUDP
-)
-
-func (k LinkKind) String() string {
-	switch k {
-	case LinkAuto:
-		return "auto"
-	case LinkXDP:
-		return "xdp"
-	case LinkUDP:
-		return "udp"
-	}
-	return fmt.Sprintf("LinkKind(%d)", int(k))
-}
-
-// Options configure a Device. The zero value is right for Open.
+// Options configure a Device. Every field has a working zero value; package
+// netdev fills in Interface and Fallback when it opens a device on a network
+// interface.
 type Options struct {
-	// Link selects the link Open uses (default: AF_XDP, falling back to UDP).
-	Link LinkKind
-	// XDP tunes the AF_XDP link (queue, frame size, mode). When the
-	// interface MTU does not fit a 4096-byte UMEM frame, Open turns on
-	// Multibuffer itself.
-	XDP xdplink.Options
-	// UDPAddr is the local address the kernel UDP link binds (default: the
-	// interface's first IPv4 address, else its first non-link-local IPv6
-	// address).
-	UDPAddr netip.Addr
-	// Port is the UDP destination port of every sent packet and the port
-	// the UDP link binds (default 4791). Only tests and private deployments
-	// change it.
+	// Port is the UDP destination port of every sent packet (default
+	// 4791); package netdev also binds the kernel UDP link to it. Only
+	// tests and private deployments change it.
 	Port uint16
 
 	// Interface names the network interface whose addresses make the GID
-	// table and whose kernel neighbour table resolves MAC addresses (Open
-	// sets it). With OpenLink and no Interface, the GID table is Addrs and
-	// neighbours come from Neighbours only.
+	// table and whose kernel neighbour table resolves MAC addresses (Linux
+	// only; package netdev sets it). Without Interface, the GID table is
+	// Addrs and neighbours come from Neighbours only.
 	Interface string
-	// Addrs are static IP addresses for the GID table (OpenLink without
+	// Addrs are static IP addresses for the GID table (without
 	// Interface).
 	Addrs []netip.Addr
 	// Neighbours are static IP → MAC entries consulted before the kernel
@@ -83,17 +49,21 @@ type Options struct {
 	TxBatch int
 	// CQSpin is how long CQ.Wait polls before it parks (default 20µs).
 	CQSpin time.Duration
+	// Fallback, if set, says why the link is not the one the caller asked
+	// for first (package netdev: why AF_XDP was not used). The device only
+	// reports it, in Info().Fallback.
+	Fallback string
 }
 
 // DeviceInfo describes an open device.
 type DeviceInfo struct {
-	Name         string // interface name, or the link's name
+	Name         string // Options.Interface, or the link's name
 	Link         link.Info
 	HardwareAddr net.HardwareAddr
 	NodeGUID     uint64 // EUI-64 of the MAC, as rxe
 	NetdevMTU    int    // IP MTU of the link
-	// Fallback says why AF_XDP was not used when Open fell back to the
-	// kernel UDP link ("" when it was not asked to fall back).
+	// Fallback is Options.Fallback: why AF_XDP was not used when
+	// netdev.Open fell back to the kernel UDP link ("" otherwise).
 	Fallback string
 	// LastSendError is a recent reason the link refused a frame (recorded
 	// when send_err reaches a power of two), or "".
@@ -201,89 +171,12 @@ type monoClock struct{ start time.Time }
 
 func (c monoClock) Now() time.Duration { return time.Since(c.start) }
 
-// Open opens a device on interface ifname: AF_XDP by default, the kernel UDP
-// link with Options.Link = LinkUDP or when AF_XDP is unavailable (the reason
-// is logged and reported in Info().Fallback). It must be called from a thread
-// in the interface's network namespace (it binds its netlink watchers there);
-// the Device may then be used from anywhere. ctx bounds the setup.
-func Open(ctx context.Context, ifname string, opts Options) (*Device, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	nl, err := openNetlink(ifname)
-	if err != nil {
-		return nil, err
-	}
-	ok := false
-	defer func() {
-		if !ok {
-			nl.Close()
-		}
-	}()
-	log := opts.Logger
-	if log == nil {
-		log = slog.Default()
-	}
-	var l link.Link
-	fallback := ""
-	if opts.Link == LinkAuto || opts.Link == LinkXDP {
-		xo := opts.XDP
-		if xo.Port == 0 {
-			xo.Port = opts.Port
-		}
-		fs := xo.FrameSize
-		if fs == 0 {
-			fs = 4096
-		}
-		if nl.mtu+link.EthernetSize+link.VLANTagSize > fs-xo.Headroom-256 {
-			xo.Multibuffer = true
-		}
-		xl, err := xdplink.Open(ifname, xo)
-		if err != nil {
-			if opts.Link == LinkXDP {
-				return nil, fmt.Errorf("roce: AF_XDP on %s: %w", ifname, err)
-			}
-			fallback = err.Error()
-			log.Warn("roce: AF_XDP unavailable, falling back to the kernel UDP link", "interface", ifname, "err", err)
-		} else {
-			l = xl
-		}
-	}
-	if l == nil {
-		addr := opts.UDPAddr
-		if !addr.IsValid() {
-			addr = nl.preferredAddr()
-			if !addr.IsValid() {
-				return nil, fmt.Errorf("roce: %s: %w", ifname, ErrNoAddress)
-			}
-		}
-		port := opts.Port
-		if port == 0 {
-			port = ib.RoCEv2Port
-		}
-		ul, err := udplink.Listen(netip.AddrPortFrom(addr, port))
-		if err != nil {
-			return nil, fmt.Errorf("roce: UDP link on %s: %w", ifname, err)
-		}
-		l = ul
-	}
-	opts.Interface = ifname
-	opts.Logger = log
-	d, err := newDevice(l, opts, nl)
-	if err != nil {
-		l.Close()
-		return nil, err
-	}
-	d.info.Fallback = fallback
-	d.info.Name = ifname
-	ok = true
-	return d, nil
-}
-
-// OpenLink opens a device over an already open link (memlink in tests, or a
-// link configured by hand). The device owns the link and closes it. When
-// opts.Interface is set, it must be called from a thread in that interface's
-// network namespace.
+// OpenLink opens a device over an open link: the in-memory pair of package
+// memlink, an AF_XDP socket or a kernel UDP socket (netdev.Open picks one
+// for an interface and calls OpenLink), or any other link.Link. The device
+// owns the link and closes it; if OpenLink fails, the caller still owns it.
+// When opts.Interface is set, it must be called from a thread in that
+// interface's network namespace (it binds its netlink watchers there).
 func OpenLink(l link.Link, opts Options) (*Device, error) {
 	if l == nil {
 		return nil, ErrInvalidConfig
@@ -347,6 +240,10 @@ func newDevice(l link.Link, opts Options, nl *netlinkWatch) (*Device, error) {
 		HardwareAddr: append(net.HardwareAddr(nil), d.mac[:]...),
 		NodeGUID:     eui64(d.mac),
 		NetdevMTU:    mtu,
+		Fallback:     opts.Fallback,
+	}
+	if opts.Interface != "" {
+		d.info.Name = opts.Interface
 	}
 	d.neigh = newNeighbours(opts.Neighbours, nl, d.linfo.Synthetic)
 	d.gids.Store(buildGIDTable(nil, d.mac, opts.Addrs))

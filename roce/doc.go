@@ -4,16 +4,18 @@
 //
 // # Opening a device
 //
-// Open takes over a network interface: by default with AF_XDP (package
-// xdplink: the steering program sends UDP port 4791 to the socket, everything
-// else to the kernel), falling back to a kernel UDP socket (package udplink)
-// when AF_XDP is unavailable or when Options.Link is LinkUDP. The fallback is
-// logged with log/slog and reported in DeviceInfo.Fallback. OpenLink runs a
-// device over any link.Link, such as the in-memory pair of package memlink.
+// A device runs over the link.Link it is given: OpenLink takes an open link
+// and owns it from then on, as gVisor's stack takes its link endpoints and
+// wireguard-go's device its tun.Device and conn.Bind. Package memlink gives
+// an in-memory pair for tests and simulations; package netdev opens a device
+// on a network interface by name (AF_XDP, falling back to a kernel UDP
+// socket). This package imports no link implementation, so it builds on any
+// system and a program that brings its own link does not link eBPF code.
 //
-// The kernel UDP link is bound to one address (Options.UDPAddr, default the
-// interface's first IPv4 address) and so carries one address family; frames
-// from other source GIDs are refused by the link and counted (send_err).
+// Options.Interface ties a device to a network interface (Linux only): its
+// addresses make the GID table and its kernel neighbour table resolves MAC
+// addresses, both followed through netlink. Without it the GID table is
+// Options.Addrs and MAC addresses come from Options.Neighbours.
 //
 // The GID table is built like the kernel's for rxe: index 0 is the default
 // GID fe80::EUI-64(MAC), followed by one RoCEv2 GID per interface address

@@ -14,8 +14,9 @@ import (
 )
 
 // Two devices over an in-memory link: an RC QP pair, one SEND and one RDMA
-// WRITE. On real hardware roce.Open(ctx, "eth0", roce.Options{}) replaces
-// OpenLink, and the peer's QPN, address and keys come over the network.
+// WRITE. On a network interface netdev.Open(ctx, "eth0", netdev.Options{})
+// replaces OpenLink, and the peer's QPN, address and keys come over the
+// network.
 func Example() {
 	la, lb := memlink.Pair(faultnet.Config{}, faultnet.Config{})
 	ipA, ipB := netip.MustParseAddr("10.0.0.1"), netip.MustParseAddr("10.0.0.2")
@@ -259,25 +260,4 @@ func ExampleDevice_GIDs() {
 	// Output:
 	// 0 fe80::ff:fe00:a RoCE v2
 	// 1 ::ffff:192.168.1.1 RoCE v2
-}
-
-// Opening a device on a network interface (AF_XDP, or the kernel UDP link
-// when AF_XDP is unavailable) and describing it. Needs root for AF_XDP.
-func ExampleOpen() {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	dev, err := roce.Open(ctx, "eth0", roce.Options{})
-	if err != nil {
-		fmt.Println(err)
-		return
-	}
-	defer dev.Close()
-	info := dev.Info()
-	fmt.Println("link:", info.Link.Kind, "fallback:", info.Fallback)
-	port := dev.QueryPort()
-	fmt.Println("state:", port.State, "active MTU:", port.ActiveMTU.Bytes())
-	for _, g := range dev.GIDs() {
-		fmt.Println(g.Index, g.GID)
-	}
-	dev.Counters().Each(func(name string, v uint64) { fmt.Println(name, v) })
 }

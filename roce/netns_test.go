@@ -16,6 +16,9 @@ import (
 
 	"github.com/goroce/goroce/ib"
 	"github.com/goroce/goroce/internal/netnstest"
+	"github.com/goroce/goroce/roce/link"
+	"github.com/goroce/goroce/roce/link/udplink"
+	"github.com/goroce/goroce/roce/link/xdplink"
 	"github.com/goroce/goroce/xdp"
 )
 
@@ -30,21 +33,47 @@ func readyPair(t testing.TB, mtu int) *netnstest.Pair {
 	return p
 }
 
-// openIn opens a device on v inside its namespace.
-func openIn(t testing.TB, v *netnstest.Veth, opts Options) *Device {
+// linkKind is the link openIn opens. Choosing one by interface name, with
+// the fallback, is package netdev's and tested there.
+type linkKind int
+
+const (
+	udpLink linkKind = iota
+	xdpLink
+)
+
+// openIn opens a device over a link of the given kind on v, inside its
+// namespace, following v through netlink.
+func openIn(t testing.TB, v *netnstest.Veth, kind linkKind, opts Options) *Device {
 	t.Helper()
 	var d *Device
-	err := v.NS.Do(func() (err error) {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		d, err = Open(ctx, v.Name, opts)
+	err := v.NS.Do(func() error {
+		var l link.Link
+		var err error
+		if kind == xdpLink {
+			ifi, err := net.InterfaceByName(v.Name)
+			if err != nil {
+				return err
+			}
+			// Frames beyond one 4 KiB UMEM chunk need multi-buffer.
+			l, err = xdplink.Open(v.Name, xdplink.Options{Multibuffer: ifi.MTU > 3000})
+			if err != nil {
+				return err
+			}
+		} else if l, err = udplink.Listen(netip.AddrPortFrom(v.Addr.Addr(), ib.RoCEv2Port)); err != nil {
+			return err
+		}
+		opts.Interface = v.Name
+		if d, err = OpenLink(l, opts); err != nil {
+			l.Close()
+		}
 		return err
 	})
 	if err != nil {
-		if opts.Link == LinkXDP && errors.Is(err, xdp.ErrNotSupported) {
+		if kind == xdpLink && errors.Is(err, xdp.ErrNotSupported) {
 			t.Skipf("AF_XDP unavailable on this kernel or machine: %v", err)
 		}
-		t.Fatalf("Open(%s, %v): %v", v.Name, opts.Link, err)
+		t.Fatalf("opening a device on %s: %v", v.Name, err)
 	}
 	t.Cleanup(func() { d.Close() })
 	return d
@@ -64,7 +93,7 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 
 func TestNetnsGIDTable(t *testing.T) {
 	p := readyPair(t, 1500)
-	d := openIn(t, p.VethA, Options{Link: LinkUDP})
+	d := openIn(t, p.VethA, udpLink, Options{})
 	var mac [6]byte
 	copy(mac[:], p.VethA.HardwareAddr)
 	g0, err := d.GID(0)
@@ -135,28 +164,6 @@ func prefixNet(p netip.Prefix) *net.IPNet {
 	return &net.IPNet{IP: net.IP(p.Addr().AsSlice()), Mask: net.CIDRMask(p.Bits(), bits)}
 }
 
-func TestNetnsNoAddress(t *testing.T) {
-	a, b := netnstest.New(t), netnstest.New(t)
-	v, _ := netnstest.NewVeth(t, a, b, netnstest.VethConfig{})
-	err := v.NS.Do(func() error {
-		d, err := Open(context.Background(), v.Name, Options{Link: LinkUDP})
-		if err == nil {
-			d.Close()
-		}
-		return err
-	})
-	if !errors.Is(err, ErrNoAddress) {
-		t.Fatalf("UDP link on an interface without addresses: %v, want ErrNoAddress", err)
-	}
-	err = v.NS.Do(func() error {
-		_, err := Open(context.Background(), "nosuchif0", Options{Link: LinkUDP})
-		return err
-	})
-	if err == nil {
-		t.Fatal("Open of a missing interface succeeded")
-	}
-}
-
 func TestNetnsNeighbour(t *testing.T) {
 	p := readyPair(t, 1500)
 	var w *netlinkWatch
@@ -197,8 +204,8 @@ func TestNetnsXDP(t *testing.T) {
 	netnstest.RequireCaps(t, unix.CAP_NET_RAW, unix.CAP_NET_ADMIN, unix.CAP_BPF)
 	p := readyPair(t, 1500)
 	var capA bytes.Buffer
-	da := openIn(t, p.VethA, Options{Link: LinkXDP, Capture: &capA})
-	db := openIn(t, p.VethB, Options{Link: LinkXDP})
+	da := openIn(t, p.VethA, xdpLink, Options{Capture: &capA})
+	db := openIn(t, p.VethB, xdpLink, Options{})
 	if k := da.Info().Link.Kind; k != "afxdp" {
 		t.Fatalf("link kind %q", k)
 	}
@@ -235,32 +242,13 @@ func TestNetnsXDP(t *testing.T) {
 	}
 }
 
-// When AF_XDP cannot be used, Open falls back to the kernel UDP link and says why.
-func TestNetnsFallback(t *testing.T) {
-	p := readyPair(t, 1500)
-	// Queue 3 does not exist on a single-queue veth.
-	d := openIn(t, p.VethA, Options{XDP: xdpOptionsQueue(3)})
-	info := d.Info()
-	if info.Link.Kind != "udp" || info.Fallback == "" {
-		t.Fatalf("info %+v: want a UDP link and a fallback reason", info)
-	}
-	t.Logf("fallback: %s", info.Fallback)
-	// And it works: RC against a UDP-link device in the other namespace.
-	db := openIn(t, p.VethB, Options{Link: LinkUDP})
-	ipA, ipB := p.VethA.Addr.Addr(), p.VethB.Addr.Addr()
-	a := newEndpoint(t, d, RC, 4*5000+64)
-	b := newEndpoint(t, db, RC, 4*5000+64)
-	connect(t, a, b, ipA, ipB, ConnectAttr{})
-	exerciseRC(t, a, b, 5000)
-}
-
 // Jumbo frames over AF_XDP: path MTU 4096 needs ~4.2 KB frames, which cross
-// the 4 KiB UMEM chunks only with multi-buffer (Open turns it on).
+// the 4 KiB UMEM chunks only with multi-buffer (netdev.Open turns it on, as openIn does).
 func TestNetnsXDPJumbo(t *testing.T) {
 	netnstest.RequireCaps(t, unix.CAP_NET_RAW, unix.CAP_NET_ADMIN, unix.CAP_BPF)
 	p := readyPair(t, 9000)
-	da := openIn(t, p.VethA, Options{Link: LinkXDP})
-	db := openIn(t, p.VethB, Options{Link: LinkXDP})
+	da := openIn(t, p.VethA, xdpLink, Options{})
+	db := openIn(t, p.VethB, xdpLink, Options{})
 	if m := da.QueryPort().ActiveMTU; m != ib.MTU4096 {
 		t.Fatalf("active MTU %v on a 9000-byte link", m)
 	}
@@ -282,8 +270,8 @@ func TestNetnsMTUMismatch(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	da := openIn(t, p.VethA, Options{Link: LinkUDP})
-	db := openIn(t, p.VethB, Options{Link: LinkUDP})
+	da := openIn(t, p.VethA, udpLink, Options{})
+	db := openIn(t, p.VethB, udpLink, Options{})
 	ipA, ipB := p.VethA.Addr.Addr(), p.VethB.Addr.Addr()
 	a := newEndpoint(t, da, RC, 1<<16)
 	b := newEndpoint(t, db, RC, 1<<16)
@@ -321,7 +309,7 @@ func TestNetnsMTUMismatch(t *testing.T) {
 // operational state is the port state.
 func TestNetnsLinkChanges(t *testing.T) {
 	p := readyPair(t, 1500)
-	d := openIn(t, p.VethA, Options{Link: LinkUDP})
+	d := openIn(t, p.VethA, udpLink, Options{})
 	if m := d.QueryPort().ActiveMTU; m != ib.MTU1024 {
 		t.Fatalf("active MTU %v", m)
 	}
@@ -387,8 +375,8 @@ func TestNetnsXDPIPv6(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	da := openIn(t, p.VethA, Options{Link: LinkXDP})
-	db := openIn(t, p.VethB, Options{Link: LinkXDP})
+	da := openIn(t, p.VethA, xdpLink, Options{})
+	db := openIn(t, p.VethB, xdpLink, Options{})
 	ipA, ipB := p.VethA.Addr.Addr(), p.VethB.Addr.Addr()
 	if _, err := da.GIDIndex(ipA); err != nil {
 		t.Fatalf("%v not in the GID table %v", ipA, da.GIDs())

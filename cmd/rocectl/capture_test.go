@@ -25,6 +25,7 @@ import (
 	"github.com/goroce/goroce/internal/netnstest"
 	"github.com/goroce/goroce/internal/wirecheck"
 	"github.com/goroce/goroce/roce"
+	"github.com/goroce/goroce/roce/netdev"
 	"golang.org/x/sys/unix"
 )
 
@@ -444,7 +445,7 @@ func newUDEnd(t *testing.T, ns *netnstest.NS, ifname string) *udEnd {
 	t.Helper()
 	e := &udEnd{}
 	err := ns.Do(func() (err error) {
-		e.dev, err = roce.Open(context.Background(), ifname, roce.Options{Link: roce.LinkUDP})
+		e.dev, err = netdev.Open(context.Background(), ifname, netdev.Options{Link: netdev.LinkUDP})
 		return err
 	})
 	if err != nil {

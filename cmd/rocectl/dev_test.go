@@ -16,6 +16,7 @@ import (
 	"github.com/goroce/goroce/internal/netnstest"
 	"github.com/goroce/goroce/roce"
 	"github.com/goroce/goroce/roce/link"
+	"github.com/goroce/goroce/roce/netdev"
 	"github.com/vishvananda/netlink"
 )
 
@@ -75,7 +76,7 @@ func TestDev(t *testing.T) {
 	// must not need it.
 	var busy *roce.Device
 	if err := a.NS.Do(func() (err error) {
-		busy, err = roce.Open(context.Background(), a.Name, roce.Options{Link: roce.LinkUDP})
+		busy, err = netdev.Open(context.Background(), a.Name, netdev.Options{Link: netdev.LinkUDP})
 		return err
 	}); err != nil {
 		t.Fatal(err)

@@ -49,7 +49,7 @@ leaves the interface when its last holder exits, so attach pins it at
 namespace): the program then stays attached, counting the RoCEv2 frames it
 sees, until "rocectl link detach". With no AF_XDP socket registered it
 passes every frame on to the kernel (counted as no_socket). bpffs is mounted
-on /sys/fs/bpf if it is not. A goroce device (roce.Open) cannot attach its
+on /sys/fs/bpf if it is not. A goroce device (netdev.Open) cannot attach its
 own program while a pinned one is there: detach first.
 With --foreground nothing is pinned: attach holds the program until it is
 interrupted (SIGINT/SIGTERM) or --duration passes, prints the counters and

@@ -1,6 +1,6 @@
 package main
 
-import "github.com/goroce/goroce/cmd/rocectl/pcapdump"
+import "github.com/goroce/goroce/internal/pcapdump"
 
 func init() {
 	register("pcap", command{

@@ -1,10 +1,10 @@
 package main
 
-import "github.com/goroce/goroce/cmd/rocectl/perfcmd"
+import "github.com/goroce/goroce/internal/perftest/perfrun"
 
 func init() {
 	register("pingpong", command{
 		summary: "ibv_rc_pingpong / ibv_ud_pingpong compatible test (rc|ud), either role",
-		run:     perfcmd.RunPingpong,
+		run:     perfrun.RunPingpong,
 	})
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/goroce/goroce/cm/rping"
 	"github.com/goroce/goroce/roce"
+	"github.com/goroce/goroce/roce/netdev"
 )
 
 func init() {
@@ -79,19 +80,19 @@ func runRping(args []string, stdout, stderr io.Writer) int {
 			return 1
 		}
 	}
-	var kind roce.LinkKind
+	var kind netdev.LinkKind
 	switch *link {
 	case "auto":
 	case "xdp":
-		kind = roce.LinkXDP
+		kind = netdev.LinkXDP
 	case "udp":
-		kind = roce.LinkUDP
+		kind = netdev.LinkUDP
 	default:
 		fmt.Fprintf(stderr, "rocectl rping: unknown link %q (udp, xdp or auto)\n", *link)
 		return 2
 	}
 	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	dev, err := roce.Open(ctx, name, roce.Options{Link: kind, Logger: logger})
+	dev, err := netdev.Open(ctx, name, netdev.Options{Link: kind, Device: roce.Options{Logger: logger}})
 	if err != nil {
 		fmt.Fprintln(stderr, "rocectl rping:", err)
 		return 1

@@ -15,6 +15,7 @@ import (
 	"github.com/goroce/goroce/internal/netnstest"
 	"github.com/goroce/goroce/roce"
 	"github.com/goroce/goroce/roce/link/memlink"
+	"github.com/goroce/goroce/roce/netdev"
 	"golang.org/x/sys/unix"
 )
 
@@ -141,7 +142,7 @@ func TestStatXDP(t *testing.T) {
 	a := p.VethA
 	var dev *roce.Device
 	if err := a.NS.Do(func() (err error) {
-		dev, err = roce.Open(context.Background(), a.Name, roce.Options{Link: roce.LinkXDP})
+		dev, err = netdev.Open(context.Background(), a.Name, netdev.Options{Link: netdev.LinkXDP})
 		return err
 	}); err != nil {
 		t.Skipf("AF_XDP device unavailable here: %v", err)

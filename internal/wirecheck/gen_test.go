@@ -9,8 +9,8 @@ import (
 
 	"github.com/gopacket/gopacket/layers"
 
-	"github.com/goroce/goroce/cmd/rocectl/pcapdump"
 	"github.com/goroce/goroce/ib"
+	"github.com/goroce/goroce/internal/pcapdump"
 )
 
 // With -wirecheck.pcap=FILE, TestGenerateCoversEveryOpcode also writes the

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/goroce/goroce/cmd/rocectl/pcapdump"
+	"github.com/goroce/goroce/internal/pcapdump"
 )
 
 // testSeed fixes the generated frames, so a failure names a reproducible case.

@@ -6,8 +6,8 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/goroce/goroce/cmd/rocectl/pcapdump"
 	"github.com/goroce/goroce/ib"
+	"github.com/goroce/goroce/internal/pcapdump"
 )
 
 // The tests in this file compare rocectl with testdata/roce_layout.py, a

@@ -8,8 +8,8 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/goroce/goroce/cmd/rocectl/pcapdump"
 	"github.com/goroce/goroce/ib"
+	"github.com/goroce/goroce/internal/pcapdump"
 )
 
 // icrcInputs splits a RoCEv2 frame into what ib.ICRC takes: the IP header and

@@ -14,7 +14,7 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/goroce/goroce/cmd/rocectl/pcapdump"
+	"github.com/goroce/goroce/internal/pcapdump"
 )
 
 // ErrToolMissing is returned (wrapped) when tshark or a python3 with scapy

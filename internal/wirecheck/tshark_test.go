@@ -15,8 +15,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/goroce/goroce/cmd/rocectl/pcapdump"
 	"github.com/goroce/goroce/ib"
+	"github.com/goroce/goroce/internal/pcapdump"
 )
 
 // coverage is how much of a packet of some opcode Wireshark 4.0 (Debian 12's

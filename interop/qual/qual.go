@@ -19,11 +19,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/goroce/goroce/cmd/rocectl/perfcmd"
 	"github.com/goroce/goroce/ib"
 	"github.com/goroce/goroce/internal/perftest"
+	"github.com/goroce/goroce/internal/perftest/perfrun"
 	"github.com/goroce/goroce/interop/rxelab"
 	"github.com/goroce/goroce/roce"
+	"github.com/goroce/goroce/roce/netdev"
 )
 
 // SharedDevice is the goroce device on rxeh0, opened once.
@@ -70,7 +71,7 @@ func Setup(t *testing.T) *Env {
 		logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 		Shared.err = lab.InPeerNS(func() error {
 			var err error
-			Shared.dev, err = roce.Open(ctx, lab.PeerIf, roce.Options{Link: roce.LinkXDP, Logger: logger, Capture: Shared.Capture})
+			Shared.dev, err = netdev.Open(ctx, lab.PeerIf, netdev.Options{Link: netdev.LinkXDP, Device: roce.Options{Logger: logger, Capture: Shared.Capture}})
 			return err
 		})
 	})
@@ -90,7 +91,7 @@ func Setup(t *testing.T) *Env {
 
 // Listen opens the out-of-band listener on rxeh0's address in the peer
 // netns, for a guest tool that connects to us.
-func (e *Env) Listen(t *testing.T) perfcmd.OOB {
+func (e *Env) Listen(t *testing.T) perfrun.OOB {
 	t.Helper()
 	var ln net.Listener
 	err := e.Lab.InPeerNS(func() error {
@@ -102,14 +103,14 @@ func (e *Env) Listen(t *testing.T) perfcmd.OOB {
 		t.Fatalf("listening on the OOB port: %v", err)
 	}
 	t.Cleanup(func() { ln.Close() })
-	return perfcmd.OOB{Listener: ln}
+	return perfrun.OOB{Listener: ln}
 }
 
 // Dialer connects to the guest tool's server from the peer netns, retrying
 // until it listens or exits.
-func (e *Env) Dialer(serverDone <-chan struct{}) perfcmd.OOB {
+func (e *Env) Dialer(serverDone <-chan struct{}) perfrun.OOB {
 	addr := netip.AddrPortFrom(e.Guest.Addr, rxelab.OOBPort).String()
-	return perfcmd.OOB{Dial: func(ctx context.Context) (net.Conn, error) {
+	return perfrun.OOB{Dial: func(ctx context.Context) (net.Conn, error) {
 		for {
 			var c net.Conn
 			err := e.Lab.InPeerNS(func() error {
@@ -216,9 +217,9 @@ func (c PingpongCase) toolArgs(e *Env, server string) []string {
 	return args
 }
 
-func (c PingpongCase) config() perfcmd.PingpongConfig {
+func (c PingpongCase) config() perfrun.PingpongConfig {
 	m, _ := ib.MTUFromBytes(c.MTU)
-	return perfcmd.PingpongConfig{Type: c.Type, Size: c.Size, Iters: c.Iters, MTU: m, Events: c.Events, GIDIndex: -1}
+	return perfrun.PingpongConfig{Type: c.Type, Size: c.Size, Iters: c.Iters, MTU: m, Events: c.Events, GIDIndex: -1}
 }
 
 // PingpongGoroceServer runs the case with goroce as server and the guest tool as client.
@@ -229,7 +230,7 @@ func PingpongGoroceServer(t *testing.T, e *Env, c PingpongCase) {
 	t0 := time.Now()
 	_, wait := e.Start(ctx, c.toolArgs(e, e.Lab.PeerAddr.String())...)
 	var out bytes.Buffer
-	res, err := perfcmd.Pingpong(ctx, e.Dev, oob, c.config(), &out)
+	res, err := perfrun.Pingpong(ctx, e.Dev, oob, c.config(), &out)
 	tool := wait()
 	if err != nil || !tool.OK() {
 		t.Fatalf("goroce server: %v\n%s\nour output:\n%s\nguest %s\n%s", err, out.String(), out.String(), tool, e.counters())
@@ -245,7 +246,7 @@ func PingpongGoroceClient(t *testing.T, e *Env, c PingpongCase) {
 	t0 := time.Now()
 	job, wait := e.Start(ctx, c.toolArgs(e, "")...)
 	var out bytes.Buffer
-	res, err := perfcmd.Pingpong(ctx, e.Dev, e.Dialer(job.Done()), c.config(), &out)
+	res, err := perfrun.Pingpong(ctx, e.Dev, e.Dialer(job.Done()), c.config(), &out)
 	if err != nil {
 		cancel()
 	}
@@ -257,7 +258,7 @@ func PingpongGoroceClient(t *testing.T, e *Env, c PingpongCase) {
 	t.Logf("%s server in the guest, goroce client: %.1fs\n%s%s", c.tool(), time.Since(t0).Seconds(), out.String(), tool.Stdout)
 }
 
-func checkPingpong(t *testing.T, c PingpongCase, res *perfcmd.PingpongResult, ours string, tool ToolResult) {
+func checkPingpong(t *testing.T, c PingpongCase, res *perfrun.PingpongResult, ours string, tool ToolResult) {
 	t.Helper()
 	want := fmt.Sprintf("%d iters in", c.Iters)
 	if !strings.Contains(tool.Stdout, want) || !strings.Contains(ours, want) {
@@ -349,9 +350,9 @@ func (c PerfCase) toolArgs(e *Env, server string) []string {
 	return args
 }
 
-func (c PerfCase) config() perfcmd.PerfConfig {
+func (c PerfCase) config() perfrun.PerfConfig {
 	m, _ := ib.MTUFromBytes(c.MTU)
-	return perfcmd.PerfConfig{Verb: c.Verb, Latency: c.Latency, Size: c.Size, Iters: c.Iters, MTU: m,
+	return perfrun.PerfConfig{Verb: c.Verb, Latency: c.Latency, Size: c.Size, Iters: c.Iters, MTU: m,
 		GIDIndex: -1, Gbits: c.Gbits}
 }
 
@@ -359,14 +360,14 @@ func (c PerfCase) config() perfcmd.PerfConfig {
 func PerfGoroceServer(t *testing.T, e *Env, c PerfCase) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	oob := perfcmd.OOB{RDMACM: &perfcmd.RDMACM{Listen: netip.AddrPortFrom(netip.IPv4Unspecified(), rxelab.OOBPort)}}
+	oob := perfrun.OOB{RDMACM: &perfrun.RDMACM{Listen: netip.AddrPortFrom(netip.IPv4Unspecified(), rxelab.OOBPort)}}
 	if !c.RDMACM {
 		oob = e.Listen(t)
 	}
 	t0 := time.Now()
 	_, wait := e.Start(ctx, c.toolArgs(e, e.Lab.PeerAddr.String())...)
 	var out bytes.Buffer
-	res, err := perfcmd.Perf(ctx, e.Dev, oob, c.config(), &out, false)
+	res, err := perfrun.Perf(ctx, e.Dev, oob, c.config(), &out, false)
 	if err != nil {
 		cancel()
 	}
@@ -387,9 +388,9 @@ func PerfGoroceClient(t *testing.T, e *Env, c PerfCase) {
 	var out bytes.Buffer
 	oob := e.Dialer(job.Done())
 	if c.RDMACM {
-		oob = perfcmd.OOB{RDMACM: &perfcmd.RDMACM{Peer: netip.AddrPortFrom(e.Guest.Addr, rxelab.OOBPort)}}
+		oob = perfrun.OOB{RDMACM: &perfrun.RDMACM{Peer: netip.AddrPortFrom(e.Guest.Addr, rxelab.OOBPort)}}
 	}
-	res, err := perfcmd.Perf(ctx, e.Dev, oob, c.config(), &out, false)
+	res, err := perfrun.Perf(ctx, e.Dev, oob, c.config(), &out, false)
 	if err != nil {
 		cancel()
 	}
@@ -401,7 +402,7 @@ func PerfGoroceClient(t *testing.T, e *Env, c PerfCase) {
 	t.Logf("%s server in the guest, goroce client: %.1fs\n%s%s", c.tool(), time.Since(t0).Seconds(), out.String(), tool.Stdout)
 }
 
-func checkPerf(t *testing.T, c PerfCase, res []perfcmd.PerfResult, ours string, tool ToolResult, goroceServer bool) {
+func checkPerf(t *testing.T, c PerfCase, res []perfrun.PerfResult, ours string, tool ToolResult, goroceServer bool) {
 	t.Helper()
 	// Address lines: ours local is the tool's remote, and the other way.
 	for _, pair := range [][2]string{{"local address:", "remote address:"}, {"remote address:", "local address:"}} {

@@ -19,6 +19,7 @@ import (
 	"github.com/goroce/goroce/cm/rping"
 	"github.com/goroce/goroce/interop/rxelab"
 	"github.com/goroce/goroce/roce"
+	"github.com/goroce/goroce/roce/netdev"
 )
 
 func TestMain(m *testing.M) {
@@ -68,7 +69,7 @@ func rxeSetup(t *testing.T) (*rxelab.Lab, *rxelab.Guest, *roce.Device) {
 		}
 		labDev.err = lab.InPeerNS(func() error {
 			var err error
-			labDev.dev, err = roce.Open(ctx, lab.PeerIf, opts)
+			labDev.dev, err = netdev.Open(ctx, lab.PeerIf, netdev.Options{Device: opts})
 			return err
 		})
 		if labDev.err == nil {

@@ -15,10 +15,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/goroce/goroce/cmd/rocectl/pcapdump"
-	"github.com/goroce/goroce/cmd/rocectl/perfcmd"
 	"github.com/goroce/goroce/ib"
+	"github.com/goroce/goroce/internal/pcapdump"
 	"github.com/goroce/goroce/internal/perftest"
+	"github.com/goroce/goroce/internal/perftest/perfrun"
 	"github.com/goroce/goroce/roce"
 )
 
@@ -54,11 +54,11 @@ func TestCapture(t *testing.T) {
 			t.Errorf("%s failed: the capture misses its traffic", name)
 		}
 	}
-	pp := perfcmd.PingpongConfig{Type: roce.RC, Size: 4096, Iters: 10, MTU: ib.MTU1024, GIDIndex: -1}
+	pp := perfrun.PingpongConfig{Type: roce.RC, Size: 4096, Iters: 10, MTU: ib.MTU1024, GIDIndex: -1}
 	run("rc_pingpong/goroce-server", func(t *testing.T) { runPingpong(t, e, pp, true) })
 	run("rc_pingpong/goroce-client", func(t *testing.T) { runPingpong(t, e, pp, false) })
 	for _, v := range []perftest.Verb{perftest.Write, perftest.Read, perftest.Atomic} {
-		c := perfcmd.PerfConfig{Verb: v, Size: 4096, Iters: 20, MTU: ib.MTU1024, GIDIndex: -1}
+		c := perfrun.PerfConfig{Verb: v, Size: 4096, Iters: 20, MTU: ib.MTU1024, GIDIndex: -1}
 		if v == perftest.Atomic {
 			c.Size = 8
 		}

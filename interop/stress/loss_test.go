@@ -12,9 +12,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/goroce/goroce/cmd/rocectl/perfcmd"
 	"github.com/goroce/goroce/ib"
 	"github.com/goroce/goroce/internal/perftest"
+	"github.com/goroce/goroce/internal/perftest/perfrun"
 	"github.com/goroce/goroce/interop/qual"
 	"github.com/goroce/goroce/interop/rxelab"
 	"github.com/goroce/goroce/roce"
@@ -65,7 +65,7 @@ func lossLevel(t *testing.T, e *env, pct int) {
 	ours0, guest0 := e.ourCounters(), e.guestCounters(t)
 	t0 := time.Now()
 
-	pp := perfcmd.PingpongConfig{Type: roce.RC, Size: 4096, Iters: 100, MTU: ib.MTU1024, GIDIndex: -1}
+	pp := perfrun.PingpongConfig{Type: roce.RC, Size: 4096, Iters: 100, MTU: ib.MTU1024, GIDIndex: -1}
 	t.Run("rc_pingpong/goroce-server", func(t *testing.T) { runPingpong(t, e, pp, true) })
 	t.Run("rc_pingpong/goroce-client", func(t *testing.T) { runPingpong(t, e, pp, false) })
 	for _, v := range []perftest.Verb{perftest.Send, perftest.Write, perftest.Read} {
@@ -75,7 +75,7 @@ func lossLevel(t *testing.T, e *env, pct int) {
 		if pct >= 5 {
 			iters = 60
 		}
-		c := perfcmd.PerfConfig{Verb: v, Size: 16384, Iters: iters, MTU: ib.MTU1024, GIDIndex: -1}
+		c := perfrun.PerfConfig{Verb: v, Size: 16384, Iters: iters, MTU: ib.MTU1024, GIDIndex: -1}
 		name := "ib_" + [...]string{"send", "write", "read", "atomic"}[v] + "_bw"
 		t.Run(name+"/goroce-server", func(t *testing.T) { runPerf(t, e, name, c, true) })
 		t.Run(name+"/goroce-client", func(t *testing.T) { runPerf(t, e, name, c, false) })
@@ -113,11 +113,11 @@ func lossLevel(t *testing.T, e *env, pct int) {
 	}
 }
 
-func runPerf(t *testing.T, e *env, tool string, c perfcmd.PerfConfig, goroceServer bool) {
+func runPerf(t *testing.T, e *env, tool string, c perfrun.PerfConfig, goroceServer bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	args := []string{tool, "-d", "rxe0", "-x", strconv.Itoa(e.GIDIndex), "-F", "-n", strconv.Itoa(c.Iters), "-m", strconv.Itoa(c.MTU.Bytes()), "-s", strconv.Itoa(c.Size)}
-	var oob perfcmd.OOB
+	var oob perfrun.OOB
 	var wait func() qual.ToolResult
 	t0 := time.Now()
 	if goroceServer {
@@ -131,7 +131,7 @@ func runPerf(t *testing.T, e *env, tool string, c perfcmd.PerfConfig, goroceServ
 		oob = e.Dialer(job.Done())
 	}
 	var out bytes.Buffer
-	res, err := perfcmd.Perf(ctx, e.Dev, oob, c, &out, false)
+	res, err := perfrun.Perf(ctx, e.Dev, oob, c, &out, false)
 	if err != nil {
 		cancel()
 	}

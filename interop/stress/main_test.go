@@ -16,7 +16,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/goroce/goroce/cmd/rocectl/perfcmd"
+	"github.com/goroce/goroce/internal/perftest/perfrun"
 	"github.com/goroce/goroce/interop/qual"
 	"github.com/goroce/goroce/interop/rxelab"
 )
@@ -95,7 +95,7 @@ func (e *env) tap() string { return "rxt-" + e.Guest.Name }
 
 // closeWhenDone closes a server's listener once the guest tool has ended
 // or ctx is done, so an Accept waiting for a tool that died returns.
-func closeWhenDone(ctx context.Context, oob perfcmd.OOB, job *rxelab.Job) {
+func closeWhenDone(ctx context.Context, oob perfrun.OOB, job *rxelab.Job) {
 	go func() {
 		select {
 		case <-job.Done():

@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/goroce/goroce/cmd/rocectl/perfcmd"
 	"github.com/goroce/goroce/ib"
+	"github.com/goroce/goroce/internal/perftest/perfrun"
 	"github.com/goroce/goroce/roce"
 )
 
@@ -31,7 +31,7 @@ func TestMTUMismatch(t *testing.T) {
 	for _, c := range []struct{ ours, theirs int }{{2048, 1024}, {1024, 2048}} {
 		t.Run("goroce"+strconv.Itoa(c.ours)+"-rxe"+strconv.Itoa(c.theirs), func(t *testing.T) {
 			m, _ := ib.MTUFromBytes(c.ours)
-			cfg := perfcmd.PingpongConfig{Type: roce.RC, Size: 4096, Iters: 5, MTU: m}
+			cfg := perfrun.PingpongConfig{Type: roce.RC, Size: 4096, Iters: 5, MTU: m}
 			guestBefore, before := e.guestCounters(t), e.ourCounters()
 			t0 := time.Now()
 			// The tool runs with its own MTU; goroce with c.ours.
@@ -51,6 +51,6 @@ func TestMTUMismatch(t *testing.T) {
 			}
 		})
 	}
-	pp := perfcmd.PingpongConfig{Type: roce.RC, Size: 4096, Iters: 20, MTU: ib.MTU1024, GIDIndex: -1}
+	pp := perfrun.PingpongConfig{Type: roce.RC, Size: 4096, Iters: 20, MTU: ib.MTU1024, GIDIndex: -1}
 	t.Run("rc_pingpong-after", func(t *testing.T) { runPingpong(t, e, pp, false) })
 }

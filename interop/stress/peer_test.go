@@ -13,9 +13,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/goroce/goroce/cmd/rocectl/perfcmd"
 	"github.com/goroce/goroce/ib"
 	"github.com/goroce/goroce/internal/perftest"
+	"github.com/goroce/goroce/internal/perftest/perfrun"
 	"github.com/goroce/goroce/roce"
 )
 
@@ -45,7 +45,7 @@ func TestPeerDisappears(t *testing.T) {
 	e := setup(t)
 	t.Run("retry3", func(t *testing.T) { peerGoneRetry3(t, e) })
 	t.Run("retry7", func(t *testing.T) { peerGoneRetry7(t, e) })
-	pp := perfcmd.PingpongConfig{Type: roce.RC, Size: 4096, Iters: 20, MTU: ib.MTU1024, GIDIndex: -1}
+	pp := perfrun.PingpongConfig{Type: roce.RC, Size: 4096, Iters: 20, MTU: ib.MTU1024, GIDIndex: -1}
 	t.Run("rc_pingpong-after", func(t *testing.T) { runPingpong(t, e, pp, false) })
 }
 
@@ -242,7 +242,7 @@ func peerGoneRetry7(t *testing.T, e *env) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	const iters = 1000000 // far more than can finish before the kill
-	c := perfcmd.PerfConfig{Verb: perftest.Write, Size: 4096, Iters: iters, MTU: ib.MTU1024, GIDIndex: -1}
+	c := perfrun.PerfConfig{Verb: perftest.Write, Size: 4096, Iters: iters, MTU: ib.MTU1024, GIDIndex: -1}
 	jobCtx, kill := context.WithCancel(ctx)
 	defer kill()
 	job, wait := e.Start(jobCtx, "ib_write_bw", "-d", "rxe0", "-x", strconv.Itoa(e.GIDIndex), "-F",
@@ -253,7 +253,7 @@ func peerGoneRetry7(t *testing.T, e *env) {
 	done := make(chan error, 1)
 	var out bytes.Buffer
 	go func() {
-		_, err := perfcmd.Perf(perfCtx, e.Dev, e.Dialer(job.Done()), c, &out, false)
+		_, err := perfrun.Perf(perfCtx, e.Dev, e.Dialer(job.Done()), c, &out, false)
 		done <- err
 	}()
 	for e.ourCounters()["rdma_sends"]-before["rdma_sends"] < 2000 {

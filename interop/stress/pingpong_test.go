@@ -11,9 +11,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/goroce/goroce/cmd/rocectl/perfcmd"
 	"github.com/goroce/goroce/ib"
 	"github.com/goroce/goroce/internal/perftest"
+	"github.com/goroce/goroce/internal/perftest/perfrun"
 	"github.com/goroce/goroce/interop/qual"
 	"github.com/goroce/goroce/roce"
 )
@@ -38,7 +38,7 @@ func ppPattern(b []byte, i int) {
 // has exited: with loss, the ACK of the tool's last message can be lost,
 // and the tool (retry count 7: forever, as rxe) retransmits it until a QP
 // answers.
-func runPingpong(t *testing.T, e *env, c perfcmd.PingpongConfig, goroceServer bool) {
+func runPingpong(t *testing.T, e *env, c perfrun.PingpongConfig, goroceServer bool) {
 	t.Helper()
 	playPingpong(t, e, c, goroceServer, false, 0)
 }
@@ -48,7 +48,7 @@ func runPingpong(t *testing.T, e *env, c perfcmd.PingpongConfig, goroceServer bo
 // tool's result once the tool has exited (the QP stays open until then, so
 // whatever goroce still has to send, such as a NAK, goes out). toolMTU,
 // if not 0, is the tool's path MTU instead of c.MTU.
-func playPingpong(t *testing.T, e *env, c perfcmd.PingpongConfig, goroceServer, wantFail bool, toolMTU int) (roce.WCStatus, qual.ToolResult) {
+func playPingpong(t *testing.T, e *env, c perfrun.PingpongConfig, goroceServer, wantFail bool, toolMTU int) (roce.WCStatus, qual.ToolResult) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -63,7 +63,7 @@ func playPingpong(t *testing.T, e *env, c perfcmd.PingpongConfig, goroceServer, 
 	if goroceServer {
 		args = append(args, e.Lab.PeerAddr.String())
 	}
-	var oob perfcmd.OOB
+	var oob perfrun.OOB
 	if goroceServer {
 		oob = e.Listen(t)
 	}

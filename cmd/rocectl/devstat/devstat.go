@@ -93,7 +93,7 @@ type Publisher struct {
 
 // Publish serves dev's counters on SocketPrefix + the device's interface
 // name. Call it from a thread in the interface's network namespace (as for
-// roce.Open), since abstract sockets belong to a network namespace. command
+// netdev.Open), since abstract sockets belong to a network namespace. command
 // names the rocectl command that runs the device, for the reader's
 // information.
 func Publish(dev *roce.Device, command string) (*Publisher, error) {

@@ -1,7 +1,7 @@
 // Copyright The goroce Authors.
 // SPDX-License-Identifier: Apache-2.0
 
-package perfcmd
+package perfrun
 
 import (
 	"context"
@@ -19,6 +19,7 @@ import (
 
 	"github.com/goroce/goroce/internal/perftest"
 	"github.com/goroce/goroce/roce"
+	"github.com/goroce/goroce/roce/netdev"
 )
 
 // PerfTests maps "send-bw", "write-lat", ... to their verb and kind.
@@ -58,7 +59,7 @@ func openDevice(ctx context.Context, ifname, link string, stderr io.Writer) (*ro
 		return nil, err
 	}
 	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	return roce.Open(ctx, ifname, roce.Options{Link: kind, Logger: logger})
+	return netdev.Open(ctx, ifname, netdev.Options{Link: kind, Device: roce.Options{Logger: logger}})
 }
 
 // RunPingpong is "rocectl pingpong {rc,ud} [flags] [server]".

@@ -1,7 +1,7 @@
 // Copyright The goroce Authors.
 // SPDX-License-Identifier: Apache-2.0
 
-package perfcmd
+package perfrun
 
 import (
 	"context"
@@ -16,6 +16,7 @@ import (
 
 	"github.com/goroce/goroce/ib"
 	"github.com/goroce/goroce/roce"
+	"github.com/goroce/goroce/roce/netdev"
 )
 
 // DefaultPort is the TCP port of the tools' out-of-band exchange.
@@ -63,7 +64,7 @@ func (o OOB) connect(ctx context.Context) (net.Conn, error) {
 		}
 	}
 	if o.Dial == nil {
-		return nil, errors.New("perfcmd: neither listener nor dialer")
+		return nil, errors.New("perfrun: neither listener nor dialer")
 	}
 	return o.Dial(ctx)
 }
@@ -178,14 +179,14 @@ func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
 }
 
 // linkKind maps the --link flag.
-func linkKind(s string) (roce.LinkKind, error) {
+func linkKind(s string) (netdev.LinkKind, error) {
 	switch s {
 	case "", "auto":
-		return roce.LinkAuto, nil
+		return netdev.LinkAuto, nil
 	case "xdp":
-		return roce.LinkXDP, nil
+		return netdev.LinkXDP, nil
 	case "udp":
-		return roce.LinkUDP, nil
+		return netdev.LinkUDP, nil
 	}
 	return 0, fmt.Errorf("unknown link %q (udp, xdp or auto)", s)
 }

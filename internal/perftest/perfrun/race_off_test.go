@@ -1,8 +1,8 @@
 // Copyright The goroce Authors.
 // SPDX-License-Identifier: Apache-2.0
 
-//go:build race
+//go:build !race
 
-package perfcmd
+package perfrun
 
-const raceEnabled = true
+const raceEnabled = false

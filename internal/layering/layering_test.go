@@ -1,0 +1,255 @@
+package layering
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"testing"
+)
+
+const module = "github.com/goroce/goroce"
+
+// layers maps a path prefix (relative to the module) to its layer; the
+// longest matching prefix wins.
+var layers = map[string]string{
+	"ib":                 "ib",
+	"qp":                 "qp",
+	"roce":               "roce",
+	"roce/link":          "link",
+	"roce/link/memlink":  "link",
+	"roce/link/udplink":  "linkimpl",
+	"roce/link/xdplink":  "linkimpl",
+	"roce/netdev":        "device-addon",
+	"roce/rocemetrics":   "device-addon",
+	"cm":                 "cm",
+	"cm/rping":           "protocol",
+	"rsocket":            "protocol",
+	"naaice":             "protocol",
+	"fpga":               "protocol",
+	"cuobj":              "protocol",
+	"xdp":                "kernel",
+	"bpf":                "kernel",
+	"internal/sys":       "kernel",
+	"internal/faultnet":  "support",
+	"internal/netnstest": "support",
+	"internal/pcaptest":  "support",
+	"internal/layering":  "support",
+	"internal":           "tool",
+	"cmd":                "cmd",
+	"interop":            "interop",
+	"bench":              "bench",
+}
+
+// below lists the layers each layer may import, besides packages of its own
+// layer under the same top-level directory (cm → cm/mad, qp/qptest → qp).
+var below = map[string][]string{
+	"support":  {},
+	"kernel":   {},
+	"ib":       {},
+	"qp":       {"ib", "support"},
+	"link":     {"support"},
+	"linkimpl": {"link", "kernel"},
+	// The device core never sees how a link is made: no AF_XDP, eBPF or
+	// socket code, so it builds anywhere.
+	"roce":         {"ib", "qp", "link"},
+	"cm":           {"ib", "qp", "link", "roce"},
+	"device-addon": {"ib", "qp", "link", "linkimpl", "kernel", "roce"},
+	// Protocols take a device; they do not open interfaces.
+	"protocol": {"ib", "qp", "link", "roce", "cm", "support"},
+	"tool":     {"ib", "qp", "link", "linkimpl", "kernel", "roce", "cm", "device-addon", "protocol", "support"},
+	"cmd":      {"ib", "qp", "link", "linkimpl", "kernel", "roce", "cm", "device-addon", "protocol", "support", "tool"},
+	"bench":    {"ib", "qp", "link", "linkimpl", "kernel", "roce", "cm", "device-addon", "protocol", "support", "tool"},
+	"interop":  {"ib", "qp", "link", "linkimpl", "kernel", "roce", "cm", "device-addon", "protocol", "support", "tool"},
+}
+
+// portable are the packages that must build on any GOOS, and so must not
+// depend, even indirectly, on anything in forbiddenDeps.
+var portable = []string{"ib", "qp", "roce", "cm", "cm/mad", "roce/link", "roce/link/memlink"}
+
+var forbiddenDeps = []string{
+	"github.com/cilium/ebpf",
+	module + "/xdp",
+	module + "/bpf",
+	module + "/roce/link/xdplink",
+	module + "/roce/link/udplink",
+	module + "/roce/netdev",
+}
+
+func layerOf(rel string) (string, bool) {
+	for p := rel; ; {
+		if l, ok := layers[p]; ok {
+			return l, true
+		}
+		i := strings.LastIndexByte(p, '/')
+		if i < 0 {
+			return "", false
+		}
+		p = p[:i]
+	}
+}
+
+func top(rel string) string {
+	if i := strings.IndexByte(rel, '/'); i >= 0 {
+		return rel[:i]
+	}
+	return rel
+}
+
+// goTool returns the go command, or skips the test.
+func goTool(t *testing.T) string {
+	t.Helper()
+	if p, err := exec.LookPath("go"); err == nil {
+		return p
+	}
+	p := filepath.Join(runtime.GOROOT(), "bin", "go")
+	if _, err := os.Stat(p); err != nil {
+		t.Skip("the go tool is not available")
+	}
+	return p
+}
+
+// moduleRoot is the directory of go.mod.
+func moduleRoot(t *testing.T, gotool string) string {
+	t.Helper()
+	out, err := exec.Command(gotool, "env", "GOMOD").Output()
+	if err != nil {
+		t.Fatalf("go env GOMOD: %v", err)
+	}
+	gomod := strings.TrimSpace(string(out))
+	if gomod == "" || gomod == os.DevNull {
+		t.Fatal("not inside the module")
+	}
+	return filepath.Dir(gomod)
+}
+
+type pkg struct {
+	ImportPath string
+	Imports    []string
+	Deps       []string
+	Error      *struct{ Err string }
+}
+
+func listPackages(t *testing.T) []pkg {
+	t.Helper()
+	gotool := goTool(t)
+	cmd := exec.Command(gotool, "list", "-e", "-json=ImportPath,Imports,Deps,Error", "./...")
+	cmd.Dir = moduleRoot(t, gotool)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("go list: %v\n%s", err, stderr.Bytes())
+	}
+	var pkgs []pkg
+	for dec := json.NewDecoder(bytes.NewReader(out)); dec.More(); {
+		var p pkg
+		if err := dec.Decode(&p); err != nil {
+			t.Fatalf("go list output: %v", err)
+		}
+		if p.Error != nil {
+			t.Errorf("%s: %s", p.ImportPath, p.Error.Err)
+		}
+		pkgs = append(pkgs, p)
+	}
+	return pkgs
+}
+
+func rel(path string) (string, bool) {
+	if path == module {
+		return "", true
+	}
+	r, ok := strings.CutPrefix(path, module+"/")
+	return r, ok
+}
+
+// Imports (of non-test code) run only downward.
+func TestImportsRunDownward(t *testing.T) {
+	pkgs := listPackages(t)
+	if len(pkgs) < 10 {
+		t.Fatalf("go list found only %d packages", len(pkgs))
+	}
+	for _, p := range pkgs {
+		from, ok := rel(p.ImportPath)
+		if !ok {
+			continue
+		}
+		fromLayer, ok := layerOf(from)
+		if !ok {
+			t.Errorf("%s is in no layer: add its directory to the table in layering_test.go", from)
+			continue
+		}
+		for _, imp := range p.Imports {
+			to, ok := rel(imp)
+			if !ok {
+				continue
+			}
+			toLayer, ok := layerOf(to)
+			if !ok {
+				t.Errorf("%s imports %s, which is in no layer", from, to)
+				continue
+			}
+			switch {
+			case toLayer == "cmd" && (fromLayer != "cmd" || !strings.HasPrefix(to+"/", cmdRoot(from)+"/")):
+				t.Errorf("%s imports %s: reusable code does not live under cmd/", from, to)
+			case toLayer == fromLayer && top(from) == top(to):
+			case slices.Contains(below[fromLayer], toLayer):
+			default:
+				t.Errorf("%s (layer %s) imports %s (layer %s): imports run only downward", from, fromLayer, to, toLayer)
+			}
+		}
+	}
+}
+
+// cmdRoot is the command directory a cmd package belongs to (cmd/rocectl).
+func cmdRoot(rel string) string {
+	parts := strings.SplitN(rel, "/", 3)
+	if len(parts) < 2 {
+		return rel
+	}
+	return parts[0] + "/" + parts[1]
+}
+
+// The device core and the connection manager pull in no AF_XDP, eBPF or
+// link code, even indirectly: go list -deps ./cm has no cilium/ebpf.
+func TestCoreDeps(t *testing.T) {
+	byPath := map[string]pkg{}
+	for _, p := range listPackages(t) {
+		byPath[p.ImportPath] = p
+	}
+	for _, r := range portable {
+		p, ok := byPath[module+"/"+r]
+		if !ok {
+			t.Errorf("package %s not found", r)
+			continue
+		}
+		for _, d := range p.Deps {
+			for _, f := range forbiddenDeps {
+				if d == f || strings.HasPrefix(d, f+"/") {
+					t.Errorf("%s depends on %s", r, d)
+				}
+			}
+		}
+	}
+}
+
+// The core builds on systems other than Linux: only opening an interface
+// (package netdev, the links, netlink) is Linux's.
+func TestCoreBuildsOffLinux(t *testing.T) {
+	gotool := goTool(t)
+	root := moduleRoot(t, gotool)
+	args := []string{"build"}
+	for _, r := range portable {
+		args = append(args, "./"+r)
+	}
+	cmd := exec.Command(gotool, args...)
+	cmd.Dir = root
+	cmd.Env = append(os.Environ(), "GOOS=darwin", "GOARCH=arm64", "CGO_ENABLED=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Errorf("GOOS=darwin go build %s: %v\n%s", strings.Join(portable, " "), err, out)
+	}
+}

@@ -1,0 +1,21 @@
+// Package netdev opens a goroce device on a network interface by name.
+//
+// Package roce runs a device over any link.Link it is given (roce.OpenLink),
+// as gVisor's stack runs over link endpoints it never imports and
+// wireguard-go's device takes its tun.Device and conn.Bind as arguments. This
+// package is where an interface name becomes such a link: AF_XDP by default
+// (package xdplink: the steering program sends UDP port 4791 to the socket,
+// everything else to the kernel), falling back to a kernel UDP socket
+// (package udplink) when AF_XDP is unavailable or when Options.Link is
+// LinkUDP. The fallback is logged with log/slog and reported in
+// roce.DeviceInfo.Fallback. When the interface MTU does not fit one 4096-byte
+// UMEM frame, Open turns on AF_XDP multi-buffer itself.
+//
+// The kernel UDP link is bound to one address (Options.UDPAddr, default the
+// interface's first IPv4 address, else its first non-link-local IPv6
+// address) and so carries one address family.
+//
+// Keeping this apart keeps the device core (ib, qp, roce, cm) free of eBPF
+// and Linux socket code, so that it builds everywhere and programs that run
+// it over their own links do not link AF_XDP. This package is Linux only.
+package netdev
