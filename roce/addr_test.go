@@ -69,8 +69,8 @@ func udpSpoofEnv(t *testing.T, a, b, thirdA, thirdB netip.Prefix) *spoofEnv {
 		}
 	}
 	// Bind the named addresses: the default choice may be the link-local one.
-	da := openIn(t, p.VethA, Options{Link: LinkUDP, UDPAddr: a.Addr()})
-	db := openIn(t, p.VethB, Options{Link: LinkUDP, UDPAddr: b.Addr()})
+	da := openBound(t, p.VethA, udpLink, a.Addr(), Options{})
+	db := openBound(t, p.VethB, udpLink, b.Addr(), Options{})
 	return &spoofEnv{da: da, db: db, addrA: a.Addr(), addrB: b.Addr(), third: thirdA.Addr(),
 		inject: func(t *testing.T, toB bool, s *ib.FrameSpec) {
 			t.Helper()

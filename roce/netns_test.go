@@ -46,6 +46,12 @@ const (
 // namespace, following v through netlink.
 func openIn(t testing.TB, v *netnstest.Veth, kind linkKind, opts Options) *Device {
 	t.Helper()
+	return openBound(t, v, kind, v.Addr.Addr(), opts)
+}
+
+// openBound is openIn with the UDP link bound to addr.
+func openBound(t testing.TB, v *netnstest.Veth, kind linkKind, bind netip.Addr, opts Options) *Device {
+	t.Helper()
 	var d *Device
 	err := v.NS.Do(func() error {
 		var l link.Link
@@ -60,7 +66,7 @@ func openIn(t testing.TB, v *netnstest.Veth, kind linkKind, opts Options) *Devic
 			if err != nil {
 				return err
 			}
-		} else if l, err = udplink.Listen(netip.AddrPortFrom(v.Addr.Addr(), ib.RoCEv2Port)); err != nil {
+		} else if l, err = udplink.Listen(netip.AddrPortFrom(bind, ib.RoCEv2Port)); err != nil {
 			return err
 		}
 		opts.Interface = v.Name
