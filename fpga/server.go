@@ -150,13 +150,13 @@ type Server struct {
 	cancel    context.CancelFunc
 	err       error
 	consumers atomic.Pointer[[]Consumer] // delivery order: secondaries, then the primary
-	attached  chan struct{}               // closed at the first Attach
-	done      chan struct{}               // closed when the receive goroutine ends
+	attached  chan struct{}              // closed at the first Attach
+	done      chan struct{}              // closed when the receive goroutine ends
 	watchDone chan struct{}
 
-	frames, bytes                                  atomic.Uint64
+	frames, bytes                                 atomic.Uint64
 	badSlot, badLen, badOp, badStatus, badRelease atomic.Uint64
-	held                                           atomic.Int64
+	held                                          atomic.Int64
 }
 
 // NewServer creates a server on dev: the slab of rxQueueDepth slots of
