@@ -149,9 +149,9 @@ type Server struct {
 	stopped   bool
 	cancel    context.CancelFunc
 	err       error
-	consumers atomic.Pointer[[]Consumer] // delivery order: secondaries, then the primary
-	attached  chan struct{}              // closed at the first Attach
-	done      chan struct{}              // closed when the receive goroutine ends
+	consumers atomic.Pointer[[]*Consumer] // delivery order: secondaries, then the primary
+	attached  chan struct{}               // closed at the first Attach
+	done      chan struct{}               // closed when the receive goroutine ends
 	watchDone chan struct{}
 
 	frames, bytes                                 atomic.Uint64
@@ -341,17 +341,18 @@ func (f ConsumerFunc) AcceptFrame(fr Frame) { f(fr) }
 func (s *Server) Attach(c Consumer) (detach func()) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	var cur []Consumer
+	box := &c // identity of this attachment (funcs do not compare)
+	var cur []*Consumer
 	if p := s.consumers.Load(); p != nil {
 		cur = *p
 	}
-	next := make([]Consumer, 0, len(cur)+1)
+	next := make([]*Consumer, 0, len(cur)+1)
 	if len(cur) == 0 {
-		next = append(next, c)
+		next = append(next, box)
 	} else {
 		// Secondaries in attach order, the primary (first attached) last.
 		next = append(next, cur[:len(cur)-1]...)
-		next = append(next, c, cur[len(cur)-1])
+		next = append(next, box, cur[len(cur)-1])
 	}
 	s.consumers.Store(&next)
 	select {
@@ -359,7 +360,6 @@ func (s *Server) Attach(c Consumer) (detach func()) {
 	default:
 		close(s.attached)
 	}
-	box := &c
 	return func() { s.detach(box) }
 }
 
@@ -370,14 +370,11 @@ func (s *Server) detach(box *Consumer) {
 	if p == nil {
 		return
 	}
-	next := make([]Consumer, 0, len(*p))
-	removed := false
+	next := make([]*Consumer, 0, len(*p))
 	for _, c := range *p {
-		if !removed && c == *box {
-			removed = true
-			continue
+		if c != box {
+			next = append(next, c)
 		}
-		next = append(next, c)
 	}
 	s.consumers.Store(&next)
 }
@@ -500,7 +497,7 @@ func (s *Server) complete(wc *roce.WorkCompletion, path DataPath) bool {
 	f := Frame{s: s, slot: uint32(slot), gen: uint32(gen), n: wc.ByteLen, imm: wc.Imm}
 	if p := s.consumers.Load(); p != nil {
 		for _, c := range *p {
-			c.AcceptFrame(f)
+			(*c).AcceptFrame(f)
 		}
 	}
 	f.Release()
@@ -512,8 +509,10 @@ func (s *Server) complete(wc *roce.WorkCompletion, path DataPath) bool {
 func (s *Server) watchPSN(ctx context.Context) {
 	defer close(s.watchDone)
 	base := s.dev.Counters()
-	t := time.NewTicker(20 * time.Millisecond)
+	t := time.NewTicker(psnTick)
 	defer t.Stop()
+	var since time.Time
+	var seen uint64
 	for {
 		select {
 		case <-ctx.Done():
@@ -525,15 +524,34 @@ func (s *Server) watchPSN(ctx context.Context) {
 		}
 		c := s.dev.Counters()
 		dup, oos := c.DuplicateRequest-base.DuplicateRequest, c.OutOfSeqRequest-base.OutOfSeqRequest
-		if dup+oos >= 2 {
-			err := fmt.Errorf("%w: expected PSN %#x, %d duplicate and %d out-of-sequence requests and no frame",
-				ErrPSNMismatch, s.qp.Attr().RQPSN, dup, oos)
+		// After one sequence NAK the responder drops further packets
+		// silently until the expected PSN comes (rcvd_dropped).
+		rejected := dup + oos + c.RcvdDropped - base.RcvdDropped
+		if dup+oos == 0 {
+			continue
+		}
+		if since.IsZero() {
+			// A lost first packet also starts with a sequence NAK; the
+			// sender's retransmission mends that well within psnGrace.
+			since, seen = time.Now(), rejected
+			continue
+		}
+		if time.Since(since) >= psnGrace && rejected > seen {
+			err := fmt.Errorf("%w: expected PSN %#x; since connecting %d duplicate, %d out-of-sequence and %d other rejected requests, no frame",
+				ErrPSNMismatch, s.qp.Attr().RQPSN, dup, oos, rejected-dup-oos)
 			s.log.Error("fpga: sender PSNs do not match", "err", err)
 			s.setErr(err)
 			return
 		}
 	}
 }
+
+// The PSN check samples the device counters every psnTick and reports a
+// mismatch that has lasted psnGrace.
+const (
+	psnTick  = 50 * time.Millisecond
+	psnGrace = 500 * time.Millisecond
+)
 
 // Stop ends the receive goroutine and frees the QP, the slab and the CQ.
 // It is idempotent. Frames still held stay readable; releasing them does
