@@ -57,6 +57,11 @@ func hostParams(s *fpga.Server) emulator.HostParams {
 // host's values, CompleteConnection with the FPGA's.
 func bringUp(t testing.TB, host, fdev *roce.Device, maxPayload, depth int, ecfg emulator.Config, rnrTimer uint8) (*fpga.Server, *emulator.Emulator) {
 	t.Helper()
+	return bringUpAt(t, host, fdev, fpgaAddr, maxPayload, depth, ecfg, rnrTimer)
+}
+
+func bringUpAt(t testing.TB, host, fdev *roce.Device, fpgaAddr netip.Addr, maxPayload, depth int, ecfg emulator.Config, rnrTimer uint8) (*fpga.Server, *emulator.Emulator) {
+	t.Helper()
 	s, err := fpga.NewServer(host, 1, -1, maxPayload, depth)
 	if err != nil {
 		t.Fatal(err)
