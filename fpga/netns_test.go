@@ -41,7 +41,7 @@ func openIn(t testing.TB, v *netnstest.Veth, kind roce.LinkKind) *roce.Device {
 // netnsDevices opens the host in one namespace and the FPGA emulator in
 // another, joined by a veth pair at MTU 9000 (PMTU 4096). The emulator's
 // address is its interface's, so the kernel answers ARP for it.
-func netnsDevices(t *testing.T, kind roce.LinkKind) (host, fdev *roce.Device, fpgaIP *netnstest.Veth) {
+func netnsDevices(t testing.TB, kind roce.LinkKind) (host, fdev *roce.Device, fpgaIP *netnstest.Veth) {
 	if kind == roce.LinkXDP {
 		netnstest.RequireCaps(t, unix.CAP_NET_RAW, unix.CAP_NET_ADMIN, unix.CAP_BPF)
 	}
