@@ -271,6 +271,9 @@ func TestFPGAEmulatorToRXE(t *testing.T) {
 			if err := os.WriteFile(filepath.Join(files, emuF), []byte(fmt.Sprintf("%d %d %s\n", p.QPN, p.SqPSN, p.GID)), 0o644); err != nil {
 				t.Fatal(err)
 			}
+			// The firmware's retry budget (3) is short: start once the
+			// receiver is in RTS, as PyRogue enables the FPGA's data last.
+			readFields(t, ctx, filepath.Join(files, recvF+".ready"), 0)
 			buf := make([]byte, mtu)
 			for i := 0; i < n; i++ {
 				if err := e.Send(ctx, 1, fvPattern(buf[:fvSize(i, mtu)], i)); err != nil {

@@ -15,6 +15,7 @@
  * its first frame (the host completes its connection first). Peer file:
  * "qpn psn gid [mr_addr rkey slot depth]"; for the sender psn is the host's
  * SQ PSN, which the FPGA's send queue starts at (PyRogue's pairing).
+ * The receiver creates FILE.ready once its QP is in RTS.
  *
  * Frame i has size sz(i) (fixed -s N, or with -s 0 a sweep from 1 byte to
  * the path MTU) and payload: i as 64-bit big-endian, then byte(i*31 + j*7)
@@ -208,6 +209,15 @@ int main(int argc, char **argv)
 	if ((errno = ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
 				   IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC)))
 		die("RTS", errno);
+	if (!sender) {
+		/* Ready to receive: the sender may start (as the host completes
+		 * its connection before the FPGA's data is enabled). */
+		char ready[4096];
+		snprintf(ready, sizeof ready, "%s.ready", out);
+		f = fopen(ready, "w");
+		if (f)
+			fclose(f);
+	}
 	struct ibv_wc wc[16];
 	unsigned long frames = 0, bytes = 0, errors = 0;
 	if (sender) {
