@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math/rand/v2"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -21,6 +22,8 @@ import (
 	"github.com/goroce/goroce/ib"
 	"github.com/goroce/goroce/interop/rxelab"
 	"github.com/goroce/goroce/roce"
+	"github.com/goroce/goroce/roce/link"
+	"github.com/goroce/goroce/roce/link/xdplink"
 )
 
 // The Rogue RoCEv2 formats against rdma_rxe: interop/fpgaverbs (a small
@@ -49,6 +52,12 @@ func fvPattern(b []byte, i int) []byte {
 // fpgaLab builds fpgaverbs into the guest's share and opens the goroce
 // device on rxeh0 (AF_XDP).
 func fpgaLab(t *testing.T) (*rxelab.Lab, *rxelab.Guest, string, *roce.Device) {
+	return fpgaLabLoss(t, 0)
+}
+
+// fpgaLabLoss is fpgaLab with a device that drops a fraction loss of the
+// frames it receives and of those it sends (the lab's kernel has no netem).
+func fpgaLabLoss(t *testing.T, loss float64) (*rxelab.Lab, *rxelab.Guest, string, *roce.Device) {
 	lab := rxelab.Get(t)
 	g := lab.Guests[0]
 	if _, err := os.Stat("/usr/include/infiniband/verbs.h"); err != nil {
@@ -67,7 +76,16 @@ func fpgaLab(t *testing.T) (*rxelab.Lab, *rxelab.Guest, string, *roce.Device) {
 	err = lab.InPeerNS(func() (err error) {
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		defer cancel()
-		dev, err = roce.Open(ctx, lab.PeerIf, roce.Options{Link: roce.LinkXDP, Logger: quiet})
+		if loss == 0 {
+			dev, err = roce.Open(ctx, lab.PeerIf, roce.Options{Link: roce.LinkXDP, Logger: quiet})
+			return err
+		}
+		l, err := xdplink.Open(lab.PeerIf, xdplink.Options{Multibuffer: lab.MTU > 3000})
+		if err != nil {
+			return err
+		}
+		dev, err = roce.OpenLink(&lossyLink{Link: l, loss: loss, rng: rand.New(rand.NewPCG(1, 2))},
+			roce.Options{Interface: lab.PeerIf, Logger: quiet})
 		return err
 	})
 	if err != nil {
@@ -75,6 +93,48 @@ func fpgaLab(t *testing.T) (*rxelab.Lab, *rxelab.Guest, string, *roce.Device) {
 	}
 	t.Cleanup(func() { dev.Close() })
 	return lab, g, files, dev
+}
+
+// lossyLink drops frames at random in both directions.
+type lossyLink struct {
+	link.Link
+	loss float64
+	mu   sync.Mutex
+	rng  *rand.Rand
+	keep [][]byte
+}
+
+func (l *lossyLink) drop() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.rng.Float64() < l.loss
+}
+
+func (l *lossyLink) ReadBatch(ctx context.Context, fn func([][]byte)) (int, error) {
+	return l.Link.ReadBatch(ctx, func(frames [][]byte) {
+		kept := frames[:0:0]
+		for _, f := range frames {
+			if !l.drop() {
+				kept = append(kept, f)
+			}
+		}
+		if len(kept) > 0 {
+			fn(kept)
+		}
+	})
+}
+
+func (l *lossyLink) WriteBatch(frames [][]byte) (int, error) {
+	kept := make([][]byte, 0, len(frames))
+	for _, f := range frames {
+		if !l.drop() {
+			kept = append(kept, f)
+		}
+	}
+	if _, err := l.Link.WriteBatch(kept); err != nil {
+		return 0, err
+	}
+	return len(frames), nil
 }
 
 // readFields waits for a file the guest writes and returns its fields.
@@ -106,7 +166,18 @@ func atou(t *testing.T, s string) uint32 {
 // once, in order, byte-exact, with its channel, sizes 1 byte to the PMTU;
 // a consumer holding frames makes RNR NAKs and loses nothing.
 func TestFPGAServerFromRXE(t *testing.T) {
-	lab, g, files, dev := fpgaLab(t)
+	testFPGAServerFromRXE(t, 0)
+}
+
+// The same with 1 % and 5 % of the frames lost on the path (both ways).
+func TestFPGAServerFromRXELoss(t *testing.T) {
+	for _, loss := range []float64{0.01, 0.05} {
+		t.Run(fmt.Sprintf("%.0f%%", loss*100), func(t *testing.T) { testFPGAServerFromRXE(t, loss) })
+	}
+}
+
+func testFPGAServerFromRXE(t *testing.T, loss float64) {
+	lab, g, files, dev := fpgaLabLoss(t, loss)
 	gidx, ok := g.GIDIndex(g.Addr)
 	if !ok {
 		t.Fatalf("guest has no GID for %v", g.Addr)
@@ -120,6 +191,9 @@ func TestFPGAServerFromRXE(t *testing.T) {
 		hold  time.Duration
 		n     int
 	}{{"send", false, 64, 0, 2000}, {"write", true, 64, 0, 1000}, {"slow-consumer", false, 8, 2 * time.Millisecond, 300}} {
+		if loss > 0 && tc.name != "send" {
+			continue
+		}
 		t.Run(tc.name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 			defer cancel()
@@ -221,8 +295,9 @@ func TestFPGAServerFromRXE(t *testing.T) {
 			if tc.hold > 0 && c.SendRNRErr == base.SendRNRErr {
 				t.Fatalf("no RNR NAKs with a slow consumer: %v", c.Map())
 			}
-			t.Logf("%s: %d frames, %d bytes, RNR NAKs sent %d; sender: %s", tc.name, s.FrameCount(), s.ByteCount(),
-				c.SendRNRErr-base.SendRNRErr, strings.TrimSpace(string(stdout)))
+			t.Logf("%s: %d frames, %d bytes, RNR NAKs sent %d, out-of-sequence %d, duplicates %d; sender: %s", tc.name,
+				s.FrameCount(), s.ByteCount(), c.SendRNRErr-base.SendRNRErr, c.OutOfSeqRequest-base.OutOfSeqRequest,
+				c.DuplicateRequest-base.DuplicateRequest, strings.TrimSpace(string(stdout)))
 		})
 	}
 }
