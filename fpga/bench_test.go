@@ -68,7 +68,7 @@ func BenchmarkServer(b *testing.B) {
 }
 
 func benchServer(b *testing.B, host, fdev *roce.Device, fpgaIP netip.Addr) {
-	s, e := bringUpAt(b, host, fdev, fpgaIP, 4096, 256, emulator.Config{RingSlots: 64}, 1)
+	s, e := bringUpAt(b, host, fdev, fpgaIP, 4096, 256, emulator.Config{RingSlots: 64, RetryCnt: 7, Timeout: 12}, 1)
 	var got atomic.Uint64
 	done := make(chan struct{})
 	var want atomic.Uint64

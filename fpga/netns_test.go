@@ -54,6 +54,9 @@ func netnsDevices(t testing.TB, kind roce.LinkKind) (host, fdev *roce.Device, fp
 	return openIn(t, p.VethA, kind), openIn(t, p.VethB, kind), p.VethB
 }
 
+// A veth under load drops frames (AF_XDP rings overrun), so the emulator
+// retries forever here instead of the firmware's 3 times.
+//
 // Frames from the emulator over AF_XDP (and the kernel UDP link) between
 // namespaces: in order, byte-exact, sizes 1..4096, both data paths; then
 // a consumer holding every slot makes RNR NAKs and loses nothing.
@@ -62,7 +65,7 @@ func TestNetns(t *testing.T) {
 		t.Run(kind.String(), func(t *testing.T) {
 			for _, write := range []bool{false, true} {
 				host, fdev, fv := netnsDevices(t, kind)
-				s, e := bringUpAt(t, host, fdev, fv.Addr.Addr(), 4096, 64, emulator.Config{PMTU: ib.MTU4096, Write: write}, 1)
+				s, e := bringUpAt(t, host, fdev, fv.Addr.Addr(), 4096, 64, emulator.Config{PMTU: ib.MTU4096, Write: write, RetryCnt: 7, Timeout: 12}, 1)
 				const n = 3000
 				c := newChecker(4096, n)
 				if write {
@@ -78,7 +81,7 @@ func TestNetns(t *testing.T) {
 			}
 
 			host, fdev, fv := netnsDevices(t, kind)
-			s, e := bringUpAt(t, host, fdev, fv.Addr.Addr(), 4096, 8, emulator.Config{}, 1)
+			s, e := bringUpAt(t, host, fdev, fv.Addr.Addr(), 4096, 8, emulator.Config{RetryCnt: 7, Timeout: 12}, 1)
 			const n = 500
 			c := newChecker(4096, n)
 			var mu sync.Mutex

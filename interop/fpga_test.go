@@ -332,7 +332,7 @@ func TestFPGAEmulatorToRXE(t *testing.T) {
 				t.Fatal(err)
 			}
 			hg := ib.GIDFromAddr(ha)
-			e, err := emulator.New(dev, emulator.Config{PMTU: pmtu, Write: write})
+			e, err := emulator.New(dev, emulator.Config{PMTU: pmtu, Write: write, RetryCnt: 7})
 			if err != nil {
 				t.Fatal(err)
 			}
