@@ -303,6 +303,9 @@ func (s *Server) CompleteConnection(ctx context.Context, fpgaQPN, fpgaRqPSN uint
 	if err := s.slab.postAll(); err != nil {
 		return err
 	}
+	// The PSN check's base is taken before RTR: a sender that never
+	// stopped sends from the moment the QP accepts packets.
+	base := s.dev.Counters()
 	err := s.qp.Modify(ctx, &roce.QPAttr{State: roce.StateRTR, PathMTU: pmtu, DestQPN: fpgaQPN, RQPSN: fpgaRqPSN,
 		MaxDestRdAtomic: 16, MinRNRTimer: minRNRTimer,
 		AV: roce.AddressVector{DGID: s.fpgaGID, SGID: s.hostGID, HopLimit: 64}},
@@ -319,7 +322,7 @@ func (s *Server) CompleteConnection(ctx context.Context, fpgaQPN, fpgaRqPSN uint
 	s.cancel = cancel
 	s.watchDone = make(chan struct{})
 	go s.run(rctx)
-	go s.watchPSN(rctx)
+	go s.watchPSN(rctx, base)
 	return nil
 }
 
@@ -506,9 +509,8 @@ func (s *Server) complete(wc *roce.WorkCompletion, path DataPath) bool {
 
 // watchPSN reports a sender whose PSNs do not match the new QP (see the
 // package documentation) until the first frame arrives.
-func (s *Server) watchPSN(ctx context.Context) {
+func (s *Server) watchPSN(ctx context.Context, base roce.Counters) {
 	defer close(s.watchDone)
-	base := s.dev.Counters()
 	t := time.NewTicker(psnTick)
 	defer t.Stop()
 	var since time.Time
