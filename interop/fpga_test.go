@@ -3,6 +3,7 @@ package interop
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -14,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -365,4 +367,92 @@ func TestFPGAEmulatorToRXE(t *testing.T) {
 			t.Logf("rxe receiver: %s; emulator %+v", strings.TrimSpace(string(stdout)), e.Stats())
 		})
 	}
+}
+
+// A reconnect: the server is stopped and a new one connects to an rxe
+// sender that goes on at its old PSNs (an FPGA that was not reset). The new
+// server must report it, not silently take nothing.
+func TestFPGAStalePSNFromRXE(t *testing.T) {
+	_, g, files, dev := fpgaLab(t)
+	gidx, ok := g.GIDIndex(g.Addr)
+	if !ok {
+		t.Fatalf("guest has no GID for %v", g.Addr)
+	}
+	mtu := g.ActiveMTU
+	pmtu, _ := ib.MTUFromBytes(mtu)
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	newServer := func() *fpga.Server {
+		s, err := fpga.NewServer(dev, 1, -1, mtu, 64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(s.Stop)
+		if err := s.SetFPGAGID(ib.GIDFromAddr(g.Addr)); err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	put := func(name, content string) {
+		if err := os.WriteFile(filepath.Join(files, name+".tmp"), []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(filepath.Join(files, name+".tmp"), filepath.Join(files, name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tag := strconv.FormatInt(time.Now().UnixNano(), 36)
+	host, host2, fpgaF, gof := "host-"+tag, "host2-"+tag, "fpga-"+tag, "go-"+tag
+	s := newServer()
+	put(host, fmt.Sprintf("%d %d %s\n", s.QPN(), s.SqPSN(), s.GID()))
+	const n = 100
+	jctx, stopJob := context.WithCancel(ctx)
+	defer stopJob()
+	job := g.Start(jctx, "/mnt/lab/files/fpgaverbs", "send", "-d", "rxe0", "-g", strconv.Itoa(gidx), "-n", strconv.Itoa(n),
+		"-s", "64", "-m", strconv.Itoa(mtu), "-c", "1", "-o", "/mnt/lab/files/"+fpgaF, "-i", "/mnt/lab/files/"+host,
+		"-G", "/mnt/lab/files/"+gof, "-R", "/mnt/lab/files/"+host2, "-N", "20")
+	f := readFields(t, ctx, filepath.Join(files, fpgaF), 4)
+	fpgaQPN := atou(t, f[0])
+	if err := s.CompleteConnection(ctx, fpgaQPN, s.SqPSN(), pmtu, 1); err != nil {
+		t.Fatal(err)
+	}
+	var got atomic.Int32
+	done := make(chan struct{})
+	go s.Serve(ctx, func(fpga.Frame) {
+		if got.Add(1) == n {
+			close(done)
+		}
+	})
+	put(gof, "")
+	select {
+	case <-done:
+	case <-ctx.Done():
+		t.Fatalf("first connection: %d of %d frames", got.Load(), n)
+	}
+	s.Stop()
+
+	s2 := newServer()
+	if err := s2.CompleteConnection(ctx, fpgaQPN, s2.SqPSN(), pmtu, 1); err != nil {
+		t.Fatal(err)
+	}
+	var got2 atomic.Int32
+	serr := make(chan error, 1)
+	go func() { serr <- s2.Serve(ctx, func(fpga.Frame) { got2.Add(1) }) }()
+	// PyRogue would program the FPGA with s2.SqPSN(); this one ignores it.
+	put(host2, fmt.Sprintf("%d %d %s\n", s2.QPN(), s2.SqPSN(), s2.GID()))
+	select {
+	case err := <-serr:
+		if !errors.Is(err, fpga.ErrPSNMismatch) {
+			t.Fatalf("Serve: %v, want ErrPSNMismatch", err)
+		}
+		t.Logf("reported: %v", err)
+	case <-ctx.Done():
+		t.Fatalf("a stale sender was not reported; counters %v", dev.Counters().Map())
+	}
+	if got2.Load() != 0 {
+		t.Fatalf("%d frames from a sender at the wrong PSNs", got2.Load())
+	}
+	stopJob()
+	stdout, stderr, _, _ := job.Wait()
+	t.Logf("sender: %s%s", stdout, stderr)
 }

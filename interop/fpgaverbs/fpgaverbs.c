@@ -17,6 +17,11 @@
  * SQ PSN, which the FPGA's send queue starts at (PyRogue's pairing).
  * The receiver creates FILE.ready once its QP is in RTS.
  *
+ * send -R FILE: after the -n frames, wait for FILE (a new host's "qpn psn
+ * gid"), move the QP through RESET to the new host but keep sending at the
+ * PSN after the last frame, as an FPGA that was not reset does, and send -N
+ * more frames ("reconnected: ... acknowledged|failed").
+ *
  * Frame i has size sz(i) (fixed -s N, or with -s 0 a sweep from 1 byte to
  * the path MTU) and payload: i as 64-bit big-endian, then byte(i*31 + j*7)
  * at offset j (truncated to the frame). recv prints one line per bad frame
@@ -80,20 +85,71 @@ static enum ibv_mtu mtu_enum(int mtu)
 	}
 }
 
+struct sender {
+	struct ibv_qp *qp;
+	struct ibv_cq *cq;
+	struct ibv_mr *mr;
+	unsigned char *buf;
+	int ring, mtu, size, channel, write_imm;
+	unsigned long long raddr;
+	unsigned rkey, pslot, pdepth;
+};
+
+/* send_frames sends frames first..last-1 and waits for their completions. */
+static int send_frames(struct sender *sd, unsigned long first, unsigned long last, unsigned long *frames,
+		       unsigned long *bytes)
+{
+	struct ibv_wc wc[16];
+	unsigned long posted = first, done = first;
+	while (done < last) {
+		while (posted < last && posted - done < (unsigned long)sd->ring) {
+			int n = frame_size(posted, sd->size, sd->mtu);
+			unsigned char *p = sd->buf + (posted % sd->ring) * sd->mtu;
+			pattern(p, n, posted);
+			struct ibv_sge sge = { (uintptr_t)p, n, sd->mr->lkey };
+			struct ibv_send_wr wr = { .wr_id = posted, .sg_list = &sge, .num_sge = 1,
+				.opcode = IBV_WR_SEND_WITH_IMM, .send_flags = IBV_SEND_SIGNALED,
+				.imm_data = htonl((uint32_t)((posted & 0xFFFFFF) << 8) | sd->channel) }, *bad;
+			if (sd->write_imm) {
+				wr.opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
+				wr.imm_data = htonl((uint32_t)((posted % sd->pdepth) << 8) | sd->channel);
+				wr.wr.rdma.remote_addr = sd->raddr + (posted % sd->pdepth) * sd->pslot;
+				wr.wr.rdma.rkey = sd->rkey;
+			}
+			if ((errno = ibv_post_send(sd->qp, &wr, &bad)))
+				die("post send", errno);
+			posted++;
+			(*frames)++;
+			*bytes += n;
+		}
+		int n = ibv_poll_cq(sd->cq, 16, wc);
+		for (int k = 0; k < n; k++) {
+			if (wc[k].status != IBV_WC_SUCCESS) {
+				fprintf(stderr, "fpgaverbs: frame %llu: %s\n", (unsigned long long)wc[k].wr_id,
+					ibv_wc_status_str(wc[k].status));
+				return 1;
+			}
+			done++;
+		}
+	}
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
-	const char *dev_name = "rxe0", *out = NULL, *in = NULL, *go = NULL;
+	const char *dev_name = "rxe0", *out = NULL, *in = NULL, *go = NULL, *reconnect = NULL;
+	unsigned long count2 = 20;
 	int gidx = 1, size = 0, mtu = 4096, channel = 1, write_imm = 0, depth = 64, slot = 4096;
 	unsigned long count = 100;
 	int hold_us = 0, opt;
 
 	if (argc < 2 || (strcmp(argv[1], "send") && strcmp(argv[1], "recv"))) {
-		fprintf(stderr, "usage: fpgaverbs send|recv [-d dev] [-g gid_index] [-n count] [-s size] [-m mtu] [-c channel] [-w] [-D depth] [-S slot] [-H hold_us] -o out -i in [-G go]\n");
+		fprintf(stderr, "usage: fpgaverbs send|recv [-d dev] [-g gid_index] [-n count] [-s size] [-m mtu] [-c channel] [-w] [-D depth] [-S slot] [-H hold_us] -o out -i in [-G go] [-R reconnect_file [-N count2]]\n");
 		return 2;
 	}
 	int sender = !strcmp(argv[1], "send");
 	optind = 2;
-	while ((opt = getopt(argc, argv, "d:g:n:s:m:c:wD:S:H:o:i:G:")) != -1) {
+	while ((opt = getopt(argc, argv, "d:g:n:s:m:c:wD:S:H:o:i:G:R:N:")) != -1) {
 		switch (opt) {
 		case 'd': dev_name = optarg; break;
 		case 'g': gidx = atoi(optarg); break;
@@ -108,6 +164,8 @@ int main(int argc, char **argv)
 		case 'o': out = optarg; break;
 		case 'i': in = optarg; break;
 		case 'G': go = optarg; break;
+		case 'R': reconnect = optarg; break;
+		case 'N': count2 = strtoul(optarg, NULL, 0); break;
 		default: return 2;
 		}
 	}
@@ -221,41 +279,61 @@ int main(int argc, char **argv)
 	struct ibv_wc wc[16];
 	unsigned long frames = 0, bytes = 0, errors = 0;
 	if (sender) {
+		struct sender sd = { qp, cq, mr, buf, ring, mtu, size, channel, write_imm, raddr, rkey, pslot, pdepth };
 		if (go)
 			wait_file(go);
-		unsigned long posted = 0, done = 0;
-		while (done < count) {
-			while (posted < count && posted - done < (unsigned long)ring) {
-				int n = frame_size(posted, size, mtu);
-				unsigned char *p = buf + (posted % ring) * mtu;
-				pattern(p, n, posted);
-				struct ibv_sge sge = { (uintptr_t)p, n, mr->lkey };
-				struct ibv_send_wr wr = { .wr_id = posted, .sg_list = &sge, .num_sge = 1,
-					.opcode = IBV_WR_SEND_WITH_IMM, .send_flags = IBV_SEND_SIGNALED,
-					.imm_data = htonl((uint32_t)((posted & 0xFFFFFF) << 8) | channel) }, *bad;
-				if (write_imm) {
-					wr.opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
-					wr.imm_data = htonl((uint32_t)((posted % pdepth) << 8) | channel);
-					wr.wr.rdma.remote_addr = raddr + (posted % pdepth) * pslot;
-					wr.wr.rdma.rkey = rkey;
-				}
-				if ((errno = ibv_post_send(qp, &wr, &bad)))
-					die("post send", errno);
-				posted++;
-				frames++;
-				bytes += n;
-			}
-			int n = ibv_poll_cq(cq, 16, wc);
-			for (int k = 0; k < n; k++) {
-				if (wc[k].status != IBV_WC_SUCCESS) {
-					fprintf(stderr, "fpgaverbs: frame %llu: %s\n", (unsigned long long)wc[k].wr_id,
-						ibv_wc_status_str(wc[k].status));
-					return 1;
-				}
-				done++;
-			}
-		}
+		if (send_frames(&sd, 0, count, &frames, &bytes))
+			return 1;
 		printf("frames=%lu bytes=%lu errors=0\n", frames, bytes);
+		if (!reconnect)
+			return 0;
+		/* An FPGA that was not reset: connect to the new host QP but
+		 * go on at the PSN after the last frame (one packet each). */
+		fflush(stdout);
+		wait_file(reconnect);
+		f = fopen(reconnect, "r");
+		if (!f || fscanf(f, "%u %u %63s", &peer_qpn, &peer_psn, pgid) != 3)
+			die("reconnect file", EINVAL);
+		fclose(f);
+		if (inet_pton(AF_INET6, pgid, dgid.raw) != 1)
+			die("peer gid", EINVAL);
+		memset(&a, 0, sizeof a);
+		a.qp_state = IBV_QPS_RESET;
+		if ((errno = ibv_modify_qp(qp, &a, IBV_QP_STATE)))
+			die("RESET", errno);
+		a.qp_state = IBV_QPS_INIT;
+		a.port_num = 1;
+		a.qp_access_flags = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
+		if ((errno = ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS)))
+			die("INIT", errno);
+		memset(&a, 0, sizeof a);
+		a.qp_state = IBV_QPS_RTR;
+		a.path_mtu = mtu_enum(mtu);
+		a.dest_qp_num = peer_qpn;
+		a.rq_psn = rq_psn;
+		a.max_dest_rd_atomic = 16;
+		a.min_rnr_timer = 1;
+		a.ah_attr.is_global = 1;
+		a.ah_attr.grh.dgid = dgid;
+		a.ah_attr.grh.sgid_index = gidx;
+		a.ah_attr.grh.hop_limit = 64;
+		a.ah_attr.port_num = 1;
+		if ((errno = ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
+					   IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER)))
+			die("RTR", errno);
+		memset(&a, 0, sizeof a);
+		a.qp_state = IBV_QPS_RTS;
+		a.sq_psn = (sq_psn + count) & 0xFFFFFF;
+		a.timeout = 14;
+		a.retry_cnt = 7;
+		a.rnr_retry = 7;
+		a.max_rd_atomic = 16;
+		if ((errno = ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
+					   IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC)))
+			die("RTS", errno);
+		frames = bytes = 0;
+		int rc = send_frames(&sd, count, count + count2, &frames, &bytes);
+		printf("reconnected: frames=%lu bytes=%lu %s\n", frames, bytes, rc ? "failed" : "acknowledged");
 		return 0;
 	}
 
