@@ -557,7 +557,8 @@ const (
 
 // Stop ends the receive goroutine and frees the QP, the slab and the CQ.
 // It is idempotent. Frames still held stay readable; releasing them does
-// nothing.
+// nothing. It waits for a consumer's AcceptFrame in progress, so it must not
+// be called from one.
 func (s *Server) Stop() {
 	s.mu.Lock()
 	if s.stopped {
