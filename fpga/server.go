@@ -1,0 +1,638 @@
+// Package fpga is the host side of SLAC Rogue's RoCEv2 protocol: Server is
+// the RC receive server that takes the frames an FPGA sends (detector and
+// DAQ data) into a slab of pre-posted receives and hands them downstream
+// without copying, as rogue::protocols::rocev2::Server does with a verbs
+// driver. Package fpga/emulator is a Go sender that behaves like the FPGA.
+//
+// # Bring-up
+//
+// The host and the FPGA exchange their connection values out of band (in
+// PyRogue through the FPGA's register bus):
+//
+//  1. NewServer creates the slab, its memory region, the CQ and the RC QP in
+//     INIT, and draws random 24-bit send and receive PSNs.
+//  2. SetFPGAGID names the FPGA (an IPv4-mapped GID).
+//  3. The host programs the FPGA with QPN, RqPSN, SqPSN (and, for the gen-1
+//     data path, MRAddr and MRRKey); the FPGA's QP starts sending at SqPSN.
+//  4. CompleteConnection(ctx, fpgaQPN, fpgaRqPSN, pmtu, minRNRTimer) posts
+//     every receive and moves the QP to RTR and RTS. fpgaRqPSN becomes the
+//     PSN the server expects first: PyRogue passes SqPSN here, and the
+//     FPGA's send PSN is programmed to SqPSN too. (Rogue's documentation says
+//     the FPGA's send PSN must match RqPSN; its code does the above.)
+//
+// # Data paths
+//
+// Both data paths the firmware has used are accepted (SetDataPath narrows
+// it): SEND WITH IMMEDIATE into the posted receive buffer of slot wr_id
+// (gen 2, the current firmware), and RDMA WRITE WITH IMMEDIATE into the slab
+// at slot·maxPayload, which consumes the receive of slot wr_id (gen 1; the
+// FPGA writes its slots in order, so consumers must release gen-1 frames in
+// order). The channel is the low byte of the immediate and the upper 24
+// bits are the FPGA's free-running counter, decoded as Rogue's gen-2 code
+// does (the gen-1 code took the low byte without byte swapping).
+//
+// # Frames and flow control
+//
+// A Frame is a view of its slot, valid until its last reference is
+// released; then the slot's receive is posted again. Consumers attach to
+// the server (Attach, or Serve with a function): the first attached is the
+// primary and gets each frame last, after the secondaries, as in Rogue's
+// stream graph. A consumer that keeps a frame past AcceptFrame calls Retain
+// and later Release, from any goroutine. When consumers hold every slot the
+// receive queue is empty and the device answers the FPGA with RNR NAKs
+// carrying minRNRTimer; the FPGA retries forever, so nothing is lost, only
+// delayed. Until the first consumer attaches, completions wait in the CQ.
+//
+// Completions Rogue drops are counted (Stats): slot out of range, zero or
+// oversize length, unexpected opcode, error status; their slots are posted
+// again. A flushed completion (the QP went to the error state) stops the
+// server cleanly and Err reports it.
+//
+// # A reconnect with stale PSNs
+//
+// An FPGA that was not reset keeps sending at its old PSNs after the host
+// restarts its server. The new QP then takes every packet for a duplicate
+// (acknowledged and discarded) or for one out of sequence (NAKed), and no
+// frame ever completes. The server watches for this until its first frame:
+// when the device counts duplicate or out-of-sequence requests and no frame
+// has arrived, Err and Serve report ErrPSNMismatch (the remedy is the
+// firmware's soft reset before the FPGA is programmed again). The counters
+// are the device's, so on a device shared with other RC traffic the check
+// can also fire for their duplicates; it runs only until the first frame.
+package fpga
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unsafe"
+
+	"github.com/goroce/goroce/ib"
+	"github.com/goroce/goroce/roce"
+)
+
+// Defaults of NewServer, as Rogue's.
+const (
+	DefaultMaxPayload   = 9000
+	DefaultRxQueueDepth = 256
+)
+
+// Errors of the server.
+var (
+	ErrNoFPGAGID      = errors.New("fpga: FPGA GID not set (SetFPGAGID)")
+	ErrConnected      = errors.New("fpga: CompleteConnection already called")
+	ErrStopped        = errors.New("fpga: server stopped")
+	ErrFlushed        = errors.New("fpga: receive flushed (QP in error state)")
+	ErrPSNMismatch    = errors.New("fpga: sender's PSNs do not match (stale FPGA QP? soft-reset it)")
+	ErrSlabTooLarge   = errors.New("fpga: slab does not fit the FPGA's 32-bit MR length")
+	ErrNoGID          = errors.New("fpga: no RoCEv2 GID shares the FPGA's subnet")
+	ErrInvalidSetting = errors.New("fpga: invalid setting")
+)
+
+// DataPath selects which completions carry frames.
+type DataPath uint8
+
+const (
+	// DataPathAny accepts both firmware generations.
+	DataPathAny DataPath = iota
+	// DataPathSend accepts only SEND WITH IMMEDIATE (gen 2).
+	DataPathSend
+	// DataPathWrite accepts only RDMA WRITE WITH IMMEDIATE (gen 1).
+	DataPathWrite
+)
+
+// Stats are the server's counters.
+type Stats struct {
+	Frames, Bytes uint64
+	// Completions dropped (slot posted again, except BadSlot).
+	BadSlot   uint64 // work request ID out of range
+	BadLength uint64 // zero or longer than maxPayload
+	BadOpcode uint64 // not the data path's receive-with-immediate
+	BadStatus uint64 // error completions other than a flush
+	// BadRelease counts Release calls on a frame already released.
+	BadRelease uint64
+	// Held is the number of slots consumers hold now.
+	Held int
+}
+
+// Server is a Rogue RoCEv2 receive server on one RC QP.
+type Server struct {
+	dev        *roce.Device
+	port       uint8
+	gidIndex   int
+	maxPayload int
+	depth      int
+	rqPSN      uint32
+	sqPSN      uint32
+	log        *slog.Logger
+
+	pd   *roce.PD
+	qp   *roce.QP
+	slab *rxSlab
+
+	// refs holds per slot a generation (upper 32 bits) and a reference
+	// count (lower 32), so a release of a stale Frame is caught.
+	refs []atomic.Uint64
+
+	mu        sync.Mutex
+	fpgaGID   ib.GID
+	hostGID   ib.GID
+	haveFPGA  bool
+	path      DataPath
+	connected bool
+	stopped   bool
+	cancel    context.CancelFunc
+	err       error
+	consumers atomic.Pointer[[]*Consumer] // delivery order: secondaries, then the primary
+	attached  chan struct{}               // closed at the first Attach
+	done      chan struct{}               // closed when the receive goroutine ends
+	watchDone chan struct{}
+
+	frames, bytes                                 atomic.Uint64
+	badSlot, badLen, badOp, badStatus, badRelease atomic.Uint64
+	held                                          atomic.Int64
+}
+
+// NewServer creates a server on dev: the slab of rxQueueDepth slots of
+// maxPayload bytes (0 selects the defaults 256 and 9000), its memory region,
+// the CQ and the RC QP in INIT. port is the device port (1). gidIndex is the
+// host's GID table index; a negative index picks the RoCEv2 IPv4 GID in the
+// FPGA's /24 (or IPv6 GID in its /64), as PyRogue does: at SetFPGAGID, or at
+// CompleteConnection if the FPGA GID is set later.
+func NewServer(dev *roce.Device, port uint8, gidIndex, maxPayload, rxQueueDepth int) (*Server, error) {
+	if maxPayload == 0 {
+		maxPayload = DefaultMaxPayload
+	}
+	if rxQueueDepth == 0 {
+		rxQueueDepth = DefaultRxQueueDepth
+	}
+	if maxPayload < 0 || rxQueueDepth < 0 || port > 1 {
+		return nil, fmt.Errorf("fpga: port %d, maxPayload %d, depth %d: %w", port, maxPayload, rxQueueDepth, ErrInvalidSetting)
+	}
+	if port == 0 {
+		port = 1
+	}
+	s := &Server{dev: dev, port: port, gidIndex: gidIndex, maxPayload: maxPayload, depth: rxQueueDepth,
+		rqPSN: rand.Uint32() & ib.PSNMask, sqPSN: rand.Uint32() & ib.PSNMask, log: slog.Default(),
+		attached: make(chan struct{}), done: make(chan struct{}), refs: make([]atomic.Uint64, rxQueueDepth)}
+	if gidIndex >= 0 {
+		g, err := dev.GID(gidIndex)
+		if err != nil {
+			return nil, fmt.Errorf("fpga: GID index %d: %w", gidIndex, err)
+		}
+		if g == (ib.GID{}) {
+			return nil, fmt.Errorf("fpga: GID index %d is all zero: %w", gidIndex, roce.ErrNoGID)
+		}
+		s.hostGID = g
+	}
+	var err error
+	if s.pd, err = dev.AllocPD(); err != nil {
+		return nil, err
+	}
+	if s.slab, err = newRxSlab(dev, s.pd, rxQueueDepth, maxPayload); err != nil {
+		s.pd.Close()
+		return nil, err
+	}
+	s.qp, err = s.pd.CreateQP(&roce.QPInitAttr{Type: roce.RC, SendCQ: s.slab.cq, RecvCQ: s.slab.cq,
+		Cap: roce.QPCap{MaxSendWR: 1, MaxRecvWR: rxQueueDepth, MaxSendSGE: 1, MaxRecvSGE: 1}})
+	if err == nil {
+		s.slab.attach(s.qp)
+		err = s.qp.Modify(context.Background(), &roce.QPAttr{State: roce.StateInit, Port: port,
+			AccessFlags: roce.AccessRemoteWrite | roce.AccessRemoteRead | roce.AccessLocalWrite},
+			roce.AttrState|roce.AttrPKeyIndex|roce.AttrPort|roce.AttrAccessFlags)
+	}
+	if err != nil {
+		if s.qp != nil {
+			s.qp.Close()
+		}
+		s.slab.close()
+		s.pd.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// SetLogger replaces the logger (default slog.Default()).
+func (s *Server) SetLogger(l *slog.Logger) { s.log = l }
+
+// SetDataPath restricts the frames accepted to one firmware generation;
+// completions of the other are counted as BadOpcode. Call it before
+// CompleteConnection.
+func (s *Server) SetDataPath(p DataPath) {
+	s.mu.Lock()
+	s.path = p
+	s.mu.Unlock()
+}
+
+// SetFPGAGID sets the FPGA's GID (its IPv4 address as ::ffff:a.b.c.d). It
+// must be called before CompleteConnection. With a negative GID index it
+// also picks the host GID.
+func (s *Server) SetFPGAGID(g ib.GID) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.connected {
+		return ErrConnected
+	}
+	s.fpgaGID, s.haveFPGA = g, true
+	if s.gidIndex < 0 {
+		return s.pickGID()
+	}
+	return nil
+}
+
+// pickGID picks the host GID on the FPGA's subnet (PyRogue's detectGidIndex:
+// the RoCE v2 GID whose IPv4 address shares the FPGA's /24).
+func (s *Server) pickGID() error {
+	fa := s.fpgaGID.Addr()
+	bits := 24
+	if !fa.Is4() {
+		bits = 64
+	}
+	pfx, err := fa.Prefix(bits)
+	if err != nil {
+		return fmt.Errorf("fpga: FPGA GID %v: %w", s.fpgaGID, ErrInvalidSetting)
+	}
+	for _, e := range s.dev.GIDs() {
+		if e.Type == roce.GIDTypeRoCEv2 && e.Addr.Is4() == fa.Is4() && pfx.Contains(e.Addr) && e.Addr != fa {
+			s.hostGID = e.GID
+			return nil
+		}
+	}
+	return fmt.Errorf("fpga: FPGA %v: %w", fa, ErrNoGID)
+}
+
+// CompleteConnection connects the server to the FPGA's QP: it posts every
+// receive, then moves the QP to RTR (destination fpgaQPN, first expected
+// PSN fpgaRqPSN, path MTU pmtu, RNR NAK timer minRNRTimer) and RTS (send PSN
+// SqPSN, timeout 14, retry 3, RNR retry 7), and starts the receive
+// goroutine. A zero pmtu means 4096 (code 5) and a zero minRNRTimer code 1
+// (0.01 ms), Rogue's defaults. It may be called once; ctx bounds the
+// neighbour resolution of the FPGA's address.
+func (s *Server) CompleteConnection(ctx context.Context, fpgaQPN, fpgaRqPSN uint32, pmtu ib.MTU, minRNRTimer uint8) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch {
+	case s.stopped:
+		return ErrStopped
+	case s.connected:
+		return ErrConnected
+	case !s.haveFPGA:
+		return ErrNoFPGAGID
+	}
+	if pmtu == 0 {
+		pmtu = ib.MTU4096
+	}
+	if minRNRTimer == 0 {
+		minRNRTimer = 1
+	}
+	if !pmtu.Valid() || minRNRTimer > 31 || fpgaQPN > ib.PSNMask || fpgaRqPSN > ib.PSNMask {
+		return fmt.Errorf("fpga: QPN %#x PSN %#x pmtu %d RNR timer %d: %w", fpgaQPN, fpgaRqPSN, pmtu, minRNRTimer, ErrInvalidSetting)
+	}
+	if s.hostGID == (ib.GID{}) {
+		if err := s.pickGID(); err != nil {
+			return err
+		}
+	}
+	s.connected = true
+	if err := s.slab.postAll(); err != nil {
+		return err
+	}
+	// The PSN check's base is taken before RTR: a sender that never
+	// stopped sends from the moment the QP accepts packets.
+	base := s.dev.Counters()
+	err := s.qp.Modify(ctx, &roce.QPAttr{State: roce.StateRTR, PathMTU: pmtu, DestQPN: fpgaQPN, RQPSN: fpgaRqPSN,
+		MaxDestRdAtomic: 16, MinRNRTimer: minRNRTimer,
+		AV: roce.AddressVector{DGID: s.fpgaGID, SGID: s.hostGID, HopLimit: 64}},
+		roce.AttrState|roce.AttrAV|roce.AttrPathMTU|roce.AttrDestQPN|roce.AttrRQPSN|roce.AttrMaxDestRdAtomic|roce.AttrMinRNRTimer)
+	if err != nil {
+		return fmt.Errorf("fpga: QP to RTR: %w", err)
+	}
+	err = s.qp.Modify(ctx, &roce.QPAttr{State: roce.StateRTS, SQPSN: s.sqPSN, Timeout: 14, RetryCnt: 3, RNRRetry: 7, MaxRdAtomic: 16},
+		roce.AttrState|roce.AttrSQPSN|roce.AttrTimeout|roce.AttrRetryCnt|roce.AttrRNRRetry|roce.AttrMaxQPRdAtomic)
+	if err != nil {
+		return fmt.Errorf("fpga: QP to RTS: %w", err)
+	}
+	rctx, cancel := context.WithCancel(context.Background())
+	s.cancel = cancel
+	s.watchDone = make(chan struct{})
+	go s.run(rctx)
+	go s.watchPSN(rctx, base)
+	return nil
+}
+
+// Consumer takes frames from a server (Rogue's stream Slave). AcceptFrame
+// runs on the server's receive goroutine; the frame is valid until it
+// returns unless the consumer calls Retain.
+type Consumer interface {
+	AcceptFrame(Frame)
+}
+
+// ConsumerFunc adapts a function to Consumer.
+type ConsumerFunc func(Frame)
+
+// AcceptFrame calls f.
+func (f ConsumerFunc) AcceptFrame(fr Frame) { f(fr) }
+
+// Attach adds a consumer. The first consumer attached is the primary: it
+// gets each frame after all others. The returned function detaches it.
+func (s *Server) Attach(c Consumer) (detach func()) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	box := &c // identity of this attachment (funcs do not compare)
+	var cur []*Consumer
+	if p := s.consumers.Load(); p != nil {
+		cur = *p
+	}
+	next := make([]*Consumer, 0, len(cur)+1)
+	if len(cur) == 0 {
+		next = append(next, box)
+	} else {
+		// Secondaries in attach order, the primary (first attached) last.
+		next = append(next, cur[:len(cur)-1]...)
+		next = append(next, box, cur[len(cur)-1])
+	}
+	s.consumers.Store(&next)
+	select {
+	case <-s.attached:
+	default:
+		close(s.attached)
+	}
+	return func() { s.detach(box) }
+}
+
+func (s *Server) detach(box *Consumer) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	p := s.consumers.Load()
+	if p == nil {
+		return
+	}
+	next := make([]*Consumer, 0, len(*p))
+	for _, c := range *p {
+		if c != box {
+			next = append(next, c)
+		}
+	}
+	s.consumers.Store(&next)
+}
+
+// Serve passes every frame to fn (on the receive goroutine; the frame is
+// valid until fn returns unless fn retains it) until ctx ends, the server
+// stops, or a PSN mismatch is detected. It returns nil when ctx ends or
+// Stop was called, else the reason (Err).
+func (s *Server) Serve(ctx context.Context, fn func(Frame)) error {
+	detach := s.Attach(ConsumerFunc(fn))
+	defer detach()
+	var watch <-chan struct{}
+	s.mu.Lock()
+	watch = s.watchDone
+	s.mu.Unlock()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-s.done:
+			return s.Err()
+		case <-watch:
+			if err := s.Err(); err != nil {
+				return err
+			}
+			watch = nil
+		}
+	}
+}
+
+// Done is closed when the receive goroutine has ended (Stop, or a flush).
+func (s *Server) Done() <-chan struct{} { return s.done }
+
+// Err reports why the server stopped receiving (ErrFlushed), or
+// ErrPSNMismatch; nil while it runs normally and after Stop.
+func (s *Server) Err() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.err
+}
+
+func (s *Server) setErr(err error) {
+	s.mu.Lock()
+	if s.err == nil {
+		s.err = err
+	}
+	s.mu.Unlock()
+}
+
+// run is the receive goroutine.
+func (s *Server) run(ctx context.Context) {
+	defer close(s.done)
+	select {
+	case <-s.attached:
+	case <-ctx.Done():
+		return
+	}
+	var wc [16]roce.WorkCompletion
+	s.mu.Lock()
+	path := s.path
+	s.mu.Unlock()
+	for {
+		n, err := s.slab.poll(ctx, wc[:])
+		if err != nil {
+			if ctx.Err() == nil {
+				s.setErr(err)
+			}
+			return
+		}
+		for i := range wc[:n] {
+			if !s.complete(&wc[i], path) {
+				s.setErr(ErrFlushed)
+				s.log.Warn("fpga: receive queue flushed; server stops", "qpn", s.qp.QPN())
+				return
+			}
+		}
+	}
+}
+
+// complete handles one completion as Rogue's processCompletion; it returns
+// false for a flush.
+func (s *Server) complete(wc *roce.WorkCompletion, path DataPath) bool {
+	if wc.WRID >= uint64(s.depth) {
+		s.badSlot.Add(1)
+		return true
+	}
+	slot := int(wc.WRID)
+	if wc.Status == roce.WCWRFlushErr {
+		return false
+	}
+	if wc.Status != roce.WCSuccess {
+		s.badStatus.Add(1)
+		s.slab.repost(slot)
+		return true
+	}
+	ok := wc.Flags&roce.WCWithImm != 0
+	switch wc.Opcode {
+	case roce.WCRecv:
+		ok = ok && path != DataPathWrite
+	case roce.WCRecvRDMAWithImm:
+		ok = ok && path != DataPathSend
+	default:
+		ok = false
+	}
+	if !ok {
+		s.badOp.Add(1)
+		s.slab.repost(slot)
+		return true
+	}
+	if wc.ByteLen == 0 || int(wc.ByteLen) > s.maxPayload {
+		s.badLen.Add(1)
+		s.slab.repost(slot)
+		return true
+	}
+	s.frames.Add(1)
+	s.bytes.Add(uint64(wc.ByteLen))
+	gen := s.refs[slot].Load()>>32 + 1
+	s.refs[slot].Store(gen<<32 | 1)
+	s.held.Add(1)
+	f := Frame{s: s, slot: uint32(slot), gen: uint32(gen), n: wc.ByteLen, imm: wc.Imm}
+	if p := s.consumers.Load(); p != nil {
+		for _, c := range *p {
+			(*c).AcceptFrame(f)
+		}
+	}
+	f.Release()
+	return true
+}
+
+// watchPSN reports a sender whose PSNs do not match the new QP (see the
+// package documentation) until the first frame arrives.
+func (s *Server) watchPSN(ctx context.Context, base roce.Counters) {
+	defer close(s.watchDone)
+	t := time.NewTicker(psnTick)
+	defer t.Stop()
+	var since time.Time
+	var seen uint64
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if s.frames.Load() > 0 {
+			return
+		}
+		c := s.dev.Counters()
+		dup, oos := c.DuplicateRequest-base.DuplicateRequest, c.OutOfSeqRequest-base.OutOfSeqRequest
+		// After one sequence NAK the responder drops further packets
+		// silently until the expected PSN comes (rcvd_dropped).
+		rejected := dup + oos + c.RcvdDropped - base.RcvdDropped
+		if dup+oos == 0 {
+			continue
+		}
+		if since.IsZero() {
+			// A lost first packet also starts with a sequence NAK; the
+			// sender's retransmission mends that well within psnGrace.
+			since, seen = time.Now(), rejected
+			continue
+		}
+		if time.Since(since) >= psnGrace && rejected > seen {
+			err := fmt.Errorf("%w: expected PSN %#x; since connecting %d duplicate, %d out-of-sequence and %d other rejected requests, no frame",
+				ErrPSNMismatch, s.qp.Attr().RQPSN, dup, oos, rejected-dup-oos)
+			s.log.Error("fpga: sender PSNs do not match", "err", err)
+			s.setErr(err)
+			return
+		}
+	}
+}
+
+// The PSN check samples the device counters every psnTick and reports a
+// mismatch that has lasted psnGrace.
+const (
+	psnTick  = 50 * time.Millisecond
+	psnGrace = 500 * time.Millisecond
+)
+
+// Stop ends the receive goroutine and frees the QP, the slab and the CQ.
+// It is idempotent. Frames still held stay readable; releasing them does
+// nothing. It waits for a consumer's AcceptFrame in progress, so it must not
+// be called from one.
+func (s *Server) Stop() {
+	s.mu.Lock()
+	if s.stopped {
+		s.mu.Unlock()
+		return
+	}
+	s.stopped = true
+	cancel, started := s.cancel, s.connected && s.cancel != nil
+	s.mu.Unlock()
+	if started {
+		cancel()
+		<-s.done
+		<-s.watchDone
+	}
+	s.qp.Close()
+	s.slab.close()
+	s.pd.Close()
+}
+
+// Close is Stop.
+func (s *Server) Close() error {
+	s.Stop()
+	return nil
+}
+
+// QPN returns the host QP number.
+func (s *Server) QPN() uint32 { return s.qp.QPN() }
+
+// GID returns the host GID (zero until it is picked when the GID index is
+// negative).
+func (s *Server) GID() ib.GID {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.hostGID
+}
+
+// Addr returns the host's address (the GID as an IP address).
+func (s *Server) Addr() netip.Addr { return s.GID().Addr() }
+
+// RqPSN returns the host's receive PSN drawn at creation; the FPGA's
+// (unused) receive side is programmed with it.
+func (s *Server) RqPSN() uint32 { return s.rqPSN }
+
+// SqPSN returns the host's send PSN; the FPGA's send PSN is programmed with
+// it and CompleteConnection gets it back as fpgaRqPSN.
+func (s *Server) SqPSN() uint32 { return s.sqPSN }
+
+// MRAddr returns the slab's address (gen 1: the FPGA writes at MRAddr +
+// slot·maxPayload).
+func (s *Server) MRAddr() uint64 { return s.slab.mr.Addr() }
+
+// MRRKey returns the slab's remote key.
+func (s *Server) MRRKey() uint32 { return s.slab.mr.RKey() }
+
+// MRLen returns the slab's length (maxPayload × depth).
+func (s *Server) MRLen() uint32 { return uint32(len(s.slab.buf)) }
+
+// MaxPayload returns the slot size.
+func (s *Server) MaxPayload() int { return s.maxPayload }
+
+// Depth returns the number of slots.
+func (s *Server) Depth() int { return s.depth }
+
+// FrameCount returns the frames received.
+func (s *Server) FrameCount() uint64 { return s.frames.Load() }
+
+// ByteCount returns the bytes received.
+func (s *Server) ByteCount() uint64 { return s.bytes.Load() }
+
+// Stats returns the counters.
+func (s *Server) Stats() Stats {
+	return Stats{Frames: s.frames.Load(), Bytes: s.bytes.Load(), BadSlot: s.badSlot.Load(),
+		BadLength: s.badLen.Load(), BadOpcode: s.badOp.Load(), BadStatus: s.badStatus.Load(),
+		BadRelease: s.badRelease.Load(), Held: int(s.held.Load())}
+}
+
+func uintptrOf(b []byte) uintptr { return uintptr(unsafe.Pointer(unsafe.SliceData(b))) }
