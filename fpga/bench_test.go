@@ -11,6 +11,7 @@ import (
 	"github.com/goroce/goroce/fpga/emulator"
 	"github.com/goroce/goroce/internal/faultnet"
 	"github.com/goroce/goroce/roce"
+	"github.com/goroce/goroce/roce/netdev"
 )
 
 // The receive path allocates nothing per frame: a frame sent by the
@@ -59,7 +60,7 @@ func BenchmarkServer(b *testing.B) {
 		host, fdev := memDevices(b, faultnet.Config{}, faultnet.Config{})
 		benchServer(b, host, fdev, fpgaAddr)
 	})
-	for _, kind := range []roce.LinkKind{roce.LinkXDP, roce.LinkUDP} {
+	for _, kind := range []netdev.LinkKind{netdev.LinkXDP, netdev.LinkUDP} {
 		b.Run(kind.String(), func(b *testing.B) {
 			host, fdev, fv := netnsDevices(b, kind)
 			benchServer(b, host, fdev, fv.Addr.Addr())

@@ -1,13 +1,62 @@
-// Package fpga will implement the host side of RoCEv2 links to FPGA RDMA
-// engines, interoperating with SLAC Rogue's RoCEv2 receive server
-// (rogue.protocols.rocev2): an RC QP whose parameters (QPN, PSNs, GID,
-// memory region) are exchanged over an out-of-band side channel rather than
-// rdma_cm, and a zero-copy receive path in which the FPGA SENDs with
-// immediate into a slab of posted receive buffers that are re-posted as
-// their consumers release them. A software stand-in for the FPGA engine,
-// for tests without the hardware, belongs here too.
+// Package fpga is the host side of SLAC Rogue's RoCEv2 protocol: Server is
+// the RC receive server that takes the frames an FPGA sends (detector and
+// DAQ data) into a slab of pre-posted receives and hands them downstream
+// without copying, as rogue::protocols::rocev2::Server does with a verbs
+// driver. Package fpga/emulator is a Go sender that behaves like the FPGA.
 //
-// It is not implemented yet: this package holds no API. It sits above
-// package roce (and cm where a connection manager is used) and below cmd;
-// it imports nothing above cm.
+// # Bring-up
+//
+// The host and the FPGA exchange their connection values out of band (in
+// PyRogue through the FPGA's register bus):
+//
+//  1. NewServer creates the slab, its memory region, the CQ and the RC QP in
+//     INIT, and draws random 24-bit send and receive PSNs.
+//  2. SetFPGAGID names the FPGA (an IPv4-mapped GID).
+//  3. The host programs the FPGA with QPN, RqPSN, SqPSN (and, for the gen-1
+//     data path, MRAddr and MRRKey); the FPGA's QP starts sending at SqPSN.
+//  4. CompleteConnection(ctx, fpgaQPN, fpgaRqPSN, pmtu, minRNRTimer) posts
+//     every receive and moves the QP to RTR and RTS. fpgaRqPSN becomes the
+//     PSN the server expects first: PyRogue passes SqPSN here, and the
+//     FPGA's send PSN is programmed to SqPSN too. (Rogue's documentation says
+//     the FPGA's send PSN must match RqPSN; its code does the above.)
+//
+// # Data paths
+//
+// Both data paths the firmware has used are accepted (SetDataPath narrows
+// it): SEND WITH IMMEDIATE into the posted receive buffer of slot wr_id
+// (gen 2, the current firmware), and RDMA WRITE WITH IMMEDIATE into the slab
+// at slot·maxPayload, which consumes the receive of slot wr_id (gen 1; the
+// FPGA writes its slots in order, so consumers must release gen-1 frames in
+// order). The channel is the low byte of the immediate and the upper 24
+// bits are the FPGA's free-running counter, decoded as Rogue's gen-2 code
+// does (the gen-1 code took the low byte without byte swapping).
+//
+// # Frames and flow control
+//
+// A Frame is a view of its slot, valid until its last reference is
+// released; then the slot's receive is posted again. Consumers attach to
+// the server (Attach, or Serve with a function): the first attached is the
+// primary and gets each frame last, after the secondaries, as in Rogue's
+// stream graph. A consumer that keeps a frame past AcceptFrame calls Retain
+// and later Release, from any goroutine. When consumers hold every slot the
+// receive queue is empty and the device answers the FPGA with RNR NAKs
+// carrying minRNRTimer; the FPGA retries forever, so nothing is lost, only
+// delayed. Until the first consumer attaches, completions wait in the CQ.
+//
+// Completions Rogue drops are counted (Stats): slot out of range, zero or
+// oversize length, unexpected opcode, error status; their slots are posted
+// again. A flushed completion (the QP went to the error state) stops the
+// server cleanly and Err reports it.
+//
+// # A reconnect with stale PSNs
+//
+// An FPGA that was not reset keeps sending at its old PSNs after the host
+// restarts its server. The new QP then takes every packet for a duplicate
+// (acknowledged and discarded) or for one out of sequence (NAKed), and no
+// frame ever completes. The server watches for this until its first frame:
+// when the device counts duplicate or out-of-sequence requests and no frame
+// has arrived, Err and Serve report ErrPSNMismatch (the remedy is the
+// firmware's soft reset before the FPGA is programmed again). The counters
+// are the device's, so on a device shared with other RC traffic the check
+// can also fire for their duplicates; it runs only until the first frame.
 package fpga

@@ -14,22 +14,23 @@ import (
 	"github.com/goroce/goroce/ib"
 	"github.com/goroce/goroce/internal/netnstest"
 	"github.com/goroce/goroce/roce"
+	"github.com/goroce/goroce/roce/netdev"
 	"github.com/goroce/goroce/xdp"
 )
 
 // openIn opens a device on v inside its namespace (the one place these
 // tests open an interface by name).
-func openIn(t testing.TB, v *netnstest.Veth, kind roce.LinkKind) *roce.Device {
+func openIn(t testing.TB, v *netnstest.Veth, kind netdev.LinkKind) *roce.Device {
 	t.Helper()
 	var d *roce.Device
 	err := v.NS.Do(func() (err error) {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		d, err = roce.Open(ctx, v.Name, roce.Options{Link: kind, Logger: quiet})
+		d, err = netdev.Open(ctx, v.Name, netdev.Options{Link: kind, Device: roce.Options{Logger: quiet}})
 		return err
 	})
 	if err != nil {
-		if kind == roce.LinkXDP && errors.Is(err, xdp.ErrNotSupported) {
+		if kind == netdev.LinkXDP && errors.Is(err, xdp.ErrNotSupported) {
 			t.Skipf("AF_XDP unavailable: %v", err)
 		}
 		t.Fatalf("open %s (%v): %v", v.Name, kind, err)
@@ -41,8 +42,8 @@ func openIn(t testing.TB, v *netnstest.Veth, kind roce.LinkKind) *roce.Device {
 // netnsDevices opens the host in one namespace and the FPGA emulator in
 // another, joined by a veth pair at MTU 9000 (PMTU 4096). The emulator's
 // address is its interface's, so the kernel answers ARP for it.
-func netnsDevices(t testing.TB, kind roce.LinkKind) (host, fdev *roce.Device, fpgaIP *netnstest.Veth) {
-	if kind == roce.LinkXDP {
+func netnsDevices(t testing.TB, kind netdev.LinkKind) (host, fdev *roce.Device, fpgaIP *netnstest.Veth) {
+	if kind == netdev.LinkXDP {
 		netnstest.RequireCaps(t, unix.CAP_NET_RAW, unix.CAP_NET_ADMIN, unix.CAP_BPF)
 	}
 	p := netnstest.NewPair(t, 9000) // skips unless root with netns support
@@ -61,7 +62,7 @@ func netnsDevices(t testing.TB, kind roce.LinkKind) (host, fdev *roce.Device, fp
 // namespaces: in order, byte-exact, sizes 1..4096, both data paths; then
 // a consumer holding every slot makes RNR NAKs and loses nothing.
 func TestNetns(t *testing.T) {
-	for _, kind := range []roce.LinkKind{roce.LinkXDP, roce.LinkUDP} {
+	for _, kind := range []netdev.LinkKind{netdev.LinkXDP, netdev.LinkUDP} {
 		t.Run(kind.String(), func(t *testing.T) {
 			for _, write := range []bool{false, true} {
 				host, fdev, fv := netnsDevices(t, kind)

@@ -26,6 +26,7 @@ import (
 	"github.com/goroce/goroce/roce"
 	"github.com/goroce/goroce/roce/link"
 	"github.com/goroce/goroce/roce/link/xdplink"
+	"github.com/goroce/goroce/roce/netdev"
 )
 
 // The Rogue RoCEv2 formats against rdma_rxe: interop/fpgaverbs (a small
@@ -79,7 +80,7 @@ func fpgaLabLoss(t *testing.T, loss float64) (*rxelab.Lab, *rxelab.Guest, string
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		defer cancel()
 		if loss == 0 {
-			dev, err = roce.Open(ctx, lab.PeerIf, roce.Options{Link: roce.LinkXDP, Logger: quiet})
+			dev, err = netdev.Open(ctx, lab.PeerIf, netdev.Options{Link: netdev.LinkXDP, Device: roce.Options{Logger: quiet}})
 			return err
 		}
 		l, err := xdplink.Open(lab.PeerIf, xdplink.Options{Multibuffer: lab.MTU > 3000})

@@ -14,6 +14,7 @@ import (
 
 	"github.com/goroce/goroce/roce"
 	"github.com/goroce/goroce/roce/link/udplink"
+	"github.com/goroce/goroce/roce/netdev"
 )
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -114,7 +115,7 @@ func TestCommandLine(t *testing.T) {
 	devs := map[string]*roce.Device{"host0": host, "fpga0": fdev}
 	saved := openFunc
 	t.Cleanup(func() { openFunc = saved })
-	openFunc = func(ctx context.Context, ifname string, kind roce.LinkKind, log *slog.Logger) (*roce.Device, error) {
+	openFunc = func(ctx context.Context, ifname string, kind netdev.LinkKind, log *slog.Logger) (*roce.Device, error) {
 		return devs[ifname], nil
 	}
 	// The devices outlive the commands, which close them.

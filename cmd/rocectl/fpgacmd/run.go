@@ -14,6 +14,7 @@ import (
 
 	"github.com/goroce/goroce/ib"
 	"github.com/goroce/goroce/roce"
+	"github.com/goroce/goroce/roce/netdev"
 )
 
 // Run is "rocectl fpga recv|send [flags]"; it returns the exit status.
@@ -38,8 +39,8 @@ func usage(w io.Writer) {
 }
 
 // openFunc opens the device; tests replace it.
-var openFunc = func(ctx context.Context, ifname string, kind roce.LinkKind, log *slog.Logger) (*roce.Device, error) {
-	return roce.Open(ctx, ifname, roce.Options{Link: kind, Logger: log})
+var openFunc = func(ctx context.Context, ifname string, kind netdev.LinkKind, log *slog.Logger) (*roce.Device, error) {
+	return netdev.Open(ctx, ifname, netdev.Options{Link: kind, Device: roce.Options{Logger: log}})
 }
 
 func run(mode string, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
@@ -103,13 +104,13 @@ func run(mode string, args []string, stdin io.Reader, stdout, stderr io.Writer) 
 		fs.Usage()
 		return 2
 	}
-	var kind roce.LinkKind
+	var kind netdev.LinkKind
 	switch *link {
 	case "auto":
 	case "xdp":
-		kind = roce.LinkXDP
+		kind = netdev.LinkXDP
 	case "udp":
-		kind = roce.LinkUDP
+		kind = netdev.LinkUDP
 	default:
 		fmt.Fprintf(stderr, "rocectl fpga: unknown link %q (udp, xdp or auto)\n", *link)
 		return 2
