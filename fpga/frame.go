@@ -1,5 +1,7 @@
 package fpga
 
+import "github.com/goroce/goroce/fpga/wire"
+
 // Frame is one frame the FPGA sent: a view of its slab slot with the
 // channel and counter of its immediate. It is a small value; copies share
 // the reference the consumer holds.
@@ -9,12 +11,6 @@ type Frame struct {
 	gen  uint32
 	n    uint32
 	imm  uint32
-}
-
-// decodeImm splits an immediate (the wire value, ntohl(imm_data)) into
-// Rogue's channel (bits 7:0) and the FPGA's counter (bits 31:8).
-func decodeImm(imm uint32) (channel uint8, counter uint32) {
-	return uint8(imm), imm >> 8
 }
 
 // Data returns the payload in place. It is valid until the frame's last
@@ -30,11 +26,11 @@ func (f Frame) Data() []byte {
 func (f Frame) Len() int { return int(f.n) }
 
 // Channel returns the channel (low byte of the immediate).
-func (f Frame) Channel() uint8 { ch, _ := decodeImm(f.imm); return ch }
+func (f Frame) Channel() uint8 { return wire.Imm(f.imm).Channel() }
 
 // Counter returns the FPGA's frame counter (upper 24 bits of the immediate;
 // diagnostic, wrapping).
-func (f Frame) Counter() uint32 { _, c := decodeImm(f.imm); return c }
+func (f Frame) Counter() uint32 { return wire.Imm(f.imm).Counter() }
 
 // Imm returns the raw immediate.
 func (f Frame) Imm() uint32 { return f.imm }

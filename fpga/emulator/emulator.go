@@ -33,6 +33,7 @@ import (
 	"fmt"
 	"sync/atomic"
 
+	"github.com/goroce/goroce/fpga/wire"
 	"github.com/goroce/goroce/ib"
 	"github.com/goroce/goroce/roce"
 )
@@ -255,7 +256,7 @@ func (e *Emulator) Send(ctx context.Context, ch uint8, p []byte) error {
 	copy(e.ring.Bytes()[i*e.slot:], p)
 	e.sge[0] = e.ring.SGE(i*e.slot, len(p))
 	e.wr = roce.SendWR{ID: e.sent, Opcode: roce.WRSendWithImm, Flags: roce.SendSignaled, SGL: e.sge[:],
-		Imm: e.counter<<8 | uint32(ch)}
+		Imm: uint32(wire.MakeImm(e.counter, ch))}
 	if e.cfg.Write {
 		e.wr.Opcode = roce.WRRDMAWriteWithImm
 		e.wr.RemoteAddr = e.host.MRAddr + uint64(int(e.counter)%e.host.Depth*e.host.MaxPayload)
