@@ -5,7 +5,7 @@
 // client) with goroce's software NAA, over AF_XDP on the lab's host side.
 //
 // The C library is built by its build script from the snapshot found in
-// GOROCE_NAAICE_DIR (default: shared/naaice next to the repository;
+// GOROCE_NAAICE_DIR (default: shared/naaice in a folder above the repository;
 // the tests skip, naming it, when it is absent), cached under
 // RXE_LAB_CACHE/naaice, and copied into the guest's share. The build
 // script installs cmake, make, gcc, libc6-dev, libibverbs-dev,

@@ -38,8 +38,11 @@ const (
 	guestVerify = guestDir + "naaice_verify"
 )
 
+// syncOnce lets TestRocectl reset the device's once after closing it.
+type syncOnce = sync.Once
+
 var labDev struct {
-	once sync.Once
+	once syncOnce
 	dev  *roce.Device
 	err  error
 }
@@ -52,18 +55,21 @@ var cBuild struct {
 }
 
 // naaiceDir finds the NAAICE C library's snapshot and build script: the
-// GOROCE_NAAICE_DIR environment variable, or shared/naaice next to the
-// repository.
+// GOROCE_NAAICE_DIR environment variable, or shared/naaice in a folder
+// above the repository.
 func naaiceDir(t *testing.T) (string, string) {
 	if d := os.Getenv("GOROCE_NAAICE_DIR"); d != "" {
 		return d, ""
 	}
-	root := repoRoot(t)
-	d := filepath.Join(filepath.Dir(root), "shared", "naaice")
-	if _, err := os.Stat(filepath.Join(d, "build.sh")); err != nil {
-		return "", "NAAICE C library snapshot not found (set GOROCE_NAAICE_DIR to the folder with build.sh and src/)"
+	for d := filepath.Dir(repoRoot(t)); ; d = filepath.Dir(d) {
+		p := filepath.Join(d, "shared", "naaice")
+		if _, err := os.Stat(filepath.Join(p, "build.sh")); err == nil {
+			return p, ""
+		}
+		if filepath.Dir(d) == d {
+			return "", "NAAICE C library snapshot not found (set GOROCE_NAAICE_DIR to the folder with build.sh and src/)"
+		}
 	}
-	return d, ""
 }
 
 func repoRoot(t *testing.T) string {

@@ -36,7 +36,12 @@ type goHostCase struct {
 // inputs, region 0 single-send with 2 bytes in the first RPC when there are
 // several, the regions from max(1, N/2) on outputs; every byte checked
 // after every RPC.
-func runGoHost(ctx context.Context, dev *roce.Device, remote netip.AddrPort, c goHostCase, pause time.Duration) error {
+//
+// It ends with a DREQ and waits a few seconds for the DREP; whether it came
+// is returned as a note: the C software NAA never answers a DREQ (it does
+// not call rdma_disconnect, "done by client exclusively"), so a graceful
+// Disconnect would wait for the CM's retries, and the C host does not wait.
+func runGoHost(ctx context.Context, dev *roce.Device, remote netip.AddrPort, c goHostCase, pause time.Duration) (string, error) {
 	add := map[uint8]byte{1: 1, 2: 2, 3: 0}[c.fn]
 	n := len(c.sizes)
 	params := make([][]byte, n)
@@ -49,7 +54,7 @@ func runGoHost(ctx context.Context, dev *roce.Device, remote netip.AddrPort, c g
 	}
 	h, err := nc.NewContext(dev, remote, params, c.internal, c.fn, nil)
 	if err != nil {
-		return err
+		return "", err
 	}
 	defer h.Close()
 	for i := range params {
@@ -64,17 +69,17 @@ func runGoHost(ctx context.Context, dev *roce.Device, remote netip.AddrPort, c g
 	}
 	h.SetImmediate([3]byte{1, 2, 3})
 	if err := h.Connect(ctx); err != nil {
-		return err
+		return "", err
 	}
 	if err := h.DoMRSP(ctx); err != nil {
-		return fmt.Errorf("MRSP: %w", err)
+		return "", fmt.Errorf("MRSP: %w", err)
 	}
 	for r := 1; r <= c.rpcs; r++ {
 		if pause > 0 {
 			time.Sleep(pause)
 		}
 		if err := h.DoRPC(ctx); err != nil {
-			return fmt.Errorf("RPC %d: %w", r, err)
+			return "", fmt.Errorf("RPC %d: %w", r, err)
 		}
 		h.SetBytesToSend(0, -1)
 		for i, p := range params {
@@ -84,12 +89,18 @@ func runGoHost(ctx context.Context, dev *roce.Device, remote netip.AddrPort, c g
 			}
 			for j, b := range p {
 				if b != want {
-					return fmt.Errorf("after RPC %d: region %d byte %d is %d, want %d", r, i, j, b, want)
+					return "", fmt.Errorf("after RPC %d: region %d byte %d is %d, want %d", r, i, j, b, want)
 				}
 			}
 		}
 	}
-	return h.Disconnect(ctx)
+	dctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	t0 := time.Now()
+	if err := h.Disconnect(dctx); err != nil {
+		return fmt.Sprintf("no DREP within %v (%v)", time.Since(t0).Round(time.Millisecond), err), nil
+	}
+	return fmt.Sprintf("DREP after %v", time.Since(t0).Round(time.Millisecond)), nil
 }
 
 // TestGoClientCServer: goroce hosts against the C software NAA in the guest,
@@ -116,9 +127,10 @@ func TestGoClientCServer(t *testing.T) {
 				}
 			}()
 			var err error
+			var note string
 			for i := 0; i < 100; i++ {
 				// Until the server listens, the guest's CM rejects (INVALID_SERVICE_ID).
-				err = runGoHost(ctx, dev, remote, c, cServerPause)
+				note, err = runGoHost(ctx, dev, remote, c, cServerPause)
 				if !errors.Is(err, mad.RejInvalidServiceID) {
 					break
 				}
@@ -131,6 +143,7 @@ func TestGoClientCServer(t *testing.T) {
 			if err != nil {
 				t.Fatalf("goroce host: %v\ncounters %+v", err, dev.Counters())
 			}
+			t.Logf("verified %d RPCs; disconnect: %s", c.rpcs, note)
 		})
 	}
 }
