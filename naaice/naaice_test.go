@@ -338,7 +338,10 @@ func TestConcurrentClients(t *testing.T) {
 	for err := range errs {
 		t.Error(err)
 	}
-	waitFor(t, func() bool { return l.srv.Counters().RPCs == clients*rpcs })
+	// A host that closes at once after its last result may take the ACK of
+	// the NAA's write-back with it: the NAA then counts that RPC as cut
+	// short.
+	waitFor(t, func() bool { c := l.srv.Counters(); return c.Active == 0 && c.RPCs+c.Disconnects == clients*rpcs })
 }
 
 func TestLossyLink(t *testing.T) {

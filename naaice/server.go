@@ -83,7 +83,9 @@ type ServerCounters struct {
 	// CompletionErrors: failed work completions (a write outside the
 	// regions, retries exhausted, ...).
 	CompletionErrors uint64
-	// Disconnects: hosts that left while an MRSP or RPC was under way.
+	// Disconnects: hosts that left while an MRSP or RPC was under way,
+	// including one that closed so soon after its last result that the
+	// ACK of the write-back never came.
 	Disconnects uint64
 }
 
