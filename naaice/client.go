@@ -415,6 +415,34 @@ func (c *Context) StartRPC() error {
 	return nil
 }
 
+// Abort sends the host's error signal instead of an RPC
+// (naaice_write_data with function code 0): a zero-length WRITE WITH IMM
+// with immediate 0 to the NAA's first region. The NAA ends the RPC
+// without an answer (goroce's closes the connection; the C one stops
+// serving it), so Close is all that is left to do.
+func (c *Context) Abort() error {
+	if err := c.usable(); err != nil {
+		return err
+	}
+	if s := c.m.State(); s != mrsp.MRSPDone && s != mrsp.Finished {
+		return fmt.Errorf("%w: abort in state %v", ErrState, s)
+	}
+	w, err := mrsp.HostAbort(c.adv)
+	if err != nil {
+		return err
+	}
+	if err := c.m.StartData(1); err != nil {
+		return err
+	}
+	c.sync()
+	c.wrs[0] = roce.SendWR{ID: wrWrite, Opcode: roce.WRRDMAWriteWithImm, Flags: roce.SendSignaled | roce.SendSolicited,
+		RemoteAddr: w.RemoteAddr, RKey: w.RKey, Imm: w.Imm}
+	if err := c.conn.QP().PostSend(&c.wrs[0]); err != nil {
+		return c.fail(err)
+	}
+	return nil
+}
+
 // DoRPC runs one RPC and waits for its result (naaice_do_data_transfer).
 // A non-zero return code from the NAA is a *RPCError. It allocates nothing
 // unless it fails.

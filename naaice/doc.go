@@ -20,7 +20,17 @@
 //	StartRPC / DoRPC         naaice_init_data_transfer / naaice_do_data_transfer
 //	Poll / Wait / PollBusy   naaice_poll_cq_nonblocking / _blocking / _busy
 //	State, Result, RPCs      state, naa_returncode + bytes_received, no_rpc_calls
+//	Abort                    naaice_write_data with function code 0 (the host's error signal)
 //	Disconnect, Close        naaice_disconnect_and_cleanup
+//
+// The rest of AP1 is folded in: naaice_init_rdma_resources and
+// naaice_register_mrs happen in NewContext, the connection events
+// (naaice_poll_connection_event, naaice_poll_and_handle_connection_event)
+// are package cm's and Connect returns at ESTABLISHED; naaice_send_message,
+// naaice_post_recv_mrsp, naaice_post_recv_data and naaice_write_data are
+// the steps of StartMRSP and StartRPC; naaice_handle_work_completion is
+// what Poll does with each completion; naaice_set_parameter_mrs is the
+// params argument.
 //
 // Parameter regions are the caller's slices, registered in place. Client.Call
 // is the one-call form: connect, MRSP, one RPC, disconnect. A non-zero return

@@ -679,6 +679,29 @@ func TestOutOfOrder(t *testing.T) {
 		}
 		waitFor(t, func() bool { return l.srv.Counters().CompletionErrors == 1 && l.srv.Counters().Active == 0 })
 	})
+	t.Run("Context.Abort", func(t *testing.T) {
+		before := l.srv.Counters().HostAborts
+		p := fill(10, 1)
+		c, err := NewContext(l.host, l.remote, [][]byte{p}, nil, 1, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		c.SetInput(0)
+		if err := c.Abort(); !errors.Is(err, ErrState) {
+			t.Fatalf("abort before connecting: %v", err)
+		}
+		if err := c.Connect(l.ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.DoMRSP(l.ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Abort(); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, func() bool { return l.srv.Counters().HostAborts == before+1 })
+	})
 	p := fill(10, 1)
 	if err := NewClient(l.host, l.remote, nil).Call(l.ctx, 1, [][]byte{p}, [][]byte{p}); err != nil {
 		t.Fatal(err)
