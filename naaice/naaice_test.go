@@ -759,7 +759,7 @@ func TestAARWire(t *testing.T) {
 	want := []struct {
 		info uint64
 		size uint32
-	}{{0x06<<56 | 8192, 1024}, {0x0c<<56 | 12288, 5000}, {0x01<<56 | 0, 8192}}
+	}{{0x06<<56 | 8192, 1024}, {0x0c<<56 | 12288, 5000}, {0x01 << 56, 8192}}
 	for i, w := range want {
 		e := msg[4+24*i:]
 		if got := binary.BigEndian.Uint64(e); got != w.info || binary.BigEndian.Uint32(e[20:]) != w.size {

@@ -240,9 +240,9 @@ func (s *Server) serve(ctx context.Context, req *cm.Request) {
 		return
 	}
 	s.ctr.accepted.Add(1)
+	// run returns only when the connection ends.
 	err := w.run(ctx)
 	switch {
-	case err == nil:
 	case errors.Is(err, ErrConnectionEnded):
 		if w.m.State() != mrsp.DataReceiving || w.held {
 			s.ctr.disconnects.Add(1)
