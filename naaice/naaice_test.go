@@ -767,3 +767,39 @@ func TestAARWire(t *testing.T) {
 		}
 	}
 }
+
+// The most regions the protocol carries (31 with the internal ones), each
+// an input and an output; one more is refused before anything is sent.
+func TestMaxRegions(t *testing.T) {
+	l := newLab(t, nil, faultnet.Config{}, faultnet.Config{})
+	params := make([][]byte, mrsp.MaxAAREntries-2)
+	for i := range params {
+		params[i] = fill(100+i, byte(i))
+	}
+	if _, err := NewContext(l.host, l.remote, params, []uint32{1, 2, 3}, 1, nil); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("32 regions: %v", err)
+	}
+	c, err := NewContext(l.host, l.remote, params, []uint32{1, 2}, 2, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	for i := range params {
+		c.SetInput(i)
+		c.SetOutput(i)
+	}
+	if err := c.Connect(l.ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.DoMRSP(l.ctx); err != nil {
+		t.Fatal(err)
+	}
+	for r := 1; r <= 3; r++ {
+		if err := c.DoRPC(l.ctx); err != nil {
+			t.Fatal(err)
+		}
+		for i, p := range params {
+			allBytes(t, "region", p, byte(i+2*r))
+		}
+	}
+}
