@@ -80,5 +80,22 @@
 // The wire follows the library (see package mrsp): SetBytesToSend restores
 // the full size on a negative count, not on 0; there is no metadata region
 // (mr_return_idx is 0); the immediate's low byte carries bit 7 besides the
-// function code; the NAA's return code travels in bits 8-15.
+// function code; the NAA's return code travels in bits 8-15. Besides:
+//
+//   - naaice_poll_cq_blocking "blocks until at least one completion is
+//     available"; the library arms its CQ for solicited completions only,
+//     so it wakes for the peer's solicited SENDs and writes with immediate
+//     (and errors), not for the host's own write completions. Wait wakes
+//     for any completion; the NAA sets the solicited bit for C hosts.
+//   - naaice_poll_cq_busy gives up after POLLING_TIMEOUT (500 ms), so a
+//     routine that runs longer fails a busy-polling C host; PollBusy waits
+//     until ctx ends.
+//   - naaice_post_recv_data's receive "specifies the MRSP region"; the
+//     library posts an empty one (address 0, length 0).
+//   - The C software NAA never answers a DREQ (it leaves rdma_disconnect
+//     to the host), so a graceful Disconnect from it waits for the CM's
+//     retries; Close, like the C host, does not wait (seen on rxe).
+//   - An unknown function code: the C software NAA logs it and stops
+//     serving the connection without an answer; goroce's answers with
+//     RCUnknownFunction.
 package naaice
