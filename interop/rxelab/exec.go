@@ -8,7 +8,9 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -91,4 +93,14 @@ func (j *Job) Done() <-chan struct{} { return j.done }
 func (j *Job) Wait() (stdout, stderr []byte, code int, err error) {
 	<-j.done
 	return j.stdout, j.stderr, j.code, j.err
+}
+
+// Share returns the host path of the guest's private share folder for
+// files: what is put there appears in the guest under /mnt/lab/files.
+func (g *Guest) Share(ctx context.Context) (string, error) {
+	out, _, code, err := g.lab.run(ctx, "share", g.Name)
+	if err != nil || code != 0 {
+		return "", fmt.Errorf("rxelab: share of %s: exit %d, %v", g.Name, code, err)
+	}
+	return filepath.Join(strings.TrimSpace(string(out)), "files"), nil
 }

@@ -1,0 +1,67 @@
+package naaice
+
+import (
+	"context"
+	"errors"
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/goroce/goroce/cm/mad"
+	"github.com/goroce/goroce/naaice/mrsp"
+	"golang.org/x/sys/unix"
+)
+
+// TestLoss drops 1 % of the RoCEv2 frames both ways between goroce and
+// the guest (bridge egress towards rxeh0 and towards the guest's tap) while
+// RPCs with several packets per region run in both roles; the results are
+// checked byte for byte.
+func TestLoss(t *testing.T) {
+	lab, g, dev := setup(t)
+	l, err := newLoss(lab.NS, []string{"rxt-" + g.Name, lab.PeerIf + "-br"}, 0.01)
+	if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.EOPNOTSUPP) {
+		t.Skipf("cannot inject loss: clsact/cls_bpf missing: %v", err)
+	}
+	if err != nil {
+		t.Fatalf("attaching the loss program: %v", err)
+	}
+	defer l.Close()
+	t.Run("C-host-goroce-NAA", func(t *testing.T) {
+		srv, stop := goServer(t, dev, lab.PeerAddr)
+		defer stop()
+		ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+		defer cancel()
+		stdout, stderr, code, err := g.Exec(ctx, guestVerify, lab.PeerAddr.String(), "1", "10", "64 5000 100000")
+		if err != nil || code != 0 || !strings.Contains(string(stdout), "verified: ") {
+			t.Fatalf("naaice_verify: exit %d (%v)\n%s%s\nserver counters %+v", code, err, stdout, stderr, srv.Counters())
+		}
+		t.Logf("%s", lastLine(stdout))
+	})
+	t.Run("goroce-host-C-NAA", func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+		defer cancel()
+		job := g.Start(ctx, guestServer)
+		defer func() { cancel(); job.Wait() }()
+		c := goHostCase{fn: 1, sizes: []int{64, 5000, 100000}, rpcs: 4}
+		remote := netip.AddrPortFrom(g.Addr, mrsp.ServerPort)
+		var err error
+		for i := 0; i < 100; i++ {
+			if _, err = runGoHost(ctx, dev, remote, c, cServerPause); !errors.Is(err, mad.RejInvalidServiceID) {
+				break
+			}
+			time.Sleep(300 * time.Millisecond)
+		}
+		if err != nil {
+			t.Fatalf("goroce host: %v", err)
+		}
+	})
+	passed, dropped, err := l.counts()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%d of %d RoCEv2 frames dropped; goroce counters %+v", dropped, passed+dropped, dev.Counters())
+	if dropped == 0 {
+		t.Errorf("no frame was dropped: the loss was not applied")
+	}
+}
