@@ -154,8 +154,20 @@ func (c *Conn) Done() <-chan struct{} { return c.st.closed }
 // roce.ErrQPFailed: retries exhausted, a NAK); nil while it is healthy.
 func (c *Conn) Err() error {
 	c.a.mu.Lock()
-	defer c.a.mu.Unlock()
-	return c.st.err
+	err := c.st.err
+	c.a.mu.Unlock()
+	if err == nil && c.qp != nil {
+		// The QP's own record is current before the watcher has run.
+		if qerr := c.qp.Err(); qerr != nil {
+			return c.qpFailure(qerr)
+		}
+	}
+	return err
+}
+
+// qpFailure is the connection's error for its QP's failure.
+func (c *Conn) qpFailure(qerr error) error {
+	return fmt.Errorf("cm: connection to %v: %w", c.remote, qerr)
 }
 
 // qpFatal ends the connection because its QP failed: Err then returns err
@@ -176,7 +188,7 @@ func (c *Conn) watchQP() {
 	go func() {
 		select {
 		case <-failed:
-			c.qpFatal(fmt.Errorf("cm: connection to %v: %w", c.remote, c.qp.Err()))
+			c.qpFatal(c.qpFailure(c.qp.Err()))
 		case <-ended:
 		case <-devDone:
 		}

@@ -519,6 +519,15 @@ func (e *Engine) indexQPN(c *conn) {
 // enterTimewait keeps c for ConvertToDuration(ack timeout) so that late
 // duplicates are recognised (cm_enter_timewait), then releases it.
 func (e *Engine) enterTimewait(c *conn) {
+	// cm_cleanup_timewait: the peer's QP is free again at once, so that a
+	// new connection of a restarted peer that got the same QPN is not
+	// refused as stale while this one waits out its timewait.
+	if c.byQPN {
+		if e.byQPN[qpnKey{c.remoteQPN, c.remoteGUID}] == c.id {
+			delete(e.byQPN, qpnKey{c.remoteQPN, c.remoteGUID})
+		}
+		c.byQPN = false
+	}
 	c.state = StateTimewait
 	c.retries = 0
 	c.interval = 0

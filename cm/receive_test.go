@@ -182,3 +182,34 @@ func TestSIDRReplyFromElsewhere(t *testing.T) {
 		t.Errorf("SIDR reply %+v", ev)
 	}
 }
+
+// TestREPQPNInTimewait: a connection in timewait no longer holds the
+// peer's QP (cm_enter_timewait → cm_cleanup_timewait), so a REP that names
+// that QP again, as a restarted peer's first QP does, is accepted.
+func TestREPQPNInTimewait(t *testing.T) {
+	p := newPair(t)
+	_ = p.b.e.Listen(testSID)
+	oldA, oldB := p.establish()
+	if err := p.b.e.Disconnect(oldB, nil); err != nil {
+		t.Fatal(err)
+	}
+	p.pump()
+	if s, _ := p.a.e.State(oldA); s != StateTimewait {
+		t.Fatalf("old connection: %v, want timewait", s)
+	}
+	cp := p.connectParams(testSID)
+	cp.QPN++
+	newA, err := p.a.e.Connect(cp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.pump()
+	req := p.b.take(t, EventRequest)
+	if err := p.b.e.Accept(req.ID, acceptParams()); err != nil { // the old connection's QPN
+		t.Fatal(err)
+	}
+	p.pump()
+	if s, _ := p.a.e.State(newA); s != StateREPRcvd {
+		t.Fatalf("new connection after a REP naming a QP in timewait: %v", s)
+	}
+}

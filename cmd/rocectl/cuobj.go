@@ -1,0 +1,281 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/netip"
+	"net/url"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/goroce/goroce/cuobj"
+	"github.com/goroce/goroce/cuobj/s3rdma"
+	"github.com/goroce/goroce/ib"
+	"github.com/goroce/goroce/roce"
+	"github.com/goroce/goroce/roce/link/udplink"
+)
+
+func init() {
+	register("cuobj", command{
+		summary: "cuObject S3-over-RDMA server and client on the embedded UDP link",
+		run:     runCuobj,
+	})
+}
+
+// cuobjSignalContext ends serve; tests replace it.
+var cuobjSignalContext = func() (context.Context, context.CancelFunc) {
+	return signal.NotifyContext(context.Background(), os.Interrupt)
+}
+
+const cuobjUsage = `usage: rocectl cuobj serve [--listen ADDR:PORT] [--rdma ADDR] [--udp-port N] DIR
+       rocectl cuobj put [--rdma ADDR] [--udp-port N] http://ADDR:PORT/BUCKET/KEY FILE
+       rocectl cuobj get [--rdma ADDR] [--udp-port N] http://ADDR:PORT/BUCKET/KEY FILE
+
+serve answers S3 requests on --listen with the objects in DIR (DIR/BUCKET/KEY);
+requests with an x-amz-rdma-token move the object by RDMA (RC, rdma_cm) on a
+goroce device over the kernel UDP link bound to --rdma, which needs no root.
+put and get move a file by RDMA from a goroce device of their own and print
+what moved by RDMA and at what rate; a server without RDMA makes them fall
+back to HTTP.
+
+flags:`
+
+func runCuobj(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 || (args[0] != "serve" && args[0] != "put" && args[0] != "get") {
+		if len(args) > 0 && (args[0] == "-h" || args[0] == "--help" || args[0] == "-help") {
+			fmt.Fprintln(stdout, cuobjUsage)
+			return 0
+		}
+		fmt.Fprintln(stderr, cuobjUsage)
+		return 2
+	}
+	sub := args[0]
+	fs := flag.NewFlagSet("cuobj "+sub, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() { fmt.Fprintln(fs.Output(), cuobjUsage); fs.PrintDefaults() }
+	listen := fs.String("listen", "127.0.0.1:9000", "S3 `address:port` to serve on (serve)")
+	defRDMA := "127.0.0.2"
+	if sub == "serve" {
+		defRDMA = "127.0.0.1"
+	}
+	rdmaAddr := fs.String("rdma", defRDMA, "`address` of the goroce device (the UDP link binds it)")
+	udpPort := fs.Int("udp-port", 4791, "UDP `port` of the RoCEv2 link, the same on both ends")
+	verbose := fs.Bool("v", false, "log what the cuObject layer does")
+	pathMTU := fs.Int("path-mtu", 1024, "path `MTU` of the server's RC connections: 256 … 4096, what both ends' links carry (serve)")
+	if err := fs.Parse(args[1:]); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	a, err := netip.ParseAddr(*rdmaAddr)
+	mtu, okMTU := ib.MTUFromBytes(*pathMTU)
+	if err != nil || *udpPort <= 0 || *udpPort > 0xFFFF || !okMTU {
+		fs.Usage()
+		return 2
+	}
+	level := slog.LevelWarn
+	if *verbose {
+		level = slog.LevelDebug
+	}
+	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+	telem := &cuobj.Telemetry{Logger: logger, Flags: cuobj.LogPathError}
+	if *verbose {
+		telem.Flags |= cuobj.LogPathInfo | cuobj.LogPathDebug
+	}
+	dev, err := openEmbedded(a, uint16(*udpPort), logger)
+	if err != nil {
+		fmt.Fprintln(stderr, "rocectl cuobj:", err)
+		return 1
+	}
+	defer dev.Close()
+	switch sub {
+	case "serve":
+		if fs.NArg() != 1 {
+			fs.Usage()
+			return 2
+		}
+		return cuobjServe(dev, a, mtu, uint16(*udpPort), *listen, fs.Arg(0), telem, stdout, stderr)
+	default:
+		if fs.NArg() != 2 {
+			fs.Usage()
+			return 2
+		}
+		return cuobjTransfer(dev, sub == "put", fs.Arg(0), fs.Arg(1), telem, stdout, stderr)
+	}
+}
+
+// openEmbedded opens a device over a kernel UDP socket bound to a:port.
+func openEmbedded(a netip.Addr, port uint16, logger *slog.Logger) (*roce.Device, error) {
+	l, err := udplink.Listen(netip.AddrPortFrom(a, port))
+	if err != nil {
+		return nil, err
+	}
+	d, err := roce.OpenLink(l, roce.Options{Addrs: []netip.Addr{a}, Port: port, Logger: logger})
+	if err != nil {
+		l.Close()
+		return nil, err
+	}
+	return d, nil
+}
+
+func cuobjServe(dev *roce.Device, a netip.Addr, mtu ib.MTU, udpPort uint16, listen, dir string, telem *cuobj.Telemetry, stdout, stderr io.Writer) int {
+	rs, err := cuobj.NewServer(dev, netip.AddrPortFrom(a, 18515), &cuobj.ServerOptions{Telemetry: telem, PathMTU: mtu})
+	if err != nil {
+		fmt.Fprintln(stderr, "rocectl cuobj serve:", err)
+		return 1
+	}
+	defer rs.Close()
+	s, err := s3rdma.NewServer(dir, rs, nil)
+	if err != nil {
+		fmt.Fprintln(stderr, "rocectl cuobj serve:", err)
+		return 1
+	}
+	ln, err := net.Listen("tcp", listen)
+	if err != nil {
+		fmt.Fprintln(stderr, "rocectl cuobj serve:", err)
+		return 1
+	}
+	ctx, stop := cuobjSignalContext()
+	defer stop()
+	hs := &http.Server{Handler: s, ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		<-ctx.Done()
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = hs.Shutdown(sctx)
+	}()
+	fmt.Fprintf(stdout, "serving %s on http://%s, RDMA from %v (UDP link, port %d)\n", dir, ln.Addr(), a, udpPort)
+	err = hs.Serve(ln)
+	st := rs.Stats()
+	fmt.Fprintf(stdout, "RDMA: %d GETs (%d bytes written), %d PUTs (%d bytes read), %d failed; plain: %d GETs, %d PUTs\n",
+		st.Gets.Load(), st.GetBytes.Load(), st.Puts.Load(), st.PutBytes.Load(), st.Failed.Load(),
+		s.PlainGets.Load(), s.PlainPuts.Load())
+	if err != nil && !errors.Is(err, http.ErrServerClosed) {
+		fmt.Fprintln(stderr, "rocectl cuobj serve:", err)
+		return 1
+	}
+	return 0
+}
+
+func cuobjTransfer(dev *roce.Device, put bool, rawURL, file string, telem *cuobj.Telemetry, stdout, stderr io.Writer) int {
+	u, err := url.Parse(rawURL)
+	if err != nil || u.Scheme != "http" || u.Host == "" {
+		fmt.Fprintf(stderr, "rocectl cuobj: %q is not http://ADDR:PORT/BUCKET/KEY\n", rawURL)
+		return 2
+	}
+	bucket, key, ok := strings.Cut(strings.TrimPrefix(u.Path, "/"), "/")
+	if !ok || bucket == "" || key == "" {
+		fmt.Fprintf(stderr, "rocectl cuobj: %q names no BUCKET/KEY\n", rawURL)
+		return 2
+	}
+	ctx, stop := cuobjSignalContext()
+	defer stop()
+	cfg := cuobj.DefaultConfig()
+	if p := os.Getenv(cuobj.ConfigEnv); p != "" {
+		c, err := cuobj.LoadConfig()
+		if err != nil {
+			fmt.Fprintln(stderr, "rocectl cuobj:", err)
+			return 1
+		}
+		cfg = *c
+	}
+	c, err := s3rdma.NewClient(dev, "http://"+u.Host, &s3rdma.ClientOptions{RDMA: &cuobj.ClientOptions{Config: &cfg, Telemetry: telem}})
+	if err != nil {
+		fmt.Fprintln(stderr, "rocectl cuobj:", err)
+		return 1
+	}
+	defer c.Close()
+	var buf []byte
+	if put {
+		if buf, err = os.ReadFile(file); err != nil {
+			fmt.Fprintln(stderr, "rocectl cuobj:", err)
+			return 1
+		}
+		if len(buf) == 0 {
+			fmt.Fprintln(stderr, "rocectl cuobj: an empty object has nothing to move by RDMA")
+			return 1
+		}
+	} else {
+		size, err := headSize(ctx, "http://"+u.Host+"/"+bucket+"/"+key)
+		if err != nil {
+			fmt.Fprintln(stderr, "rocectl cuobj:", err)
+			return 1
+		}
+		if size == 0 {
+			return writeFile(file, nil, stderr)
+		}
+		buf = make([]byte, size)
+	}
+	if err := c.RDMA().Register(buf); err != nil {
+		fmt.Fprintln(stderr, "rocectl cuobj:", err)
+		return 1
+	}
+	start := time.Now()
+	var n int64
+	var byRDMA bool
+	if put {
+		byRDMA, err = c.Put(ctx, bucket, key, buf)
+		n = int64(len(buf))
+	} else {
+		n, byRDMA, err = c.Get(ctx, bucket, key, buf)
+	}
+	el := time.Since(start)
+	if err != nil {
+		fmt.Fprintln(stderr, "rocectl cuobj:", err)
+		return 1
+	}
+	if !put {
+		if code := writeFile(file, buf[:n], stderr); code != 0 {
+			return code
+		}
+	}
+	op, how := "GET", "by HTTP (the server declined RDMA)"
+	if put {
+		op = "PUT"
+	}
+	if byRDMA {
+		how = "by RDMA"
+		if put {
+			how += " (server RDMA READ)"
+		} else {
+			how += " (server RDMA WRITE)"
+		}
+	}
+	fmt.Fprintf(stdout, "%s %s/%s: %d bytes %s in %v, %.1f MB/s\n", op, bucket, key, n, how,
+		el.Round(time.Microsecond), float64(n)/el.Seconds()/1e6)
+	return 0
+}
+
+func headSize(ctx context.Context, u string) (int64, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodHead, u, nil)
+	if err != nil {
+		return 0, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return 0, fmt.Errorf("HEAD %s: %s", u, resp.Status)
+	}
+	return strconv.ParseInt(resp.Header.Get("Content-Length"), 10, 64)
+}
+
+func writeFile(name string, b []byte, stderr io.Writer) int {
+	if err := os.WriteFile(name, b, 0o644); err != nil {
+		fmt.Fprintln(stderr, "rocectl cuobj:", err)
+		return 1
+	}
+	return 0
+}

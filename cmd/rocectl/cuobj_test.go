@@ -1,0 +1,152 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// syncBuffer is a bytes.Buffer safe for one writer and one reader.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+func (s *syncBuffer) String() string { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
+
+// freeUDPPort returns a UDP port free on both addresses (a moment ago).
+func freeUDPPort(t *testing.T, a, b string) int {
+	for range 20 {
+		c, err := net.ListenPacket("udp", a+":0")
+		if err != nil {
+			t.Skip(err)
+		}
+		port := c.LocalAddr().(*net.UDPAddr).Port
+		d, err := net.ListenPacket("udp", b+":"+strconv.Itoa(port))
+		c.Close()
+		if err == nil {
+			d.Close()
+			return port
+		}
+	}
+	t.Skip("no free UDP port")
+	return 0
+}
+
+// TestCuobjCommand runs "rocectl cuobj serve" and put/get on the embedded
+// UDP link (no root), then, when python3-boto3 is installed, a real S3
+// client against the same server.
+func TestCuobjCommand(t *testing.T) {
+	srvAddr, cliAddr := "127.0.0.3", "127.0.0.4"
+	port := strconv.Itoa(freeUDPPort(t, srvAddr, cliAddr))
+	dir := t.TempDir()
+	os.Mkdir(filepath.Join(dir, "bkt"), 0o755)
+	ctx, cancel := context.WithCancel(context.Background())
+	old := cuobjSignalContext
+	cuobjSignalContext = func() (context.Context, context.CancelFunc) { return context.WithCancel(ctx) }
+	defer func() { cuobjSignalContext = old }()
+	var sout, serr syncBuffer
+	done := make(chan int, 1)
+	go func() {
+		done <- run([]string{"cuobj", "serve", "--listen", "127.0.0.1:0", "--rdma", srvAddr, "--udp-port", port, dir}, &sout, &serr)
+	}()
+	re := regexp.MustCompile(`on (http://[0-9.:]+),`)
+	var endpoint string
+	for deadline := time.Now().Add(10 * time.Second); endpoint == ""; time.Sleep(20 * time.Millisecond) {
+		if m := re.FindStringSubmatch(sout.String()); m != nil {
+			endpoint = m[1]
+		}
+		if time.Now().After(deadline) {
+			cancel()
+			t.Fatalf("server did not start: %s %s", sout.String(), serr.String())
+		}
+	}
+	defer func() {
+		cancel()
+		if code := <-done; code != 0 {
+			t.Errorf("serve exited %d: %s", code, serr.String())
+		}
+		if !strings.Contains(sout.String(), "RDMA: 1 GETs") {
+			t.Errorf("serve summary: %s", sout.String())
+		}
+	}()
+	in := filepath.Join(t.TempDir(), "in")
+	data := make([]byte, 3<<20+17)
+	rand.Read(data)
+	os.WriteFile(in, data, 0o644)
+	var out, errOut bytes.Buffer
+	if code := run([]string{"cuobj", "put", "--rdma", cliAddr, "--udp-port", port, endpoint + "/bkt/obj", in}, &out, &errOut); code != 0 {
+		t.Fatalf("put: %d %s", code, errOut.String())
+	}
+	if !strings.Contains(out.String(), "by RDMA") || !strings.Contains(out.String(), "MB/s") {
+		t.Errorf("put output: %s", out.String())
+	}
+	t.Log(strings.TrimSpace(out.String()))
+	got := filepath.Join(t.TempDir(), "out")
+	out.Reset()
+	if code := run([]string{"cuobj", "get", "--rdma", cliAddr, "--udp-port", port, endpoint + "/bkt/obj", got}, &out, &errOut); code != 0 {
+		t.Fatalf("get: %d %s", code, errOut.String())
+	}
+	t.Log(strings.TrimSpace(out.String()))
+	if b, _ := os.ReadFile(got); !bytes.Equal(b, data) {
+		t.Fatal("get: the file differs from what was put")
+	}
+	if code := run([]string{"cuobj", "get", "--rdma", cliAddr, "--udp-port", port, "ftp://x/y", got}, &out, &errOut); code != 2 {
+		t.Errorf("bad URL: exit %d", code)
+	}
+	// A real S3 client: plain PUT and GET, and the object goroce put by
+	// RDMA, byte for byte.
+	if _, err := exec.LookPath("python3"); err != nil {
+		return
+	}
+	if err := exec.Command("python3", "-c", "import boto3").Run(); err != nil {
+		t.Logf("python3-boto3 not installed: %v", err)
+		return
+	}
+	script := `
+import boto3, sys, hashlib
+s3 = boto3.client("s3", endpoint_url=sys.argv[1], aws_access_key_id="x", aws_secret_access_key="x", region_name="us-east-1")
+s3.put_object(Bucket="bkt", Key="plain/one", Body=b"hello boto3")
+assert s3.get_object(Bucket="bkt", Key="plain/one")["Body"].read() == b"hello boto3"
+body = s3.get_object(Bucket="bkt", Key="obj")["Body"].read()
+print(len(body), hashlib.sha256(body).hexdigest())
+keys = [o["Key"] for o in s3.list_objects_v2(Bucket="bkt")["Contents"]]
+assert keys == ["obj", "plain/one"], keys
+s3.delete_object(Bucket="bkt", Key="plain/one")
+`
+	cmd := exec.Command("python3", "-c", script, endpoint)
+	res, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("boto3: %v\n%s", err, res)
+	}
+	var want string
+	{
+		h := sha256Hex(data)
+		want = strconv.Itoa(len(data)) + " " + h
+	}
+	if strings.TrimSpace(string(res)) != want {
+		t.Fatalf("boto3 read %q, want %q", res, want)
+	}
+}
+
+func sha256Hex(b []byte) string {
+	s := sha256.Sum256(b)
+	return hex.EncodeToString(s[:])
+}

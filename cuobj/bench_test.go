@@ -1,0 +1,120 @@
+package cuobj
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/goroce/goroce/internal/faultnet"
+	"github.com/goroce/goroce/roce"
+)
+
+// benchRig is a server with a channel connected to a client region.
+type benchRig struct {
+	r        *rig
+	ch       uint16
+	get, put string
+	addr     uint64
+}
+
+func newBenchRig(tb testing.TB, size int) *benchRig {
+	sdev, cdev := memDevices(tb, faultnet.Config{}, faultnet.Config{})
+	r := newRig(tb, sdev, cdev, size, nil, nil)
+	cbuf := make([]byte, size)
+	if err := r.cli.Register(cbuf); err != nil {
+		tb.Fatal(err)
+	}
+	b := &benchRig{r: r}
+	b.get, _ = r.cli.GetRDMAToken(cbuf, uint64(size), 0, OpGet)
+	b.put, _ = r.cli.GetRDMAToken(cbuf, uint64(size), 0, OpPut)
+	t, _ := ParseToken(b.get)
+	b.addr = t.Addr
+	b.ch, _ = r.srv.AllocateChannel()
+	// Connect once, outside any measurement.
+	if _, err := r.srv.HandleGetObject(context.Background(), &Request{Local: r.sreg, RemoteAddr: b.addr, Size: 1, Token: b.get, Channel: b.ch}); err != nil {
+		tb.Fatal(err)
+	}
+	return b
+}
+
+// TestHandleAllocs: a synchronous request on a connected channel
+// allocates nothing in cuobj (the bound covers the device's own).
+func TestHandleAllocs(t *testing.T) {
+	b := newBenchRig(t, 4096)
+	req := &Request{Local: b.r.sreg, RemoteAddr: b.addr, Size: 4096, Token: b.get, Channel: b.ch}
+	ctx := context.Background()
+	n := testing.AllocsPerRun(200, func() {
+		if _, err := b.r.srv.HandleGetObject(ctx, req); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if n > 0 {
+		t.Errorf("%.1f allocations per synchronous GET", n)
+	}
+}
+
+func benchHandle(tb *testing.B, size int, put bool) {
+	b := newBenchRig(tb, size)
+	req := &Request{Local: b.r.sreg, RemoteAddr: b.addr, Size: uint64(size), Token: b.get, Channel: b.ch}
+	h := b.r.srv.HandleGetObject
+	if put {
+		req.Token, h = b.put, b.r.srv.HandlePutObject
+	}
+	ctx := context.Background()
+	tb.SetBytes(int64(size))
+	tb.ResetTimer()
+	for range tb.N {
+		if _, err := h(ctx, req); err != nil {
+			tb.Fatal(err)
+		}
+	}
+}
+
+// benchRaw posts the same RDMA WRITE or READ on the same connection
+// directly, for comparison.
+func benchRaw(tb *testing.B, size int, put bool) {
+	b := newBenchRig(tb, size)
+	ch, err := b.r.srv.channel(b.ch)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer ch.mu.Unlock()
+	var qp *roce.QP
+	for _, c := range ch.p.(*rcPath).conns {
+		qp = c.c.QP()
+	}
+	tok, _ := ParseToken(b.get)
+	if put {
+		tok, _ = ParseToken(b.put)
+	}
+	mr := b.r.sreg.mrs[0]
+	wr := roce.SendWR{Opcode: roce.WRRDMAWrite, Flags: roce.SendSignaled, SGL: []roce.SGE{mr.SGE(0, size)}, RemoteAddr: b.addr, RKey: tok.RKey}
+	if put {
+		wr.Opcode = roce.WRRDMARead
+	}
+	wc := make([]roce.WorkCompletion, 1)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	tb.SetBytes(int64(size))
+	tb.ResetTimer()
+	for range tb.N {
+		if err := qp.PostSend(&wr); err != nil {
+			tb.Fatal(err)
+		}
+		for ch.cq.Poll(wc) == 0 {
+			if err := ch.cq.Wait(ctx); err != nil {
+				tb.Fatal(err)
+			}
+		}
+		if wc[0].Status != roce.WCSuccess {
+			tb.Fatal(wc[0].Status)
+		}
+	}
+}
+
+func BenchmarkGet1MiB(b *testing.B)      { benchHandle(b, 1<<20, false) }
+func BenchmarkPut1MiB(b *testing.B)      { benchHandle(b, 1<<20, true) }
+func BenchmarkRawWrite1MiB(b *testing.B) { benchRaw(b, 1<<20, false) }
+func BenchmarkRawRead1MiB(b *testing.B)  { benchRaw(b, 1<<20, true) }
+func BenchmarkGet4KiB(b *testing.B)      { benchHandle(b, 4096, false) }
+func BenchmarkRawWrite4KiB(b *testing.B) { benchRaw(b, 4096, false) }

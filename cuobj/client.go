@@ -1,0 +1,648 @@
+package cuobj
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+	"unsafe"
+
+	"github.com/goroce/goroce/cm"
+	"github.com/goroce/goroce/ib"
+	"github.com/goroce/goroce/roce"
+)
+
+// MemoryType is the kind of memory a pointer refers to (cuObjMemoryType_t).
+type MemoryType int
+
+// Memory types. Only MemorySystem exists on machines without GPUs; the
+// CUDA types are refused with ErrUnsupported.
+const (
+	MemorySystem      MemoryType = 0
+	MemoryCUDAManaged MemoryType = 1
+	MemoryCUDADevice  MemoryType = 2
+	MemoryUnknown     MemoryType = 3
+	MemoryInvalid     MemoryType = 4
+)
+
+func (m MemoryType) String() string {
+	switch m {
+	case MemorySystem:
+		return "system"
+	case MemoryCUDAManaged:
+		return "CUDA managed"
+	case MemoryCUDADevice:
+		return "CUDA device"
+	case MemoryUnknown:
+		return "unknown"
+	}
+	return "invalid"
+}
+
+// MemoryTypeOf returns the type of buf's memory (getMemoryType): Go
+// memory is host memory, MemorySystem; an empty or nil slice is
+// MemoryInvalid.
+func MemoryTypeOf(buf []byte) MemoryType {
+	if len(buf) == 0 {
+		return MemoryInvalid
+	}
+	return MemorySystem
+}
+
+// RDMAInfo is what a callback gets to pass on the control path
+// (cufileRDMAInfo_t): the descriptor of exactly the callback's chunk. It is
+// valid only during the callback.
+type RDMAInfo struct {
+	Desc  string // the descriptor string (the x-amz-rdma-token value)
+	Token Token  // Desc, parsed
+}
+
+// Handle identifies one callback invocation (the callback's handle).
+type Handle struct {
+	ctx  context.Context
+	user any
+	Op   OpType
+}
+
+// Context returns the context of the Get or Put that made the callback.
+func (h *Handle) Context() context.Context {
+	if h == nil {
+		return context.Background()
+	}
+	return h.ctx
+}
+
+// GetCtx returns the user context passed to Get or Put (getCtx), nil for
+// a nil handle.
+func GetCtx(h *Handle) any {
+	if h == nil {
+		return nil
+	}
+	return h.user
+}
+
+// Callback moves one chunk on the application's control path: it hands
+// info.Desc to the server and returns the number of bytes the server
+// moved, or an error. Errors that match a retryable errno
+// (RetryableErrnos) are retried. Callbacks run on goroutines other than
+// the caller's, possibly several at once for one request.
+type Callback func(h *Handle, chunk []byte, offset int64, info *RDMAInfo) (int, error)
+
+// Ops are the client's callbacks (CUObjOps_t).
+type Ops struct {
+	Get Callback
+	Put Callback
+}
+
+// RetryableErrnos are the callback errors that are retried (the seed's
+// list); any other error, ENOTSUP included, ends the request.
+var RetryableErrnos = []syscall.Errno{
+	syscall.EPERM, syscall.ETIMEDOUT, syscall.ECONNRESET, syscall.ENETUNREACH, syscall.EHOSTUNREACH,
+	syscall.ECONNREFUSED, syscall.ENETDOWN, syscall.ENOBUFS, syscall.EAGAIN, syscall.EWOULDBLOCK,
+	syscall.EINTR, syscall.EIO, syscall.ENODEV, syscall.ENOLINK, syscall.ECOMM, syscall.EPROTO,
+	syscall.EACCES, syscall.ENOTCONN, syscall.ECONNABORTED,
+}
+
+// Retryable reports whether a callback error is retried.
+func Retryable(err error) bool {
+	if err == nil || errors.Is(err, syscall.ENOTSUP) {
+		return false
+	}
+	for _, e := range RetryableErrnos {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return false
+}
+
+// ClientOptions configure NewClient.
+type ClientOptions struct {
+	// Proto (default ProtoRC; ProtoDC fails with ErrUnsupported).
+	Proto Proto
+	// Addr is where the client listens for servers: an address of the
+	// device (default: its first IPv4 address, else IPv6) and an rdma_cm
+	// port (0: a random free one). Tokens carry both.
+	Addr netip.AddrPort
+	// MaxRequestCallbackSize caps the chunk of one callback (default and
+	// maximum MaxOpSize, what one server request moves).
+	MaxRequestCallbackSize int64
+	// Parallel is how many callbacks of one request run at once (default 4).
+	Parallel int
+	// Config is the JSON configuration (nil: LoadConfig()).
+	Config *Config
+	// Manager is the CM to listen with (nil: the package-level cm.Listen).
+	Manager *cm.Manager
+	// Telemetry (nil: errors to slog.Default()).
+	Telemetry *Telemetry
+}
+
+// Client is a cuObject client (cuObjClient). Its methods are safe for
+// concurrent use.
+type Client struct {
+	dev      *roce.Device
+	ops      Ops
+	proto    Proto
+	addr     netip.AddrPort
+	gid      ib.GID
+	endpoint uint32
+	pd       *roce.PD
+	ln       *cm.Listener
+	cfg      Config
+	maxCB    int64
+	parallel int
+	telem    *telemetry
+	ctx      context.Context
+	cancel   context.CancelFunc
+	wg       sync.WaitGroup
+
+	mu      sync.RWMutex
+	regions map[uintptr]*region
+	conns   map[*cm.Conn]struct{}
+	tokens  map[string]int // issued by GetRDMAToken, not yet put
+	closed  atomic.Bool
+
+	stats ClientStats
+}
+
+// ClientStats counts what a client did.
+type ClientStats struct {
+	Gets, Puts         atomic.Uint64
+	GetBytes, PutBytes atomic.Uint64
+	Callbacks, Retries atomic.Uint64
+	Connections        atomic.Uint64 // servers accepted
+	Refused            atomic.Uint64 // connection requests refused (stale or malformed)
+}
+
+// region is one registration: a memory region per direction, so a GET
+// token's rkey allows only remote WRITE and a PUT token's only READ.
+type region struct {
+	buf      []byte
+	start    uintptr
+	wmr, rmr *roce.MR
+}
+
+// NewClient creates a client on dev with the application's callbacks and
+// starts listening for servers.
+func NewClient(dev *roce.Device, ops Ops, opts *ClientOptions) (*Client, error) {
+	const op = "NewClient"
+	var o ClientOptions
+	if opts != nil {
+		o = *opts
+	}
+	if dev == nil {
+		return nil, newErr(op, syscall.ENODEV, ErrNoDevice, "no device")
+	}
+	switch o.Proto {
+	case 0, ProtoRC:
+		o.Proto = ProtoRC
+	case ProtoDC:
+		return nil, newErr(op, syscall.EPROTONOSUPPORT, ErrUnsupported, "%v needs DC in qp/roce", ProtoDC)
+	default:
+		return nil, newErr(op, syscall.EPROTONOSUPPORT, ErrUnsupported, "%v", o.Proto)
+	}
+	c := &Client{dev: dev, ops: ops, proto: o.Proto, telem: newTelemetry(o.Telemetry, "cuobj-client"),
+		regions: map[uintptr]*region{}, conns: map[*cm.Conn]struct{}{}, tokens: map[string]int{},
+		endpoint: 1 + rand.Uint32N(0xFFFFFE)}
+	if o.Config != nil {
+		c.cfg = *o.Config
+	} else {
+		cfg, err := LoadConfig()
+		if err != nil {
+			return nil, newErr(op, syscall.EINVAL, ErrInvalid, "%v", err)
+		}
+		c.cfg = *cfg
+	}
+	c.maxCB = o.MaxRequestCallbackSize
+	if c.maxCB <= 0 || c.maxCB > MaxOpSize {
+		c.maxCB = MaxOpSize
+	}
+	c.parallel = o.Parallel
+	if c.parallel <= 0 {
+		c.parallel = 4
+	}
+	a := o.Addr.Addr().Unmap()
+	if !a.IsValid() || a.IsUnspecified() {
+		g, err := dev.SourceGID(netip.IPv4Unspecified())
+		if err != nil {
+			g, err = dev.SourceGID(netip.IPv6Unspecified())
+		}
+		if err != nil {
+			return nil, newErr(op, syscall.ENODEV, ErrNoDevice, "no address: %v", err)
+		}
+		a = g.Addr()
+	} else if _, err := dev.GIDIndex(a); err != nil {
+		return nil, newErr(op, syscall.ENODEV, ErrNoDevice, "%v is not an address of the device", a)
+	}
+	c.gid = ib.GIDFromAddr(a)
+	var err error
+	if c.pd, err = dev.AllocPD(); err != nil {
+		return nil, newErr(op, syscall.ENODEV, ErrNoDevice, "%v", err)
+	}
+	c.ctx, c.cancel = context.WithCancel(context.Background())
+	listen := func(ap netip.AddrPort) (*cm.Listener, error) {
+		lo := &cm.ListenOptions{Backlog: 256}
+		if o.Manager != nil {
+			return o.Manager.Listen(c.ctx, ap, lo)
+		}
+		return cm.Listen(c.ctx, dev, ap, lo)
+	}
+	port := o.Addr.Port()
+	for try := 0; ; try++ {
+		p := port
+		if p == 0 {
+			p = uint16(32768 + rand.IntN(28232))
+		}
+		c.ln, err = listen(netip.AddrPortFrom(a, p))
+		if err == nil {
+			c.addr = netip.AddrPortFrom(a, p)
+			break
+		}
+		if port != 0 || try == 16 {
+			c.cancel()
+			_ = c.pd.Close()
+			return nil, newErr(op, syscall.ENODEV, ErrNoDevice, "listen: %v", err)
+		}
+	}
+	c.wg.Add(1)
+	go c.serve()
+	c.telem.info("client started", "addr", c.addr, "endpoint", c.endpoint, "proto", c.proto)
+	return c, nil
+}
+
+// Addr returns where the client listens for servers.
+func (c *Client) Addr() netip.AddrPort { return c.addr }
+
+// Endpoint returns the client's endpoint number (the token's qp field).
+func (c *Client) Endpoint() uint32 { return c.endpoint }
+
+// Stats returns the client's counters.
+func (c *Client) Stats() *ClientStats { return &c.stats }
+
+// IsConnected reports whether the client is ready: listening, not closed,
+// its device's port active.
+func (c *Client) IsConnected() bool {
+	return c != nil && !c.closed.Load() && c.dev.QueryPort().State == roce.PortActive
+}
+
+// serve answers the connection requests of servers.
+func (c *Client) serve() {
+	defer c.wg.Done()
+	for {
+		req, err := c.ln.Request(c.ctx)
+		if err != nil {
+			return
+		}
+		c.wg.Add(1)
+		go func() {
+			defer c.wg.Done()
+			c.answer(req)
+		}()
+	}
+}
+
+func (c *Client) answer(req *cm.Request) {
+	proto, ep, err := parseHello(req.PrivateData())
+	if err == nil && (proto != c.proto || ep != c.endpoint) {
+		err = fmt.Errorf("stale token: endpoint %#x protocol %d, this client is %#x protocol %d", ep, proto, c.endpoint, c.proto)
+	}
+	if err != nil {
+		c.stats.Refused.Add(1)
+		c.telem.error("connection refused", "from", req.RemoteAddr(), "err", err)
+		msg := err.Error()
+		_ = req.Reject(0, []byte(msg[:min(len(msg), 148)]))
+		return
+	}
+	ctx, cancel := context.WithTimeout(c.ctx, 30*time.Second)
+	defer cancel()
+	conn, err := req.Accept(ctx, &cm.AcceptOptions{
+		QP: cm.QPOptions{PD: c.pd, Access: roce.AccessLocalWrite | roce.AccessRemoteWrite | roce.AccessRemoteRead,
+			Cap: roce.QPCap{MaxSendWR: 1, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1}},
+		PrivateData: appendHello(nil, c.proto, c.endpoint),
+	})
+	if err != nil {
+		c.telem.error("accept failed", "from", req.RemoteAddr(), "err", err)
+		return
+	}
+	c.mu.Lock()
+	if c.closed.Load() {
+		c.mu.Unlock()
+		_ = conn.Close()
+		return
+	}
+	c.conns[conn] = struct{}{}
+	c.mu.Unlock()
+	c.stats.Connections.Add(1)
+	c.telem.info("server connected", "from", conn.RemoteAddr(), "qpn", conn.QP().QPN())
+	select {
+	case <-conn.Done():
+	case <-c.ctx.Done():
+		// Wait (briefly) for the DREP, so the server learns the
+		// connection is over before this process may exit; otherwise
+		// its CM would take a later client's QP for a stale connection.
+		dctx, dcancel := context.WithTimeout(context.Background(), time.Second)
+		_ = conn.Disconnect(dctx)
+		dcancel()
+	}
+	c.mu.Lock()
+	delete(c.conns, conn)
+	c.mu.Unlock()
+	_ = conn.Close()
+}
+
+// Register registers host memory for RDMA (cuMemObjGetDescriptor): 1 …
+// MaxRegSize bytes, not overlapping an earlier registration.
+func (c *Client) Register(buf []byte) error { return c.RegisterMemory(buf, MemorySystem) }
+
+// RegisterMemory registers memory of a given type; only MemorySystem is
+// supported here (CUDA memory fails with ErrUnsupported).
+func (c *Client) RegisterMemory(buf []byte, t MemoryType) error {
+	const op = "Register"
+	switch {
+	case t == MemoryCUDADevice || t == MemoryCUDAManaged:
+		return newErr(op, syscall.ENOTSUP, ErrUnsupported, "%v memory: this build has no CUDA", t)
+	case t != MemorySystem:
+		return newErr(op, syscall.EINVAL, ErrUnsupported, "%v memory", t)
+	case len(buf) == 0:
+		return newErr(op, syscall.EINVAL, ErrInvalid, "empty buffer")
+	case uint64(len(buf)) > MaxRegSize:
+		return newErr(op, syscall.EINVAL, ErrInvalid, "%d bytes, at most %d", len(buf), uint64(MaxRegSize))
+	case c.closed.Load():
+		return newErr(op, syscall.ENODEV, ErrClosed, "")
+	}
+	start := uintptr(unsafe.Pointer(unsafe.SliceData(buf)))
+	end := start + uintptr(len(buf))
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, r := range c.regions {
+		if start < r.start+uintptr(len(r.buf)) && r.start < end {
+			return newErr(op, syscall.EINVAL, ErrInvalid, "overlaps a registration")
+		}
+	}
+	wmr, err := c.pd.RegisterMR(buf, roce.AccessLocalWrite|roce.AccessRemoteWrite)
+	if err != nil {
+		return newErr(op, syscall.ENOMEM, ErrInvalid, "%v", err)
+	}
+	rmr, err := c.pd.RegisterMR(buf, roce.AccessRemoteRead)
+	if err != nil {
+		_ = wmr.Close()
+		return newErr(op, syscall.ENOMEM, ErrInvalid, "%v", err)
+	}
+	c.regions[start] = &region{buf: buf, start: start, wmr: wmr, rmr: rmr}
+	c.telem.debug("registered", "bytes", len(buf))
+	return nil
+}
+
+// Deregister releases the registration that starts at buf
+// (cuMemObjPutDescriptor). A nil buffer is a no-op; a buffer that starts
+// no registration fails with ErrNotRegistered. Server requests still
+// using the memory then fail with a remote access error.
+func (c *Client) Deregister(buf []byte) error {
+	if buf == nil {
+		return nil
+	}
+	start := uintptr(unsafe.Pointer(unsafe.SliceData(buf)))
+	c.mu.Lock()
+	r := c.regions[start]
+	delete(c.regions, start)
+	c.mu.Unlock()
+	if r == nil {
+		return newErr("Deregister", syscall.EINVAL, ErrNotRegistered, "")
+	}
+	return errors.Join(r.wmr.Close(), r.rmr.Close())
+}
+
+// find returns the registration holding all of buf and buf's offset in it.
+func (c *Client) find(buf []byte) (*region, uint64, bool) {
+	if len(buf) == 0 {
+		return nil, 0, false
+	}
+	p := uintptr(unsafe.Pointer(unsafe.SliceData(buf)))
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	for _, r := range c.regions {
+		if p >= r.start && p-r.start <= uintptr(len(r.buf)) && uintptr(len(buf)) <= uintptr(len(r.buf))-(p-r.start) {
+			return r, uint64(p - r.start), true
+		}
+	}
+	return nil, 0, false
+}
+
+// MaxRequestCallbackSize returns the largest chunk one callback gets for
+// buf (cuMemObjGetMaxRequestCallbackSize), or -1 when buf is not inside a
+// registration.
+func (c *Client) MaxRequestCallbackSize(buf []byte) int64 {
+	r, off, ok := c.find(buf)
+	if !ok {
+		return -1
+	}
+	return min(c.maxCB, int64(uint64(len(r.buf))-off), MaxRegSize)
+}
+
+func (c *Client) token(r *region, off, size uint64, op OpType) Token {
+	mr := r.wmr
+	if op == OpPut {
+		mr = r.rmr
+	}
+	return Token{Addr: mr.Addr() + off, Size: uint32(size), RKey: mr.RKey(), LID: c.addr.Port(),
+		QPN: c.endpoint, HasGID: true, GID: c.gid}
+}
+
+// GetRDMAToken returns the descriptor of size bytes at offset of the
+// registration that starts at buf, for op (cuMemObjGetRDMAToken). Release
+// it with PutRDMAToken.
+func (c *Client) GetRDMAToken(buf []byte, size, offset uint64, op OpType) (string, error) {
+	const name = "GetRDMAToken"
+	if op != OpGet && op != OpPut {
+		return "", newErr(name, syscall.EINVAL, ErrInvalid, "%v", op)
+	}
+	if len(buf) == 0 {
+		return "", newErr(name, syscall.EINVAL, ErrInvalid, "empty buffer")
+	}
+	c.mu.RLock()
+	r := c.regions[uintptr(unsafe.Pointer(unsafe.SliceData(buf)))]
+	c.mu.RUnlock()
+	if r == nil {
+		return "", newErr(name, syscall.EINVAL, ErrNotRegistered, "")
+	}
+	n := uint64(len(r.buf))
+	if size == 0 || offset > n || size > n-offset {
+		return "", newErr(name, syscall.EINVAL, ErrRange, "%d bytes at offset %d of a %d-byte registration", size, offset, n)
+	}
+	s := c.token(r, offset, size, op).String()
+	c.mu.Lock()
+	c.tokens[s]++
+	c.mu.Unlock()
+	return s, nil
+}
+
+// PutRDMAToken releases a descriptor from GetRDMAToken
+// (cuMemObjPutRDMAToken); one this client did not issue (or already
+// released) fails with ErrInvalid.
+func (c *Client) PutRDMAToken(desc string) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n, ok := c.tokens[desc]
+	if !ok {
+		return newErr("PutRDMAToken", syscall.EINVAL, ErrInvalid, "not an outstanding token of this client")
+	}
+	if n <= 1 {
+		delete(c.tokens, desc)
+	} else {
+		c.tokens[desc] = n - 1
+	}
+	return nil
+}
+
+// Get fills buf with an object through the Get callback (cuObjGet): buf
+// must lie inside a registration; it is cut into chunks of at most
+// MaxRequestCallbackSize bytes, one callback each, object offsets from
+// offset. user is returned by GetCtx in the callback. It returns the bytes
+// the callbacks reported. Invalid arguments fail with ErrInvalid before
+// any callback; callback errors are returned (after the configured
+// retries for retryable ones).
+func (c *Client) Get(ctx context.Context, user any, buf []byte, offset, bufOffset int64) (int64, error) {
+	return c.io(ctx, "Get", OpGet, c.ops.Get, user, buf, offset, bufOffset)
+}
+
+// Put sends buf as an object through the Put callback (cuObjPut); as Get.
+func (c *Client) Put(ctx context.Context, user any, buf []byte, offset, bufOffset int64) (int64, error) {
+	return c.io(ctx, "Put", OpPut, c.ops.Put, user, buf, offset, bufOffset)
+}
+
+func (c *Client) io(ctx context.Context, name string, op OpType, cb Callback, user any, buf []byte, offset, bufOffset int64) (int64, error) {
+	switch {
+	case user == nil:
+		return 0, newErr(name, syscall.EINVAL, ErrInvalid, "nil user context")
+	case len(buf) == 0:
+		return 0, newErr(name, syscall.EINVAL, ErrInvalid, "empty buffer")
+	case offset < 0 || bufOffset < 0:
+		return 0, newErr(name, syscall.EINVAL, ErrInvalid, "negative offset")
+	case bufOffset >= int64(len(buf)):
+		return 0, newErr(name, syscall.EINVAL, ErrInvalid, "buffer offset %d of %d bytes", bufOffset, len(buf))
+	case c.closed.Load():
+		return 0, newErr(name, syscall.ENODEV, ErrClosed, "")
+	}
+	buf = buf[bufOffset:]
+	r, roff, ok := c.find(buf)
+	if !ok {
+		return 0, newErr(name, syscall.EINVAL, ErrNotRegistered, "system memory must be registered")
+	}
+	if cb == nil {
+		return 0, newErr(name, syscall.ENOTSUP, ErrNoCallback, "")
+	}
+	chunk := c.MaxRequestCallbackSize(buf)
+	type result struct {
+		n   int
+		err error
+	}
+	if op == OpPut {
+		// The caller's writes happen before the server's READs (Go's
+		// memory model needs the device lock as the edge: no local
+		// completion reports a remote access).
+		r.rmr.Sync()
+	}
+	nchunks := (int64(len(buf)) + chunk - 1) / chunk
+	results := make([]result, nchunks)
+	sem := make(chan struct{}, c.parallel)
+	var wg sync.WaitGroup
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	for i := range nchunks {
+		off := i * chunk
+		n := min(chunk, int64(len(buf))-off)
+		select {
+		case sem <- struct{}{}:
+		case <-ctx.Done():
+			results[i].err = ctx.Err()
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			tok := c.token(r, roff+uint64(off), uint64(n), op)
+			info := RDMAInfo{Desc: tok.String(), Token: tok}
+			h := &Handle{ctx: ctx, user: user, Op: op}
+			got, err := c.call(ctx, cb, h, buf[off:off+n], offset+off, &info)
+			results[i] = result{got, err}
+			if err != nil {
+				cancel() // the request failed: start no more chunks
+			}
+		}()
+	}
+	wg.Wait()
+	if op == OpGet {
+		r.wmr.Sync() // the server's WRITEs happen before the caller's reads
+	}
+	var total int64
+	for _, res := range results {
+		if res.err != nil {
+			c.telem.error("request failed", "op", name, "err", res.err)
+			errno := Errno(res.err)
+			if errno == 0 {
+				errno = syscall.EIO
+			}
+			return total, &Error{Op: name, Errno: errno, Err: res.err}
+		}
+		total += int64(res.n)
+	}
+	if op == OpGet {
+		c.stats.Gets.Add(1)
+		c.stats.GetBytes.Add(uint64(total))
+	} else {
+		c.stats.Puts.Add(1)
+		c.stats.PutBytes.Add(uint64(total))
+	}
+	return total, nil
+}
+
+// call runs one callback with the configured retries.
+func (c *Client) call(ctx context.Context, cb Callback, h *Handle, chunk []byte, off int64, info *RDMAInfo) (int, error) {
+	retries := c.cfg.Properties.IORetryCount
+	for attempt := 0; ; attempt++ {
+		c.stats.Callbacks.Add(1)
+		n, err := cb(h, chunk, off, info)
+		if err == nil {
+			if n < 0 || n > len(chunk) {
+				return 0, fmt.Errorf("%w: callback reported %d bytes for a %d-byte chunk", ErrInvalid, n, len(chunk))
+			}
+			return n, nil
+		}
+		if !Retryable(err) || attempt >= int(retries) {
+			return 0, err
+		}
+		c.stats.Retries.Add(1)
+		c.telem.info("retrying callback", "err", err, "attempt", attempt+1)
+		t := time.NewTimer(time.Duration(c.cfg.Properties.IORetryDelayMS) * time.Millisecond)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return 0, errors.Join(err, ctx.Err())
+		}
+	}
+}
+
+// Close stops listening, disconnects the servers and deregisters what is
+// still registered.
+func (c *Client) Close() error {
+	if !c.closed.CompareAndSwap(false, true) {
+		return nil
+	}
+	c.cancel()
+	errs := []error{c.ln.Close()}
+	c.wg.Wait()
+	c.mu.Lock()
+	for _, r := range c.regions {
+		errs = append(errs, r.wmr.Close(), r.rmr.Close())
+	}
+	clear(c.regions)
+	c.mu.Unlock()
+	errs = append(errs, c.pd.Close())
+	return errors.Join(errs...)
+}

@@ -1,0 +1,563 @@
+package cuobj
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/goroce/goroce/cm"
+	"github.com/goroce/goroce/ib"
+	"github.com/goroce/goroce/qp"
+	"github.com/goroce/goroce/roce"
+)
+
+// ServerOptions configure NewServer.
+type ServerOptions struct {
+	// Proto is the descriptor protocol (default ProtoRC; ProtoDC fails
+	// with ErrUnsupported until goroce has DC).
+	Proto Proto
+	// Tunables (nil: DefaultTunables()).
+	Tunables *Tunables
+	// Manager is the CM to dial clients with (nil: the package-level
+	// cm.Dial on the device).
+	Manager *cm.Manager
+	// Telemetry (nil: errors to slog.Default()).
+	Telemetry *Telemetry
+	// PathMTU of the RC connections (0: rdma_cm's choice from the
+	// device's netdev MTU). The client's side must carry it too: set it
+	// when the two ends' links differ.
+	PathMTU ib.MTU
+}
+
+// Server is a cuObject server endpoint (cuObjServer). Channel allocation
+// and buffer registration are safe for concurrent use; a channel is used
+// by one goroutine at a time (a second one is refused with ErrChannel).
+type Server struct {
+	dev   *roce.Device
+	addr  netip.AddrPort
+	local netip.Addr // source address for clients; invalid: by family
+	proto Proto
+	t     Tunables
+	pd    *roce.PD
+	rcq   *roce.CQ
+	tr    transport
+	telem *telemetry
+
+	mu     sync.Mutex // channel allocation
+	chans  []*channel
+	closed atomic.Bool
+
+	stats ServerStats
+}
+
+// ServerStats counts what a server did.
+type ServerStats struct {
+	Gets, Puts         atomic.Uint64 // requests completed successfully
+	GetBytes, PutBytes atomic.Uint64
+	Failed             atomic.Uint64 // failed completions
+	Resets             atomic.Uint64 // QP resets after failures
+	Refused            atomic.Uint64 // requests refused before submission
+}
+
+// NewServer starts a server endpoint on dev at addr (the cuObjServer
+// constructor plus startRDMASession). addr is an IPv4 or IPv6 address of
+// the device, or unspecified to serve clients of either family from the
+// device's address of their family; its port names the endpoint (RC
+// connects out from rdma_cm ports of its own). Errors match ENODEV (the
+// address is not the device's, the device is closed), EINVAL (tunables)
+// or ErrUnsupported (DC).
+func NewServer(dev *roce.Device, addr netip.AddrPort, opts *ServerOptions) (*Server, error) {
+	const op = "NewServer"
+	var o ServerOptions
+	if opts != nil {
+		o = *opts
+	}
+	if dev == nil {
+		return nil, newErr(op, syscall.ENODEV, ErrNoDevice, "no device")
+	}
+	switch o.Proto {
+	case 0, ProtoRC:
+		o.Proto = ProtoRC
+	case ProtoDC:
+		return nil, newErr(op, syscall.EPROTONOSUPPORT, ErrUnsupported, "%v needs DC in qp/roce", ProtoDC)
+	default:
+		return nil, newErr(op, syscall.EPROTONOSUPPORT, ErrUnsupported, "%v", o.Proto)
+	}
+	t := DefaultTunables()
+	if o.Tunables != nil {
+		t = *o.Tunables
+	}
+	t, notes, err := t.normalize()
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{dev: dev, addr: addr, proto: o.Proto, t: t, telem: newTelemetry(o.Telemetry, "cuobj-server")}
+	for _, n := range notes {
+		s.telem.error("tunable", "note", n)
+	}
+	a := addr.Addr().Unmap()
+	if !a.IsValid() {
+		return nil, newErr(op, syscall.ENODEV, ErrNoDevice, "invalid endpoint address")
+	}
+	if !a.IsUnspecified() {
+		if _, err := dev.GIDIndex(a); err != nil {
+			return nil, newErr(op, syscall.ENODEV, ErrNoDevice, "%v is not an address of the device: %v", a, err)
+		}
+		s.local = a
+	}
+	if s.pd, err = dev.AllocPD(); err != nil {
+		return nil, newErr(op, syscall.ENODEV, ErrNoDevice, "%v", err)
+	}
+	if s.rcq, err = dev.CreateCQ(1); err != nil {
+		_ = s.pd.Close()
+		return nil, newErr(op, syscall.ENODEV, ErrNoDevice, "%v", err)
+	}
+	dial := func(ctx context.Context, raddr netip.AddrPort, d *cm.DialOptions) (*cm.Conn, error) {
+		return cm.Dial(ctx, dev, raddr, d)
+	}
+	if o.Manager != nil {
+		dial = o.Manager.Dial
+	}
+	s.tr = &rcTransport{dial: dial, pd: s.pd, rcq: s.rcq, local: s.local, t: &s.t, mtu: o.PathMTU}
+	s.chans = make([]*channel, t.NumDCIs)
+	s.telem.info("server started", "addr", addr, "proto", s.proto, "channels", t.NumDCIs)
+	return s, nil
+}
+
+// Addr returns the endpoint address.
+func (s *Server) Addr() netip.AddrPort { return s.addr }
+
+// Tunables returns the tunables in effect, after the caps
+// (getConfigTunableParam).
+func (s *Server) Tunables() Tunables { return s.t }
+
+// Stats returns the server's counters.
+func (s *Server) Stats() *ServerStats { return &s.stats }
+
+// IsConnected reports whether the server is usable: started, not closed,
+// and its device's port active.
+func (s *Server) IsConnected() bool {
+	return s != nil && !s.closed.Load() && s.dev.QueryPort().State == roce.PortActive
+}
+
+// channel is one channel (DCI): its completion queue and path to clients.
+type channel struct {
+	id        uint16
+	allocated atomic.Bool
+	mu        sync.Mutex // held by the goroutine using the channel
+	cq        *roce.CQ
+	p         path
+	// The rest is guarded by mu.
+	pending     map[uint64]any // asynchronous requests by WR ID
+	nextID      uint64
+	outstanding int
+	events      []AsyncEvent // asynchronous completions not yet polled
+	wc          [MaxPollEvents]roce.WorkCompletion
+	sge         [qp.MaxSGE]roce.SGE
+	wr          roce.SendWR
+	tok         Token // the request's token, kept here so it does not escape
+}
+
+// AllocateChannel allocates a channel (allocateChannelId): the lowest free
+// ID, 0 first. With none free it returns InvalidChannelID and ErrNoChannel.
+func (s *Server) AllocateChannel() (uint16, error) {
+	if !s.IsConnected() {
+		return InvalidChannelID, newErr("AllocateChannel", syscall.ENODEV, ErrNoDevice, "")
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i, ch := range s.chans {
+		if ch != nil && ch.allocated.Load() {
+			continue
+		}
+		if ch == nil {
+			cq, err := s.dev.CreateCQ(int(s.t.CQDepth))
+			if err != nil {
+				return InvalidChannelID, newErr("AllocateChannel", syscall.ENOMEM, ErrInvalid, "%v", err)
+			}
+			p, err := s.tr.openPath(cq)
+			if err != nil {
+				_ = cq.Close()
+				return InvalidChannelID, newErr("AllocateChannel", syscall.ENOMEM, ErrInvalid, "%v", err)
+			}
+			ch = &channel{id: uint16(i), cq: cq, p: p, pending: map[uint64]any{}}
+			s.chans[i] = ch
+		}
+		ch.allocated.Store(true)
+		return uint16(i), nil
+	}
+	return InvalidChannelID, newErr("AllocateChannel", syscall.EBUSY, ErrNoChannel, "all %d in use", len(s.chans))
+}
+
+// FreeChannel releases a channel (freeChannelId); IDs outside the range
+// are ignored. Completions of requests still outstanding on it are
+// discarded.
+func (s *Server) FreeChannel(id uint16) {
+	if int(id) >= len(s.chans) {
+		return
+	}
+	s.mu.Lock()
+	ch := s.chans[id]
+	s.mu.Unlock()
+	if ch == nil || !ch.allocated.Load() {
+		return
+	}
+	if ch.mu.TryLock() {
+		clear(ch.pending)
+		ch.events = ch.events[:0]
+		ch.mu.Unlock()
+	}
+	ch.allocated.Store(false)
+}
+
+// channel returns an allocated channel, locked.
+func (s *Server) channel(id uint16) (*channel, error) {
+	if int(id) >= len(s.chans) {
+		return nil, fmt.Errorf("%w: channel %d of %d", ErrChannel, id, len(s.chans))
+	}
+	s.mu.Lock()
+	ch := s.chans[id]
+	s.mu.Unlock()
+	if ch == nil || !ch.allocated.Load() {
+		return nil, fmt.Errorf("%w: channel %d is not allocated", ErrChannel, id)
+	}
+	if !ch.mu.TryLock() {
+		return nil, fmt.Errorf("%w: channel %d is in use by another goroutine", ErrChannel, id)
+	}
+	return ch, nil
+}
+
+// Request is one GET or PUT to serve (the arguments of
+// handleGetObject/handlePutObject).
+type Request struct {
+	Key         string  // request identifier for telemetry
+	Local       *Buffer // registered server memory (source of a GET, destination of a PUT)
+	LocalOffset uint64
+	RemoteAddr  uint64 // remote_buf_start: inside the token's region
+	Size        uint64 // 1 … MaxOpSize
+	Token       string // the client's descriptor
+	Channel     uint16 // from AllocateChannel
+	// PollDelay is the poll_delay of the C API (0: Tunables.DelayInterval).
+	// goroce's completion queues wake the waiting goroutine when the
+	// completion arrives, so it does not change when a request returns.
+	PollDelay time.Duration
+	// Async, when non-nil, makes the request asynchronous: the call
+	// returns 0 after submission and Poll reports Async with the status.
+	Async any
+}
+
+// AsyncEvent is one completion of an asynchronous request
+// (cuObjAsyncEvent_t).
+type AsyncEvent struct {
+	Handle any
+	Status roce.WCStatus // WCSuccess, or the ibv_wc_status of the failure
+}
+
+// HandleGetObject serves a GET: RDMA WRITE of r.Size bytes at
+// r.LocalOffset of r.Local into the client's memory at r.RemoteAddr. It
+// returns r.Size when synchronous and 0 after an asynchronous submission.
+// Errors match ENODEV, EIO (invalid request, token, channel or range;
+// submission or completion failure, then with the completion status),
+// ENOMEM (the channel's queue is full) or EAFNOSUPPORT (the token's
+// address family is not the endpoint's).
+func (s *Server) HandleGetObject(ctx context.Context, r *Request) (int64, error) {
+	return s.handle(ctx, "HandleGetObject", r, roce.WRRDMAWrite)
+}
+
+// HandlePutObject serves a PUT: RDMA READ of r.Size bytes from the client's
+// memory at r.RemoteAddr into r.Local at r.LocalOffset. Results as
+// HandleGetObject; with a synchronous success the data is in r.Local.
+func (s *Server) HandlePutObject(ctx context.Context, r *Request) (int64, error) {
+	return s.handle(ctx, "HandlePutObject", r, roce.WRRDMARead)
+}
+
+func (s *Server) refuse(op string, errno syscall.Errno, reason error, format string, args ...any) (int64, error) {
+	s.stats.Refused.Add(1)
+	err := newErr(op, errno, reason, format, args...)
+	s.telem.error("request refused", "op", op, "err", err)
+	return 0, err
+}
+
+func (s *Server) handle(ctx context.Context, op string, r *Request, opcode roce.WROpcode) (int64, error) {
+	if !s.IsConnected() {
+		return s.refuse(op, syscall.ENODEV, ErrNoDevice, "")
+	}
+	switch {
+	case r == nil:
+		return s.refuse(op, syscall.EIO, ErrInvalid, "no request")
+	case r.Local == nil || r.Local.s != s:
+		return s.refuse(op, syscall.EIO, ErrInvalid, "no local buffer of this server")
+	case r.Local.closed.Load() || (r.Local.base != nil && r.Local.base.closed.Load()):
+		return s.refuse(op, syscall.EIO, ErrNotRegistered, "local buffer deregistered")
+	case r.RemoteAddr == 0 || r.Size == 0:
+		return s.refuse(op, syscall.EIO, ErrInvalid, "remote address %#x, size %d", r.RemoteAddr, r.Size)
+	case r.Size > MaxOpSize:
+		return s.refuse(op, syscall.EIO, ErrRange, "%d bytes, at most %d", r.Size, MaxOpSize)
+	case r.LocalOffset > r.Local.size || r.Size > r.Local.size-r.LocalOffset:
+		return s.refuse(op, syscall.EIO, ErrRange, "%d bytes at local offset %d of a %d-byte buffer", r.Size, r.LocalOffset, r.Local.size)
+	case r.Local.Entries() > s.t.MaxSGE:
+		return s.refuse(op, syscall.EIO, ErrInvalid, "buffer of %d entries, max_sge %d", r.Local.Entries(), s.t.MaxSGE)
+	}
+	if r.Local.Entries() > 1 && r.LocalOffset != 0 {
+		s.telem.error("local offset ignored on a scatter-gather buffer", "key", r.Key, "offset", r.LocalOffset)
+	}
+	tok, err := ParseToken(r.Token)
+	if err != nil {
+		return s.refuse(op, syscall.EIO, err, "")
+	}
+	if !tok.Contains(r.RemoteAddr, r.Size) {
+		return s.refuse(op, syscall.EIO, ErrRange, "%d bytes at %#x outside the token's %d bytes at %#x", r.Size, r.RemoteAddr, tok.Size, tok.Addr)
+	}
+	peer, ok := tok.IPAddr()
+	if !ok {
+		return s.refuse(op, syscall.EIO, ErrToken, "the token names no GID, which RC needs")
+	}
+	if s.local.IsValid() && s.local.Is4() != peer.Is4() {
+		return s.refuse(op, syscall.EAFNOSUPPORT, ErrInvalid, "%s client, %s endpoint", familyOf(peer), familyOf(s.local))
+	}
+	ch, err := s.channel(r.Channel)
+	if err != nil {
+		return s.refuse(op, syscall.EIO, err, "")
+	}
+	defer ch.mu.Unlock()
+	if ch.outstanding >= int(s.t.CQDepth) {
+		return s.refuse(op, syscall.ENOMEM, ErrSubmit, "%d requests outstanding on channel %d", ch.outstanding, r.Channel)
+	}
+	ch.nextID++
+	id := ch.nextID
+	ch.wr = roce.SendWR{ID: id, Opcode: opcode, Flags: roce.SendSignaled,
+		SGL: r.Local.sgl(ch.sge[:0], r.LocalOffset, r.Size), RemoteAddr: r.RemoteAddr, RKey: tok.RKey}
+	if r.Async != nil {
+		ch.pending[id] = r.Async
+	}
+	ch.tok = tok
+	qpn, err := ch.p.post(ctx, &ch.tok, &ch.wr)
+	ch.wr.SGL = nil
+	if err != nil {
+		delete(ch.pending, id)
+		var e *Error
+		if errors.As(err, &e) {
+			e.Op = op
+			if errors.Is(err, roceNoAddress) {
+				e.Errno = syscall.EAFNOSUPPORT
+			}
+		} else {
+			err = newErr(op, syscall.EIO, ErrSubmit, "%v", err)
+		}
+		s.stats.Refused.Add(1)
+		s.telem.error("submission failed", "op", op, "key", r.Key, "err", err)
+		return 0, err
+	}
+	ch.outstanding++
+	if s.telem.on(LogPathDebug) { // the arguments would allocate even unused
+		s.telem.debug("submitted", "op", op, "key", r.Key, "size", r.Size, "channel", r.Channel, "qpn", qpn)
+	}
+	if r.Async != nil {
+		return 0, nil
+	}
+	wc, err := s.await(ctx, ch, id, qpn)
+	if err != nil {
+		return 0, newErr(op, syscall.EIO, ErrCompletion, "%v", err)
+	}
+	if wc.Status != roce.WCSuccess {
+		s.telem.error("completion failed", "op", op, "key", r.Key, "status", StatusName(wc.Status))
+		return 0, &Error{Op: op, Errno: syscall.EIO, Status: wc.Status, HasStatus: true, Err: ErrCompletion}
+	}
+	if opcode == roce.WRRDMAWrite {
+		s.stats.Gets.Add(1)
+		s.stats.GetBytes.Add(r.Size)
+	} else {
+		s.stats.Puts.Add(1)
+		s.stats.PutBytes.Add(r.Size)
+	}
+	return int64(r.Size), nil
+}
+
+var roceNoAddress = roce.ErrNoAddress
+
+// await waits for the completion of WR id, keeping the asynchronous ones
+// it meets for Poll. If ctx ends first the connection is reset so that the
+// request is flushed and can no longer touch either side's memory.
+func (s *Server) await(ctx context.Context, ch *channel, id uint64, qpn uint32) (roce.WorkCompletion, error) {
+	var cancelled error
+	for {
+		n := ch.cq.Poll(ch.wc[:])
+		var mine roce.WorkCompletion
+		found := false
+		for i := range ch.wc[:n] {
+			wc := ch.wc[i]
+			if ev, async := s.complete(ch, &wc); async {
+				ch.events = append(ch.events, ev)
+			} else if wc.WRID == id {
+				mine, found = wc, true
+			}
+		}
+		if found {
+			if cancelled != nil {
+				return mine, cancelled
+			}
+			return mine, nil
+		}
+		if n > 0 {
+			continue
+		}
+		if err := waitCQ(ctx, ch.cq); err != nil {
+			if cancelled != nil || !s.IsConnected() {
+				return mine, errors.Join(cancelled, err)
+			}
+			cancelled = err
+			ch.p.failed(qpn, true)
+			s.stats.Resets.Add(1)
+			// The flush completes the request at once; bound the wait anyway.
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+		}
+	}
+}
+
+// complete accounts for one completion; for an asynchronous request it
+// returns its event.
+func (s *Server) complete(ch *channel, wc *roce.WorkCompletion) (AsyncEvent, bool) {
+	ch.outstanding--
+	ch.p.completed(wc.QPN)
+	if wc.Status != roce.WCSuccess {
+		s.stats.Failed.Add(1)
+		if s.t.QPResetOnFailure {
+			ch.p.failed(wc.QPN, true)
+			s.stats.Resets.Add(1)
+		}
+	}
+	h, ok := ch.pending[wc.WRID]
+	if !ok {
+		return AsyncEvent{}, false
+	}
+	delete(ch.pending, wc.WRID)
+	return AsyncEvent{Handle: h, Status: wc.Status}, true
+}
+
+// waitCQ blocks until cq has completions or ctx ends. Every wait of the
+// package goes through here.
+func waitCQ(ctx context.Context, cq *roce.CQ) error { return cq.Wait(ctx) }
+
+// Poll returns completed asynchronous requests of a channel (poll): at
+// most min(len(events), MaxPollEvents), without blocking; 0 when there are
+// none. Errors match ENODEV, EINVAL (nil events; channel out of range, not
+// allocated or busy) or EIO when a completion failed: then n still counts
+// the events filled, the failed one last, and the channel's connection to
+// that client was reset if QPResetOnFailure.
+func (s *Server) Poll(channel uint16, events []AsyncEvent) (int, error) {
+	const op = "Poll"
+	if !s.IsConnected() {
+		return 0, newErr(op, syscall.ENODEV, ErrNoDevice, "")
+	}
+	if events == nil {
+		return 0, newErr(op, syscall.EINVAL, ErrInvalid, "nil events")
+	}
+	ch, err := s.channel(channel)
+	if err != nil {
+		return 0, newErr(op, syscall.EINVAL, err, "")
+	}
+	defer ch.mu.Unlock()
+	return s.poll(ch, events[:min(len(events), MaxPollEvents)])
+}
+
+func (s *Server) poll(ch *channel, out []AsyncEvent) (int, error) {
+	n := 0
+	failed := func() (int, error) {
+		ev := out[n-1]
+		return n, &Error{Op: "Poll", Errno: syscall.EIO, Status: ev.Status, HasStatus: true, Err: ErrCompletion}
+	}
+	for len(ch.events) > 0 && n < len(out) {
+		out[n] = ch.events[0]
+		ch.events = append(ch.events[:0], ch.events[1:]...)
+		n++
+		if out[n-1].Status != roce.WCSuccess {
+			return failed()
+		}
+	}
+	for n < len(out) {
+		k := ch.cq.Poll(ch.wc[:len(out)-n])
+		if k == 0 {
+			break
+		}
+		bad := false
+		for i := range ch.wc[:k] {
+			ev, async := s.complete(ch, &ch.wc[i])
+			if !async {
+				continue // a cancelled synchronous request
+			}
+			if bad || n == len(out) {
+				ch.events = append(ch.events, ev) // after a failure: for the next Poll
+				continue
+			}
+			out[n] = ev
+			n++
+			bad = ev.Status != roce.WCSuccess
+		}
+		if bad {
+			return failed()
+		}
+	}
+	return n, nil
+}
+
+// PollWait is Poll that blocks until at least one event is there or ctx
+// ends.
+func (s *Server) PollWait(ctx context.Context, channel uint16, events []AsyncEvent) (int, error) {
+	for {
+		n, err := s.Poll(channel, events)
+		if n > 0 || err != nil || len(events) == 0 {
+			return n, err
+		}
+		ch, err := s.channel(channel)
+		if err != nil {
+			return 0, newErr("Poll", syscall.EINVAL, err, "")
+		}
+		if ch.outstanding == 0 && len(ch.events) == 0 {
+			ch.mu.Unlock()
+			return 0, nil // nothing to wait for
+		}
+		err = waitCQ(ctx, ch.cq)
+		ch.mu.Unlock()
+		if err != nil {
+			return 0, err
+		}
+	}
+}
+
+// Close closes the server: outstanding requests are flushed, connections
+// to clients closed, channels and registrations released.
+func (s *Server) Close() error {
+	if !s.closed.CompareAndSwap(false, true) {
+		return nil
+	}
+	s.mu.Lock()
+	chans := append([]*channel(nil), s.chans...)
+	s.mu.Unlock()
+	var errs []error
+	for _, ch := range chans {
+		if ch != nil {
+			ch.p.abort()
+		}
+	}
+	for _, ch := range chans {
+		if ch == nil {
+			continue
+		}
+		ch.mu.Lock()
+		errs = append(errs, ch.p.close(), ch.cq.Close())
+		ch.mu.Unlock()
+	}
+	errs = append(errs, s.rcq.Close())
+	if err := s.pd.Close(); err != nil && !errors.Is(err, qp.ErrBusy) {
+		errs = append(errs, err)
+	}
+	s.telem.info("server closed", "addr", s.addr)
+	return errors.Join(errs...)
+}

@@ -1,0 +1,246 @@
+package cuobj
+
+import (
+	"context"
+	"errors"
+	"net/netip"
+	"sync"
+	"syscall"
+
+	"github.com/goroce/goroce/cm"
+	"github.com/goroce/goroce/cm/mad"
+	"github.com/goroce/goroce/ib"
+	"github.com/goroce/goroce/roce"
+)
+
+// transport is how a server reaches clients: it opens one path per
+// channel. RC is rcTransport; DC will be a transport whose path is one DCI
+// posting to the token's DCT number.
+type transport interface {
+	openPath(cq *roce.CQ) (path, error)
+}
+
+// path is one channel's way to the clients. Only the goroutine that holds
+// the channel calls post, completed and failed; abort may come from
+// Server.Close at any time.
+type path interface {
+	// post posts wr to the client tok names and returns the local QPN its
+	// completion will carry.
+	post(ctx context.Context, tok *Token, wr *roce.SendWR) (uint32, error)
+	// completed notes that a work request posted on qpn completed.
+	completed(qpn uint32)
+	// failed notes a failed completion on qpn; reset asks for the QP to be
+	// replaced (qp_reset_on_failure).
+	failed(qpn uint32, reset bool)
+	// abort moves every QP to the error state, flushing what is
+	// outstanding, so that waiters wake.
+	abort()
+	close() error
+}
+
+// dialer is cm.Dial on a device or a *cm.Manager's Dial.
+type dialer func(ctx context.Context, raddr netip.AddrPort, o *cm.DialOptions) (*cm.Conn, error)
+
+// rcTransport connects to clients with rdma_cm: one RC connection per
+// (channel, client endpoint), made by the first request and kept.
+type rcTransport struct {
+	dial  dialer
+	pd    *roce.PD
+	rcq   *roce.CQ // receive CQ of every connection: nothing is ever received
+	local netip.Addr
+	t     *Tunables
+	mtu   ib.MTU
+}
+
+func (rt *rcTransport) openPath(cq *roce.CQ) (path, error) {
+	return &rcPath{rt: rt, cq: cq, conns: map[rcKey]*rcConn{}, byQPN: map[uint32]*rcConn{}}, nil
+}
+
+type rcKey struct {
+	gid      ib.GID
+	port     uint16
+	endpoint uint32
+}
+
+type rcConn struct {
+	key         rcKey
+	c           *cm.Conn
+	qpn         uint32
+	outstanding int
+	retired     bool // replaced: closed once nothing is outstanding
+}
+
+type rcPath struct {
+	rt *rcTransport
+	cq *roce.CQ
+	mu sync.Mutex // guards the maps against abort
+	// conns holds the live connection per client; byQPN every connection
+	// with completions still to come.
+	conns map[rcKey]*rcConn
+	byQPN map[uint32]*rcConn
+	dead  bool
+}
+
+func (p *rcPath) post(ctx context.Context, tok *Token, wr *roce.SendWR) (uint32, error) {
+	key := rcKey{gid: tok.GID, port: tok.LID, endpoint: tok.QPN}
+	p.mu.Lock()
+	if p.dead {
+		p.mu.Unlock()
+		return 0, ErrClosed
+	}
+	c := p.conns[key]
+	if c != nil {
+		if qerr := c.c.QP().Err(); qerr != nil && !p.rt.t.QPResetOnFailure {
+			// Without qp_reset_on_failure a failed QP stays failed, even
+			// once the client has hung up on it.
+			p.mu.Unlock()
+			return 0, newErr("post", syscall.EIO, ErrSubmit, "%v", qerr)
+		} else if err := c.c.Err(); err != nil {
+			// The client disconnected, the connection timed out, or its QP
+			// failed and is reset by dialling again.
+			p.retireLocked(c)
+			c = nil
+		}
+	}
+	p.mu.Unlock()
+	if c == nil {
+		var err error
+		if c, err = p.connect(ctx, tok, key); err != nil {
+			return 0, err
+		}
+	}
+	if err := c.c.QP().PostSend(wr); err != nil {
+		return 0, newErr("post", syscall.EIO, ErrSubmit, "%v", err)
+	}
+	c.outstanding++
+	return c.qpn, nil
+}
+
+func (p *rcPath) connect(ctx context.Context, tok *Token, key rcKey) (*rcConn, error) {
+	// Connections of clients that have gone are closed here, when a new
+	// one is made, so that a channel holds no more than its live clients'.
+	p.mu.Lock()
+	for _, c := range p.conns {
+		if c.c.Err() != nil {
+			p.retireLocked(c)
+		}
+	}
+	p.mu.Unlock()
+	t := p.rt.t
+	plt := t.Timeout
+	if plt > 1 {
+		plt-- // rdma_cm's local ACK timeout is the packet life time + 1
+	}
+	raddr := netip.AddrPortFrom(netip.AddrFrom16(tok.GID).Unmap(), tok.LID)
+	conn, err := p.rt.dial(ctx, raddr, &cm.DialOptions{
+		QP: cm.QPOptions{PD: p.rt.pd, SendCQ: p.cq, RecvCQ: p.rt.rcq,
+			Cap:    roce.QPCap{MaxSendWR: int(t.CQDepth), MaxRecvWR: 1, MaxSendSGE: t.MaxSGE, MaxRecvSGE: 1},
+			Access: roce.AccessLocalWrite}, // the server's memory is never remote-accessible
+		LocalAddr:      p.rt.local,
+		InitiatorDepth: uint8(t.MaxRdAtomic), ResponderResources: 1,
+		RetryCount: t.RetryCount, RNRRetryCount: 7,
+		PacketLifeTime: plt, TrafficClass: uint8(t.TrafficClass), PathMTU: p.rt.mtu,
+		PrivateData: appendHello(nil, ProtoRC, tok.QPN),
+	})
+	if err != nil {
+		var rej *mad.RejectError
+		if errors.As(err, &rej) {
+			return nil, newErr("connect", syscall.EIO, ErrSubmit, "client %v refused the connection (stale token?): %v", raddr, err)
+		}
+		return nil, newErr("connect", syscall.EIO, ErrSubmit, "client %v: %v", raddr, err)
+	}
+	if _, _, err := parseHello(conn.PrivateData()); err != nil {
+		_ = conn.Close()
+		return nil, newErr("connect", syscall.EIO, ErrSubmit, "client %v: %v", raddr, err)
+	}
+	c := &rcConn{key: key, c: conn, qpn: conn.QP().QPN()}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.dead {
+		_ = conn.Close()
+		return nil, ErrClosed
+	}
+	p.conns[key] = c
+	p.byQPN[c.qpn] = c
+	return c, nil
+}
+
+// retireLocked takes c out of use; it is closed when its last
+// completion came.
+func (p *rcPath) retireLocked(c *rcConn) {
+	if p.conns[c.key] == c {
+		delete(p.conns, c.key)
+	}
+	c.retired = true
+	if c.outstanding == 0 {
+		delete(p.byQPN, c.qpn)
+		_ = c.c.Close()
+	}
+}
+
+func (p *rcPath) completed(qpn uint32) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	c := p.byQPN[qpn]
+	if c == nil {
+		return
+	}
+	if c.outstanding > 0 {
+		c.outstanding--
+	}
+	if c.retired && c.outstanding == 0 {
+		delete(p.byQPN, c.qpn)
+		_ = c.c.Close()
+	}
+}
+
+func (p *rcPath) failed(qpn uint32, reset bool) {
+	p.mu.Lock()
+	c := p.byQPN[qpn]
+	p.mu.Unlock()
+	if c == nil || !reset {
+		return
+	}
+	// RC has no reset that keeps the peer: the QP is flushed (its other
+	// work requests complete with WR_FLUSH_ERR), the connection closed,
+	// and the next request dials again.
+	_ = c.c.QP().Modify(context.Background(), &roce.QPAttr{State: roce.StateErr}, roce.AttrState)
+	p.mu.Lock()
+	p.retireLocked(c)
+	p.mu.Unlock()
+}
+
+func (p *rcPath) abort() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.dead = true
+	for _, c := range p.byQPN {
+		_ = c.c.QP().Modify(context.Background(), &roce.QPAttr{State: roce.StateErr}, roce.AttrState)
+	}
+}
+
+func (p *rcPath) close() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.dead = true
+	var errs []error
+	for _, c := range p.byQPN {
+		errs = append(errs, c.c.Close())
+	}
+	for _, c := range p.conns {
+		if _, ok := p.byQPN[c.qpn]; !ok {
+			errs = append(errs, c.c.Close())
+		}
+	}
+	clear(p.byQPN)
+	clear(p.conns)
+	return errors.Join(errs...)
+}
+
+// family returns "IPv4" or "IPv6" for an address.
+func familyOf(a netip.Addr) string {
+	if a.Unmap().Is4() {
+		return "IPv4"
+	}
+	return "IPv6"
+}
