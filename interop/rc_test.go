@@ -137,9 +137,12 @@ func connectedPingpongClient(t *testing.T, lab *rxelab.Lab, g *rxelab.Guest, f f
 	if want := fmt.Sprintf("%d iters in", iters); !bytes.Contains(stdout, []byte(want)) {
 		t.Errorf("%s output lacks %q:\n%s", tool, want, stdout)
 	}
-	if qp.dupSends >= iters {
-		t.Errorf("rxe retransmitted %d SEND packets in %d messages: our ACKs were not taken", qp.dupSends, iters)
-	}
+	// That the tool finished all iterations is what proves rxe took our
+	// ACKs: it posts each SEND only after the previous one completed, and a
+	// SEND completes only on an ACK (ignored ACKs end in "transport retry
+	// counter exceeded"). A count of rxe's retransmissions is no such proof:
+	// rxe retransmits after ibv_rc_pingpong's 67 ms timeout whenever the
+	// guest's vCPU runs late, which on a busy machine can be every message.
 	t.Logf("%d messages each way, rtt %v; %d packets out, %d in; rxe retransmissions %d, ours %d; total %.1fs",
 		iters, rtts, qp.pktsOut, qp.pktsIn, qp.dupSends, qp.retransmits, time.Since(t0).Seconds())
 }

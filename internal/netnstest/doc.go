@@ -17,6 +17,11 @@
 //
 // The root network namespace is never modified.
 //
+// A fresh pair has no neighbour entries, and Linux queues only about 212 KB
+// for a neighbour being resolved (IPv6 resolution on a new veth takes about a
+// second), so a test whose first exchange is a burst calls Pair.Resolve (or
+// Resolve) first.
+//
 // Typical use, two hosts on a wire at MTU 9000:
 //
 //	func TestX(t *testing.T) {

@@ -14,7 +14,9 @@
 // -test.timeout alarm would kill the process. Names are unique per process
 // (netns goroce-PID, guests gPID-a, gPID-b, ...), so a developer's own lab
 // and concurrent test binaries do not collide; labs left by processes that
-// died are removed the next time a lab starts.
+// died are removed the next time a lab starts. Before the lab is handed out,
+// every guest has resolved the peer's addresses ([Guest.ResolvePeer]), so no
+// test's first exchange waits on ARP or neighbour discovery.
 //
 // Usage:
 //

@@ -188,9 +188,16 @@ func Start(ctx context.Context, cfg Config) (*Lab, error) {
 		go func() {
 			defer wg.Done()
 			errs[i] = l.boot(ctx, g, cfg.BootTimeout)
-			if errs[i] == nil {
-				cfg.Logf("rxelab: guest %s (%v) up in %.1fs, active_mtu %d, GIDs %v",
-					g.Name, g.Addr, g.Boot.Seconds(), g.ActiveMTU, g.GIDs)
+			if errs[i] != nil {
+				return
+			}
+			cfg.Logf("rxelab: guest %s (%v) up in %.1fs, active_mtu %d, GIDs %v",
+				g.Name, g.Addr, g.Boot.Seconds(), g.ActiveMTU, g.GIDs)
+			// A test's first exchange must not depend on neighbour
+			// discovery finishing within rxe's one-second budget.
+			t0 := time.Now()
+			if errs[i] = g.ResolvePeer(ctx); errs[i] == nil {
+				cfg.Logf("rxelab: guest %s resolved the peer's addresses in %.1fs", g.Name, time.Since(t0).Seconds())
 			}
 		}()
 	}

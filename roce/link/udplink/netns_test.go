@@ -25,6 +25,10 @@ func TestBetweenNamespaces(t *testing.T) {
 		t.Run(fam.name, func(t *testing.T) {
 			p := netnstest.NewPairConfig(t, netnstest.VethConfig{MTU: 1500,
 				Addr: netip.MustParsePrefix(fam.a), PeerAddr: netip.MustParsePrefix(fam.b)})
+			// The first WriteBatch is 200 datagrams at once: the kernel
+			// would queue only 92 of them for a neighbour still being
+			// resolved and drop the rest.
+			p.Resolve(t)
 			betweenNamespaces(t, p, fam.ipHdr)
 		})
 	}
