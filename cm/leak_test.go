@@ -123,8 +123,10 @@ func (c *churner) cycle(how churnEnd) error {
 		first.Close()
 		return fmt.Errorf("%v: closing the other side: %w", how, err)
 	}
-	if err := first.Close(); err != nil {
-		return fmt.Errorf("%v: %w", how, err)
+	if how == clientDisconnects || how == serverDisconnects {
+		if err := first.Close(); err != nil {
+			return fmt.Errorf("%v: %w", how, err)
+		}
 	}
 	return nil
 }

@@ -72,6 +72,14 @@ func listen(ctx context.Context, get func() (*agent, error), addr netip.AddrPort
 	if err != nil {
 		return nil, err
 	}
+	select {
+	case <-a.dev.Done():
+		// The agent outlives its device only until its references go; a
+		// listener on it would never hear a request.
+		a.release()
+		return nil, fmt.Errorf("cm: listen on %v: %w", addr, errDeviceClosed)
+	default:
+	}
 	l := &Listener{a: a, addr: addr, sid: mad.ServiceID(o.PortSpace, addr.Port()), opts: o,
 		reqs: make(chan *Request, o.Backlog), ready: make(chan *Conn, o.Backlog),
 		taken: map[*Request]struct{}{}, closed: make(chan struct{})}
@@ -250,9 +258,12 @@ func (l *Listener) background(r *Request) {
 
 // Close stops listening: requests not yet answered are rejected,
 // handshakes in progress are abandoned (REJ), and connections established
-// but not yet returned by Accept are closed.
+// but not yet returned by Accept are closed. A second Close, and Accept or
+// Request after Close, return ErrClosed.
 func (l *Listener) Close() error {
+	err := error(ErrClosed)
 	l.once.Do(func() {
+		err = nil
 		close(l.closed)
 		l.cancel()
 		var conns []*Conn
@@ -289,7 +300,7 @@ func (l *Listener) Close() error {
 		}
 		l.a.release()
 	})
-	return nil
+	return err
 }
 
 // Request is a connection request (REQ) or SIDR request received by a

@@ -79,11 +79,12 @@ func (m *Manager) Listen(ctx context.Context, addr netip.AddrPort, opts *ListenO
 // through m is closed and their disconnections have finished (bounded by
 // a few seconds), releases QP1. Connections stay usable until they are
 // closed. Close waits for QP1 to be released if no connection is left.
+// A second Close, and Dial or Listen after Close, return ErrClosed.
 func (m *Manager) Close() error {
 	m.mu.Lock()
 	if m.closed {
 		m.mu.Unlock()
-		return nil
+		return ErrClosed
 	}
 	m.closed = true
 	m.mu.Unlock()

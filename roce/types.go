@@ -4,6 +4,7 @@ import (
 	"errors"
 
 	"github.com/goroce/goroce/ib"
+	"github.com/goroce/goroce/internal/errclosed"
 	"github.com/goroce/goroce/qp"
 )
 
@@ -163,7 +164,9 @@ const GRHSize = 40
 // Errors of the device layer. Engine errors (qp.ErrInvalidState, ...) are
 // passed through wrapped, so errors.Is works on both.
 var (
-	ErrClosed        = errors.New("roce: device or object closed")
+	// ErrClosed matches net.ErrClosed and the ErrClosed of every other
+	// goroce package (qp, link, cm...) under errors.Is.
+	ErrClosed        = errclosed.New("roce: device or object closed")
 	ErrNoAddress     = errors.New("roce: interface has no usable IP address")
 	ErrNoNeighbour   = errors.New("roce: neighbour could not be resolved")
 	ErrNoGID         = errors.New("roce: no such GID")
@@ -172,3 +175,13 @@ var (
 	ErrNotSupported  = errors.New("roce: not supported")
 	ErrInvalidConfig = errors.New("roce: invalid option")
 )
+
+// devErr reports an engine object's closed error (qp.ErrClosed) as the
+// device's ErrClosed, so a roce caller sees roce's message; both match
+// net.ErrClosed and each other either way.
+func devErr(err error) error {
+	if err != nil && err != ErrClosed && errors.Is(err, ErrClosed) {
+		return ErrClosed
+	}
+	return err
+}
