@@ -361,8 +361,8 @@ func defaultU8(v, d uint8) uint8 {
 // space it returns an RC connection in RTS; for the UDP port space it
 // resolves the peer's UD QP with SIDR. ctx bounds the whole exchange; when
 // it ends first the pending REQ is cancelled with a REJ.
-func Dial(ctx context.Context, dev *roce.Device, raddr netip.AddrPort, opts *DialOptions) (*Conn, error) {
-	return dial(ctx, dev, func() (*agent, error) { return acquire(dev) }, raddr, opts)
+func Dial(ctx context.Context, dev *roce.Device, raddr netip.AddrPort, opts DialOptions) (*Conn, error) {
+	return dial(ctx, dev, func() (*agent, error) { return acquire(dev) }, raddr, &opts)
 }
 
 // dialPlan is a checked Dial: the port space, addresses and the request's
@@ -378,9 +378,6 @@ type dialPlan struct {
 
 // planDial checks the options and picks the source address and port.
 func planDial(dev *roce.Device, raddr netip.AddrPort, opts *DialOptions) (*dialPlan, error) {
-	if opts == nil {
-		opts = &DialOptions{}
-	}
 	p := &dialPlan{opts: opts, ps: opts.PortSpace, raddr: raddr, remote: raddr.Addr().Unmap(), sport: ephemeralPort()}
 	if p.ps == 0 {
 		p.ps = mad.PortSpaceTCP

@@ -37,15 +37,18 @@ func TestClosedObjects(t *testing.T) {
 		open func(t *testing.T, da, db *roce.Device) (use, close func() error)
 	}{
 		{"Manager", func(t *testing.T, da, db *roce.Device) (func() error, func() error) {
-			m, err := NewManager(da, nil)
+			m, err := NewManager(da, ManagerOptions{})
 			if err != nil {
 				t.Fatal(err)
 			}
-			use := func() error { _, err := m.Listen(ctx, netip.AddrPortFrom(devAddrA, next()), nil); return err }
+			use := func() error {
+				_, err := m.Listen(ctx, netip.AddrPortFrom(devAddrA, next()), ListenOptions{})
+				return err
+			}
 			return use, m.Close
 		}},
 		{"Listener", func(t *testing.T, da, db *roce.Device) (func() error, func() error) {
-			l, err := Listen(ctx, db, netip.AddrPortFrom(devAddrB, next()), nil)
+			l, err := Listen(ctx, db, netip.AddrPortFrom(devAddrB, next()), ListenOptions{})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -54,7 +57,7 @@ func TestClosedObjects(t *testing.T) {
 		}},
 		{"Conn", func(t *testing.T, da, db *roce.Device) (func() error, func() error) {
 			addr := netip.AddrPortFrom(devAddrB, next())
-			l, err := Listen(ctx, db, addr, nil)
+			l, err := Listen(ctx, db, addr, ListenOptions{})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -64,7 +67,7 @@ func TestClosedObjects(t *testing.T) {
 				c, _ := l.Accept(ctx)
 				acc <- c
 			}()
-			c, err := Dial(ctx, da, addr, nil)
+			c, err := Dial(ctx, da, addr, DialOptions{})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -89,7 +92,7 @@ func TestClosedObjects(t *testing.T) {
 	// After the device closed.
 	da, db := devPair(t, faultnet.Config{}, faultnet.Config{}, nil)
 	addr := netip.AddrPortFrom(devAddrB, next())
-	l, err := Listen(ctx, db, addr, nil)
+	l, err := Listen(ctx, db, addr, ListenOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -99,7 +102,7 @@ func TestClosedObjects(t *testing.T) {
 			c.Close()
 		}
 	}()
-	c, err := Dial(ctx, da, addr, nil)
+	c, err := Dial(ctx, da, addr, DialOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -110,23 +113,23 @@ func TestClosedObjects(t *testing.T) {
 	checkClosed(t, "Conn.Err after the device closed", c.Err())
 	checkClosed(t, "PostRecv after the device closed", c.QP().PostRecv(&roce.RecvWR{}))
 	checkClosed(t, "Conn.Close after the device closed", c.Close())
-	_, err = Dial(ctx, da, addr, nil)
+	_, err = Dial(ctx, da, addr, DialOptions{})
 	checkClosed(t, "Dial on a closed device", err)
-	_, err = Listen(ctx, da, netip.AddrPortFrom(devAddrA, next()), nil)
+	_, err = Listen(ctx, da, netip.AddrPortFrom(devAddrA, next()), ListenOptions{})
 	checkClosed(t, "Listen on a closed device", err)
 
 	// A Manager takes QP1 for itself, so it gets a device of its own.
 	dm, _ := devPair(t, faultnet.Config{}, faultnet.Config{}, nil)
-	m, err := NewManager(dm, nil)
+	m, err := NewManager(dm, ManagerOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := dm.Close(); err != nil {
 		t.Fatal(err)
 	}
-	_, err = m.Dial(ctx, addr, nil)
+	_, err = m.Dial(ctx, addr, DialOptions{})
 	checkClosed(t, "Manager.Dial after the device closed", err)
-	_, err = m.Listen(ctx, netip.AddrPortFrom(devAddrA, next()), nil)
+	_, err = m.Listen(ctx, netip.AddrPortFrom(devAddrA, next()), ListenOptions{})
 	checkClosed(t, "Manager.Listen after the device closed", err)
 	// Closing releases what the Manager holds; the device being gone is
 	// no failure of that.

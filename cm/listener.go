@@ -44,18 +44,14 @@ type Listener struct {
 // Listen starts accepting connection requests for addr's port (the
 // rdma_cm port) on dev, like rdma_bind_addr + rdma_listen. An unspecified
 // address accepts requests for any of the device's addresses.
-func Listen(ctx context.Context, dev *roce.Device, addr netip.AddrPort, opts *ListenOptions) (*Listener, error) {
+func Listen(ctx context.Context, dev *roce.Device, addr netip.AddrPort, opts ListenOptions) (*Listener, error) {
 	return listen(ctx, func() (*agent, error) { return acquire(dev) }, addr, opts)
 }
 
-func listen(ctx context.Context, get func() (*agent, error), addr netip.AddrPort, opts *ListenOptions) (*Listener, error) {
+func listen(ctx context.Context, get func() (*agent, error), addr netip.AddrPort, o ListenOptions) (*Listener, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	if opts == nil {
-		opts = &ListenOptions{}
-	}
-	o := *opts
 	if o.PortSpace == 0 {
 		o.PortSpace = mad.PortSpaceTCP
 	}
@@ -390,10 +386,7 @@ func (r *Request) claim() bool {
 // creates the QP, moves it to RTS, sends the REP and returns once the RTU
 // came (RC), or answers the SIDR_REQ with the UD QP. If ctx ends first,
 // the handshake is abandoned with a REJ.
-func (r *Request) Accept(ctx context.Context, o *AcceptOptions) (*Conn, error) {
-	if o == nil {
-		o = &AcceptOptions{}
-	}
+func (r *Request) Accept(ctx context.Context, o AcceptOptions) (*Conn, error) {
 	ps := mad.PortSpaceTCP
 	if r.SIDR() {
 		ps = mad.PortSpaceUDP
@@ -404,7 +397,7 @@ func (r *Request) Accept(ctx context.Context, o *AcceptOptions) (*Conn, error) {
 	if !r.claim() {
 		return nil, ErrAnswered
 	}
-	c, err := r.accept(ctx, o)
+	c, err := r.accept(ctx, &o)
 	r.l.releaseSlot()
 	return c, err
 }

@@ -116,6 +116,18 @@
 // a received buffer as a Frame, a small value that another goroutine reads
 // and Releases exactly once (a second release is ErrFrameReleased).
 //
+// # Options
+//
+// One rule holds for every constructor of the module that takes settings
+// (OpenLink, netdev.Open, memlink.PairWithOptions, udplink.ListenOptions,
+// xdplink.Open, cm.Dial, cm.Listen, cm.NewManager, Request.Accept,
+// qptest.NewNet, ...): the settings are an Options (or Config) struct
+// passed by value, and its zero value, like each zero field, means the
+// default. So cm.Dial(ctx, dev, addr, cm.DialOptions{}) dials with the
+// defaults; there is no nil case. Verb attributes that mirror ibverbs
+// structs the caller fills in (QPInitAttr, QPAttr, ConnectAttr) are
+// arguments, not options, and go by pointer as in libibverbs.
+//
 // # Closing
 //
 // One rule holds for every closeable object of the module (Device, PD, MR,
