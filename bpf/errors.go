@@ -5,11 +5,14 @@ import (
 	"fmt"
 
 	"github.com/cilium/ebpf"
+
+	"github.com/goroce/goroce/internal/errclosed"
 )
 
 var (
-	// ErrClosed is returned by methods of a closed Program.
-	ErrClosed = errors.New("bpf: program closed")
+	// ErrClosed is returned by methods of a closed Program. It matches
+	// net.ErrClosed and every other goroce ErrClosed (errors.Is).
+	ErrClosed = errclosed.New("bpf: program closed")
 	// ErrNoInterface is returned when an ifindex names no interface in the
 	// caller's network namespace.
 	ErrNoInterface = errors.New("bpf: interface not found")

@@ -7,16 +7,19 @@ import (
 	"math/rand/v2"
 	"net/netip"
 	"sync"
+	"sync/atomic"
 
 	"github.com/goroce/goroce/cm/mad"
 	"github.com/goroce/goroce/ib"
+	"github.com/goroce/goroce/internal/errclosed"
 	"github.com/goroce/goroce/roce"
 )
 
 var (
 	// ErrClosed reports use of a closed Manager, Listener or Conn, and is
-	// the Err of a connection closed here.
-	ErrClosed = errors.New("cm: closed")
+	// the Err of a connection closed here. It matches net.ErrClosed and
+	// roce.ErrClosed (errors.Is), so one test covers a closed device too.
+	ErrClosed = errclosed.New("cm: closed")
 	// ErrDisconnected is the Err of a connection ended with a DREQ, ours
 	// or (wrapped: "by the peer") the peer's.
 	ErrDisconnected = errors.New("cm: disconnected")
@@ -109,7 +112,7 @@ type Conn struct {
 	ah                    *roce.AH
 
 	closeOnce sync.Once
-	closeErr  error
+	closed    atomic.Bool // Close began: Disconnect reports ErrClosed
 }
 
 // QP returns the connection's queue pair.
@@ -199,6 +202,9 @@ func (c *Conn) watchQP() {
 // run out, or ctx). The QP is moved to the error state. Close still has to
 // be called.
 func (c *Conn) Disconnect(ctx context.Context) error {
+	if c.closed.Load() {
+		return ErrClosed
+	}
 	err := c.a.do(func(e *Engine) error {
 		if s, err := e.State(c.id); err != nil || s != StateEstablished {
 			return nil // already going or gone
@@ -224,9 +230,12 @@ func (c *Conn) toError() {
 }
 
 // Close disconnects (DREQ, without waiting for the answer), and destroys
-// the QP and the PD/CQs the CM created.
+// the QP and the PD/CQs the CM created. A second Close, and Disconnect
+// after Close, return ErrClosed.
 func (c *Conn) Close() error {
+	err := error(ErrClosed)
 	c.closeOnce.Do(func() {
+		c.closed.Store(true)
 		_ = c.a.do(func(e *Engine) error {
 			if s, err := e.State(c.id); err == nil && s != StateTimewait && s != StateDREQSent {
 				_ = e.Destroy(c.id)
@@ -236,10 +245,10 @@ func (c *Conn) Close() error {
 			return nil
 		})
 		c.toError()
-		c.closeErr = c.freeQP()
+		err = c.freeQP()
 		c.a.release()
 	})
-	return c.closeErr
+	return err
 }
 
 func (c *Conn) freeQP() error {
@@ -364,8 +373,8 @@ func defaultU8(v, d uint8) uint8 {
 // space it returns an RC connection in RTS; for the UDP port space it
 // resolves the peer's UD QP with SIDR. ctx bounds the whole exchange; when
 // it ends first the pending REQ is cancelled with a REJ.
-func Dial(ctx context.Context, dev *roce.Device, raddr netip.AddrPort, opts *DialOptions) (*Conn, error) {
-	return dial(ctx, dev, func() (*agent, error) { return acquire(dev) }, raddr, opts)
+func Dial(ctx context.Context, dev *roce.Device, raddr netip.AddrPort, opts DialOptions) (*Conn, error) {
+	return dial(ctx, dev, func() (*agent, error) { return acquire(dev) }, raddr, &opts)
 }
 
 // dialPlan is a checked Dial: the port space, addresses and the request's
@@ -381,9 +390,6 @@ type dialPlan struct {
 
 // planDial checks the options and picks the source address and port.
 func planDial(dev *roce.Device, raddr netip.AddrPort, opts *DialOptions) (*dialPlan, error) {
-	if opts == nil {
-		opts = &DialOptions{}
-	}
 	p := &dialPlan{opts: opts, ps: opts.PortSpace, raddr: raddr, remote: raddr.Addr().Unmap(), sport: ephemeralPort()}
 	if p.ps == 0 {
 		p.ps = mad.PortSpaceTCP

@@ -64,7 +64,7 @@ func TestDialAcceptSendWrite(t *testing.T) {
 	da, db := devPair(t, faultnet.Config{}, faultnet.Config{}, &capA)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	l, err := Listen(ctx, db, netip.AddrPortFrom(netip.IPv4Unspecified(), 7174), &ListenOptions{PrivateData: []byte("srv")})
+	l, err := Listen(ctx, db, netip.AddrPortFrom(netip.IPv4Unspecified(), 7174), ListenOptions{PrivateData: []byte("srv")})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -78,7 +78,7 @@ func TestDialAcceptSendWrite(t *testing.T) {
 		c, err := l.Accept(ctx)
 		acc <- res{c, err}
 	}()
-	cc, err := Dial(ctx, da, netip.AddrPortFrom(devAddrB, 7174), &DialOptions{PrivateData: []byte("cli")})
+	cc, err := Dial(ctx, da, netip.AddrPortFrom(devAddrB, 7174), DialOptions{PrivateData: []byte("cli")})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -159,12 +159,12 @@ func TestDialNoListener(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	// B runs a CM (a listener on another port) but nothing on 7175.
-	l, err := Listen(ctx, db, netip.AddrPortFrom(devAddrB, 7174), nil)
+	l, err := Listen(ctx, db, netip.AddrPortFrom(devAddrB, 7174), ListenOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer l.Close()
-	_, err = Dial(ctx, da, netip.AddrPortFrom(devAddrB, 7175), nil)
+	_, err = Dial(ctx, da, netip.AddrPortFrom(devAddrB, 7175), DialOptions{})
 	if !errors.Is(err, mad.RejInvalidServiceID) {
 		t.Fatalf("dial without listener: %v", err)
 	}
@@ -172,7 +172,7 @@ func TestDialNoListener(t *testing.T) {
 	// the dial ends with its context (cancelling the REQ with a REJ).
 	short, cancel2 := context.WithTimeout(ctx, 300*time.Millisecond)
 	defer cancel2()
-	if _, err = Dial(short, da, netip.AddrPortFrom(devAddrB, 7174), nil); !errors.Is(err, context.DeadlineExceeded) {
+	if _, err = Dial(short, da, netip.AddrPortFrom(devAddrB, 7174), DialOptions{}); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("dial to a listener that never accepts: %v", err)
 	}
 }
@@ -183,7 +183,7 @@ func TestDialCancel(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 	defer cancel()
 	start := time.Now()
-	_, err := Dial(ctx, da, netip.AddrPortFrom(devAddrB, 7174), nil)
+	_, err := Dial(ctx, da, netip.AddrPortFrom(devAddrB, 7174), DialOptions{})
 	if !errors.Is(err, context.DeadlineExceeded) || time.Since(start) > 2*time.Second {
 		t.Fatalf("dial: %v after %v", err, time.Since(start))
 	}
@@ -193,7 +193,7 @@ func TestDialSIDR(t *testing.T) {
 	da, db := devPair(t, faultnet.Config{}, faultnet.Config{}, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	l, err := Listen(ctx, db, netip.AddrPortFrom(devAddrB, 7174), &ListenOptions{PortSpace: mad.PortSpaceUDP})
+	l, err := Listen(ctx, db, netip.AddrPortFrom(devAddrB, 7174), ListenOptions{PortSpace: mad.PortSpaceUDP})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -206,7 +206,7 @@ func TestDialSIDR(t *testing.T) {
 		}
 		acc <- c
 	}()
-	cc, err := Dial(ctx, da, netip.AddrPortFrom(devAddrB, 7174), &DialOptions{PortSpace: mad.PortSpaceUDP})
+	cc, err := Dial(ctx, da, netip.AddrPortFrom(devAddrB, 7174), DialOptions{PortSpace: mad.PortSpaceUDP})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -244,7 +244,7 @@ func TestDialLossy(t *testing.T) {
 	da, db := devPair(t, faultnet.Config{Seed: 3, Loss: 0.3, Duplicate: 0.2}, faultnet.Config{Seed: 4, Loss: 0.3, Duplicate: 0.2}, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	l, err := Listen(ctx, db, netip.AddrPortFrom(devAddrB, 7174), nil)
+	l, err := Listen(ctx, db, netip.AddrPortFrom(devAddrB, 7174), ListenOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -259,7 +259,7 @@ func TestDialLossy(t *testing.T) {
 		}
 	}()
 	for i := 0; i < 3; i++ {
-		c, err := Dial(ctx, da, netip.AddrPortFrom(devAddrB, 7174), &DialOptions{PacketLifeTime: 10})
+		c, err := Dial(ctx, da, netip.AddrPortFrom(devAddrB, 7174), DialOptions{PacketLifeTime: 10})
 		if err != nil {
 			registry.Lock()
 			for d, a := range registry.m {
@@ -330,7 +330,7 @@ func TestDialIPv6AndBoundListener(t *testing.T) {
 	defer db.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	l, err := Listen(ctx, db, netip.AddrPortFrom(b6other, 7174), nil)
+	l, err := Listen(ctx, db, netip.AddrPortFrom(b6other, 7174), ListenOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -344,10 +344,10 @@ func TestDialIPv6AndBoundListener(t *testing.T) {
 			defer c.Close()
 		}
 	}()
-	if _, err := Dial(ctx, da, netip.AddrPortFrom(b6, 7174), nil); !errors.Is(err, mad.RejConsumerDefined) {
+	if _, err := Dial(ctx, da, netip.AddrPortFrom(b6, 7174), DialOptions{}); !errors.Is(err, mad.RejConsumerDefined) {
 		t.Fatalf("dial to an address the listener is not bound to: %v", err)
 	}
-	c, err := Dial(ctx, da, netip.AddrPortFrom(b6other, 7174), nil)
+	c, err := Dial(ctx, da, netip.AddrPortFrom(b6other, 7174), DialOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -364,7 +364,7 @@ func TestAgentStops(t *testing.T) {
 	da, db := devPair(t, faultnet.Config{}, faultnet.Config{}, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	l, err := Listen(ctx, db, netip.AddrPortFrom(devAddrB, 7174), nil)
+	l, err := Listen(ctx, db, netip.AddrPortFrom(devAddrB, 7174), ListenOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -373,7 +373,7 @@ func TestAgentStops(t *testing.T) {
 		c, _ := l.Accept(ctx)
 		acc <- c
 	}()
-	c, err := Dial(ctx, da, netip.AddrPortFrom(devAddrB, 7174), nil)
+	c, err := Dial(ctx, da, netip.AddrPortFrom(devAddrB, 7174), DialOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -398,7 +398,7 @@ func TestAgentStops(t *testing.T) {
 		}
 	}
 	// QP1 is free again: a new listener takes it.
-	l2, err := Listen(ctx, db, netip.AddrPortFrom(devAddrB, 7174), nil)
+	l2, err := Listen(ctx, db, netip.AddrPortFrom(devAddrB, 7174), ListenOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -412,7 +412,7 @@ func TestConcurrentDials(t *testing.T) {
 	da, db := devPair(t, faultnet.Config{}, faultnet.Config{}, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	l, err := Listen(ctx, db, netip.AddrPortFrom(devAddrB, 7174), &ListenOptions{Backlog: 64})
+	l, err := Listen(ctx, db, netip.AddrPortFrom(devAddrB, 7174), ListenOptions{Backlog: 64})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -430,7 +430,7 @@ func TestConcurrentDials(t *testing.T) {
 	errs := make(chan error, n)
 	for i := 0; i < n; i++ {
 		go func() {
-			c, err := Dial(ctx, da, netip.AddrPortFrom(devAddrB, 7174), nil)
+			c, err := Dial(ctx, da, netip.AddrPortFrom(devAddrB, 7174), DialOptions{})
 			if err == nil {
 				err = c.Disconnect(ctx)
 				c.Close()
@@ -473,10 +473,10 @@ func TestPrepareErrors(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	boom := errors.New("boom")
-	if _, err := Dial(ctx, da, netip.AddrPortFrom(devAddrB, 7174), &DialOptions{QP: QPOptions{Prepare: func(*Conn) error { return boom }}}); !errors.Is(err, boom) {
+	if _, err := Dial(ctx, da, netip.AddrPortFrom(devAddrB, 7174), DialOptions{QP: QPOptions{Prepare: func(*Conn) error { return boom }}}); !errors.Is(err, boom) {
 		t.Fatalf("dial: %v", err)
 	}
-	l, err := Listen(ctx, db, netip.AddrPortFrom(devAddrB, 7174), &ListenOptions{QP: QPOptions{Prepare: func(*Conn) error { return boom }}})
+	l, err := Listen(ctx, db, netip.AddrPortFrom(devAddrB, 7174), ListenOptions{QP: QPOptions{Prepare: func(*Conn) error { return boom }}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -488,7 +488,7 @@ func TestPrepareErrors(t *testing.T) {
 		_, err := l.Accept(actx)
 		acc <- err
 	}()
-	if _, err := Dial(ctx, da, netip.AddrPortFrom(devAddrB, 7174), nil); !errors.Is(err, mad.RejConsumerDefined) {
+	if _, err := Dial(ctx, da, netip.AddrPortFrom(devAddrB, 7174), DialOptions{}); !errors.Is(err, mad.RejConsumerDefined) {
 		t.Fatalf("dial to a listener whose Prepare fails: %v", err)
 	}
 	if err := <-acc; !errors.Is(err, context.DeadlineExceeded) {

@@ -21,7 +21,7 @@ func ExampleDial() {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	conn, err := cm.Dial(ctx, dev, netip.MustParseAddrPort("192.0.2.1:7174"), &cm.DialOptions{
+	conn, err := cm.Dial(ctx, dev, netip.MustParseAddrPort("192.0.2.1:7174"), cm.DialOptions{
 		ResponderResources: 1, InitiatorDepth: 1,
 		// Post receives before the peer may send.
 		QP: cm.QPOptions{Prepare: func(c *cm.Conn) error { return nil }},
@@ -41,7 +41,7 @@ func ExampleListen() {
 		return
 	}
 	ctx := context.Background()
-	l, err := cm.Listen(ctx, dev, netip.AddrPortFrom(netip.IPv4Unspecified(), 7174), nil)
+	l, err := cm.Listen(ctx, dev, netip.AddrPortFrom(netip.IPv4Unspecified(), 7174), cm.ListenOptions{})
 	if err != nil {
 		return
 	}
@@ -68,7 +68,7 @@ func ExampleListener_Request() {
 		return
 	}
 	ctx := context.Background()
-	l, err := cm.Listen(ctx, dev, netip.AddrPortFrom(netip.IPv4Unspecified(), 7174), nil)
+	l, err := cm.Listen(ctx, dev, netip.AddrPortFrom(netip.IPv4Unspecified(), 7174), cm.ListenOptions{})
 	if err != nil {
 		return
 	}
@@ -101,7 +101,7 @@ func ExampleListener_Request() {
 			rep = binary.BigEndian.AppendUint32(rep, mr.RKey())
 			actx, cancel := context.WithTimeout(ctx, 10*time.Second)
 			defer cancel()
-			conn, err := req.Accept(actx, &cm.AcceptOptions{
+			conn, err := req.Accept(actx, cm.AcceptOptions{
 				QP:          cm.QPOptions{PD: pd, Access: roce.AccessRemoteWrite}, // writes only
 				PrivateData: rep,
 			})
@@ -126,13 +126,13 @@ func ExampleNewManager() {
 	if dev == nil {
 		return
 	}
-	m, err := cm.NewManager(dev, nil)
+	m, err := cm.NewManager(dev, cm.ManagerOptions{})
 	if err != nil {
 		return // QP1 is taken
 	}
 	defer m.Close()
 	ctx := context.Background()
-	conn, err := m.Dial(ctx, netip.MustParseAddrPort("192.0.2.1:7174"), &cm.DialOptions{PrivateData: []byte("hello")})
+	conn, err := m.Dial(ctx, netip.MustParseAddrPort("192.0.2.1:7174"), cm.DialOptions{PrivateData: []byte("hello")})
 	if err != nil {
 		return
 	}

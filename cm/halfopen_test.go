@@ -84,7 +84,7 @@ func TestHalfOpenDoesNotBlockAccept(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	const port = 7200
-	l, err := Listen(ctx, db, netip.AddrPortFrom(devAddrB, port), nil)
+	l, err := Listen(ctx, db, netip.AddrPortFrom(devAddrB, port), ListenOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -105,7 +105,7 @@ func TestHalfOpenDoesNotBlockAccept(t *testing.T) {
 	var cc *Conn
 	go func() {
 		var err error
-		cc, err = Dial(ctx, da, netip.AddrPortFrom(devAddrB, port), nil)
+		cc, err = Dial(ctx, da, netip.AddrPortFrom(devAddrB, port), DialOptions{})
 		dialed <- err
 	}()
 	select {
@@ -138,7 +138,7 @@ func TestHalfOpenTornDown(t *testing.T) {
 	defer cancel()
 	clk := &testClock{}
 	clk.t.Store(int64(time.Hour))
-	m, err := NewManager(db, &ManagerOptions{Clock: clk})
+	m, err := NewManager(db, ManagerOptions{Clock: clk})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -158,7 +158,7 @@ func TestHalfOpenTornDown(t *testing.T) {
 		}
 	}()
 	const port = 7201
-	l, err := m.Listen(ctx, netip.AddrPortFrom(devAddrB, port), &ListenOptions{Backlog: 1})
+	l, err := m.Listen(ctx, netip.AddrPortFrom(devAddrB, port), ListenOptions{Backlog: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -182,7 +182,7 @@ func TestHalfOpenTornDown(t *testing.T) {
 	}
 	// The backlog of one is full: a real client is refused while the
 	// hostile handshake holds the slot.
-	if _, err := Dial(ctx, da, netip.AddrPortFrom(devAddrB, port), nil); !errors.Is(err, mad.RejConsumerDefined) {
+	if _, err := Dial(ctx, da, netip.AddrPortFrom(devAddrB, port), DialOptions{}); !errors.Is(err, mad.RejConsumerDefined) {
 		t.Errorf("a request past the backlog: %v", err)
 	}
 
@@ -211,7 +211,7 @@ func TestHalfOpenTornDown(t *testing.T) {
 	if !pollUntil(5*time.Second, func() bool { r := db.Resources(); r.AH = res0.AH; return r == res0 }) {
 		t.Errorf("resources %+v, want %+v", db.Resources(), res0)
 	}
-	cc, err := Dial(ctx, da, netip.AddrPortFrom(devAddrB, port), nil)
+	cc, err := Dial(ctx, da, netip.AddrPortFrom(devAddrB, port), DialOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -233,13 +233,13 @@ func TestListenerCloseAbandonsHalfOpen(t *testing.T) {
 	da, db := devPair(t, faultnet.Config{}, faultnet.Config{}, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	m, err := NewManager(db, nil)
+	m, err := NewManager(db, ManagerOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer m.Close()
 	const port = 7202
-	l, err := m.Listen(ctx, netip.AddrPortFrom(devAddrB, port), nil)
+	l, err := m.Listen(ctx, netip.AddrPortFrom(devAddrB, port), ListenOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -45,17 +45,17 @@ type churner struct {
 	ctx      context.Context
 	da, db   *roce.Device
 	raddr    netip.AddrPort
-	dopts    *DialOptions
+	dopts    DialOptions
 	accepted chan *Conn
 	qpns     []uint32 // every QPN a cycle used, both sides
 }
 
 // startChurn listens on db and accepts until ctx ends; the returned stop
 // closes the listener and waits for the accepting goroutine.
-func startChurn(t testing.TB, ctx context.Context, da, db *roce.Device, dopts *DialOptions) (*churner, func()) {
+func startChurn(t testing.TB, ctx context.Context, da, db *roce.Device, dopts DialOptions) (*churner, func()) {
 	t.Helper()
 	raddr := netip.AddrPortFrom(devAddrB, 7190)
-	l, err := Listen(ctx, db, raddr, nil)
+	l, err := Listen(ctx, db, raddr, ListenOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -123,8 +123,10 @@ func (c *churner) cycle(how churnEnd) error {
 		first.Close()
 		return fmt.Errorf("%v: closing the other side: %w", how, err)
 	}
-	if err := first.Close(); err != nil {
-		return fmt.Errorf("%v: %w", how, err)
+	if how == clientDisconnects || how == serverDisconnects {
+		if err := first.Close(); err != nil {
+			return fmt.Errorf("%v: %w", how, err)
+		}
 	}
 	return nil
 }
@@ -223,7 +225,7 @@ func TestConnectionChurn(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	ch, stop := startChurn(t, ctx, da, db, &DialOptions{PacketLifeTime: churnPLT})
+	ch, stop := startChurn(t, ctx, da, db, DialOptions{PacketLifeTime: churnPLT})
 	run := func(from, to int) time.Duration {
 		start := time.Now()
 		for i := from; i < to; i++ {
@@ -311,7 +313,7 @@ func BenchmarkDialAccept(b *testing.B) {
 			da, db := devPair(b, faultnet.Config{}, faultnet.Config{}, nil)
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
-			ch, stop := startChurn(b, ctx, da, db, &DialOptions{PacketLifeTime: bc.plt})
+			ch, stop := startChurn(b, ctx, da, db, DialOptions{PacketLifeTime: bc.plt})
 			defer stop()
 			b.ReportAllocs()
 			for b.Loop() {
@@ -342,12 +344,12 @@ func TestFailedConnectionsLeakNothing(t *testing.T) {
 		portGate
 		portUD
 	)
-	lFail, err := Listen(ctx, db, netip.AddrPortFrom(devAddrB, portFail), &ListenOptions{QP: QPOptions{Prepare: func(*Conn) error { return boom }}})
+	lFail, err := Listen(ctx, db, netip.AddrPortFrom(devAddrB, portFail), ListenOptions{QP: QPOptions{Prepare: func(*Conn) error { return boom }}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	entered, gate := make(chan struct{}), make(chan struct{})
-	lGate, err := Listen(ctx, db, netip.AddrPortFrom(devAddrB, portGate), &ListenOptions{QP: QPOptions{Prepare: func(*Conn) error {
+	lGate, err := Listen(ctx, db, netip.AddrPortFrom(devAddrB, portGate), ListenOptions{QP: QPOptions{Prepare: func(*Conn) error {
 		entered <- struct{}{}
 		<-gate
 		return nil
@@ -355,7 +357,7 @@ func TestFailedConnectionsLeakNothing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	lUD, err := Listen(ctx, db, netip.AddrPortFrom(devAddrB, portUD), &ListenOptions{PortSpace: mad.PortSpaceUDP})
+	lUD, err := Listen(ctx, db, netip.AddrPortFrom(devAddrB, portUD), ListenOptions{PortSpace: mad.PortSpaceUDP})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -381,7 +383,7 @@ func TestFailedConnectionsLeakNothing(t *testing.T) {
 		}()
 	}
 	dial := func(ctx context.Context, port uint16, ps mad.PortSpace) (*Conn, error) {
-		return Dial(ctx, da, netip.AddrPortFrom(devAddrB, port), &DialOptions{PortSpace: ps, PacketLifeTime: churnPLT})
+		return Dial(ctx, da, netip.AddrPortFrom(devAddrB, port), DialOptions{PortSpace: ps, PacketLifeTime: churnPLT})
 	}
 	var m1 runtime.MemStats
 	var g1 int

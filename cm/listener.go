@@ -44,18 +44,14 @@ type Listener struct {
 // Listen starts accepting connection requests for addr's port (the
 // rdma_cm port) on dev, like rdma_bind_addr + rdma_listen. An unspecified
 // address accepts requests for any of the device's addresses.
-func Listen(ctx context.Context, dev *roce.Device, addr netip.AddrPort, opts *ListenOptions) (*Listener, error) {
+func Listen(ctx context.Context, dev *roce.Device, addr netip.AddrPort, opts ListenOptions) (*Listener, error) {
 	return listen(ctx, func() (*agent, error) { return acquire(dev) }, addr, opts)
 }
 
-func listen(ctx context.Context, get func() (*agent, error), addr netip.AddrPort, opts *ListenOptions) (*Listener, error) {
+func listen(ctx context.Context, get func() (*agent, error), addr netip.AddrPort, o ListenOptions) (*Listener, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	if opts == nil {
-		opts = &ListenOptions{}
-	}
-	o := *opts
 	if o.PortSpace == 0 {
 		o.PortSpace = mad.PortSpaceTCP
 	}
@@ -71,6 +67,14 @@ func listen(ctx context.Context, get func() (*agent, error), addr netip.AddrPort
 	a, err := get()
 	if err != nil {
 		return nil, err
+	}
+	select {
+	case <-a.dev.Done():
+		// The agent outlives its device only until its references go; a
+		// listener on it would never hear a request.
+		a.release()
+		return nil, fmt.Errorf("cm: listen on %v: %w", addr, errDeviceClosed)
+	default:
 	}
 	l := &Listener{a: a, addr: addr, sid: mad.ServiceID(o.PortSpace, addr.Port()), opts: o,
 		reqs: make(chan *Request, o.Backlog), ready: make(chan *Conn, o.Backlog),
@@ -250,9 +254,12 @@ func (l *Listener) background(r *Request) {
 
 // Close stops listening: requests not yet answered are rejected,
 // handshakes in progress are abandoned (REJ), and connections established
-// but not yet returned by Accept are closed.
+// but not yet returned by Accept are closed. A second Close, and Accept or
+// Request after Close, return ErrClosed.
 func (l *Listener) Close() error {
+	err := error(ErrClosed)
 	l.once.Do(func() {
+		err = nil
 		close(l.closed)
 		l.cancel()
 		var conns []*Conn
@@ -289,7 +296,7 @@ func (l *Listener) Close() error {
 		}
 		l.a.release()
 	})
-	return nil
+	return err
 }
 
 // Request is a connection request (REQ) or SIDR request received by a
@@ -379,10 +386,7 @@ func (r *Request) claim() bool {
 // creates the QP, moves it to RTS, sends the REP and returns once the RTU
 // came (RC), or answers the SIDR_REQ with the UD QP. If ctx ends first,
 // the handshake is abandoned with a REJ.
-func (r *Request) Accept(ctx context.Context, o *AcceptOptions) (*Conn, error) {
-	if o == nil {
-		o = &AcceptOptions{}
-	}
+func (r *Request) Accept(ctx context.Context, o AcceptOptions) (*Conn, error) {
 	ps := mad.PortSpaceTCP
 	if r.SIDR() {
 		ps = mad.PortSpaceUDP
@@ -393,7 +397,7 @@ func (r *Request) Accept(ctx context.Context, o *AcceptOptions) (*Conn, error) {
 	if !r.claim() {
 		return nil, ErrAnswered
 	}
-	c, err := r.accept(ctx, o)
+	c, err := r.accept(ctx, &o)
 	r.l.releaseSlot()
 	return c, err
 }

@@ -35,10 +35,7 @@ type Manager struct {
 // NewManager takes QP1 of dev and starts the CM on it. It fails if QP1 is
 // taken (by another Manager, or by the package-level Dial and Listen,
 // which hold it until a few seconds after their last use).
-func NewManager(dev *roce.Device, opts *ManagerOptions) (*Manager, error) {
-	if opts == nil {
-		opts = &ManagerOptions{}
-	}
+func NewManager(dev *roce.Device, opts ManagerOptions) (*Manager, error) {
 	a, err := startAgent(dev, opts.Clock, opts.MaxPeerCMTimeout)
 	if err != nil {
 		return nil, err
@@ -65,13 +62,13 @@ func (m *Manager) ref() (*agent, error) {
 
 // Dial connects to the rdma_cm listener at raddr (see the package-level
 // Dial).
-func (m *Manager) Dial(ctx context.Context, raddr netip.AddrPort, opts *DialOptions) (*Conn, error) {
-	return dial(ctx, m.a.dev, m.ref, raddr, opts)
+func (m *Manager) Dial(ctx context.Context, raddr netip.AddrPort, opts DialOptions) (*Conn, error) {
+	return dial(ctx, m.a.dev, m.ref, raddr, &opts)
 }
 
 // Listen starts accepting connection requests for addr's port (see the
 // package-level Listen).
-func (m *Manager) Listen(ctx context.Context, addr netip.AddrPort, opts *ListenOptions) (*Listener, error) {
+func (m *Manager) Listen(ctx context.Context, addr netip.AddrPort, opts ListenOptions) (*Listener, error) {
 	return listen(ctx, m.ref, addr, opts)
 }
 
@@ -79,11 +76,12 @@ func (m *Manager) Listen(ctx context.Context, addr netip.AddrPort, opts *ListenO
 // through m is closed and their disconnections have finished (bounded by
 // a few seconds), releases QP1. Connections stay usable until they are
 // closed. Close waits for QP1 to be released if no connection is left.
+// A second Close, and Dial or Listen after Close, return ErrClosed.
 func (m *Manager) Close() error {
 	m.mu.Lock()
 	if m.closed {
 		m.mu.Unlock()
-		return nil
+		return ErrClosed
 	}
 	m.closed = true
 	m.mu.Unlock()

@@ -18,7 +18,7 @@ func TestConnErrQPFatal(t *testing.T) {
 	da, db := devPair(t, faultnet.Config{}, faultnet.Config{}, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	l, err := Listen(ctx, db, netip.AddrPortFrom(netip.IPv4Unspecified(), 7175), nil)
+	l, err := Listen(ctx, db, netip.AddrPortFrom(netip.IPv4Unspecified(), 7175), ListenOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -32,7 +32,7 @@ func TestConnErrQPFatal(t *testing.T) {
 		acc <- c
 	}()
 	// Packet life time 8 makes the QP's local ACK timeout 9 (about 2 ms).
-	cc, err := Dial(ctx, da, netip.AddrPortFrom(devAddrB, 7175), &DialOptions{PacketLifeTime: 8, RetryCount: 1})
+	cc, err := Dial(ctx, da, netip.AddrPortFrom(devAddrB, 7175), DialOptions{PacketLifeTime: 8, RetryCount: 1})
 	if err != nil {
 		t.Fatal(err)
 	}

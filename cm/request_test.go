@@ -21,7 +21,7 @@ func TestRequestAcceptReject(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	laddr := netip.AddrPortFrom(devAddrB, 7210)
-	l, err := Listen(ctx, db, laddr, nil)
+	l, err := Listen(ctx, db, laddr, ListenOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -47,7 +47,7 @@ func TestRequestAcceptReject(t *testing.T) {
 					answers <- answer{r, nil, nil}
 					return
 				}
-				c, err := r.Accept(ctx, &AcceptOptions{PrivateData: []byte("per-connection " + r.RemoteAddr().String()),
+				c, err := r.Accept(ctx, AcceptOptions{PrivateData: []byte("per-connection " + r.RemoteAddr().String()),
 					QP: QPOptions{Access: roce.AccessRemoteWrite}})
 				answers <- answer{r, c, err}
 			}()
@@ -55,7 +55,7 @@ func TestRequestAcceptReject(t *testing.T) {
 	}()
 
 	// Rejected with private data.
-	_, err = Dial(ctx, da, laddr, &DialOptions{PrivateData: []byte("reject me")})
+	_, err = Dial(ctx, da, laddr, DialOptions{PrivateData: []byte("reject me")})
 	var rej *mad.RejectError
 	if !errors.As(err, &rej) || rej.Reason != mad.RejConsumerDefined || !bytes.HasPrefix(rej.PrivateData, []byte("go away")) {
 		t.Fatalf("rejected dial: %v", err)
@@ -69,7 +69,7 @@ func TestRequestAcceptReject(t *testing.T) {
 	}
 
 	// Accepted with per-connection private data and QP access.
-	cc, err := Dial(ctx, da, laddr, &DialOptions{PrivateData: []byte("hello"), ResponderResources: 4, InitiatorDepth: 2})
+	cc, err := Dial(ctx, da, laddr, DialOptions{PrivateData: []byte("hello"), ResponderResources: 4, InitiatorDepth: 2})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -125,7 +125,7 @@ func TestRequestAcceptReject(t *testing.T) {
 		<-answers
 		l.Close()
 	}()
-	if _, err := Dial(ctx, da, laddr, &DialOptions{PrivateData: []byte("ignore")}); !errors.Is(err, mad.RejConsumerDefined) {
+	if _, err := Dial(ctx, da, laddr, DialOptions{PrivateData: []byte("ignore")}); !errors.Is(err, mad.RejConsumerDefined) {
 		t.Errorf("dial to a closing listener: %v", err)
 	}
 }
@@ -136,7 +136,7 @@ func TestRequestSIDR(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	laddr := netip.AddrPortFrom(devAddrB, 7211)
-	l, err := Listen(ctx, db, laddr, &ListenOptions{PortSpace: mad.PortSpaceUDP})
+	l, err := Listen(ctx, db, laddr, ListenOptions{PortSpace: mad.PortSpaceUDP})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -155,17 +155,17 @@ func TestRequestSIDR(t *testing.T) {
 				_ = r.Reject(0, []byte("refused"))
 				continue
 			}
-			c, err := r.Accept(ctx, &AcceptOptions{PrivateData: []byte("qp here")})
+			c, err := r.Accept(ctx, AcceptOptions{PrivateData: []byte("qp here")})
 			if err != nil {
 				t.Error(err)
 			}
 			conns <- c
 		}
 	}()
-	if _, err := Dial(ctx, da, laddr, &DialOptions{PortSpace: mad.PortSpaceUDP, PrivateData: []byte("no")}); !errors.Is(err, ErrSIDRStatus) {
+	if _, err := Dial(ctx, da, laddr, DialOptions{PortSpace: mad.PortSpaceUDP, PrivateData: []byte("no")}); !errors.Is(err, ErrSIDRStatus) {
 		t.Errorf("rejected SIDR: %v", err)
 	}
-	cc, err := Dial(ctx, da, laddr, &DialOptions{PortSpace: mad.PortSpaceUDP, PrivateData: []byte("yes")})
+	cc, err := Dial(ctx, da, laddr, DialOptions{PortSpace: mad.PortSpaceUDP, PrivateData: []byte("yes")})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -184,30 +184,30 @@ func TestManager(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	res0 := db.Resources()
-	m, err := NewManager(db, nil)
+	m, err := NewManager(db, ManagerOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if m.Device() != db {
 		t.Error("Device")
 	}
-	if _, err := NewManager(db, nil); err == nil {
+	if _, err := NewManager(db, ManagerOptions{}); err == nil {
 		t.Fatal("a second Manager took QP1")
 	}
-	if _, err := Listen(ctx, db, netip.AddrPortFrom(devAddrB, 7212), nil); err == nil {
+	if _, err := Listen(ctx, db, netip.AddrPortFrom(devAddrB, 7212), ListenOptions{}); err == nil {
 		t.Fatal("the package-level Listen took QP1 from a Manager")
 	}
 	laddr := netip.AddrPortFrom(devAddrB, 7212)
-	l, err := m.Listen(ctx, laddr, nil)
+	l, err := m.Listen(ctx, laddr, ListenOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	accepted := acceptLoop(ctx, l)
-	mc, err := NewManager(da, nil)
+	mc, err := NewManager(da, ManagerOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	cc, err := mc.Dial(ctx, laddr, nil)
+	cc, err := mc.Dial(ctx, laddr, DialOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -219,7 +219,7 @@ func TestManager(t *testing.T) {
 	if _, ok := <-accepted; ok {
 		t.Error("Accept still running after the Manager closed")
 	}
-	if _, err := m.Listen(ctx, laddr, nil); !errors.Is(err, ErrClosed) {
+	if _, err := m.Listen(ctx, laddr, ListenOptions{}); !errors.Is(err, ErrClosed) {
 		t.Errorf("Listen on a closed Manager: %v", err)
 	}
 	if sc.QP().State() != roce.StateRTS || sc.Err() != nil {
@@ -235,7 +235,7 @@ func TestManager(t *testing.T) {
 	if !pollUntil(agentLinger+5*time.Second, func() bool { return db.Resources() == res0 }) {
 		t.Fatalf("resources after the Manager closed: %+v, want %+v", db.Resources(), res0)
 	}
-	m2, err := NewManager(db, nil)
+	m2, err := NewManager(db, ManagerOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

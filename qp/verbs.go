@@ -3,6 +3,8 @@ package qp
 import (
 	"errors"
 	"strconv"
+
+	"github.com/goroce/goroce/internal/errclosed"
 )
 
 // WCStatus is the status of a work completion; values and strings are those of
@@ -336,9 +338,10 @@ var (
 	ErrMessageTooLarge = errors.New("qp: message exceeds the maximum message size")
 	ErrOpNotSupported  = errors.New("qp: operation not supported by this QP type")
 	ErrBusy            = errors.New("qp: object still in use")
-	ErrClosed          = errors.New("qp: object destroyed")
-	ErrWrongPD         = errors.New("qp: objects belong to different protection domains")
-	ErrNoResources     = errors.New("qp: out of resources")
+	// ErrClosed matches net.ErrClosed and every other goroce ErrClosed.
+	ErrClosed      = errclosed.New("qp: object destroyed")
+	ErrWrongPD     = errors.New("qp: objects belong to different protection domains")
+	ErrNoResources = errors.New("qp: out of resources")
 )
 
 // Reasons a received packet was dropped (returned by Engine.Receive). A drop

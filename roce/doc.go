@@ -116,6 +116,33 @@
 // a received buffer as a Frame, a small value that another goroutine reads
 // and Releases exactly once (a second release is ErrFrameReleased).
 //
+// # Options
+//
+// One rule holds for every constructor of the module that takes settings
+// (OpenLink, netdev.Open, memlink.PairWithOptions, udplink.ListenOptions,
+// xdplink.Open, cm.Dial, cm.Listen, cm.NewManager, Request.Accept,
+// qptest.NewNet, ...): the settings are an Options (or Config) struct
+// passed by value, and its zero value, like each zero field, means the
+// default. So cm.Dial(ctx, dev, addr, cm.DialOptions{}) dials with the
+// defaults; there is no nil case. Verb attributes that mirror ibverbs
+// structs the caller fills in (QPInitAttr, QPAttr, ConnectAttr) are
+// arguments, not options, and go by pointer as in libibverbs.
+//
+// # Closing
+//
+// One rule holds for every closeable object of the module (Device, PD, MR,
+// CQ, SRQ, AH, QP, RecvSlab, EventSub; the links; cm's Manager, Listener
+// and Conn): Close releases it, a second Close returns ErrClosed, and
+// every other call on a closed object (or on an object of a closed
+// device) fails with ErrClosed, as with an os.File or a net.Conn. Each
+// package has its own ErrClosed with its own message (roce.ErrClosed,
+// qp.ErrClosed, link.ErrClosed, cm.ErrClosed, ...), and they are one
+// error under errors.Is: each matches all the others and net.ErrClosed.
+// So a caller tests against whichever it knows, or net.ErrClosed as for
+// a socket, whatever layer the error came from. Methods of this package
+// report a closed engine object as roce.ErrClosed. Closing what holds
+// nothing of the device's (a cm.Manager whose device closed) succeeds.
+//
 // # Wire details
 //
 // Each QP sends from rxe's UDP source port (0xC000 | hash of the QPN) unless

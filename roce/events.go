@@ -21,7 +21,9 @@ type QPError = qp.QPError
 // ErrQPFailed is wrapped by every QPError: errors.Is(qp.Err(), ErrQPFailed).
 var ErrQPFailed = qp.ErrQPFailed
 
-// Asynchronous event types the device raises (see AsyncEvent).
+// Asynchronous event types (enum ibv_event_type). The device raises
+// those of the first group (see AsyncEvent); the others are named for
+// programs that switch on every ibverbs event.
 const (
 	EventCQErr            = qp.EventCQErr
 	EventQPFatal          = qp.EventQPFatal
@@ -31,6 +33,18 @@ const (
 	EventPortErr          = qp.EventPortErr
 	EventSRQLimitReached  = qp.EventSRQLimitReached
 	EventQPLastWQEReached = qp.EventQPLastWQEReached
+
+	EventCommEst          = qp.EventCommEst
+	EventSQDrained        = qp.EventSQDrained
+	EventPathMig          = qp.EventPathMig
+	EventPathMigErr       = qp.EventPathMigErr
+	EventDeviceFatal      = qp.EventDeviceFatal
+	EventLIDChange        = qp.EventLIDChange
+	EventPKeyChange       = qp.EventPKeyChange
+	EventSMChange         = qp.EventSMChange
+	EventSRQErr           = qp.EventSRQErr
+	EventClientReregister = qp.EventClientReregister
+	EventGIDChange        = qp.EventGIDChange
 )
 
 // AsyncEvent is an asynchronous event (struct ibv_async_event, as

@@ -8,12 +8,13 @@ type Resources struct {
 }
 
 // released counts one object fewer when its destruction succeeded (a
-// refused Close, busy or repeated, leaves the object counted).
+// refused Close, busy or repeated, leaves the object counted). A repeated
+// Close is reported as the device's ErrClosed.
 func (r *Resources) released(n *int, err error) error {
 	if err == nil {
 		*n--
 	}
-	return err
+	return devErr(err)
 }
 
 // Resources returns the numbers of live PDs, CQs, QPs (the GSI QP

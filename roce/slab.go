@@ -39,6 +39,8 @@ type RecvSlab struct {
 	state []atomic.Uint32
 	sge   [1]SGE // scratch for posting, used under d.mu
 	wr    qp.RecvWR
+	// closed is set under d.mu when Close deregisters the memory.
+	closed atomic.Bool
 }
 
 const (
@@ -183,6 +185,9 @@ func (s *RecvSlab) RepostBatch(wcs []WorkCompletion) (int, error) {
 }
 
 func (s *RecvSlab) repostLocked(wc *WorkCompletion) error {
+	if s.closed.Load() {
+		return ErrClosed
+	}
 	if !s.Owns(wc) {
 		return fmt.Errorf("roce: completion %#x is not from this slab: %w", wc.WRID, qp.ErrInvalidArgument)
 	}
@@ -213,6 +218,9 @@ func (s *RecvSlab) repostLocked(wc *WorkCompletion) error {
 // posts the buffer again. A completion whose buffer was already claimed or
 // reposted is ErrFrameReleased. Frame allocates nothing.
 func (s *RecvSlab) Frame(wc *WorkCompletion) (Frame, error) {
+	if s.closed.Load() {
+		return Frame{}, ErrClosed
+	}
 	if !s.Owns(wc) {
 		return Frame{}, fmt.Errorf("roce: completion %#x is not from this slab: %w", wc.WRID, qp.ErrInvalidArgument)
 	}
@@ -230,8 +238,20 @@ func (s *RecvSlab) Frame(wc *WorkCompletion) (Frame, error) {
 func (s *RecvSlab) MR() *MR { return s.mr }
 
 // Close deregisters the slab's memory. Destroy (or reset) the QP first: the
-// buffers are still posted.
-func (s *RecvSlab) Close() error { return s.mr.Close() }
+// buffers are still posted. Afterwards Repost, RepostBatch, Frame and
+// Frame.Release return ErrClosed.
+func (s *RecvSlab) Close() error {
+	d := s.d
+	if err := d.lock(); err != nil {
+		return err
+	}
+	defer d.mu.Unlock()
+	if err := d.res.released(&d.res.MR, s.mr.mr.Dereg()); err != nil {
+		return err
+	}
+	s.closed.Store(true)
+	return nil
+}
 
 // Frame is a received buffer of a RecvSlab, claimed by RecvSlab.Frame: the
 // message in place, plus what its completion said. It is a small value:
@@ -303,7 +323,10 @@ func (f Frame) Release() error {
 	if err := s.d.lock(); err != nil {
 		return err
 	}
-	err := s.postLocked(int(f.idx), f.state+1)
+	err := ErrClosed
+	if !s.closed.Load() {
+		err = s.postLocked(int(f.idx), f.state+1)
+	}
 	s.d.mu.Unlock()
 	if err != nil {
 		st.Store(f.state) // still held: the caller may try again

@@ -4,6 +4,7 @@ import (
 	"errors"
 
 	"github.com/goroce/goroce/ib"
+	"github.com/goroce/goroce/internal/errclosed"
 	"github.com/goroce/goroce/qp"
 )
 
@@ -11,6 +12,10 @@ import (
 // device need not import package qp. Objects with behaviour (PD, MR, CQ, QP,
 // AH, SRQ) are wrapped instead, because the engine is single-threaded and the
 // device serialises every call into it.
+//
+// The re-export is complete, and a test keeps it so: every qp type this
+// package's API reaches, every constant of those types and every error a
+// verbs call returns has a name here, the same name as in qp.
 type (
 	// GID is a 16-byte global identifier: on RoCEv2 an IPv6 or IPv4-mapped address.
 	GID = ib.GID
@@ -47,13 +52,17 @@ type (
 	WCFlags = qp.WCFlags
 	// SRQAttr sizes a shared receive queue.
 	SRQAttr = qp.SRQAttr
+	// AttrError is the error QP.Modify wraps for an invalid attribute or
+	// transition: which mask bit and why (errors.As).
+	AttrError = qp.AttrError
 )
 
-// Queue pair types.
+// Queue pair types. GSI is QP1, which the connection manager holds.
 const (
-	RC = qp.RC
-	UC = qp.UC
-	UD = qp.UD
+	GSI = qp.GSI
+	RC  = qp.RC
+	UC  = qp.UC
+	UD  = qp.UD
 )
 
 // Queue pair states.
@@ -73,27 +82,34 @@ const (
 	AccessRemoteWrite  = qp.AccessRemoteWrite
 	AccessRemoteRead   = qp.AccessRemoteRead
 	AccessRemoteAtomic = qp.AccessRemoteAtomic
+	// FLUSH placement types (IBTA 1.5); the engine refuses persistent.
+	AccessFlushGlobal     = qp.AccessFlushGlobal
+	AccessFlushPersistent = qp.AccessFlushPersistent
 )
 
 // Attribute mask bits.
 const (
-	AttrState           = qp.AttrState
-	AttrCurState        = qp.AttrCurState
-	AttrAccessFlags     = qp.AttrAccessFlags
-	AttrPKeyIndex       = qp.AttrPKeyIndex
-	AttrPort            = qp.AttrPort
-	AttrQKey            = qp.AttrQKey
-	AttrAV              = qp.AttrAV
-	AttrPathMTU         = qp.AttrPathMTU
-	AttrTimeout         = qp.AttrTimeout
-	AttrRetryCnt        = qp.AttrRetryCnt
-	AttrRNRRetry        = qp.AttrRNRRetry
-	AttrRQPSN           = qp.AttrRQPSN
-	AttrMaxQPRdAtomic   = qp.AttrMaxQPRdAtomic
-	AttrMinRNRTimer     = qp.AttrMinRNRTimer
-	AttrSQPSN           = qp.AttrSQPSN
-	AttrMaxDestRdAtomic = qp.AttrMaxDestRdAtomic
-	AttrDestQPN         = qp.AttrDestQPN
+	AttrState            = qp.AttrState
+	AttrCurState         = qp.AttrCurState
+	AttrEnSQDAsyncNotify = qp.AttrEnSQDAsyncNotify
+	AttrAccessFlags      = qp.AttrAccessFlags
+	AttrPKeyIndex        = qp.AttrPKeyIndex
+	AttrPort             = qp.AttrPort
+	AttrQKey             = qp.AttrQKey
+	AttrAV               = qp.AttrAV
+	AttrPathMTU          = qp.AttrPathMTU
+	AttrTimeout          = qp.AttrTimeout
+	AttrRetryCnt         = qp.AttrRetryCnt
+	AttrRNRRetry         = qp.AttrRNRRetry
+	AttrRQPSN            = qp.AttrRQPSN
+	AttrMaxQPRdAtomic    = qp.AttrMaxQPRdAtomic
+	AttrAltPath          = qp.AttrAltPath
+	AttrMinRNRTimer      = qp.AttrMinRNRTimer
+	AttrSQPSN            = qp.AttrSQPSN
+	AttrMaxDestRdAtomic  = qp.AttrMaxDestRdAtomic
+	AttrPathMigState     = qp.AttrPathMigState
+	AttrCap              = qp.AttrCap
+	AttrDestQPN          = qp.AttrDestQPN
 )
 
 // Send work request opcodes.
@@ -105,7 +121,11 @@ const (
 	WRRDMARead          = qp.WRRDMARead
 	WRAtomicCmpAndSwp   = qp.WRAtomicCmpAndSwp
 	WRAtomicFetchAndAdd = qp.WRAtomicFetchAndAdd
+	WRLocalInv          = qp.WRLocalInv
+	WRBindMW            = qp.WRBindMW
 	WRSendWithInv       = qp.WRSendWithInv
+	WRFlush             = qp.WRFlush
+	WRAtomicWrite       = qp.WRAtomicWrite
 )
 
 // Send flags.
@@ -118,23 +138,30 @@ const (
 
 // Work completion statuses (ibv_wc_status).
 const (
-	WCSuccess        = qp.WCSuccess
-	WCLocLenErr      = qp.WCLocLenErr
-	WCLocQPOpErr     = qp.WCLocQPOpErr
-	WCLocProtErr     = qp.WCLocProtErr
-	WCWRFlushErr     = qp.WCWRFlushErr
-	WCBadRespErr     = qp.WCBadRespErr
-	WCLocAccessErr   = qp.WCLocAccessErr
-	WCRemInvReqErr   = qp.WCRemInvReqErr
-	WCRemAccessErr   = qp.WCRemAccessErr
-	WCRemOpErr       = qp.WCRemOpErr
-	WCRetryExcErr    = qp.WCRetryExcErr
-	WCRNRRetryExcErr = qp.WCRNRRetryExcErr
-	WCRemInvRDReqErr = qp.WCRemInvRDReqErr
-	WCRemAbortErr    = qp.WCRemAbortErr
-	WCFatalErr       = qp.WCFatalErr
-	WCRespTimeoutErr = qp.WCRespTimeoutErr
-	WCGeneralErr     = qp.WCGeneralErr
+	WCSuccess          = qp.WCSuccess
+	WCLocLenErr        = qp.WCLocLenErr
+	WCLocQPOpErr       = qp.WCLocQPOpErr
+	WCLocEECOpErr      = qp.WCLocEECOpErr
+	WCLocProtErr       = qp.WCLocProtErr
+	WCWRFlushErr       = qp.WCWRFlushErr
+	WCMWBindErr        = qp.WCMWBindErr
+	WCBadRespErr       = qp.WCBadRespErr
+	WCLocAccessErr     = qp.WCLocAccessErr
+	WCRemInvReqErr     = qp.WCRemInvReqErr
+	WCRemAccessErr     = qp.WCRemAccessErr
+	WCRemOpErr         = qp.WCRemOpErr
+	WCRetryExcErr      = qp.WCRetryExcErr
+	WCRNRRetryExcErr   = qp.WCRNRRetryExcErr
+	WCLocRDDViolErr    = qp.WCLocRDDViolErr
+	WCRemInvRDReqErr   = qp.WCRemInvRDReqErr
+	WCRemAbortErr      = qp.WCRemAbortErr
+	WCInvEECNErr       = qp.WCInvEECNErr
+	WCInvEECStateErr   = qp.WCInvEECStateErr
+	WCFatalErr         = qp.WCFatalErr
+	WCRespTimeoutErr   = qp.WCRespTimeoutErr
+	WCGeneralErr       = qp.WCGeneralErr
+	WCTMErr            = qp.WCTMErr
+	WCTMRndvIncomplete = qp.WCTMRndvIncomplete
 )
 
 // Work completion opcodes.
@@ -144,15 +171,20 @@ const (
 	WCRDMARead        = qp.WCRDMARead
 	WCCompSwap        = qp.WCCompSwap
 	WCFetchAdd        = qp.WCFetchAdd
+	WCBindMW          = qp.WCBindMW
+	WCLocalInv        = qp.WCLocalInv
+	WCFlush           = qp.WCFlush
+	WCAtomicWrite     = qp.WCAtomicWrite
 	WCRecv            = qp.WCRecv
 	WCRecvRDMAWithImm = qp.WCRecvRDMAWithImm
 )
 
 // Work completion flags.
 const (
-	WCWithGRH = qp.WCWithGRH
-	WCWithImm = qp.WCWithImm
-	WCWithInv = qp.WCWithInv
+	WCWithGRH  = qp.WCWithGRH
+	WCWithImm  = qp.WCWithImm
+	WCIPCsumOK = qp.WCIPCsumOK
+	WCWithInv  = qp.WCWithInv
 )
 
 // GRHSize is the area at the start of every UD receive buffer that receives
@@ -160,10 +192,28 @@ const (
 // IPv4 header), as rxe and hardware do.
 const GRHSize = 40
 
-// Errors of the device layer. Engine errors (qp.ErrInvalidState, ...) are
-// passed through wrapped, so errors.Is works on both.
+// Errors of the verbs calls, returned (wrapped) by the engine and passed
+// through by the device: the same values as qp's, so errors.Is works with
+// either name.
 var (
-	ErrClosed        = errors.New("roce: device or object closed")
+	ErrInvalidArgument = qp.ErrInvalidArgument
+	ErrInvalidState    = qp.ErrInvalidState
+	ErrInvalidAttr     = qp.ErrInvalidAttr
+	ErrQueueFull       = qp.ErrQueueFull
+	ErrTooManySGE      = qp.ErrTooManySGE
+	ErrInlineTooLarge  = qp.ErrInlineTooLarge
+	ErrMessageTooLarge = qp.ErrMessageTooLarge
+	ErrOpNotSupported  = qp.ErrOpNotSupported
+	ErrBusy            = qp.ErrBusy
+	ErrWrongPD         = qp.ErrWrongPD
+	ErrNoResources     = qp.ErrNoResources
+)
+
+// Errors of the device layer.
+var (
+	// ErrClosed matches net.ErrClosed and the ErrClosed of every other
+	// goroce package (qp, link, cm...) under errors.Is.
+	ErrClosed        = errclosed.New("roce: device or object closed")
 	ErrNoAddress     = errors.New("roce: interface has no usable IP address")
 	ErrNoNeighbour   = errors.New("roce: neighbour could not be resolved")
 	ErrNoGID         = errors.New("roce: no such GID")
@@ -172,3 +222,13 @@ var (
 	ErrNotSupported  = errors.New("roce: not supported")
 	ErrInvalidConfig = errors.New("roce: invalid option")
 )
+
+// devErr reports an engine object's closed error (qp.ErrClosed) as the
+// device's ErrClosed, so a roce caller sees roce's message; both match
+// net.ErrClosed and each other either way.
+func devErr(err error) error {
+	if err != nil && err != ErrClosed && errors.Is(err, ErrClosed) {
+		return ErrClosed
+	}
+	return err
+}

@@ -340,7 +340,7 @@ func (pd *PD) CreateSRQ(attr SRQAttr) (*SRQ, error) {
 	defer pd.d.mu.Unlock()
 	s, err := pd.pd.CreateSRQ(attr)
 	if err != nil {
-		return nil, err
+		return nil, devErr(err)
 	}
 	pd.d.res.SRQ++
 	rs := &SRQ{d: pd.d, srq: s, limit: make(chan struct{}, 1)}
@@ -355,7 +355,7 @@ func (s *SRQ) PostRecv(wr *RecvWR) error {
 	}
 	err := s.srq.PostRecv(wr)
 	s.d.mu.Unlock()
-	return err
+	return devErr(err)
 }
 
 // PostRecvBatch posts several receive work requests under one lock. It
@@ -367,7 +367,7 @@ func (s *SRQ) PostRecvBatch(wrs []RecvWR) (int, error) {
 	defer s.d.mu.Unlock()
 	for i := range wrs {
 		if err := s.srq.PostRecv(&wrs[i]); err != nil {
-			return i, err
+			return i, devErr(err)
 		}
 	}
 	return len(wrs), nil
@@ -437,7 +437,7 @@ func (pd *PD) CreateAH(ctx context.Context, av AddressVector) (*AH, error) {
 	defer d.mu.Unlock()
 	ah, err := pd.pd.CreateAH(av)
 	if err != nil {
-		return nil, err
+		return nil, devErr(err)
 	}
 	d.res.AH++
 	return &AH{d: d, ah: ah, av: av}, nil

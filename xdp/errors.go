@@ -5,6 +5,8 @@ import (
 	"fmt"
 
 	"github.com/cilium/ebpf"
+
+	"github.com/goroce/goroce/internal/errclosed"
 )
 
 var (
@@ -23,8 +25,9 @@ var (
 	// ErrEmptyFrame is returned by Transmit for a zero-length frame, which
 	// the kernel would reject as an invalid descriptor.
 	ErrEmptyFrame = errors.New("xdp: empty frame")
-	// ErrClosed is returned by operations on a closed Socket or UMEM.
-	ErrClosed = errors.New("xdp: closed")
+	// ErrClosed is returned by operations on a closed Socket or UMEM. It
+	// matches net.ErrClosed and every other goroce ErrClosed (errors.Is).
+	ErrClosed = errclosed.New("xdp: closed")
 	// ErrBadConfig is matched by errors for invalid Config values.
 	ErrBadConfig = errors.New("xdp: invalid configuration")
 )

@@ -183,7 +183,7 @@ func Client(ctx context.Context, dev *roce.Device, raddr netip.AddrPort, cfg Con
 	}
 	e := &endpoint{cfg: cfg}
 	defer e.close()
-	conn, err := cm.Dial(ctx, dev, raddr, &cm.DialOptions{QP: qpOptions(e, true),
+	conn, err := cm.Dial(ctx, dev, raddr, cm.DialOptions{QP: qpOptions(e, true),
 		ResponderResources: 1, InitiatorDepth: 1, RetryCount: 7, RNRRetryCount: 7})
 	if err != nil {
 		return err
@@ -257,7 +257,7 @@ func Server(ctx context.Context, dev *roce.Device, laddr netip.AddrPort, cfg Con
 	}
 	e := &endpoint{cfg: cfg}
 	defer e.close()
-	l, err := cm.Listen(ctx, dev, laddr, &cm.ListenOptions{QP: qpOptions(e, false),
+	l, err := cm.Listen(ctx, dev, laddr, cm.ListenOptions{QP: qpOptions(e, false),
 		ResponderResources: 1, InitiatorDepth: 1, RNRRetryCount: 7, Backlog: 3})
 	if err != nil {
 		return err

@@ -37,7 +37,7 @@ func TestRxeChurn(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	const port = 7480
-	l, err := cm.Listen(ctx, dev, netip.AddrPortFrom(lab.PeerAddr, port), &cm.ListenOptions{Backlog: churnConns})
+	l, err := cm.Listen(ctx, dev, netip.AddrPortFrom(lab.PeerAddr, port), cm.ListenOptions{Backlog: churnConns})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -119,7 +119,7 @@ func TestRxeChurnDial(t *testing.T) {
 		conns := make([]*cm.Conn, 0, churnConns)
 		for len(conns) < churnConns {
 			// cmatose's conn_param: one RDMA read each way, retry_count 5.
-			c, err := cm.Dial(ctx, dev, netip.AddrPortFrom(g.Addr, port), &cm.DialOptions{
+			c, err := cm.Dial(ctx, dev, netip.AddrPortFrom(g.Addr, port), cm.DialOptions{
 				ResponderResources: 1, InitiatorDepth: 1, RetryCount: 5})
 			if err == nil {
 				conns = append(conns, c)

@@ -203,7 +203,7 @@ func TestRxeRejects(t *testing.T) {
 	if !other.IsValid() {
 		t.Skip("lab without IPv6")
 	}
-	l, err := cm.Listen(ctx, dev, netip.AddrPortFrom(other, 7175), nil)
+	l, err := cm.Listen(ctx, dev, netip.AddrPortFrom(other, 7175), cm.ListenOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

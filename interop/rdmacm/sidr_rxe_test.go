@@ -29,7 +29,7 @@ func TestRxeSIDR(t *testing.T) {
 	const msgSize = 100 // udaddy's default message size
 	var recvMR *roce.MR
 	rbuf := make([]byte, 2*(roce.GRHSize+msgSize))
-	opts := &cm.DialOptions{PortSpace: mad.PortSpaceUDP, QP: cm.QPOptions{Prepare: func(c *cm.Conn) error {
+	opts := cm.DialOptions{PortSpace: mad.PortSpaceUDP, QP: cm.QPOptions{Prepare: func(c *cm.Conn) error {
 		var err error
 		if recvMR, err = c.PD().RegisterMR(rbuf, roce.AccessLocalWrite); err != nil {
 			return err

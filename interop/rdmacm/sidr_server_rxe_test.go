@@ -82,7 +82,7 @@ func runSIDRServer(t *testing.T, r udaddyRun) {
 	}()
 	// Receives go up before the SIDR_REP: udaddy sends as soon as it has
 	// resolved every connection.
-	opts := &cm.ListenOptions{PortSpace: mad.PortSpaceUDP, QP: cm.QPOptions{Prepare: func(c *cm.Conn) error {
+	opts := cm.ListenOptions{PortSpace: mad.PortSpaceUDP, QP: cm.QPOptions{Prepare: func(c *cm.Conn) error {
 		s, err := c.PD().NewRecvSlab(c.QP(), r.count, r.size)
 		if err != nil {
 			return err

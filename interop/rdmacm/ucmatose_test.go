@@ -178,7 +178,7 @@ func ucmatoseServer(t *testing.T, c toseCase) {
 			n.close()
 		}
 	}()
-	l, err := cm.Listen(ctx, dev, netip.AddrPortFrom(lab.PeerAddr, c.port), &cm.ListenOptions{QP: qpo})
+	l, err := cm.Listen(ctx, dev, netip.AddrPortFrom(lab.PeerAddr, c.port), cm.ListenOptions{QP: qpo})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -309,7 +309,7 @@ func ucmatoseClient(t *testing.T, c toseCase) {
 		nodes[i] = n
 		for {
 			// cmatose's conn_param: one RDMA read each way, retry_count 5.
-			conn, err := cm.Dial(runCtx, dev, netip.AddrPortFrom(g.Addr, c.port), &cm.DialOptions{QP: n.qpOptions(),
+			conn, err := cm.Dial(runCtx, dev, netip.AddrPortFrom(g.Addr, c.port), cm.DialOptions{QP: n.qpOptions(),
 				ResponderResources: 1, InitiatorDepth: 1, RetryCount: 5})
 			if err == nil {
 				n.conn = conn

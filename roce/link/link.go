@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"net"
+
+	"github.com/goroce/goroce/internal/errclosed"
 )
 
 // Link moves whole Ethernet frames (Ethernet [+VLAN] + IP + UDP + IB packet
@@ -59,8 +61,9 @@ type Info struct {
 	IPIDZero bool
 }
 
-// ErrClosed is returned by a closed link.
-var ErrClosed = errors.New("link: closed")
+// ErrClosed is returned by a closed link. It matches net.ErrClosed and
+// every other goroce ErrClosed (errors.Is).
+var ErrClosed = errclosed.New("link: closed")
 
 // Errors describing a frame the link cannot carry. They are wrapped in a
 // FrameError naming the frame's index in the batch.

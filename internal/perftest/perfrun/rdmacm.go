@@ -145,7 +145,7 @@ func disconnect(c *cm.Conn) {
 // cmDialRetry dials like perftest's rdma_cm client: a server that is not
 // listening yet (its CM rejects the service ID, or does not answer) is
 // tried again every 100 ms until ctx ends.
-func cmDialRetry(ctx context.Context, dev *roce.Device, addr netip.AddrPort, opts *cm.DialOptions) (*cm.Conn, error) {
+func cmDialRetry(ctx context.Context, dev *roce.Device, addr netip.AddrPort, opts cm.DialOptions) (*cm.Conn, error) {
 	for {
 		c, err := cm.Dial(ctx, dev, addr, opts)
 		if err == nil {
@@ -180,7 +180,7 @@ func (s *cmSession) connectControl(ctx context.Context, testQP cm.QPOptions, out
 	if !s.cfg.Listen.IsValid() {
 		// The path MTU of the control QP is asked low: its messages are
 		// tiny, and the MTU exchange that tells us the peer's comes later.
-		c, err := cmDialRetry(ctx, s.dev, s.cfg.Peer, &cm.DialOptions{
+		c, err := cmDialRetry(ctx, s.dev, s.cfg.Peer, cm.DialOptions{
 			QP: s.ctl.qpOptions(), RetryCount: 7, RNRRetryCount: 7,
 			ResponderResources: 1, InitiatorDepth: 1, PathMTU: ib.MTU1024,
 		})
@@ -190,7 +190,7 @@ func (s *cmSession) connectControl(ctx context.Context, testQP cm.QPOptions, out
 		s.ctl.conn = c
 		return perftest.NewMessageConn(s.ctl, perftest.Client), nil
 	}
-	ln, err := cm.Listen(ctx, s.dev, s.cfg.Listen, &cm.ListenOptions{QP: s.ctl.qpOptions(), RNRRetryCount: 7, Backlog: 1})
+	ln, err := cm.Listen(ctx, s.dev, s.cfg.Listen, cm.ListenOptions{QP: s.ctl.qpOptions(), RNRRetryCount: 7, Backlog: 1})
 	if err != nil {
 		return nil, fmt.Errorf("rdma_cm listen on %v: %w", s.cfg.Listen, err)
 	}
@@ -203,7 +203,7 @@ func (s *cmSession) connectControl(ctx context.Context, testQP cm.QPOptions, out
 		return nil, fmt.Errorf("waiting for the client: %w", err)
 	}
 	s.ctl.conn = c
-	if s.ln, err = cm.Listen(ctx, s.dev, s.cfg.Listen, &cm.ListenOptions{QP: testQP, RNRRetryCount: 7,
+	if s.ln, err = cm.Listen(ctx, s.dev, s.cfg.Listen, cm.ListenOptions{QP: testQP, RNRRetryCount: 7,
 		ResponderResources: outReads, InitiatorDepth: outReads, Backlog: 1}); err != nil {
 		c.Close()
 		return nil, fmt.Errorf("rdma_cm listen on %v for the test QP: %w", s.cfg.Listen, err)
@@ -220,7 +220,7 @@ func (s *cmSession) connectTest(ctx context.Context, testQP cm.QPOptions, outRea
 		s.ln.Close()
 		s.ln = nil
 	} else {
-		s.test, err = cmDialRetry(ctx, s.dev, s.cfg.Peer, &cm.DialOptions{QP: testQP,
+		s.test, err = cmDialRetry(ctx, s.dev, s.cfg.Peer, cm.DialOptions{QP: testQP,
 			RetryCount: 7, RNRRetryCount: 7, ResponderResources: outReads, InitiatorDepth: outReads, PathMTU: mtu})
 	}
 	if err != nil {

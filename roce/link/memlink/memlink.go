@@ -212,8 +212,10 @@ func (l *Link) HardwareAddr() net.HardwareAddr { return l.mac }
 func (l *Link) Info() link.Info { return link.Info{Kind: link.KindMem, Name: l.name} }
 
 // Close closes this end: its pending and future ReadBatch calls return
-// ErrClosed, as do its writes. Frames the peer sends afterwards are lost.
+// ErrClosed, as do its writes and a second Close. Frames the peer sends
+// afterwards are lost.
 func (l *Link) Close() error {
-	l.closeOnce.Do(func() { close(l.closed) })
-	return nil
+	err := link.ErrClosed
+	l.closeOnce.Do(func() { close(l.closed); err = nil })
+	return err
 }

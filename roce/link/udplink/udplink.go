@@ -623,10 +623,11 @@ func (l *Link) Info() link.Info {
 	return link.Info{Kind: link.KindUDP, Name: l.name, Synthetic: true, FixedSourcePort: l.port, IPIDZero: !l.v6}
 }
 
-// Close closes the socket; blocked ReadBatch calls return link.ErrClosed.
+// Close closes the socket; blocked ReadBatch calls return link.ErrClosed,
+// as does a second Close.
 func (l *Link) Close() error {
 	if l.closed.Swap(true) {
-		return nil
+		return link.ErrClosed
 	}
 	return l.conn.Close()
 }
