@@ -59,7 +59,7 @@ func TestNAAICETable(t *testing.T) {
 	host, naa, naaAddr := naaicePair(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	srv := naaice.NewServer(naa, nil)
+	srv := naaice.NewServer(naa, naaice.ServerOptions{})
 	naaice.ExampleRoutines(srv)
 	go srv.ListenAndServe(ctx, netip.AddrPortFrom(netip.IPv4Unspecified(), mrsp.ServerPort))
 	remote := netip.AddrPortFrom(naaAddr, mrsp.ServerPort)
@@ -102,7 +102,7 @@ func TestNAAICETable(t *testing.T) {
 
 func naaiceContext(t *testing.T, ctx context.Context, dev *roce.Device, remote netip.AddrPort, params [][]byte, set func(*naaice.Context)) *naaice.Context {
 	t.Helper()
-	c, err := naaice.NewContext(dev, remote, params, nil, 3, nil)
+	c, err := naaice.NewContext(dev, remote, params, nil, 3, naaice.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -140,7 +140,7 @@ func timeOps(t *testing.T, op func() error) time.Duration {
 // own PD and CQs.
 func rcPair(t *testing.T, ctx context.Context, host, naa *roce.Device, naaAddr netip.Addr, port uint16, prep func(*cm.Conn) error) (*cm.Conn, *cm.Conn) {
 	t.Helper()
-	l, err := cm.Listen(ctx, naa, netip.AddrPortFrom(netip.IPv4Unspecified(), port), &cm.ListenOptions{QP: cm.QPOptions{Prepare: prep}})
+	l, err := cm.Listen(ctx, naa, netip.AddrPortFrom(netip.IPv4Unspecified(), port), cm.ListenOptions{QP: cm.QPOptions{Prepare: prep}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -153,7 +153,7 @@ func rcPair(t *testing.T, ctx context.Context, host, naa *roce.Device, naaAddr n
 		}
 		acc <- s
 	}()
-	cc, err := cm.Dial(ctx, host, netip.AddrPortFrom(naaAddr, port), &cm.DialOptions{QP: cm.QPOptions{Prepare: prep}})
+	cc, err := cm.Dial(ctx, host, netip.AddrPortFrom(naaAddr, port), cm.DialOptions{QP: cm.QPOptions{Prepare: prep}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -189,12 +189,8 @@ type region struct {
 
 // NewClient creates a client on dev with the application's callbacks and
 // starts listening for servers.
-func NewClient(dev *roce.Device, ops Ops, opts *ClientOptions) (*Client, error) {
+func NewClient(dev *roce.Device, ops Ops, o ClientOptions) (*Client, error) {
 	const op = "NewClient"
-	var o ClientOptions
-	if opts != nil {
-		o = *opts
-	}
 	if dev == nil {
 		return nil, newErr(op, syscall.ENODEV, ErrNoDevice, "no device")
 	}
@@ -246,7 +242,7 @@ func NewClient(dev *roce.Device, ops Ops, opts *ClientOptions) (*Client, error) 
 	}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	listen := func(ap netip.AddrPort) (*cm.Listener, error) {
-		lo := &cm.ListenOptions{Backlog: 256}
+		lo := cm.ListenOptions{Backlog: 256}
 		if o.Manager != nil {
 			return o.Manager.Listen(c.ctx, ap, lo)
 		}
@@ -320,7 +316,7 @@ func (c *Client) answer(req *cm.Request) {
 	}
 	ctx, cancel := context.WithTimeout(c.ctx, 30*time.Second)
 	defer cancel()
-	conn, err := req.Accept(ctx, &cm.AcceptOptions{
+	conn, err := req.Accept(ctx, cm.AcceptOptions{
 		QP: cm.QPOptions{PD: c.pd, Access: roce.AccessLocalWrite | roce.AccessRemoteWrite | roce.AccessRemoteRead,
 			Cap: roce.QPCap{MaxSendWR: 1, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1}},
 		PrivateData: appendHello(nil, c.proto, c.endpoint),

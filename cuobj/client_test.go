@@ -136,7 +136,7 @@ func TestClientFailures(t *testing.T) {
 		t.Error("a callback ran for an invalid request")
 	}
 	// Missing callback.
-	c2, err := NewClient(cdev, Ops{}, &ClientOptions{Telemetry: quiet, Config: ptr(DefaultConfig())})
+	c2, err := NewClient(cdev, Ops{}, ClientOptions{Telemetry: quiet, Config: ptr(DefaultConfig())})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -156,7 +156,7 @@ func TestClientFailures(t *testing.T) {
 	if err := c.Deregister(buf); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := NewClient(cdev, Ops{}, &ClientOptions{Proto: ProtoDC, Telemetry: quiet}); !errors.Is(err, ErrUnsupported) {
+	if _, err := NewClient(cdev, Ops{}, ClientOptions{Proto: ProtoDC, Telemetry: quiet}); !errors.Is(err, ErrUnsupported) {
 		t.Errorf("DC client: %v", err)
 	}
 	c.Close()

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"syscall"
 
+	"github.com/goroce/goroce/internal/errclosed"
 	"github.com/goroce/goroce/roce"
 )
 
@@ -39,7 +40,7 @@ var (
 	// ErrNoCallback: the Ops lack the callback the operation needs.
 	ErrNoCallback = errors.New("cuobj: no callback for the operation")
 	// ErrClosed: the client or server is closed.
-	ErrClosed = errors.New("cuobj: closed")
+	ErrClosed = errclosed.New("cuobj: closed")
 )
 
 // Error is the error of a server or client operation: the errno value the

@@ -18,7 +18,7 @@ func Example() {
 		return
 	}
 	ctx := context.Background()
-	srv, err := cuobj.NewServer(serverDev, netip.MustParseAddrPort("192.0.2.1:18515"), nil)
+	srv, err := cuobj.NewServer(serverDev, netip.MustParseAddrPort("192.0.2.1:18515"), cuobj.ServerOptions{})
 	if err != nil {
 		return
 	}
@@ -43,7 +43,7 @@ func Example() {
 			Size: uint64(min(len(chunk), len(object)-int(off))), Token: info.Desc, Channel: ch})
 		return int(n), err // errors.Is(err, syscall.EIO), cuobj.CompletionStatus(err)
 	}
-	cli, err := cuobj.NewClient(clientDev, cuobj.Ops{Get: get}, nil)
+	cli, err := cuobj.NewClient(clientDev, cuobj.Ops{Get: get}, cuobj.ClientOptions{})
 	if err != nil {
 		return
 	}

@@ -70,7 +70,7 @@ func newRig(t testing.TB, sdev, cdev *roce.Device, size int, copt *ClientOptions
 
 func newRigAt(t testing.TB, sdev, cdev *roce.Device, saddr netip.Addr, size int, copt *ClientOptions, tun *Tunables) *rig {
 	t.Helper()
-	srv, err := NewServer(sdev, netip.AddrPortFrom(saddr, 18515), &ServerOptions{Tunables: tun, Telemetry: quiet})
+	srv, err := NewServer(sdev, netip.AddrPortFrom(saddr, 18515), ServerOptions{Tunables: tun, Telemetry: quiet})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -90,7 +90,7 @@ func newRigAt(t testing.TB, sdev, cdev *roce.Device, saddr netip.Addr, size int,
 		}
 		o.Telemetry = quiet
 	}
-	r.cli, err = NewClient(cdev, Ops{Get: r.get, Put: r.put}, &o)
+	r.cli, err = NewClient(cdev, Ops{Get: r.get, Put: r.put}, o)
 	if err != nil {
 		t.Fatal(err)
 	}

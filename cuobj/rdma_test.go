@@ -41,7 +41,7 @@ func TestIPv6(t *testing.T) {
 	if p, _ := ParseToken(tok); netip.AddrFrom16(p.GID) != c6 {
 		t.Fatalf("token GID %v", p.GID)
 	}
-	v6srv, err := NewServer(sdev, netip.MustParseAddrPort("[fd00::10]:1"), &ServerOptions{Telemetry: quiet})
+	v6srv, err := NewServer(sdev, netip.MustParseAddrPort("[fd00::10]:1"), ServerOptions{Telemetry: quiet})
 	if err != nil {
 		t.Fatal(err)
 	}

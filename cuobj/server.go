@@ -71,12 +71,8 @@ type ServerStats struct {
 // connects out from rdma_cm ports of its own). Errors match ENODEV (the
 // address is not the device's, the device is closed), EINVAL (tunables)
 // or ErrUnsupported (DC).
-func NewServer(dev *roce.Device, addr netip.AddrPort, opts *ServerOptions) (*Server, error) {
+func NewServer(dev *roce.Device, addr netip.AddrPort, o ServerOptions) (*Server, error) {
 	const op = "NewServer"
-	var o ServerOptions
-	if opts != nil {
-		o = *opts
-	}
 	if dev == nil {
 		return nil, newErr(op, syscall.ENODEV, ErrNoDevice, "no device")
 	}
@@ -117,7 +113,7 @@ func NewServer(dev *roce.Device, addr netip.AddrPort, opts *ServerOptions) (*Ser
 		_ = s.pd.Close()
 		return nil, newErr(op, syscall.ENODEV, ErrNoDevice, "%v", err)
 	}
-	dial := func(ctx context.Context, raddr netip.AddrPort, d *cm.DialOptions) (*cm.Conn, error) {
+	dial := func(ctx context.Context, raddr netip.AddrPort, d cm.DialOptions) (*cm.Conn, error) {
 		return cm.Dial(ctx, dev, raddr, d)
 	}
 	if o.Manager != nil {

@@ -38,7 +38,7 @@ func TestNewServerFailures(t *testing.T) {
 			c.opts = &ServerOptions{}
 		}
 		c.opts.Telemetry = quiet
-		s, err := NewServer(sdev, c.addr, c.opts)
+		s, err := NewServer(sdev, c.addr, *c.opts)
 		if err == nil {
 			s.Close()
 			t.Errorf("%s: NewServer succeeded", c.name)
@@ -48,7 +48,7 @@ func TestNewServerFailures(t *testing.T) {
 			t.Errorf("%s: %v, want %v and %v", c.name, err, c.errno, c.want)
 		}
 	}
-	if _, err := NewServer(nil, netip.MustParseAddrPort("10.0.0.1:1"), nil); !errors.Is(err, syscall.ENODEV) {
+	if _, err := NewServer(nil, netip.MustParseAddrPort("10.0.0.1:1"), ServerOptions{}); !errors.Is(err, syscall.ENODEV) {
 		t.Errorf("nil device: %v", err)
 	}
 }
@@ -87,7 +87,7 @@ func TestTunableCaps(t *testing.T) {
 
 func TestServerMemory(t *testing.T) {
 	sdev, _ := memDevices(t, faultnet.Config{}, faultnet.Config{})
-	s, err := NewServer(sdev, netip.MustParseAddrPort("10.0.0.1:18515"), &ServerOptions{Telemetry: quiet})
+	s, err := NewServer(sdev, netip.MustParseAddrPort("10.0.0.1:18515"), ServerOptions{Telemetry: quiet})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -193,7 +193,7 @@ func TestServerMemory(t *testing.T) {
 
 func TestChannels(t *testing.T) {
 	sdev, _ := memDevices(t, faultnet.Config{}, faultnet.Config{})
-	s, err := NewServer(sdev, netip.MustParseAddrPort("10.0.0.1:18515"), &ServerOptions{Telemetry: quiet,
+	s, err := NewServer(sdev, netip.MustParseAddrPort("10.0.0.1:18515"), ServerOptions{Telemetry: quiet,
 		Tunables: ptr(tun(func(t *Tunables) { t.NumDCIs = 3 }))})
 	if err != nil {
 		t.Fatal(err)
@@ -255,7 +255,7 @@ func TestRequestFailures(t *testing.T) {
 	dereg, _ := s.RegisterBuffer(make([]byte, 100))
 	s.DeregisterBuffer(dereg)
 	small := tun(func(t *Tunables) { t.MaxSGE = 1 })
-	sSmall, err := NewServer(sdev, netip.MustParseAddrPort("10.0.0.1:18516"), &ServerOptions{Telemetry: quiet, Tunables: &small})
+	sSmall, err := NewServer(sdev, netip.MustParseAddrPort("10.0.0.1:18516"), ServerOptions{Telemetry: quiet, Tunables: &small})
 	if err != nil {
 		t.Fatal(err)
 	}

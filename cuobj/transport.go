@@ -39,7 +39,7 @@ type path interface {
 }
 
 // dialer is cm.Dial on a device or a *cm.Manager's Dial.
-type dialer func(ctx context.Context, raddr netip.AddrPort, o *cm.DialOptions) (*cm.Conn, error)
+type dialer func(ctx context.Context, raddr netip.AddrPort, o cm.DialOptions) (*cm.Conn, error)
 
 // rcTransport connects to clients with rdma_cm: one RC connection per
 // (channel, client endpoint), made by the first request and kept.
@@ -132,7 +132,7 @@ func (p *rcPath) connect(ctx context.Context, tok *Token, key rcKey) (*rcConn, e
 		plt-- // rdma_cm's local ACK timeout is the packet life time + 1
 	}
 	raddr := netip.AddrPortFrom(netip.AddrFrom16(tok.GID).Unmap(), tok.LID)
-	conn, err := p.rt.dial(ctx, raddr, &cm.DialOptions{
+	conn, err := p.rt.dial(ctx, raddr, cm.DialOptions{
 		QP: cm.QPOptions{PD: p.rt.pd, SendCQ: p.cq, RecvCQ: p.rt.rcq,
 			Cap:    roce.QPCap{MaxSendWR: int(t.CQDepth), MaxRecvWR: 1, MaxSendSGE: t.MaxSGE, MaxRecvSGE: 1},
 			Access: roce.AccessLocalWrite}, // the server's memory is never remote-accessible

@@ -18,11 +18,9 @@ type Client struct {
 }
 
 // NewClient returns a client of the NAA at remote.
-func NewClient(dev *roce.Device, remote netip.AddrPort, opts *Options) *Client {
+func NewClient(dev *roce.Device, remote netip.AddrPort, opts Options) *Client {
 	c := &Client{dev: dev, remote: remote}
-	if opts != nil {
-		c.opts = *opts
-	}
+	c.opts = opts
 	return c
 }
 
@@ -48,7 +46,7 @@ func (cl *Client) Call(ctx context.Context, fn uint8, inputs, outputs [][]byte) 
 			params = append(params, o)
 		}
 	}
-	c, err := NewContext(cl.dev, cl.remote, params, nil, fn, &cl.opts)
+	c, err := NewContext(cl.dev, cl.remote, params, nil, fn, cl.opts)
 	if err != nil {
 		return err
 	}

@@ -92,7 +92,7 @@ type Context struct {
 // (at least one), internalSizes the NAA-only regions, fn the function code
 // (1..127). The regions are registered at once; no region is an input or
 // output until SetInput/SetOutput/SetSingleSend say so. State is INIT.
-func NewContext(dev *roce.Device, remote netip.AddrPort, params [][]byte, internalSizes []uint32, fn uint8, opts *Options) (*Context, error) {
+func NewContext(dev *roce.Device, remote netip.AddrPort, params [][]byte, internalSizes []uint32, fn uint8, opts Options) (*Context, error) {
 	if fn == 0 || fn > mrsp.FnCodeMask {
 		return nil, fmt.Errorf("%w: function code %d not in 1..127", ErrInvalid, fn)
 	}
@@ -116,9 +116,7 @@ func NewContext(dev *roce.Device, remote netip.AddrPort, params [][]byte, intern
 		sizes = append(sizes, uint32(len(p)))
 	}
 	c := &Context{dev: dev, remote: remote, fn: fn, params: params, m: mrsp.NewMachine(mrsp.Host)}
-	if opts != nil {
-		c.opts = *opts
-	}
+	c.opts = opts
 	addrs := mrsp.SequentialNAAAddrs(c.opts.AddrOffset, sizes, nil)
 	if addrs[len(addrs)-1] > mrsp.MaxNAAAddr {
 		return nil, fmt.Errorf("%w: requested NAA addresses exceed 56 bits", ErrInvalid)
@@ -281,7 +279,7 @@ func (c *Context) Connect(ctx context.Context) error {
 	_ = c.m.Step(mrsp.EvAddrResolved)
 	_ = c.m.Step(mrsp.EvRouteResolved)
 	c.sync()
-	o := &cm.DialOptions{
+	o := cm.DialOptions{
 		QP: cm.QPOptions{PD: c.pd, SendCQ: c.cq, RecvCQ: c.cq, SigAll: true,
 			Cap: roce.QPCap{MaxSendWR: len(c.params) + 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}},
 		LocalAddr:          c.opts.LocalAddr,

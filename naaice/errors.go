@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/goroce/goroce/internal/errclosed"
 	"github.com/goroce/goroce/naaice/mrsp"
 	"github.com/goroce/goroce/roce"
 )
@@ -16,7 +17,7 @@ var (
 	// (an MRSP before connecting, an RPC before the MRSP, ...).
 	ErrState = errors.New("naaice: call not allowed in this state")
 	// ErrClosed reports use of a closed context or server.
-	ErrClosed = errors.New("naaice: closed")
+	ErrClosed = errclosed.New("naaice: closed")
 	// ErrInvalid reports a bad argument (region index, size, function code).
 	ErrInvalid = errors.New("naaice: invalid argument")
 )

@@ -18,7 +18,7 @@ func ExampleServer() {
 	if dev == nil {
 		return
 	}
-	srv := naaice.NewServer(dev, &naaice.ServerOptions{MaxConns: 8})
+	srv := naaice.NewServer(dev, naaice.ServerOptions{MaxConns: 8})
 	naaice.ExampleRoutines(srv) // 1: +1, 2: +2, 3: nothing
 	srv.Handle(4, func(_ context.Context, c *naaice.Call) uint8 {
 		if len(c.Regions) < 2 {
@@ -41,7 +41,7 @@ func ExampleContext() {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	config, data := make([]byte, 64), make([]byte, 1<<20)
-	c, err := naaice.NewContext(dev, netip.MustParseAddrPort("192.0.2.1:12345"), [][]byte{config, data}, nil, 1, nil)
+	c, err := naaice.NewContext(dev, netip.MustParseAddrPort("192.0.2.1:12345"), [][]byte{config, data}, nil, 1, naaice.Options{})
 	if err != nil {
 		return
 	}
@@ -78,7 +78,7 @@ func ExampleClient_Call() {
 		return
 	}
 	in, out := []byte("parameters"), make([]byte, 4096)
-	cl := naaice.NewClient(dev, netip.MustParseAddrPort("192.0.2.1:12345"), nil)
+	cl := naaice.NewClient(dev, netip.MustParseAddrPort("192.0.2.1:12345"), naaice.Options{})
 	if err := cl.Call(context.Background(), 2, [][]byte{in}, [][]byte{out}); err != nil {
 		fmt.Println(err)
 	}

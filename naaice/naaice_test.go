@@ -53,9 +53,13 @@ func newLab(t testing.TB, opts *ServerOptions, ab, ba faultnet.Config) *lab {
 	t.Helper()
 	host, naa := devPair(t, ab, ba)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	srv := NewServer(naa, opts)
+	var o ServerOptions
+	if opts != nil {
+		o = *opts
+	}
+	srv := NewServer(naa, o)
 	ExampleRoutines(srv)
-	l, err := cm.Listen(ctx, naa, netip.AddrPortFrom(netip.IPv4Unspecified(), mrsp.ServerPort), nil)
+	l, err := cm.Listen(ctx, naa, netip.AddrPortFrom(netip.IPv4Unspecified(), mrsp.ServerPort), cm.ListenOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -90,7 +94,7 @@ func TestRPCRegions(t *testing.T) {
 	for i, n := range sizes {
 		params[i] = fill(n, byte(10+i))
 	}
-	c, err := NewContext(l.host, l.remote, params, []uint32{4096, 10}, 1, nil)
+	c, err := NewContext(l.host, l.remote, params, []uint32{4096, 10}, 1, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -181,7 +185,7 @@ func TestRoutineView(t *testing.T) {
 	})
 	cfg := fill(8, 7)
 	data := fill(16, 1)
-	c, err := NewContext(l.host, l.remote, [][]byte{cfg, data}, []uint32{100, 200}, 9, nil)
+	c, err := NewContext(l.host, l.remote, [][]byte{cfg, data}, []uint32{100, 200}, 9, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -224,7 +228,7 @@ func TestRoutineView(t *testing.T) {
 
 func TestCall(t *testing.T) {
 	l := newLab(t, nil, faultnet.Config{}, faultnet.Config{})
-	cl := NewClient(l.host, l.remote, nil)
+	cl := NewClient(l.host, l.remote, Options{})
 	in := fill(3000, 5)
 	inout := fill(100, 50)
 	out := make([]byte, 4<<20)
@@ -239,7 +243,7 @@ func TestCall(t *testing.T) {
 func TestPollingModes(t *testing.T) {
 	l := newLab(t, nil, faultnet.Config{}, faultnet.Config{})
 	p := fill(512, 0)
-	c, err := NewContext(l.host, l.remote, [][]byte{p}, nil, 1, nil)
+	c, err := NewContext(l.host, l.remote, [][]byte{p}, nil, 1, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -303,7 +307,7 @@ func TestConcurrentClients(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			p := fill(1000*(k+1), byte(k))
-			c, err := NewContext(l.host, l.remote, [][]byte{p}, nil, 1, nil)
+			c, err := NewContext(l.host, l.remote, [][]byte{p}, nil, 1, Options{})
 			if err != nil {
 				errs <- err
 				return
@@ -350,7 +354,7 @@ func TestLossyLink(t *testing.T) {
 	l := newLab(t, nil, faultnet.Config{Loss: 0.01, Seed: 3}, faultnet.Config{Loss: 0.01, Seed: 4})
 	p := fill(20000, 0)
 	q := fill(3000, 9)
-	c, err := NewContext(l.host, l.remote, [][]byte{p, q}, nil, 1, nil)
+	c, err := NewContext(l.host, l.remote, [][]byte{p, q}, nil, 1, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -376,7 +380,7 @@ func TestRPCErrors(t *testing.T) {
 	l := newLab(t, nil, faultnet.Config{}, faultnet.Config{})
 	l.srv.Handle(5, func(context.Context, *Call) uint8 { return 0x42 })
 	l.srv.Handle(6, func(context.Context, *Call) uint8 { panic("routine bug") })
-	cl := NewClient(l.host, l.remote, nil)
+	cl := NewClient(l.host, l.remote, Options{})
 	p := fill(10, 1)
 	for _, c := range []struct {
 		fn   uint8
@@ -402,7 +406,7 @@ func TestRPCErrors(t *testing.T) {
 func TestOverload(t *testing.T) {
 	l := newLab(t, &ServerOptions{MaxConns: 1}, faultnet.Config{}, faultnet.Config{})
 	p := fill(10, 1)
-	c, err := NewContext(l.host, l.remote, [][]byte{p}, nil, 1, nil)
+	c, err := NewContext(l.host, l.remote, [][]byte{p}, nil, 1, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -412,7 +416,7 @@ func TestOverload(t *testing.T) {
 	if err := c.Connect(l.ctx); err != nil {
 		t.Fatal(err)
 	}
-	err = NewClient(l.host, l.remote, nil).Call(l.ctx, 1, [][]byte{p}, nil)
+	err = NewClient(l.host, l.remote, Options{}).Call(l.ctx, 1, [][]byte{p}, nil)
 	var rej *mad.RejectError
 	if !errors.As(err, &rej) || !bytes.HasPrefix(rej.PrivateData, []byte(mrsp.RejectOverload)) {
 		t.Fatalf("second connection: %v", err)
@@ -441,7 +445,7 @@ func blockLab(t *testing.T) (*lab, chan struct{}, chan struct{}) {
 func TestCancel(t *testing.T) {
 	l, entered, release := blockLab(t)
 	p := fill(100, 1)
-	c, err := NewContext(l.host, l.remote, [][]byte{p}, nil, 10, nil)
+	c, err := NewContext(l.host, l.remote, [][]byte{p}, nil, 10, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -475,7 +479,7 @@ func TestDisconnectMidRPC(t *testing.T) {
 	l, entered, release := blockLab(t)
 	defer close(release)
 	p := fill(100, 1)
-	c, err := NewContext(l.host, l.remote, [][]byte{p}, nil, 10, nil)
+	c, err := NewContext(l.host, l.remote, [][]byte{p}, nil, 10, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -530,7 +534,7 @@ func dialRaw(t *testing.T, l *lab) *rawHost {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h.conn, err = cm.Dial(l.ctx, l.host, l.remote, &cm.DialOptions{QP: cm.QPOptions{PD: pd, SendCQ: cq, RecvCQ: cq, SigAll: true}})
+	h.conn, err = cm.Dial(l.ctx, l.host, l.remote, cm.DialOptions{QP: cm.QPOptions{PD: pd, SendCQ: cq, RecvCQ: cq, SigAll: true}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -628,7 +632,7 @@ func TestBadAAR(t *testing.T) {
 	}
 	// Then a good client still works.
 	p := fill(10, 1)
-	if err := NewClient(l.host, l.remote, nil).Call(l.ctx, 1, [][]byte{p}, [][]byte{p}); err != nil {
+	if err := NewClient(l.host, l.remote, Options{}).Call(l.ctx, 1, [][]byte{p}, [][]byte{p}); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -682,7 +686,7 @@ func TestOutOfOrder(t *testing.T) {
 	t.Run("Context.Abort", func(t *testing.T) {
 		before := l.srv.Counters().HostAborts
 		p := fill(10, 1)
-		c, err := NewContext(l.host, l.remote, [][]byte{p}, nil, 1, nil)
+		c, err := NewContext(l.host, l.remote, [][]byte{p}, nil, 1, Options{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -703,7 +707,7 @@ func TestOutOfOrder(t *testing.T) {
 		waitFor(t, func() bool { return l.srv.Counters().HostAborts == before+1 })
 	})
 	p := fill(10, 1)
-	if err := NewClient(l.host, l.remote, nil).Call(l.ctx, 1, [][]byte{p}, [][]byte{p}); err != nil {
+	if err := NewClient(l.host, l.remote, Options{}).Call(l.ctx, 1, [][]byte{p}, [][]byte{p}); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -712,7 +716,7 @@ func TestOutOfOrder(t *testing.T) {
 func TestRPCAllocs(t *testing.T) {
 	l := newLab(t, nil, faultnet.Config{}, faultnet.Config{})
 	a, b := fill(256, 0), fill(256, 0)
-	c, err := NewContext(l.host, l.remote, [][]byte{a, b}, nil, 3, nil)
+	c, err := NewContext(l.host, l.remote, [][]byte{a, b}, nil, 3, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -741,7 +745,7 @@ func TestAARWire(t *testing.T) {
 	// The AAR of a context is the C host's for the same call: flags, the
 	// sequential requested addresses (internal regions first), sizes.
 	dev, _ := devPair(t, faultnet.Config{}, faultnet.Config{})
-	c, err := NewContext(dev, netip.AddrPortFrom(naaAddr, 1), [][]byte{make([]byte, 1024), make([]byte, 5000)}, []uint32{8192}, 3, nil)
+	c, err := NewContext(dev, netip.AddrPortFrom(naaAddr, 1), [][]byte{make([]byte, 1024), make([]byte, 5000)}, []uint32{8192}, 3, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -776,10 +780,10 @@ func TestMaxRegions(t *testing.T) {
 	for i := range params {
 		params[i] = fill(100+i, byte(i))
 	}
-	if _, err := NewContext(l.host, l.remote, params, []uint32{1, 2, 3}, 1, nil); !errors.Is(err, ErrInvalid) {
+	if _, err := NewContext(l.host, l.remote, params, []uint32{1, 2, 3}, 1, Options{}); !errors.Is(err, ErrInvalid) {
 		t.Fatalf("32 regions: %v", err)
 	}
-	c, err := NewContext(l.host, l.remote, params, []uint32{1, 2}, 2, nil)
+	c, err := NewContext(l.host, l.remote, params, []uint32{1, 2}, 2, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -112,20 +112,18 @@ type Server struct {
 }
 
 // NewServer makes a software NAA on dev with no routines.
-func NewServer(dev *roce.Device, opts *ServerOptions) *Server {
+func NewServer(dev *roce.Device, opts ServerOptions) *Server {
 	s := &Server{dev: dev, lim: DefaultServerLimits, max: 16, mem: 1 << 30, rts: map[uint8]Routine{}}
-	if opts != nil {
-		if opts.Limits != nil {
-			s.lim = *opts.Limits
-		}
-		if opts.MaxConns > 0 {
-			s.max = opts.MaxConns
-		}
-		if opts.MaxMemory > 0 {
-			s.mem = opts.MaxMemory
-		}
-		s.log = opts.Logger
+	if opts.Limits != nil {
+		s.lim = *opts.Limits
 	}
+	if opts.MaxConns > 0 {
+		s.max = opts.MaxConns
+	}
+	if opts.MaxMemory > 0 {
+		s.mem = opts.MaxMemory
+	}
+	s.log = opts.Logger
 	return s
 }
 
@@ -162,7 +160,7 @@ func (s *Server) Counters() ServerCounters {
 // ListenAndServe listens on addr (port 12345 is the C server's) and
 // serves until ctx ends.
 func (s *Server) ListenAndServe(ctx context.Context, addr netip.AddrPort) error {
-	l, err := cm.Listen(ctx, s.dev, addr, nil)
+	l, err := cm.Listen(ctx, s.dev, addr, cm.ListenOptions{})
 	if err != nil {
 		return err
 	}
@@ -310,7 +308,7 @@ func (w *worker) accept(ctx context.Context, req *cm.Request) error {
 	defer cancel()
 	// The AAR's receive is posted before the REP leaves, as the C server
 	// posts it before rdma_accept.
-	w.conn, err = req.Accept(actx, &cm.AcceptOptions{
+	w.conn, err = req.Accept(actx, cm.AcceptOptions{
 		QP: cm.QPOptions{PD: w.pd, SendCQ: w.cq, RecvCQ: w.cq, SigAll: true,
 			Cap:     roce.QPCap{MaxSendWR: mrsp.MaxAAREntries + 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1},
 			Prepare: func(c *cm.Conn) error { return w.postRecv(c.QP(), wrMRSPRecv) }},

@@ -129,7 +129,7 @@ func openEmbedded(a netip.Addr, port uint16, logger *slog.Logger) (*roce.Device,
 }
 
 func cuobjServe(dev *roce.Device, a netip.Addr, mtu ib.MTU, udpPort uint16, listen, dir string, telem *cuobj.Telemetry, stdout, stderr io.Writer) int {
-	rs, err := cuobj.NewServer(dev, netip.AddrPortFrom(a, 18515), &cuobj.ServerOptions{Telemetry: telem, PathMTU: mtu})
+	rs, err := cuobj.NewServer(dev, netip.AddrPortFrom(a, 18515), cuobj.ServerOptions{Telemetry: telem, PathMTU: mtu})
 	if err != nil {
 		fmt.Fprintln(stderr, "rocectl cuobj serve:", err)
 		return 1
@@ -189,7 +189,7 @@ func cuobjTransfer(dev *roce.Device, put bool, rawURL, file string, telem *cuobj
 		}
 		cfg = *c
 	}
-	c, err := s3rdma.NewClient(dev, "http://"+u.Host, &s3rdma.ClientOptions{RDMA: &cuobj.ClientOptions{Config: &cfg, Telemetry: telem}})
+	c, err := s3rdma.NewClient(dev, "http://"+u.Host, s3rdma.ClientOptions{RDMA: cuobj.ClientOptions{Config: &cfg, Telemetry: telem}})
 	if err != nil {
 		fmt.Fprintln(stderr, "rocectl cuobj:", err)
 		return 1

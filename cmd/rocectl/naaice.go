@@ -122,7 +122,7 @@ func naaiceServe(args []string, stdout, stderr io.Writer) int {
 	}
 	defer dev.Close()
 	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	srv := naaice.NewServer(dev, &naaice.ServerOptions{MaxConns: *conns, Logger: logger})
+	srv := naaice.NewServer(dev, naaice.ServerOptions{MaxConns: *conns, Logger: logger})
 	naaice.ExampleRoutines(srv)
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -245,7 +245,7 @@ func naaiceCall(args []string, stdout, stderr io.Writer) int {
 func naaiceRun(ctx context.Context, dev *roce.Device, local netip.Addr, remote netip.AddrPort, params [][]byte, fn uint8, rpcs int, pause time.Duration, stdout io.Writer) error {
 	add, known := naaiceExample(int(fn))
 	n := len(params)
-	c, err := naaice.NewContext(dev, remote, params, nil, fn, &naaice.Options{LocalAddr: local})
+	c, err := naaice.NewContext(dev, remote, params, nil, fn, naaice.Options{LocalAddr: local})
 	if err != nil {
 		return err
 	}

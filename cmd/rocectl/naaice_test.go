@@ -32,7 +32,7 @@ func TestNAAICECallChecks(t *testing.T) {
 	defer naa.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	srv := naaice.NewServer(naa, nil)
+	srv := naaice.NewServer(naa, naaice.ServerOptions{})
 	naaice.ExampleRoutines(srv)
 	go srv.ListenAndServe(ctx, netip.AddrPortFrom(netip.IPv4Unspecified(), mrsp.ServerPort))
 	time.Sleep(50 * time.Millisecond)

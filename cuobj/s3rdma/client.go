@@ -30,16 +30,13 @@ type Client struct {
 
 // ClientOptions configure NewClient.
 type ClientOptions struct {
-	HTTP *http.Client         // default http.DefaultClient
-	RDMA *cuobj.ClientOptions // options of the cuObject client
+	HTTP *http.Client        // default http.DefaultClient
+	RDMA cuobj.ClientOptions // options of the cuObject client
 }
 
 // NewClient makes a client of the S3 endpoint ("http://host:port") that
 // moves data by RDMA on dev.
-func NewClient(dev *roce.Device, endpoint string, o *ClientOptions) (*Client, error) {
-	if o == nil {
-		o = &ClientOptions{}
-	}
+func NewClient(dev *roce.Device, endpoint string, o ClientOptions) (*Client, error) {
 	c := &Client{endpoint: strings.TrimSuffix(endpoint, "/"), http: o.HTTP}
 	if c.http == nil {
 		c.http = http.DefaultClient

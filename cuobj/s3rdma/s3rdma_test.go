@@ -62,7 +62,7 @@ func setupTB(t testing.TB, withRDMA bool, copt *cuobj.ClientOptions) *env {
 	var rs *cuobj.Server
 	if withRDMA {
 		var err error
-		rs, err = cuobj.NewServer(sdev, netip.AddrPortFrom(srvIP, 18515), &cuobj.ServerOptions{Telemetry: quiet})
+		rs, err = cuobj.NewServer(sdev, netip.AddrPortFrom(srvIP, 18515), cuobj.ServerOptions{Telemetry: quiet})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -80,7 +80,7 @@ func setupTB(t testing.TB, withRDMA bool, copt *cuobj.ClientOptions) *env {
 	}
 	cfg := cuobj.DefaultConfig()
 	copt.Config, copt.Telemetry = &cfg, quiet
-	c, err := NewClient(cdev, hs.URL, &ClientOptions{RDMA: copt})
+	c, err := NewClient(cdev, hs.URL, ClientOptions{RDMA: *copt})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -52,7 +52,7 @@ func runGoHost(ctx context.Context, dev *roce.Device, remote netip.AddrPort, c g
 	if n == 1 {
 		firstOut = 0
 	}
-	h, err := nc.NewContext(dev, remote, params, c.internal, c.fn, nil)
+	h, err := nc.NewContext(dev, remote, params, c.internal, c.fn, nc.Options{})
 	if err != nil {
 		return "", err
 	}
@@ -151,7 +151,7 @@ func TestGoClientCServer(t *testing.T) {
 // goServer runs a goroce software NAA on the lab's host side for one test.
 func goServer(t *testing.T, dev *roce.Device, addr netip.Addr) (*nc.Server, func()) {
 	ctx, cancel := context.WithCancel(context.Background())
-	srv := nc.NewServer(dev, nil)
+	srv := nc.NewServer(dev, nc.ServerOptions{})
 	nc.ExampleRoutines(srv)
 	done := make(chan error, 1)
 	go func() { done <- srv.ListenAndServe(ctx, netip.AddrPortFrom(addr, mrsp.ServerPort)) }()
