@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"net/netip"
 	"time"
@@ -137,4 +138,26 @@ func ExampleNewManager() {
 		return
 	}
 	defer conn.Close()
+}
+
+// Learn why a connection ended: the peer's DREQ or REJ, a CM timeout, or the
+// QP failing on its own (its retries ran out, a NAK), which Err reports as
+// the QP's error with the failing completion status.
+func ExampleConn_Err() {
+	var conn *cm.Conn // from cm.Dial or Listener.Accept
+	if conn == nil {
+		return
+	}
+	<-conn.Done()
+	err := conn.Err()
+	var qe *roce.QPError
+	switch {
+	case errors.As(err, &qe):
+		fmt.Println("QP failed:", qe.Status) // e.g. RETRY_EXC_ERR: the peer vanished
+	case errors.Is(err, cm.ErrDisconnected):
+		fmt.Println("disconnected:", err)
+	default:
+		fmt.Println("ended:", err)
+	}
+	conn.Close()
 }
