@@ -139,7 +139,10 @@ func (b DCCETH) Fields() DCCETHFields {
 }
 
 // ParseDCCETH returns the DCCETH at the start of b, or a *ParseError if b is too short.
-func ParseDCCETH(b []byte) (DCCETH, error) { v, err := checkedView(b, DCCETHSize, "dcceth"); return v, err }
+func ParseDCCETH(b []byte) (DCCETH, error) {
+	v, err := checkedView(b, DCCETHSize, "dcceth")
+	return v, err
+}
 
 // opsDC are the operations DC defines: RC's without invalidate, FLUSH and
 // ATOMIC_WRITE (Wireshark's table stops at DC Fetch Add).
