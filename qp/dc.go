@@ -167,9 +167,16 @@ func (q *QP) tableType() QPType {
 
 func (q *QP) isDCI() bool { return q.dc != nil && q.dc.role == dcInitiator }
 
-// reset forgets the DCI's connection (the QP went back to RESET).
-func (d *dcQP) reset() {
+// resetDC forgets a DCI's connection or a DCT's initiators (the QP went
+// back to RESET).
+func (q *QP) resetDC() {
+	d := q.dc
 	d.connected, d.ctl, d.retryConnect, d.lingerArmed = false, ctlNone, false, false
+	if d.role == dcTarget {
+		for _, c := range d.ctxs {
+			q.releaseCtx(c)
+		}
+	}
 }
 
 func (d *dcQP) opAllowed(op WROpcode) bool {

@@ -570,7 +570,7 @@ func (q *QP) resetTransport() {
 	q.resp.reset(ib.PSN(q.attr.RQPSN))
 	q.resp.initResources(int(q.attr.MaxDestRdAtomic))
 	if q.dc != nil {
-		q.dc.reset()
+		q.resetDC()
 	}
 }
 
