@@ -42,6 +42,8 @@ type Record struct {
 	AckReq     bool    `json:"ack_req"`
 	PSN        uint32  `json:"psn"`
 
+	DCETH     *DCETH     `json:"dceth,omitempty"`  // DC (goroce's framing, docs/dc.md)
+	DCCETH    *DCCETH    `json:"dcceth,omitempty"` // DC CONNECT
 	RDETH     *RDETH     `json:"rdeth,omitempty"`
 	DETH      *DETH      `json:"deth,omitempty"`
 	XRCETH    *XRCETH    `json:"xrceth,omitempty"`
@@ -60,6 +62,14 @@ type Record struct {
 
 // Extension header objects of Record.
 type (
+	DCETH struct {
+		Gen   uint8  `json:"gen"`
+		SrcQP uint32 `json:"src_qp"`
+	}
+	DCCETH struct {
+		Key   uint64 `json:"key"`
+		Flags uint8  `json:"flags"`
+	}
 	RDETH struct {
 		EEC uint32 `json:"eec"`
 	}
@@ -141,7 +151,9 @@ func (d *Decoder) Decode(f Frame, r *Record) {
 	}
 	p := &d.pkt
 	p.Reset()
-	if err := ib.Parse(f.Data, p); err != nil {
+	// The RD opcode space is read as DC, as Wireshark reads it: nothing
+	// speaks RD, and goroce's DC peers use that space.
+	if err := ib.ParseDC(f.Data, p); err != nil {
 		r.Error = err.Error()
 		if f.OrigLen > len(f.Data) {
 			r.Error = fmt.Sprintf("%v (the capture kept %d of %d bytes)", err, len(f.Data), f.OrigLen)
@@ -168,7 +180,7 @@ func (d *Decoder) Decode(f Frame, r *Record) {
 
 	b := p.BTH
 	r.Opcode = uint8(b.Opcode())
-	r.OpcodeName = b.Opcode().String()
+	r.OpcodeName = p.Info.Name
 	r.Solicited = b.Solicited()
 	r.MigReq = b.MigReq()
 	r.Pad = b.PadCount()
@@ -180,6 +192,14 @@ func (d *Decoder) Decode(f Frame, r *Record) {
 	r.AckReq = b.AckReq()
 	r.PSN = uint32(b.PSN())
 
+	if p.DCETH != nil {
+		f := p.DCETH.Fields()
+		r.DCETH = &DCETH{Gen: f.Gen, SrcQP: f.SrcQP}
+	}
+	if p.DCCETH != nil {
+		f := p.DCCETH.Fields()
+		r.DCCETH = &DCCETH{Key: f.Key, Flags: f.Flags}
+	}
 	if p.RDETH != nil {
 		r.RDETH = &RDETH{EEC: p.RDETH.Fields().EEC}
 	}

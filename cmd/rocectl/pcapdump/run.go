@@ -156,6 +156,15 @@ func Summary(r *Record) string {
 	if r.PKey != 0xffff {
 		fmt.Fprintf(&s, " pkey=%#04x", r.PKey)
 	}
+	if r.DCETH != nil {
+		fmt.Fprintf(&s, " dc(gen=%d srcqp=%#x)", r.DCETH.Gen, r.DCETH.SrcQP)
+	}
+	if r.DCCETH != nil {
+		fmt.Fprintf(&s, " dckey=%#x", r.DCCETH.Key)
+		if r.DCCETH.Flags&ib.DCCDisconnect != 0 {
+			s.WriteString(" disconnect")
+		}
+	}
 	if r.RDETH != nil {
 		fmt.Fprintf(&s, " eec=%#x", r.RDETH.EEC)
 	}
