@@ -350,6 +350,7 @@ func TestDCMemory(t *testing.T) {
 		}
 	}) / 1000
 	runtime.KeepAlive(keep)
+	runtime.KeepAlive(w)
 	t.Logf("idle DCI (128 WRs, 1 SGE): %.0f bytes; idle DCT: %.0f bytes; DCT state per connected initiator: %.0f bytes; idle RC QP (128/128 WRs): %.0f bytes",
 		dci, dct, perInit, rc)
 	t.Logf("fan-out to 10,000 peers, 128 initiators: RC needs 10,000 QPs per side ≈ %.1f MB; DC needs 128 DCIs ≈ %.1f MB at the initiator and one DCT per peer (%.0f bytes + %.0f per connected initiator)",
