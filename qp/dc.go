@@ -143,6 +143,8 @@ type dcQP struct {
 	tombs    map[dcInitKey]dcTomb
 	tombRing []dcInitKey
 	tombNext int
+	lastKey  dcInitKey // one-entry cache in front of ctxs: the same
+	lastCtx  *QP       // initiator usually sends many packets in a row
 
 	// context
 	parent *QP
@@ -252,6 +254,7 @@ func (q *QP) destroyDC() {
 	}
 	clear(q.dc.ctxs)
 	clear(q.dc.tombs)
+	q.dc.lastCtx = nil
 	q.dc.free, q.dc.tombRing = nil, nil
 }
 
@@ -578,7 +581,11 @@ func (q *QP) dctReceive(p *ib.Packet, src *Source) error {
 	}
 	gen := p.DCETH.Gen()
 	now := q.e.clock.Now()
-	c := d.ctxs[k]
+	c := d.lastCtx
+	if c == nil || d.lastKey != k {
+		c = d.ctxs[k]
+		d.lastKey, d.lastCtx = k, c
+	}
 	if op == ib.DCConnect {
 		if p.DCCETH.Flags()&ib.DCCDisconnect != 0 {
 			q.e.stats.DC.DisconnectsRcvd++
@@ -604,6 +611,7 @@ func (q *QP) dctReceive(p *ib.Packet, src *Source) error {
 				return ErrNoResources
 			}
 			d.ctxs[k] = c
+			d.lastKey, d.lastCtx = k, c
 		}
 		psn, msn := p.BTH.PSN(), uint32(0)
 		if tb, ok := d.tombs[k]; ok {
@@ -674,6 +682,9 @@ func (q *QP) acquireCtx(now time.Duration) *QP {
 func (q *QP) releaseCtx(c *QP) {
 	d := q.dc
 	delete(d.ctxs, c.dc.ikey)
+	if d.lastCtx == c {
+		d.lastCtx = nil
+	}
 	d.bury(c.dc.ikey, dcTomb{gen: c.dc.gen, epsn: c.resp.epsn, msn: c.resp.msn})
 	q.e.ready.remove(c)
 	if c.resp.haveRecv {

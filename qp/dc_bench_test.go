@@ -121,9 +121,13 @@ func (w *dcWire) one(tb testing.TB, i, j int) {
 	if err := w.dcis[i].PostSend(&w.sendWR); err != nil {
 		tb.Fatal(err)
 	}
-	for k := 0; k < 4; k++ {
-		w.packets += w.move(w.a, w.b, &w.srcA)
-		w.packets += w.move(w.b, w.a, &w.srcB)
+	for {
+		m := w.move(w.a, w.b, &w.srcA)
+		m += w.move(w.b, w.a, &w.srcB)
+		w.packets += m
+		if m == 0 {
+			break
+		}
 	}
 	if n := w.scq.Poll(w.wcs[:1]); n != 1 || w.wcs[0].Status != qp.WCSuccess {
 		tb.Fatalf("completion %d %+v (%s)", n, w.wcs[0], qp.DebugDC(w.dcis[i]))
