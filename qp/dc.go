@@ -442,8 +442,8 @@ func (q *QP) dciPlan() bool {
 		return true
 	}
 	w := q.wqe(q.req.idx)
-	if w.started {
-		return true
+	if w.started || q.state == StateSQD {
+		return true // SQD starts no new work request, so no new connection
 	}
 	t := dcPeer{av: w.av, dctn: w.remoteQPN, key: w.dcKey}
 	if d.connected && t == d.target {
