@@ -6,15 +6,15 @@ import "encoding/binary"
 //
 // DC is a Mellanox/NVIDIA transport outside the IBTA specification; its wire
 // format is not public. What is public (Wireshark's InfiniBand dissector): DC
-// packets use the RD opcode space 0x40–0x55 with the RD operation names, the
-// BTH is followed by 8 more bytes Wireshark does not decode, and opcode 0x55
-// (RD's RESYNC slot) with SE = 0 is a "DC connect" packet whose 8 bytes are
-// followed by a 16-byte DCCETH, also not decoded. Everything inside those 8
-// and 16 bytes below is goroce's own choice, and so is the layout after them
-// (the RC layout: RETH, AtomicETH, AETH, AtomicAckETH, ImmDt as an RC packet
-// of the same operation carries them). Interoperability with ConnectX is
-// unverified. The full description, field by field, is in the qp package
-// documentation (DC transport).
+// packets use the RD opcode space 0x40–0x55 with the RD operation names; the
+// BTH is followed by 8 more bytes Wireshark does not decode; after them come
+// RD's header sequences (RDETH and DETH on requests, RDETH on responses, then
+// the operation's own headers); and opcode 0x55 (RD's RESYNC slot) with
+// SE = 0 is a "DC connect" packet whose 8 bytes are followed by a 16-byte
+// DCCETH, also not decoded. goroce lays DC out exactly so, which Wireshark
+// decodes cleanly; what the 8 bytes, the DCCETH and the RD headers' fields
+// mean is goroce's own choice. Interoperability with ConnectX is unverified.
+// docs/dc.md describes every field.
 
 // Sizes of the DC headers.
 const (
@@ -54,41 +54,44 @@ const (
 
 // DCETH field offsets (goroce's choice).
 const (
-	dcethGen   = 0
-	dcethSrcQP = 1 // 24 bits
-	// bytes 4–7 reserved: written as zero, ignored on receive
+	dcethKey  = 0 // requests and CONNECT: 64 bits
+	dcethDCTN = 1 // responses: 24 bits, bytes 0 and 4–7 zero
 )
 
-// DCETH is a view of the 8 bytes that follow the BTH of every DC packet.
-// Byte 0 is the connection generation, bytes 1–3 the sender's QP number
-// (the DCI on requests and CONNECT, the DCT number on responses), bytes 4–7
-// are reserved.
+// DCETH is a view of the 8 bytes that follow the BTH of every DC packet. On
+// requests and CONNECT they carry the 64-bit DC access key (big-endian, as
+// mlx5's address vector carries dc_key); on responses, bytes 1–3 carry the
+// responding DCT's number and the rest is zero.
 type DCETH []byte
 
-// DCETHFields holds the fields of a DCETH.
+// DCETHFields holds the fields of a DCETH: Key on requests, DCTN on
+// responses (Encode writes DCTN when Key is zero).
 type DCETHFields struct {
-	Gen   uint8  // connection generation: a DCI bumps it on every CONNECT to a new target
-	SrcQP uint32 // 24 bits
+	Key  uint64
+	DCTN uint32 // 24 bits
 }
 
-// Gen returns the connection generation.
-func (b DCETH) Gen() uint8 { return b[dcethGen] }
+// Key returns the DC access key of a request.
+func (b DCETH) Key() uint64 { return binary.BigEndian.Uint64(b[dcethKey:]) }
 
-// SrcQP returns the 24-bit sender QP number.
-func (b DCETH) SrcQP() uint32 { return get24(b[dcethSrcQP:]) }
+// DCTN returns the DCT number of a response.
+func (b DCETH) DCTN() uint32 { return get24(b[dcethDCTN:]) }
 
-// Encode writes f into b, zeroing the reserved bytes.
+// Encode writes f into b: the key if it is non-zero, else the DCT number.
 func (b DCETH) Encode(f *DCETHFields) {
 	_ = b[DCETHSize-1]
-	b[dcethGen] = f.Gen
-	put24(b[dcethSrcQP:], f.SrcQP)
-	b[4], b[5], b[6], b[7] = 0, 0, 0, 0
+	if f.Key != 0 {
+		binary.BigEndian.PutUint64(b[dcethKey:], f.Key)
+		return
+	}
+	clear(b[:DCETHSize])
+	put24(b[dcethDCTN:], f.DCTN)
 }
 
-// Fields decodes b; a short view reads as zero-padded.
+// Fields decodes b as both readings; a short view reads as zero-padded.
 func (b DCETH) Fields() DCETHFields {
 	b = full(b, DCETHSize)
-	return DCETHFields{Gen: b.Gen(), SrcQP: b.SrcQP()}
+	return DCETHFields{Key: b.Key(), DCTN: b.DCTN()}
 }
 
 // ParseDCETH returns the DCETH at the start of b, or a *ParseError if b is too short.
@@ -102,40 +105,45 @@ const (
 
 // DCCETH field offsets (goroce's choice).
 const (
-	dccethKey   = 0 // 64 bits
-	dccethFlags = 8
-	// bytes 9–15 reserved
+	dccethFlags = 0
+	dccethDCI   = 1 // 24 bits
+	dccethConn  = 5 // 24 bits; byte 4 and bytes 8–15 reserved
 )
 
-// DCCETH is a view of the 16-byte DC connect header: the 64-bit DC access
-// key (big-endian, as mlx5's address vector carries dc_key), a flags byte
-// and seven reserved bytes.
+// DCCETH is a view of the 16-byte DC connect header: a flags byte, the
+// connecting DCI's QP number, and the connection number the following
+// requests carry in their RDETH.
 type DCCETH []byte
 
 // DCCETHFields holds the fields of a DCCETH.
 type DCCETHFields struct {
-	Key   uint64
-	Flags uint8 // DCCDisconnect
+	Flags uint8  // DCCDisconnect
+	DCI   uint32 // 24 bits
+	Conn  uint32 // 24 bits
 }
-
-// Key returns the DC access key.
-func (b DCCETH) Key() uint64 { return binary.BigEndian.Uint64(b[dccethKey:]) }
 
 // Flags returns the flags byte.
 func (b DCCETH) Flags() uint8 { return b[dccethFlags] }
 
+// DCI returns the connecting DCI's QP number.
+func (b DCCETH) DCI() uint32 { return get24(b[dccethDCI:]) }
+
+// Conn returns the connection number.
+func (b DCCETH) Conn() uint32 { return get24(b[dccethConn:]) }
+
 // Encode writes f into b, zeroing the reserved bytes.
 func (b DCCETH) Encode(f *DCCETHFields) {
 	_ = b[DCCETHSize-1]
-	binary.BigEndian.PutUint64(b[dccethKey:], f.Key)
+	clear(b[:DCCETHSize])
 	b[dccethFlags] = f.Flags
-	clear(b[dccethFlags+1 : DCCETHSize])
+	put24(b[dccethDCI:], f.DCI)
+	put24(b[dccethConn:], f.Conn)
 }
 
 // Fields decodes b; a short view reads as zero-padded.
 func (b DCCETH) Fields() DCCETHFields {
 	b = full(b, DCCETHSize)
-	return DCCETHFields{Key: b.Key(), Flags: b.Flags()}
+	return DCCETHFields{Flags: b.Flags(), DCI: b.DCI(), Conn: b.Conn()}
 }
 
 // ParseDCCETH returns the DCCETH at the start of b, or a *ParseError if b is too short.
@@ -158,8 +166,9 @@ func buildDCProfile() [256]OpcodeInfo {
 		if opsDC&(1<<op) == 0 {
 			continue
 		}
-		// The RC entry has the operation's own headers and class.
-		info := opcodeTable[Opcode(TransportRC)|Opcode(op)]
+		// RD's entry has RD's header sequence (RDETH, and DETH on
+		// requests) and the operation's own headers and class.
+		info := opcodeTable[Opcode(TransportRD)|Opcode(op)]
 		info.Name = "DC " + operations[op].name
 		info.Headers |= HdrDCETH
 		t[Opcode(TransportDC)|Opcode(op)] = withOffsets(info)

@@ -7,22 +7,29 @@ import (
 
 func TestDCHeadersRoundTrip(t *testing.T) {
 	var b [DCETHSize]byte
+	DCETH(b[:]).Encode(&DCETHFields{Key: 0x00000000ffeeddcc})
+	if f := DCETH(b[:]).Fields(); f.Key != 0xffeeddcc {
+		t.Fatalf("DCETH %+v", f)
+	}
 	for i := range b {
 		b[i] = 0xFF
 	}
-	DCETH(b[:]).Encode(&DCETHFields{Gen: 7, SrcQP: 0x123456})
-	if f := DCETH(b[:]).Fields(); f.Gen != 7 || f.SrcQP != 0x123456 || b[4]|b[5]|b[6]|b[7] != 0 {
+	DCETH(b[:]).Encode(&DCETHFields{DCTN: 0x123456})
+	if f := DCETH(b[:]).Fields(); f.DCTN != 0x123456 || f.Key != 0x0012345600000000 {
 		t.Fatalf("DCETH %+v % x", f, b)
 	}
 	var c [DCCETHSize]byte
 	for i := range c {
 		c[i] = 0xFF
 	}
-	DCCETH(c[:]).Encode(&DCCETHFields{Key: 0x00000000ffeeddcc, Flags: DCCDisconnect})
-	if f := DCCETH(c[:]).Fields(); f.Key != 0xffeeddcc || f.Flags != DCCDisconnect {
+	DCCETH(c[:]).Encode(&DCCETHFields{Flags: DCCDisconnect, DCI: 0xabcdef, Conn: 0x000102})
+	if f := DCCETH(c[:]).Fields(); f.Flags != DCCDisconnect || f.DCI != 0xabcdef || f.Conn != 0x102 {
 		t.Fatalf("DCCETH %+v", f)
 	}
-	for _, x := range c[9:] {
+	if c[4] != 0 {
+		t.Fatalf("reserved byte not cleared: % x", c)
+	}
+	for _, x := range c[8:] {
 		if x != 0 {
 			t.Fatalf("reserved bytes not cleared: % x", c)
 		}
@@ -33,7 +40,7 @@ func TestDCHeadersRoundTrip(t *testing.T) {
 	if _, err := ParseDCCETH(c[:15]); !errors.Is(err, ErrTruncated) {
 		t.Fatalf("short DCCETH: %v", err)
 	}
-	if DCETH(nil).Fields() != (DCETHFields{}) || DCCETH(nil).Fields().Key != 0 {
+	if DCETH(nil).Fields() != (DCETHFields{}) || DCCETH(nil).Fields() != (DCCETHFields{}) {
 		t.Fatal("short views must read as zero-padded")
 	}
 }
@@ -44,14 +51,14 @@ func TestDCOpcodeTable(t *testing.T) {
 		hdr HeaderMask
 		len int
 	}{
-		{DCSendOnly, HdrDCETH, 20},
-		{DCSendOnlyImm, HdrDCETH | HdrImmDt, 24},
-		{DCWriteOnlyImm, HdrDCETH | HdrRETH | HdrImmDt, 40},
-		{DCReadRequest, HdrDCETH | HdrRETH, 36},
-		{DCReadResponseMiddle, HdrDCETH, 20},
-		{DCAck, HdrDCETH | HdrAETH, 24},
-		{DCAtomicAck, HdrDCETH | HdrAETH | HdrAtomicAckETH, 32},
-		{DCFetchAdd, HdrDCETH | HdrAtomicETH, 48},
+		{DCSendOnly, HdrDCETH | HdrRDETH | HdrDETH, 32},
+		{DCSendOnlyImm, HdrDCETH | HdrRDETH | HdrDETH | HdrImmDt, 36},
+		{DCWriteOnlyImm, HdrDCETH | HdrRDETH | HdrDETH | HdrRETH | HdrImmDt, 52},
+		{DCReadRequest, HdrDCETH | HdrRDETH | HdrDETH | HdrRETH, 48},
+		{DCReadResponseMiddle, HdrDCETH | HdrRDETH, 24},
+		{DCAck, HdrDCETH | HdrRDETH | HdrAETH, 28},
+		{DCAtomicAck, HdrDCETH | HdrRDETH | HdrAETH | HdrAtomicAckETH, 36},
+		{DCFetchAdd, HdrDCETH | HdrRDETH | HdrDETH | HdrAtomicETH, 60},
 		{DCConnect, HdrDCETH | HdrDCCETH, 36},
 	}
 	for _, c := range cases {
@@ -78,9 +85,15 @@ func dcPacket(op Opcode, payload int) []byte {
 	info := DCInfo(op)
 	b := make([]byte, info.HeaderLen+payload+(-payload&3)+ICRCSize)
 	BTH(b).Encode(&BTHFields{Opcode: op, PKey: 0xFFFF, DestQP: 0x42, PSN: 9, PadCount: uint8(-payload & 3)})
-	DCETH(b[BTHSize:]).Encode(&DCETHFields{Gen: 1, SrcQP: 0x77})
+	DCETH(b[BTHSize:]).Encode(&DCETHFields{Key: 0xffeeddcc})
 	if info.Headers&HdrDCCETH != 0 {
-		DCCETH(b[BTHSize+DCETHSize:]).Encode(&DCCETHFields{Key: 0xffeeddcc})
+		DCCETH(b[info.Offset(HdrDCCETH):]).Encode(&DCCETHFields{DCI: 0x77, Conn: 1})
+	}
+	if info.Headers&HdrRDETH != 0 {
+		RDETH(b[info.Offset(HdrRDETH):]).Encode(&RDETHFields{EEC: 1})
+	}
+	if info.Headers&HdrDETH != 0 {
+		DETH(b[info.Offset(HdrDETH):]).Encode(&DETHFields{SrcQP: 0x77})
 	}
 	return b
 }
@@ -96,11 +109,14 @@ func TestParseDCIB(t *testing.T) {
 		if err := ParseDCIB(b, &p); err != nil {
 			t.Fatalf("%#x: %v", uint8(op), err)
 		}
-		if p.DCETH.SrcQP() != 0x77 || p.DCETH.Gen() != 1 || len(p.Payload) != n || p.Info.Name != DCInfo(op).Name {
+		if p.DCETH.Key() != 0xffeeddcc || len(p.Payload) != n || p.Info.Name != DCInfo(op).Name {
 			t.Fatalf("%#x: %+v", uint8(op), p.DCETH.Fields())
 		}
-		if (p.DCCETH != nil) != (op == DCConnect) || (op == DCConnect && p.DCCETH.Key() != 0xffeeddcc) {
+		if (p.DCCETH != nil) != (op == DCConnect) || (op == DCConnect && p.DCCETH.DCI() != 0x77) {
 			t.Fatalf("%#x: DCCETH %v", uint8(op), p.DCCETH)
+		}
+		if (p.RDETH != nil) != (op != DCConnect) || (p.DETH != nil) != (DCInfo(op).IsRequest && op != DCConnect) {
+			t.Fatalf("%#x: RDETH %v DETH %v", uint8(op), p.RDETH, p.DETH)
 		}
 		if (p.RETH != nil) != (DCInfo(op).Headers&HdrRETH != 0) {
 			t.Fatalf("%#x: RETH", uint8(op))
@@ -116,15 +132,15 @@ func TestParseDCIB(t *testing.T) {
 		t.Fatalf("connect with payload: %v", err)
 	}
 	// The standard parser keeps reading the RD space as RD.
-	if err := ParseIB(dcPacket(DCSendOnly, 8), &p); err != nil || p.DCETH != nil || p.RDETH == nil {
+	if err := ParseIB(dcPacket(DCSendOnly, 8), &p); err != nil || p.DCETH != nil || p.RDETH == nil || p.Info.Name != "RD SEND_ONLY" {
 		t.Fatalf("ParseIB of the RD space: %v", err)
 	}
 }
 
 func TestParseDCFrame(t *testing.T) {
-	// Wrap a DC packet in a frame: an RC SEND_ONLY of 12 bytes has the IB
-	// length of a DC ACK (BTH, DCETH, AETH), so replace its IB part.
-	spec := fullSpec(RCSendOnly, false, false, 12)
+	// Wrap a DC packet in a frame: an RC SEND_ONLY of 16 bytes has the IB
+	// length of a DC ACK (BTH, DCETH, RDETH, AETH), so replace its IB part.
+	spec := fullSpec(RCSendOnly, false, false, 16)
 	frame := frameFor(t, spec)
 	ibOff := len(frame) - spec.IBLen()
 	dc := dcPacket(DCAck, 0)
@@ -163,7 +179,7 @@ func FuzzParseDC(f *testing.F) {
 			t.Fatalf("lengths")
 		}
 		dc := p.BTH.Opcode().Transport() == TransportDC
-		if dc != (p.DCETH != nil) || (p.DCCETH != nil) != (p.BTH.Opcode() == DCConnect) || p.RDETH != nil {
+		if dc != (p.DCETH != nil) || (p.DCCETH != nil) != (p.BTH.Opcode() == DCConnect) || (dc && (p.RDETH != nil) == (p.DCCETH != nil)) {
 			t.Fatalf("DC views disagree with the opcode %#x", uint8(p.BTH.Opcode()))
 		}
 		_ = p.DCETH.Fields()

@@ -48,8 +48,11 @@ const (
 	// DCT has no max_dest_rd_atomic attribute).
 	dcDefaultRdAtomic = 16
 	dcNAKRing         = 64
-	// dcExtraTx is the transmit slot space a DC packet needs beyond an RC one.
-	dcExtraTx = ib.DCETHSize
+	// dcReqExtra and dcRespExtra are what a DC request and response carry
+	// beyond the RC packet of the same operation: DCETH, RDETH and (requests)
+	// DETH. A transmit slot needs dcReqExtra bytes more than for RC.
+	dcReqExtra  = ib.DCETHSize + ib.RDETHSize + ib.DETHSize
+	dcRespExtra = ib.DCETHSize + ib.RDETHSize
 )
 
 // ErrBadDCKey reports a DC CONNECT whose key is not the DCT's.
@@ -60,15 +63,15 @@ type DCStats struct {
 	ConnectsSent, ConnectsRcvd       uint64
 	DisconnectsSent, DisconnectsRcvd uint64
 	TargetSwitches                   uint64 // DCI connections to a target other than the previous one
-	BadKey                           uint64 // CONNECTs refused for a wrong DC key (NAKed)
+	BadKey                           uint64 // CONNECTs refused (NAKed) and requests dropped for a wrong DC key
 	UnknownTarget                    uint64 // DC packets for a QPN that is no DCT/DCI here (CONNECTs NAKed)
 	UnknownInitiator                 uint64 // requests from a DCI the DCT holds no state for
-	Stale                            uint64 // packets of an older connection (generation or target mismatch)
+	Stale                            uint64 // packets of an older connection (connection number or target mismatch)
 	NoResources                      uint64 // CONNECTs refused because every initiator slot was busy (RNR NAKed)
 	Reclaimed                        uint64 // initiator state reclaimed by a DCT
 	NAKsSent                         uint64 // NAKs sent without initiator state (bad key, unknown DCT, full)
 	NAKsDropped                      uint64 // such NAKs dropped because their queue was full
-	BadHeader                        uint64 // DC packets without a DCETH/DCCETH (parsed without ParseDC)
+	BadHeader                        uint64 // DC packets without their DC headers (for example parsed without ParseDC)
 }
 
 // DC roles of a QP.
@@ -98,11 +101,11 @@ type dcInitKey struct {
 }
 
 // dcTomb is what a DCT remembers of an initiator whose state it dropped:
-// a CONNECT of the same generation (a retry, or a duplicate still in the
+// a CONNECT of the same connection number (a retry, or a duplicate still in the
 // network) resumes at the old expected PSN, so requests the DCT already
 // executed are recognised as duplicates instead of running twice.
 type dcTomb struct {
-	gen  uint8
+	gen  uint32
 	epsn ib.PSN
 	msn  uint32
 }
@@ -128,7 +131,7 @@ type dcQP struct {
 
 	// DCI
 	connected    bool
-	gen          uint8
+	gen          uint32 // connection number (RDETH EEC), 24 bits
 	target       dcPeer
 	ctl          uint8
 	retryConnect bool // a CONNECT went out for the retry under way
@@ -315,7 +318,7 @@ type dcNAK struct {
 	av    AddressVector
 	dest  uint32 // the DCI
 	src   uint32 // the DCT number asked for
-	gen   uint8
+	gen   uint32
 	psn   ib.PSN
 	syn   ib.Syndrome
 	sport uint16
@@ -323,6 +326,7 @@ type dcNAK struct {
 
 // queueNAK answers a CONNECT that created no initiator state.
 func (e *Engine) queueNAK(p *ib.Packet, src *Source, syn ib.Syndrome) {
+	dci, gen := p.DCCETH.DCI(), p.DCCETH.Conn()
 	if e.dc.nakLen == len(e.dc.naks) {
 		e.stats.DC.NAKsDropped++
 		return
@@ -331,8 +335,8 @@ func (e *Engine) queueNAK(p *ib.Packet, src *Source, syn ib.Syndrome) {
 		e.dc.orphan = &QP{e: e, typ: RC, state: StateRTS, mtu: 256, dc: &dcQP{role: dcOrphan}}
 	}
 	n := &e.dc.naks[(e.dc.nakHead+e.dc.nakLen)%len(e.dc.naks)]
-	*n = dcNAK{av: replyAV(src), dest: p.DCETH.SrcQP(), src: p.BTH.DestQP(), gen: p.DCETH.Gen(), psn: p.BTH.PSN(), syn: syn,
-		sport: ib.RXESourcePort(p.DCETH.SrcQP() ^ p.BTH.DestQP())}
+	*n = dcNAK{av: replyAV(src), dest: dci, src: p.BTH.DestQP(), gen: gen, psn: p.BTH.PSN(), syn: syn,
+		sport: ib.RXESourcePort(dci ^ p.BTH.DestQP())}
 	e.dc.nakLen++
 	e.stats.DC.NAKsSent++
 	e.schedule(e.dc.orphan)
@@ -349,7 +353,7 @@ func replyAV(src *Source) AddressVector {
 // receiveDC dispatches a packet of the DC opcode space.
 func (e *Engine) receiveDC(p *ib.Packet, src *Source) error {
 	op := p.BTH.Opcode()
-	if len(p.DCETH) < ib.DCETHSize || (op == ib.DCConnect && len(p.DCCETH) < ib.DCCETHSize) {
+	if !dcHeadersPresent(p) {
 		e.stats.DC.BadHeader++
 		return ErrBadHeader
 	}
@@ -376,6 +380,22 @@ func (e *Engine) receiveDC(p *ib.Packet, src *Source) error {
 	return q.dctReceive(p, src)
 }
 
+// dcHeadersPresent checks the DC headers ParseDC guarantees: DCETH, then
+// DCCETH (CONNECT) or RDETH, and DETH on requests.
+func dcHeadersPresent(p *ib.Packet) bool {
+	if len(p.DCETH) < ib.DCETHSize {
+		return false
+	}
+	if p.BTH.Opcode() == ib.DCConnect {
+		return len(p.DCCETH) >= ib.DCCETHSize
+	}
+	low := uint8(p.BTH.Opcode()) & 0x1F
+	if len(p.RDETH) < ib.RDETHSize {
+		return false
+	}
+	return opClass[low]&clResponse != 0 || len(p.DETH) >= ib.DETHSize
+}
+
 // dciReceive takes a response for a DCI: it must come from the current
 // target and connection; then the RC completer handles it.
 func (q *QP) dciReceive(p *ib.Packet, src *Source) error {
@@ -387,7 +407,7 @@ func (q *QP) dciReceive(p *ib.Packet, src *Source) error {
 	if !q.acceptsResponses() {
 		return ErrNotReady
 	}
-	if !d.connected || p.DCETH.SrcQP() != d.target.dctn || p.DCETH.Gen() != d.gen {
+	if !d.connected || p.DCETH.DCTN() != d.target.dctn || p.RDETH.EEC() != d.gen {
 		q.e.stats.DC.Stale++
 		return ErrDropped
 	}
@@ -428,9 +448,9 @@ func (q *QP) dciPlan() bool {
 	}
 	if q.req.needRetry {
 		// Resend from the first unacknowledged PSN behind a fresh CONNECT of
-		// the same generation: if the first CONNECT was lost, or the DCT
+		// the same connection number: if the first CONNECT was lost, or the DCT
 		// reclaimed this initiator, the retry recreates the state (a DCT
-		// ignores a CONNECT of the generation it already has).
+		// ignores a CONNECT of the connection it already has).
 		if d.connected && !d.retryConnect {
 			d.retryConnect = true
 			d.ctl = ctlConnect
@@ -460,7 +480,7 @@ func (q *QP) dciPlan() bool {
 		q.e.stats.DC.TargetSwitches++
 	}
 	d.target = t
-	d.gen++
+	d.gen = (d.gen + 1) & ib.PSNMask
 	d.connected = true
 	d.ctl = ctlConnect
 	d.lingerArmed = false
@@ -491,19 +511,33 @@ func (q *QP) produceDC(now time.Duration, t *TxPacket) int {
 			return idle
 		}
 	}
-	// Build the RC packet 8 bytes further in, then move the BTH forward
-	// and put the DCETH between it and the RC extension headers.
+	// Build the RC packet further in, then move the BTH forward and put
+	// the DC headers between it and the RC extension headers. A DCI only
+	// sends requests and an initiator's state at a DCT only responses, so
+	// the room to leave is known before the packet is built.
+	extra := dcRespExtra
+	if d.role == dcInitiator {
+		extra = dcReqExtra
+	}
 	inner := *t
-	inner.Headroom += dcExtraTx
+	inner.Headroom += extra
 	r := q.produceBody(now, &inner)
 	if r != produced {
 		return r
 	}
 	b := t.Buf[t.Headroom:]
-	copy(b[:ib.BTHSize], b[dcExtraTx:dcExtraTx+ib.BTHSize])
+	copy(b[:ib.BTHSize], b[extra:extra+ib.BTHSize])
 	b[0] |= byte(ib.TransportDC)
-	ib.DCETH(b[ib.BTHSize:]).Encode(&ib.DCETHFields{Gen: d.gen, SrcQP: q.qpn})
-	t.Len = inner.Len + dcExtraTx
+	h := b[ib.BTHSize:]
+	if d.role == dcInitiator {
+		ib.DCETH(h).Encode(&ib.DCETHFields{Key: d.target.key})
+		ib.RDETH(h[ib.DCETHSize:]).Encode(&ib.RDETHFields{EEC: d.gen})
+		ib.DETH(h[ib.DCETHSize+ib.RDETHSize:]).Encode(&ib.DETHFields{SrcQP: q.qpn})
+	} else {
+		ib.DCETH(h).Encode(&ib.DCETHFields{DCTN: q.qpn})
+		ib.RDETH(h[ib.DCETHSize:]).Encode(&ib.RDETHFields{EEC: d.gen})
+	}
+	t.Len = inner.Len + extra
 	t.AV, t.SrcQPN = inner.AV, inner.SrcQPN
 	return produced
 }
@@ -530,8 +564,8 @@ func (q *QP) produceConnect(t *TxPacket) int {
 		q.e.stats.DC.ConnectsSent++
 	}
 	writeBTH(b, uint8(ib.DCConnect), false, false, 0, d.target.dctn, psn)
-	ib.DCETH(b[ib.BTHSize:]).Encode(&ib.DCETHFields{Gen: d.gen, SrcQP: q.qpn})
-	ib.DCCETH(b[ib.BTHSize+ib.DCETHSize:]).Encode(&ib.DCCETHFields{Key: d.target.key, Flags: flags})
+	ib.DCETH(b[ib.BTHSize:]).Encode(&ib.DCETHFields{Key: d.target.key})
+	ib.DCCETH(b[ib.BTHSize+ib.DCETHSize:]).Encode(&ib.DCCETHFields{Flags: flags, DCI: q.qpn, Conn: d.gen})
 	t.Len = finish(b, dcConnectLen, 0)
 	q.fillAV(t, &d.target.av)
 	if d.ctl == ctlDisconnect {
@@ -546,7 +580,7 @@ func (e *Engine) produceNAK(t *TxPacket) int {
 	if e.dc.nakLen == 0 {
 		return idle
 	}
-	const n = ib.BTHSize + ib.DCETHSize + ib.AETHSize
+	const n = ib.BTHSize + dcRespExtra + ib.AETHSize
 	if t.Headroom < 0 || len(t.Buf)-t.Headroom < n+ib.ICRCSize {
 		e.stats.ShortTxBuffer++
 		return shortBuffer
@@ -554,8 +588,9 @@ func (e *Engine) produceNAK(t *TxPacket) int {
 	k := &e.dc.naks[e.dc.nakHead]
 	b := t.Buf[t.Headroom:]
 	writeBTH(b, uint8(ib.DCAck), false, false, 0, k.dest, k.psn)
-	ib.DCETH(b[ib.BTHSize:]).Encode(&ib.DCETHFields{Gen: k.gen, SrcQP: k.src})
-	ib.AETH(b[ib.BTHSize+ib.DCETHSize:]).Encode(&ib.AETHFields{Syndrome: k.syn})
+	ib.DCETH(b[ib.BTHSize:]).Encode(&ib.DCETHFields{DCTN: k.src})
+	ib.RDETH(b[ib.BTHSize+ib.DCETHSize:]).Encode(&ib.RDETHFields{EEC: k.gen})
+	ib.AETH(b[ib.BTHSize+dcRespExtra:]).Encode(&ib.AETHFields{Syndrome: k.syn})
 	t.Len = finish(b, n, 0)
 	t.AV = k.av
 	t.AV.SrcPort = k.sport
@@ -575,11 +610,19 @@ func (q *QP) dctReceive(p *ib.Packet, src *Source) error {
 		return ErrNotReady
 	}
 	op := p.BTH.Opcode()
-	k := dcInitKey{qpn: p.DCETH.SrcQP()}
+	var k dcInitKey
+	var gen uint32
+	if op == ib.DCConnect {
+		k.qpn, gen = p.DCCETH.DCI(), p.DCCETH.Conn()
+	} else {
+		if opClass[uint8(op)&0x1F]&clResponse != 0 {
+			return ErrWrongTransport
+		}
+		k.qpn, gen = p.DETH.SrcQP(), p.RDETH.EEC()
+	}
 	if src != nil {
 		k.gid = src.SGID
 	}
-	gen := p.DCETH.Gen()
 	now := q.e.clock.Now()
 	c := d.lastCtx
 	if c == nil || d.lastKey != k {
@@ -595,7 +638,7 @@ func (q *QP) dctReceive(p *ib.Packet, src *Source) error {
 			return nil
 		}
 		q.e.stats.DC.ConnectsRcvd++
-		if p.DCCETH.Key() != d.key {
+		if p.DCETH.Key() != d.key {
 			q.e.stats.DC.BadKey++
 			q.e.queueNAK(p, src, ib.NAKSyndrome(ib.NAKRemoteAccessError))
 			return ErrBadDCKey
@@ -623,13 +666,13 @@ func (q *QP) dctReceive(p *ib.Packet, src *Source) error {
 		q.startCtx(c, k, gen, psn, msn, src, now)
 		return nil
 	}
-	low := uint8(op) & 0x1F
-	if opClass[low]&clResponse != 0 {
-		return ErrWrongTransport
-	}
 	if c == nil {
 		q.e.stats.DC.UnknownInitiator++
 		return ErrDropped
+	}
+	if p.DCETH.Key() != d.key {
+		q.e.stats.DC.BadKey++
+		return ErrBadDCKey
 	}
 	if c.dc.gen != gen {
 		q.e.stats.DC.Stale++
@@ -696,7 +739,7 @@ func (q *QP) releaseCtx(c *QP) {
 }
 
 // startCtx (re)starts an initiator's responder state at the CONNECT's PSN.
-func (q *QP) startCtx(c *QP, k dcInitKey, gen uint8, psn ib.PSN, msn uint32, src *Source, now time.Duration) {
+func (q *QP) startCtx(c *QP, k dcInitKey, gen uint32, psn ib.PSN, msn uint32, src *Source, now time.Duration) {
 	if c.resp.haveRecv {
 		c.postRecvWC(&c.resp.cur, WCWRFlushErr, 0)
 	}

@@ -16,21 +16,20 @@ func FuzzDCEngine(f *testing.F) {
 	seed := func(op ib.Opcode, dest uint32, srcQP uint32, extra func(b []byte)) []byte {
 		info := ib.DCInfo(op)
 		b := make([]byte, info.HeaderLen+8+ib.ICRCSize)
+		if !info.Payload {
+			b = b[:info.HeaderLen+ib.ICRCSize]
+		}
 		ib.BTH(b).Encode(&ib.BTHFields{Opcode: op, PKey: 0xFFFF, DestQP: dest, PSN: 0})
-		ib.DCETH(b[ib.BTHSize:]).Encode(&ib.DCETHFields{Gen: 1, SrcQP: srcQP})
+		dcHeaders(b, dcKey, srcQP, 0)
 		if extra != nil {
 			extra(b)
 		}
 		return append([]byte{1, byte(len(b))}, b...)
 	}
 	// QPNs: the DCI is 17 on A, the DCT 17 on B (the first QPN of each engine).
-	f.Add(seed(ib.DCConnect, 17, 0x99, func(b []byte) {
-		ib.DCCETH(b[20:]).Encode(&ib.DCCETHFields{Key: dcKey})
-	}))
-	f.Add(append(seed(ib.DCConnect, 17, 0x99, func(b []byte) {
-		ib.DCCETH(b[20:]).Encode(&ib.DCCETHFields{Key: dcKey})
-	}), seed(ib.DCWriteOnly, 17, 0x99, func(b []byte) {
-		ib.RETH(b[20:]).Encode(&ib.RETHFields{VA: 0x10000, RKey: 0x1234, DMALen: 8})
+	f.Add(seed(ib.DCConnect, 17, 0x99, nil))
+	f.Add(append(seed(ib.DCConnect, 17, 0x99, nil), seed(ib.DCWriteOnly, 17, 0x99, func(b []byte) {
+		ib.RETH(b[ib.DCInfo(ib.DCWriteOnly).Offset(ib.HdrRETH):]).Encode(&ib.RETHFields{VA: 0x10000, RKey: 0x1234, DMALen: 8})
 	})...))
 	f.Add(seed(ib.DCAck, 17, 17, nil))
 	f.Fuzz(func(t *testing.T, data []byte) {

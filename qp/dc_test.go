@@ -467,10 +467,7 @@ func TestDCBadInput(t *testing.T) {
 		info := ib.DCInfo(op)
 		b := make([]byte, info.HeaderLen+payload+(-payload&3)+ib.ICRCSize)
 		ib.BTH(b).Encode(&ib.BTHFields{Opcode: op, PKey: 0xFFFF, DestQP: dest, PSN: 100, PadCount: uint8(-payload & 3)})
-		ib.DCETH(b[ib.BTHSize:]).Encode(&ib.DCETHFields{Gen: 1, SrcQP: srcQP})
-		if op == ib.DCConnect {
-			ib.DCCETH(b[ib.BTHSize+ib.DCETHSize:]).Encode(&ib.DCCETHFields{Key: key, Flags: flags})
-		}
+		dcHeaders(b, key, srcQP, flags)
 		var p ib.Packet
 		if err := ib.ParseDCIB(b, &p); err != nil {
 			t.Fatal(err)
@@ -478,7 +475,7 @@ func TestDCBadInput(t *testing.T) {
 		return &p
 	}
 	// A request from an initiator that never connected.
-	if err := eb.Receive(pkt(ib.DCSendOnly, dct, 0x99, 0, 0, 8), src); err == nil || eb.Stats().DC.UnknownInitiator != 1 {
+	if err := eb.Receive(pkt(ib.DCSendOnly, dct, 0x99, dcKey, 0, 8), src); err == nil || eb.Stats().DC.UnknownInitiator != 1 {
 		t.Fatalf("unknown initiator: %v %+v", err, eb.Stats().DC)
 	}
 	// A CONNECT without a target, and one with the wrong key: NAKed.
@@ -512,6 +509,11 @@ func TestDCBadInput(t *testing.T) {
 	}
 	if s := eb.Stats().DC; s.NAKsDropped == 0 {
 		t.Fatalf("%+v", s)
+	}
+	// A request with the wrong key from a connected initiator (one of the
+	// flood's).
+	if err := eb.Receive(pkt(ib.DCSendOnly, dct, 0x1000, dcKey^1, 0, 4), src); err != qp.ErrBadDCKey {
+		t.Fatalf("request with a wrong key: %v", err)
 	}
 	// Responses and requests at the wrong end.
 	ea := f.net.A.E
@@ -563,4 +565,25 @@ func TestDCINAKFlood(t *testing.T) {
 		t.Fatal(dci.State())
 	}
 	_ = fmt.Sprint()
+}
+
+// dcHeaders fills the DC headers of the DC packet b (opcode already in its
+// BTH): the key, the sender QPN (a DCI's; a DCT number on responses) and
+// connection number 1.
+func dcHeaders(b []byte, key uint64, srcQP uint32, flags uint8) {
+	info := ib.DCInfo(ib.BTH(b).Opcode())
+	if info.IsRequest {
+		ib.DCETH(b[ib.BTHSize:]).Encode(&ib.DCETHFields{Key: key})
+	} else {
+		ib.DCETH(b[ib.BTHSize:]).Encode(&ib.DCETHFields{DCTN: srcQP})
+	}
+	if o := info.Offset(ib.HdrDCCETH); o > 0 {
+		ib.DCCETH(b[o:]).Encode(&ib.DCCETHFields{Flags: flags, DCI: srcQP, Conn: 1})
+	}
+	if o := info.Offset(ib.HdrRDETH); o > 0 {
+		ib.RDETH(b[o:]).Encode(&ib.RDETHFields{EEC: 1})
+	}
+	if o := info.Offset(ib.HdrDETH); o > 0 {
+		ib.DETH(b[o:]).Encode(&ib.DETHFields{SrcQP: srcQP})
+	}
 }

@@ -5,6 +5,10 @@ import (
 	"context"
 	"encoding/binary"
 	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -217,6 +221,7 @@ func TestDCMemlink(t *testing.T) {
 		}
 		ops[p.BTH.Opcode()]++
 	}
+	checkTsharkDC(t, capA.Bytes())
 	for _, op := range []ib.Opcode{ib.DCConnect, ib.DCWriteFirst, ib.DCWriteLast, ib.DCSendFirst, ib.DCReadRequest,
 		ib.DCReadResponseFirst, ib.DCFetchAdd, ib.DCAtomicAck, ib.DCAck, ib.DCWriteLastImm} {
 		if ops[op] == 0 {
@@ -232,4 +237,34 @@ func TestNetnsDCXDP(t *testing.T) {
 	da := openIn(t, p.VethA, Options{Link: LinkXDP})
 	db := openIn(t, p.VethB, Options{Link: LinkXDP})
 	exerciseDC(t, da, db, p.VethA.Addr.Addr(), p.VethB.Addr.Addr(), 4)
+}
+
+// checkTsharkDC has Wireshark, the one public DC decoder, read a capture of
+// goroce DC traffic: every DC packet but CONNECT (which Wireshark leaves
+// undecoded) gets a DC name and no frame is malformed.
+func checkTsharkDC(t *testing.T, pcap []byte) {
+	t.Helper()
+	if _, err := exec.LookPath("tshark"); err != nil {
+		t.Log("tshark not installed: Wireshark's reading of the DC frames not checked")
+		return
+	}
+	f := filepath.Join(t.TempDir(), "dc.pcap")
+	if err := os.WriteFile(f, pcap, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command("tshark", "-r", f, "-T", "fields", "-e", "frame.number", "-e", "_ws.col.Info", "-e", "_ws.malformed").Output()
+	if err != nil {
+		t.Fatalf("tshark: %v", err)
+	}
+	n := 0
+	for _, l := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		c := strings.Split(l, "\t")
+		if len(c) < 2 || !strings.HasPrefix(c[1], "DC ") || (len(c) > 2 && c[2] != "") {
+			t.Fatalf("tshark: %q", l)
+		}
+		n++
+	}
+	if n == 0 {
+		t.Fatal("tshark decoded nothing")
+	}
 }

@@ -63,12 +63,13 @@ type Record struct {
 // Extension header objects of Record.
 type (
 	DCETH struct {
-		Gen   uint8  `json:"gen"`
-		SrcQP uint32 `json:"src_qp"`
+		Key  uint64 `json:"key,omitempty"`  // requests and CONNECT: the DC access key
+		DCTN uint32 `json:"dctn,omitempty"` // responses: the DCT number
 	}
 	DCCETH struct {
-		Key   uint64 `json:"key"`
 		Flags uint8  `json:"flags"`
+		DCI   uint32 `json:"dci"`
+		Conn  uint32 `json:"conn"`
 	}
 	RDETH struct {
 		EEC uint32 `json:"eec"`
@@ -194,11 +195,15 @@ func (d *Decoder) Decode(f Frame, r *Record) {
 
 	if p.DCETH != nil {
 		f := p.DCETH.Fields()
-		r.DCETH = &DCETH{Gen: f.Gen, SrcQP: f.SrcQP}
+		if p.Info.IsRequest {
+			r.DCETH = &DCETH{Key: f.Key}
+		} else {
+			r.DCETH = &DCETH{DCTN: f.DCTN}
+		}
 	}
 	if p.DCCETH != nil {
 		f := p.DCCETH.Fields()
-		r.DCCETH = &DCCETH{Key: f.Key, Flags: f.Flags}
+		r.DCCETH = &DCCETH{Flags: f.Flags, DCI: f.DCI, Conn: f.Conn}
 	}
 	if p.RDETH != nil {
 		r.RDETH = &RDETH{EEC: p.RDETH.Fields().EEC}

@@ -157,10 +157,14 @@ func Summary(r *Record) string {
 		fmt.Fprintf(&s, " pkey=%#04x", r.PKey)
 	}
 	if r.DCETH != nil {
-		fmt.Fprintf(&s, " dc(gen=%d srcqp=%#x)", r.DCETH.Gen, r.DCETH.SrcQP)
+		if r.DCETH.DCTN != 0 {
+			fmt.Fprintf(&s, " dctn=%#x", r.DCETH.DCTN)
+		} else {
+			fmt.Fprintf(&s, " dckey=%#x", r.DCETH.Key)
+		}
 	}
 	if r.DCCETH != nil {
-		fmt.Fprintf(&s, " dckey=%#x", r.DCCETH.Key)
+		fmt.Fprintf(&s, " dci=%#x conn=%d", r.DCCETH.DCI, r.DCCETH.Conn)
 		if r.DCCETH.Flags&ib.DCCDisconnect != 0 {
 			s.WriteString(" disconnect")
 		}
