@@ -47,7 +47,12 @@ func TestDCFrames(t *testing.T) {
 		}),
 		dcFrame(t, ib.DCAck, 0, nil),
 	}
-	code, out, errOut := runPcap(t, writePCAP(t, frames))
+	file := writePCAP(t, frames)
+	// Without --dc the RD space is IBTA RD: goroce's DC frames do not fit.
+	if code, _, _ := runPcap(t, file); code != 1 {
+		t.Fatalf("DC frames decoded as RD: exit %d", code)
+	}
+	code, out, errOut := runPcap(t, "--dc", file)
 	if code != 0 {
 		t.Fatalf("exit %d: %s\n%s", code, errOut, out)
 	}
@@ -60,7 +65,7 @@ func TestDCFrames(t *testing.T) {
 			t.Errorf("output lacks %q:\n%s", want, out)
 		}
 	}
-	_, out, _ = runPcap(t, "--json", writePCAP(t, frames[:1]))
+	_, out, _ = runPcap(t, "--json", "--dc", writePCAP(t, frames[:1]))
 	m := jsonLines(t, out)[0]
 	if m["opcode_name"] != "DC CONNECT" || m["dceth"].(map[string]any)["key"].(float64) != 0xffeeddcc || m["dcceth"].(map[string]any)["dci"].(float64) != 0x11 {
 		t.Fatalf("%v", m)

@@ -134,6 +134,9 @@ func (r *Record) Failed() bool {
 
 // Decoder decodes frames into Records, reusing one ib.Packet.
 type Decoder struct {
+	// DC reads the RD opcode space as goroce's DC framing (ib.ParseDC), as
+	// Wireshark reads it, instead of IBTA RD.
+	DC  bool
 	pkt ib.Packet
 }
 
@@ -152,9 +155,11 @@ func (d *Decoder) Decode(f Frame, r *Record) {
 	}
 	p := &d.pkt
 	p.Reset()
-	// The RD opcode space is read as DC, as Wireshark reads it: nothing
-	// speaks RD, and goroce's DC peers use that space.
-	if err := ib.ParseDC(f.Data, p); err != nil {
+	parse := ib.Parse
+	if d.DC {
+		parse = ib.ParseDC
+	}
+	if err := parse(f.Data, p); err != nil {
 		r.Error = err.Error()
 		if f.OrigLen > len(f.Data) {
 			r.Error = fmt.Sprintf("%v (the capture kept %d of %d bytes)", err, len(f.Data), f.OrigLen)
