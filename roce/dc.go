@@ -79,6 +79,14 @@ func (q *QP) ActivateDC(ctx context.Context, c *DCAttr) error {
 	if a.PathMTU == 0 {
 		a.PathMTU = q.d.activeMTU()
 	}
+	// A DC request carries DCETH, RDETH and DETH beyond what an RC packet
+	// of the same operation does (docs/dc.md); the largest must fit an
+	// IPv4 frame at least (a DCI's targets may be of either family).
+	need := ib.BTHSize + ib.DCETHSize + ib.RDETHSize + ib.DETHSize + ib.RETHSize + ib.ImmDtSize + a.PathMTU.Bytes() + ib.ICRCSize
+	if limit := q.d.ibLimit(true); a.PathMTU.Bytes() > 0 && need > limit {
+		return fmt.Errorf("roce: DC path MTU %d needs %d-byte IB packets, the link carries %d: %w",
+			a.PathMTU.Bytes(), need, limit, ErrMTU)
+	}
 	mask = AttrState | AttrPathMTU
 	if q.typ == DCT {
 		a.MinRNRTimer = orDefault(c.MinRNRTimer, 12, c.NoDefaults)
