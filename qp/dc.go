@@ -48,6 +48,7 @@ const (
 	// DCT has no max_dest_rd_atomic attribute).
 	dcDefaultRdAtomic = 16
 	dcNAKRing         = 64
+	dcFreeKeep        = 8 // released initiator states a DCT keeps for reuse
 	// dcReqExtra and dcRespExtra are what a DC request and response carry
 	// beyond the RC packet of the same operation: DCETH, RDETH and (requests)
 	// DETH. A transmit slot needs dcReqExtra bytes more than for RC.
@@ -696,8 +697,7 @@ func (q *QP) acquireCtx(now time.Duration) *QP {
 			d.free = d.free[:n-1]
 			return c
 		}
-		return &QP{e: q.e, pd: q.pd, typ: RC, qpn: q.qpn, sendCQ: q.sendCQ, recvCQ: q.recvCQ, srq: q.srq,
-			cap: q.cap, dc: &dcQP{role: dcContext, parent: q}}
+		return q.newCtx()
 	}
 	var lru *QP
 	for _, c := range d.ctxs {
@@ -713,11 +713,18 @@ func (q *QP) acquireCtx(now time.Duration) *QP {
 	}
 	q.e.stats.DC.Reclaimed++
 	q.releaseCtx(lru)
-	n := len(d.free) - 1
-	c := d.free[n]
-	d.free[n] = nil
-	d.free = d.free[:n]
-	return c
+	if n := len(d.free) - 1; n >= 0 {
+		c := d.free[n]
+		d.free[n] = nil
+		d.free = d.free[:n]
+		return c
+	}
+	return q.newCtx()
+}
+
+func (q *QP) newCtx() *QP {
+	return &QP{e: q.e, pd: q.pd, typ: RC, qpn: q.qpn, sendCQ: q.sendCQ, recvCQ: q.recvCQ, srq: q.srq,
+		cap: q.cap, dc: &dcQP{role: dcContext, parent: q}}
 }
 
 // releaseCtx forgets one initiator. A receive WQE held by an unfinished
@@ -735,7 +742,11 @@ func (q *QP) releaseCtx(c *QP) {
 		c.resp.haveRecv = false
 	}
 	c.state = StateReset
-	d.free = append(d.free, c)
+	// Keep a few for the next initiators; the rest go, so that a burst of
+	// initiators leaves no lasting memory behind.
+	if len(d.free) < dcFreeKeep {
+		d.free = append(d.free, c)
+	}
 }
 
 // startCtx (re)starts an initiator's responder state at the CONNECT's PSN.
