@@ -64,7 +64,7 @@ func init() {
 	names := [...]string{
 		HdrRDETH: "RDETH", HdrDETH: "DETH", HdrRETH: "RETH", HdrAtomicETH: "AtomicETH",
 		HdrAETH: "AETH", HdrAtomicAckETH: "AtomicAckETH", HdrImmDt: "ImmDt", HdrIETH: "IETH",
-		HdrFETH: "FETH", HdrXRCETH: "XRCETH", HdrCNPReserved: "CNP",
+		HdrFETH: "FETH", HdrXRCETH: "XRCETH", HdrCNPReserved: "CNP", HdrDCETH: "DCETH", HdrDCCETH: "DCCETH",
 	}
 	for i, h := range headerOrder {
 		errSpecMissing[i] = &SpecError{Field: names[h], Reason: "nil but the opcode carries it"}
@@ -133,6 +133,7 @@ func (s *FrameSpec) checkIB() (*OpcodeInfo, error) {
 		return nil, errSpecPSN
 	}
 	present := [len(headerOrder)]bool{
+		false, false, // DCETH, DCCETH: no opcode of the standard table carries them
 		s.RDETH != nil, s.DETH != nil, s.XRCETH != nil, s.FETH != nil, s.RETH != nil,
 		s.AtomicETH != nil, s.AETH != nil, s.AtomicAckETH != nil, s.ImmDt != nil, s.IETH != nil,
 		info.Headers&HdrCNPReserved != 0, // nothing to supply

@@ -186,6 +186,10 @@ const (
 	HdrXRCETH
 	// HdrCNPReserved is the 16-byte reserved block of a CNP.
 	HdrCNPReserved
+	// HdrDCETH and HdrDCCETH are goroce's DC headers (dc.go), decoded only
+	// by ParseDC and ParseDCIB.
+	HdrDCETH
+	HdrDCCETH
 )
 
 // headerOrder lists every extended header in wire order: RD's RDETH and
@@ -193,12 +197,12 @@ const (
 // (FLUSH puts FETH before RETH; WRITE-with-immediate puts RETH before ImmDt;
 // ATOMIC ACKNOWLEDGE puts AETH before AtomicAckETH).
 var headerOrder = [NumHeaders]HeaderMask{
-	HdrRDETH, HdrDETH, HdrXRCETH, HdrFETH, HdrRETH, HdrAtomicETH, HdrAETH,
+	HdrDCETH, HdrDCCETH, HdrRDETH, HdrDETH, HdrXRCETH, HdrFETH, HdrRETH, HdrAtomicETH, HdrAETH,
 	HdrAtomicAckETH, HdrImmDt, HdrIETH, HdrCNPReserved,
 }
 
 // NumHeaders is the number of distinct extended headers (the bits of HeaderMask).
-const NumHeaders = 11
+const NumHeaders = 13
 
 // HeaderOrder returns every extended header in wire order; no opcode carries
 // two headers in any other order.
@@ -230,13 +234,17 @@ func (h HeaderMask) Size() int {
 		return XRCETHSize
 	case HdrCNPReserved:
 		return CNPReservedSize
+	case HdrDCETH:
+		return DCETHSize
+	case HdrDCCETH:
+		return DCCETHSize
 	}
 	return 0
 }
 
 // String lists the headers in h in wire order, e.g. "RETH|ImmDt"; "none" if empty.
 func (h HeaderMask) String() string {
-	names := [NumHeaders]string{"RDETH", "DETH", "XRCETH", "FETH", "RETH", "AtomicETH", "AETH", "AtomicAckETH", "ImmDt", "IETH", "CNPReserved"}
+	names := [NumHeaders]string{"DCETH", "DCCETH", "RDETH", "DETH", "XRCETH", "FETH", "RETH", "AtomicETH", "AETH", "AtomicAckETH", "ImmDt", "IETH", "CNPReserved"}
 	s := ""
 	for i, x := range headerOrder {
 		if h&x != 0 {
@@ -246,7 +254,7 @@ func (h HeaderMask) String() string {
 			s += names[i]
 		}
 	}
-	if rest := h &^ (HdrCNPReserved<<1 - 1); rest != 0 {
+	if rest := h &^ (HdrDCCETH<<1 - 1); rest != 0 {
 		if s != "" {
 			s += "|"
 		}
@@ -283,6 +291,10 @@ func (h HeaderMask) Layer() string {
 		return "xrceth"
 	case HdrCNPReserved:
 		return "cnp"
+	case HdrDCETH:
+		return "dceth"
+	case HdrDCCETH:
+		return "dcceth"
 	}
 	return "?"
 }

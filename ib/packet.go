@@ -23,6 +23,8 @@ type Packet struct {
 	FETH         FETH
 	XRCETH       XRCETH
 	CNPReserved  []byte
+	DCETH        DCETH  // DC only (ParseDC)
+	DCCETH       DCCETH // DC CONNECT only (ParseDC)
 
 	Payload []byte // data only, pad excluded
 	Pad     []byte
@@ -63,7 +65,7 @@ func Parse(frame []byte, p *Packet) error {
 	if p == nil {
 		return errNilPacket
 	}
-	if !p.parse(frame) {
+	if !p.parse(frame, &opcodeTable) {
 		return &p.err
 	}
 	return nil
@@ -78,13 +80,14 @@ func ParseIB(b []byte, p *Packet) error {
 		return errNilPacket
 	}
 	p.Reset()
-	if !p.parseIB(b, 0) {
+	if !p.parseIB(b, 0, &opcodeTable) {
 		return &p.err
 	}
 	return nil
 }
 
-func (p *Packet) parse(frame []byte) bool {
+// parse decodes frame with the opcode table tbl.
+func (p *Packet) parse(frame []byte, tbl *[256]OpcodeInfo) bool {
 	p.Reset()
 	if len(frame) < EthernetSize {
 		return p.fail("ethernet", 0, ErrTruncated, "frame shorter than Ethernet header")
@@ -179,11 +182,12 @@ func (p *Packet) parse(frame []byte) bool {
 	}
 	p.UDP = udp
 	p.datagram = frame[off:end:end]
-	return p.parseIB(frame[off+UDPSize:end:end], off+UDPSize)
+	return p.parseIB(frame[off+UDPSize:end:end], off+UDPSize, tbl)
 }
 
-// parseIB decodes BTH … ICRC from b; base is b's offset in the caller's input.
-func (p *Packet) parseIB(b []byte, base int) bool {
+// parseIB decodes BTH … ICRC from b with the opcode table tbl; base is b's
+// offset in the caller's input.
+func (p *Packet) parseIB(b []byte, base int, tbl *[256]OpcodeInfo) bool {
 	if len(b) < BTHSize {
 		return p.fail("bth", base, ErrTruncated, "shorter than BTH")
 	}
@@ -191,7 +195,7 @@ func (p *Packet) parseIB(b []byte, base int) bool {
 	if bth.TVer() != 0 {
 		return p.fail("bth", base+bthFlags, ErrUnsupported, "transport header version is not 0")
 	}
-	info := &opcodeTable[bth.Opcode()]
+	info := &tbl[bth.Opcode()]
 	if !info.Valid {
 		return p.fail("bth", base+bthOpcode, ErrUnsupported, "undefined opcode")
 	}
@@ -228,6 +232,10 @@ func (p *Packet) parseIB(b []byte, base int) bool {
 			p.XRCETH = v
 		case HdrCNPReserved:
 			p.CNPReserved = v
+		case HdrDCETH:
+			p.DCETH = v
+		case HdrDCCETH:
+			p.DCCETH = v
 		}
 	}
 	hl := info.HeaderLen
@@ -287,7 +295,7 @@ func (p *Packet) UDPChecksumValid() bool {
 // frame's last four IB bytes. It fails if the frame does not parse.
 func SetFrameICRC(frame []byte) error {
 	var p Packet
-	if !p.parse(frame) {
+	if !p.parseAny(frame) {
 		e := p.err
 		return &e
 	}
@@ -296,11 +304,18 @@ func SetFrameICRC(frame []byte) error {
 	return nil
 }
 
+// parseAny parses frame as Parse does or, failing that, as ParseDC does:
+// the ICRC helpers need only the lengths, and a DC frame need not fit RD's
+// header layout.
+func (p *Packet) parseAny(frame []byte) bool {
+	return p.parse(frame, &opcodeTable) || p.parse(frame, &dcProfileTable)
+}
+
 // VerifyFrameICRC parses frame and checks its ICRC: nil, ErrBadICRC, or the
 // *ParseError that rejected the frame.
 func VerifyFrameICRC(frame []byte) error {
 	var p Packet
-	if !p.parse(frame) {
+	if !p.parseAny(frame) {
 		e := p.err
 		return &e
 	}

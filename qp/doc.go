@@ -23,7 +23,12 @@
 // (SEND_WITH_INV invalidates an ordinary MR), FLUSH with persistence (global
 // visibility is supported, as is ATOMIC_WRITE), alternate paths, multicast,
 // end-to-end credits (received credits are ignored; ACKs carry 0x1F as rxe's
-// do), XRC and RD. Atomics are atomic with respect to this engine only. A
+// do), XRC and RD.
+//
+// DC (DCI and DCT queue pairs, the mlx5 dynamically connected transport)
+// runs on the RC stages with goroce's own framing in the RD opcode space;
+// see docs/dc.md for every field, what is public and what is goroce's
+// choice. Interoperability with ConnectX is unverified; rxe has no DC. Atomics are atomic with respect to this engine only. A
 // completion that does not fit its CQ is lost (CQ.Overflows) and moves its QP
 // to the error state, as in rxe; size CQs for the queues they serve.
 //

@@ -88,6 +88,7 @@ type Stats struct {
 	DuplicateRequests        uint64
 	BadAddress               uint64 // RC/UC packets from or to an address other than the QP's peer
 	ShortTxBuffer            uint64
+	DC                       DCStats
 }
 
 // Engine owns every verbs object of one device and runs their transport.
@@ -107,6 +108,7 @@ type Engine struct {
 	stats  Stats
 
 	onEvent func(Event) // asynchronous events (events.go)
+	dc     dcEngine
 }
 
 // New creates an engine.
@@ -268,6 +270,13 @@ func (e *Engine) Receive(p *ib.Packet, src *Source) error {
 	if len(p.BTH) < ib.BTHSize {
 		e.stats.RxDropped++
 		return ErrBadHeader
+	}
+	if p.BTH.Opcode().Transport() == ib.TransportDC {
+		err := e.receiveDC(p, src)
+		if err != nil {
+			e.stats.RxDropped++
+		}
+		return err
 	}
 	q := e.qps[p.BTH.DestQP()]
 	if q == nil {

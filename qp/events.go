@@ -160,6 +160,9 @@ func (q *QP) failResponder(st WCStatus) {
 // raiseFailure records why the QP is about to enter the error state and
 // raises the event. Called once per transition, by toError.
 func (q *QP) raiseFailure() {
+	if q.internal() {
+		return
+	}
 	f := &QPError{QPN: q.qpn, Type: EventQPFatal, Status: q.cause, CQOverflow: q.lostWC}
 	if f.Status == WCSuccess {
 		f.Status = WCGeneralErr
@@ -180,6 +183,9 @@ func (q *QP) raiseFailure() {
 // lastWQE raises EventQPLastWQEReached for an SRQ-attached QP entering the
 // error state.
 func (q *QP) lastWQE() {
+	if q.internal() {
+		return
+	}
 	if q.srq != nil {
 		q.e.raise(Event{Type: EventQPLastWQEReached, QP: q, SRQ: q.srq})
 	}
@@ -226,3 +232,7 @@ func (s *SRQ) take(dst *curRecv) bool {
 	}
 	return true
 }
+
+// internal reports a QP the engine made for itself (one initiator's state
+// inside a DCT): its failures are the DCT's business, not the caller's.
+func (q *QP) internal() bool { return q.dc != nil && q.dc.role == dcContext }

@@ -1,5 +1,7 @@
 package qp
 
+import "fmt"
+
 // Test-only hooks for replaying captured traffic, where keys and QPNs were
 // chosen by the peer that produced the capture.
 
@@ -28,3 +30,23 @@ func RegMRWithKey(pd *PD, buf []byte, iova uint64, acc Access, key uint32) (*MR,
 
 // SetNextQPN makes the next CreateQP try qpn first.
 func SetNextQPN(e *Engine, qpn uint32) { e.nextQPN = qpn }
+
+// DebugDC describes a DCI's state for test failure messages.
+func DebugDC(q *QP) string {
+	d := q.dc
+	if d == nil {
+		return "not DC"
+	}
+	return fmt.Sprintf("state %v connected %v gen %d dctn %#x ctl %d retryConnect %v linger %v sq %d/%d/%d psn %d comp %d max %d needRetry %v rnrWait %v armed %v",
+		q.state, d.connected, d.gen, d.target.dctn, d.ctl, d.retryConnect, d.lingerArmed, q.sqHead, q.req.idx, q.sqTail,
+		q.req.psn, q.comp.psn, q.req.maxPSN, q.req.needRetry, q.req.rnrWait, q.comp.armed)
+}
+
+// DebugDCT describes a DCT's initiators.
+func DebugDCT(q *QP) string {
+	s := ""
+	for k, c := range q.dc.ctxs {
+		s += fmt.Sprintf("\n  dci %#x gen %d state %v epsn %d haveRecv %v inMsg %d out %d last %v", k.qpn, c.dc.gen, c.state, c.resp.epsn, c.resp.haveRecv, c.resp.inMsg, c.resp.outLen, c.dc.last)
+	}
+	return s
+}

@@ -20,7 +20,8 @@ type QPInitAttr struct {
 	SendCQ, RecvCQ *CQ
 	SRQ            *SRQ // optional; then the QP has no receive queue of its own
 	Cap            QPCap
-	SigAll         bool // every send WR generates a completion
+	SigAll         bool       // every send WR generates a completion
+	DC             DCInitAttr // DCT only: access key and initiator bound (see dc.go)
 }
 
 // QPAttr holds the modifiable attributes of a queue pair (struct ibv_qp_attr).
@@ -57,10 +58,11 @@ type sendWQE struct {
 	inline     []byte // into the QP's inline store; used when flags has SendInline
 	length     uint32
 
-	// UD
+	// UD and DCI (the DCI's target: address, DCT number, DC key)
 	av        AddressVector
 	remoteQPN uint32
 	qkey      uint32
+	dcKey     uint64
 
 	started   bool // PSNs assigned
 	rdCounted bool // holds one of the max_rd_atomic slots
@@ -97,6 +99,7 @@ type QP struct {
 	req  requester
 	comp completer
 	resp responder
+	dc   *dcQP // DCI, DCT, or one initiator's responder state at a DCT
 
 	inReady   bool
 	readyNext *QP
@@ -121,6 +124,8 @@ func (pd *PD) CreateQP(init *QPInitAttr) (*QP, error) {
 	typ, gsi := init.Type, false
 	switch typ {
 	case RC, UC, UD:
+	case DCI, DCT:
+		typ = RC // the RC requester, completer and responder run DC
 	case GSI:
 		if e.qps[1] != nil {
 			return nil, ErrBusy
@@ -133,6 +138,9 @@ func (pd *PD) CreateQP(init *QPInitAttr) (*QP, error) {
 		return nil, ErrInvalidArgument
 	}
 	c := init.Cap
+	if err := dcPrepare(init, &c); err != nil {
+		return nil, err
+	}
 	if c.MaxSendWR < 1 || c.MaxSendWR > MaxQPWR || c.MaxSendSGE < 0 || c.MaxSendSGE > MaxSGE ||
 		c.MaxInlineData < 0 || c.MaxInlineData > MaxInline {
 		return nil, ErrInvalidArgument
@@ -187,6 +195,7 @@ func (pd *PD) CreateQP(init *QPInitAttr) (*QP, error) {
 	q.mtu = 256
 	q.sport = ib.RXESourcePort(qpn)
 	q.resetTransport()
+	q.initDC(init)
 	pd.refs++
 	init.SendCQ.refs++
 	init.RecvCQ.refs++
@@ -214,6 +223,9 @@ func (q *QP) QPN() uint32 { return q.qpn }
 
 // Type returns the transport type.
 func (q *QP) Type() QPType {
+	if q.dc != nil {
+		return q.dc.qpType()
+	}
 	if q.gsi {
 		return GSI
 	}
@@ -237,6 +249,7 @@ func (q *QP) Destroy() error {
 		return ErrClosed
 	}
 	q.destroyed = true
+	q.destroyDC()
 	q.e.ready.remove(q)
 	delete(q.e.qps, q.qpn)
 	for i, x := range q.e.qpList {
@@ -366,6 +379,9 @@ var qpStateTable = [StateErr + 1][StateErr + 1]qpMove{
 
 // transitionFor looks a move up in qpStateTable.
 func transitionFor(t QPType, from, to QPState) transition {
+	if t == DCI || t == DCT {
+		return dcTransitionFor(t, from, to)
+	}
 	if t > UD || from > StateErr || to > StateErr {
 		return transition{}
 	}
@@ -396,11 +412,11 @@ func (q *QP) Modify(attr *QPAttr, mask AttrMask) error {
 		}
 		next = attr.State
 	}
-	tr := transitionFor(q.typ, cur, next)
+	tr := transitionFor(q.tableType(), cur, next)
 	if mask&AttrState == 0 {
 		// Attribute change without a state change: allowed only where a
 		// same-state transition exists.
-		tr = transitionFor(q.typ, cur, cur)
+		tr = transitionFor(q.tableType(), cur, cur)
 		if tr.valid {
 			tr.req &^= AttrState
 		}
@@ -561,6 +577,9 @@ func (q *QP) resetTransport() {
 	q.resp.reset(ib.PSN(q.attr.RQPSN))
 	q.resp.initResources(int(q.attr.MaxDestRdAtomic))
 	q.failure, q.cause, q.respFault, q.lostWC = nil, WCSuccess, false, false
+	if q.dc != nil {
+		q.resetDC()
+	}
 }
 
 // toError moves the QP to the error state (after a fatal transport error).
@@ -618,10 +637,12 @@ type SendWR struct {
 	FlushLen       uint32
 	FlushPlacement uint8 // 1 = global visibility, 2 = persistence (both may be set)
 	FlushLevel     uint8 // 0 = the range RemoteAddr..+FlushLen, 1 = the whole region
-	// UD
+	// UD; a DCI's target is AH, RemoteQPN (the DCT number) and DCKey, as
+	// mlx5dv_wr_set_dc_addr(ah, remote_dctn, remote_dc_key) names it
 	AH         *AH
 	RemoteQPN  uint32
 	RemoteQKey uint32
+	DCKey      uint64
 }
 
 // PostSend posts a send work request. Structural errors (opcode not valid for
@@ -669,7 +690,7 @@ func (q *QP) PostSend(wr *SendWR) error {
 			return ErrInvalidArgument
 		}
 	}
-	if q.typ == UD {
+	if q.typ == UD || q.isDCI() {
 		if wr.AH == nil || wr.AH.pd != q.pd {
 			return ErrInvalidArgument
 		}
@@ -701,8 +722,8 @@ func (q *QP) PostSend(wr *SendWR) error {
 	} else {
 		w.sge = append(w.sge[:0], wr.SGL...)
 	}
-	if q.typ == UD {
-		w.av, w.remoteQPN, w.qkey = wr.AH.av, wr.RemoteQPN, wr.RemoteQKey
+	if q.typ == UD || q.isDCI() {
+		w.av, w.remoteQPN, w.qkey, w.dcKey = wr.AH.av, wr.RemoteQPN, wr.RemoteQKey, wr.DCKey
 	}
 	w.started, w.rdCounted = false, false
 	q.sqTail++
@@ -718,6 +739,9 @@ func (q *QP) PostSend(wr *SendWR) error {
 }
 
 func (q *QP) opAllowed(op WROpcode) bool {
+	if q.dc != nil {
+		return q.dc.opAllowed(op)
+	}
 	switch q.typ {
 	case RC:
 		switch op {
@@ -829,6 +853,14 @@ func (q *QP) produce(now time.Duration, t *TxPacket) int {
 	if q.destroyed {
 		return idle
 	}
+	if q.dc != nil {
+		return q.produceDC(now, t)
+	}
+	return q.produceBody(now, t)
+}
+
+// produceBody is produce for every QP; DC QPs reach it through produceDC.
+func (q *QP) produceBody(now time.Duration, t *TxPacket) int {
 	buf := t.Buf
 	if t.Headroom < 0 || t.Headroom > len(buf) {
 		q.e.stats.ShortTxBuffer++
@@ -866,6 +898,9 @@ func (q *QP) produce(now time.Duration, t *TxPacket) int {
 }
 
 func (q *QP) mayHaveWork() bool {
+	if q.dc != nil && q.dc.hasControl(q) {
+		return true
+	}
 	return q.resp.outLen > 0 || q.req.idx != q.sqTail || q.req.needRetry
 }
 
@@ -902,6 +937,9 @@ func (q *QP) deadline() (time.Duration, bool) {
 	if q.req.rnrWait && (!ok || q.req.rnrUntil < d) {
 		d, ok = q.req.rnrUntil, true
 	}
+	if q.dc != nil && q.dc.lingerArmed && (!ok || q.dc.lingerAt < d) {
+		d, ok = q.dc.lingerAt, true
+	}
 	return d, ok
 }
 
@@ -914,6 +952,9 @@ func (q *QP) advance(now time.Duration) {
 	if q.comp.armed && now >= q.comp.deadline {
 		q.comp.armed = false
 		q.timeout(now)
+	}
+	if q.dc != nil {
+		q.advanceDC(now)
 	}
 }
 

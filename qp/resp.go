@@ -183,6 +183,9 @@ func (r *responder) findRes(psn ib.PSN, kind uint8) int {
 
 // receive dispatches a packet addressed to this QP.
 func (q *QP) receive(p *ib.Packet, src *Source) error {
+	if q.dc != nil {
+		return ErrWrongTransport // DC packets take Engine.receiveDC
+	}
 	bth := p.BTH
 	if bth.TVer() != 0 {
 		return ErrBadHeader

@@ -234,6 +234,10 @@ func (t QPType) String() string {
 		return "UD"
 	case GSI:
 		return "GSI"
+	case DCI:
+		return "DCI"
+	case DCT:
+		return "DCT"
 	}
 	return "QPType(" + strconv.Itoa(int(t)) + ")"
 }

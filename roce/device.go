@@ -407,7 +407,7 @@ func (d *Device) receiveBatch(frames [][]byte, p *ib.Packet) {
 			d.ctr.badFrame.Add(1)
 			continue
 		}
-		if err := ib.ParseIB(f[fr.Payload:fr.End], p); err != nil {
+		if err := ib.ParseDCIB(f[fr.Payload:fr.End], p); err != nil {
 			d.ctr.badFrame.Add(1)
 			continue
 		}
@@ -431,6 +431,9 @@ func (d *Device) receiveBatch(frames [][]byte, p *ib.Packet) {
 		if !gt.has(src.DGID) {
 			d.ctr.badDGID.Add(1)
 			continue
+		}
+		if p.BTH.Opcode().Transport() == ib.TransportDC {
+			d.learnDCPeer(f, fr.Src)
 		}
 		if !locked {
 			d.mu.Lock()

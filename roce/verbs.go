@@ -494,7 +494,8 @@ type QPInitAttr struct {
 	SendCQ, RecvCQ *CQ
 	SRQ            *SRQ // optional: the QP then has no receive queue of its own
 	Cap            QPCap
-	SigAll         bool // every send WR generates a completion
+	SigAll         bool       // every send WR generates a completion
+	DC             DCInitAttr // DCT: access key and initiator bound
 }
 
 // QP is a queue pair (ibv_qp).
@@ -524,7 +525,7 @@ func (pd *PD) CreateQP(attr *QPInitAttr) (*QP, error) {
 	if c.MaxSendWR == 0 {
 		c.MaxSendWR = 128
 	}
-	if c.MaxRecvWR == 0 && attr.SRQ == nil {
+	if c.MaxRecvWR == 0 && attr.SRQ == nil && attr.Type != DCI {
 		c.MaxRecvWR = 128
 	}
 	if c.MaxSendSGE == 0 {
@@ -536,7 +537,7 @@ func (pd *PD) CreateQP(attr *QPInitAttr) (*QP, error) {
 	if c.MaxInlineData == 0 {
 		c.MaxInlineData = 64
 	}
-	ia := qp.QPInitAttr{Type: attr.Type, SendCQ: attr.SendCQ.cq, RecvCQ: attr.RecvCQ.cq, Cap: c, SigAll: attr.SigAll}
+	ia := qp.QPInitAttr{Type: attr.Type, SendCQ: attr.SendCQ.cq, RecvCQ: attr.RecvCQ.cq, Cap: c, SigAll: attr.SigAll, DC: attr.DC}
 	if attr.SRQ != nil {
 		ia.SRQ = attr.SRQ.srq
 	}
@@ -641,10 +642,12 @@ type SendWR struct {
 	RKey           uint32
 	CompareAdd     uint64 // atomics: compare (CmpSwap) or add (FetchAdd)
 	Swap           uint64 // CmpSwap
-	// UD only.
+	// UD; a DCI's target is AH, RemoteQPN (the DCT number) and DCKey
+	// (mlx5dv_wr_set_dc_addr).
 	AH         *AH
 	RemoteQPN  uint32
 	RemoteQKey uint32
+	DCKey      uint64
 }
 
 func (q *QP) fill(wr *SendWR) {
@@ -656,7 +659,7 @@ func (q *QP) fill(wr *SendWR) {
 	if wr.AH != nil {
 		w.AH = wr.AH.ah
 	}
-	w.RemoteQPN, w.RemoteQKey = wr.RemoteQPN, wr.RemoteQKey
+	w.RemoteQPN, w.RemoteQKey, w.DCKey = wr.RemoteQPN, wr.RemoteQKey, wr.DCKey
 }
 
 // PostSend posts a send work request and starts transmitting it. Structural

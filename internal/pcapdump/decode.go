@@ -42,6 +42,8 @@ type Record struct {
 	AckReq     bool    `json:"ack_req"`
 	PSN        uint32  `json:"psn"`
 
+	DCETH     *DCETH     `json:"dceth,omitempty"`  // DC (goroce's framing, docs/dc.md)
+	DCCETH    *DCCETH    `json:"dcceth,omitempty"` // DC CONNECT
 	RDETH     *RDETH     `json:"rdeth,omitempty"`
 	DETH      *DETH      `json:"deth,omitempty"`
 	XRCETH    *XRCETH    `json:"xrceth,omitempty"`
@@ -60,6 +62,15 @@ type Record struct {
 
 // Extension header objects of Record.
 type (
+	DCETH struct {
+		Key  uint64 `json:"key,omitempty"`  // requests and CONNECT: the DC access key
+		DCTN uint32 `json:"dctn,omitempty"` // responses: the DCT number
+	}
+	DCCETH struct {
+		Flags uint8  `json:"flags"`
+		DCI   uint32 `json:"dci"`
+		Conn  uint32 `json:"conn"`
+	}
 	RDETH struct {
 		EEC uint32 `json:"eec"`
 	}
@@ -123,6 +134,9 @@ func (r *Record) Failed() bool {
 
 // Decoder decodes frames into Records, reusing one ib.Packet.
 type Decoder struct {
+	// DC reads the RD opcode space as goroce's DC framing (ib.ParseDC), as
+	// Wireshark reads it, instead of IBTA RD.
+	DC  bool
 	pkt ib.Packet
 }
 
@@ -141,7 +155,11 @@ func (d *Decoder) Decode(f Frame, r *Record) {
 	}
 	p := &d.pkt
 	p.Reset()
-	if err := ib.Parse(f.Data, p); err != nil {
+	parse := ib.Parse
+	if d.DC {
+		parse = ib.ParseDC
+	}
+	if err := parse(f.Data, p); err != nil {
 		r.Error = err.Error()
 		if f.OrigLen > len(f.Data) {
 			r.Error = fmt.Sprintf("%v (the capture kept %d of %d bytes)", err, len(f.Data), f.OrigLen)
@@ -168,7 +186,7 @@ func (d *Decoder) Decode(f Frame, r *Record) {
 
 	b := p.BTH
 	r.Opcode = uint8(b.Opcode())
-	r.OpcodeName = b.Opcode().String()
+	r.OpcodeName = p.Info.Name
 	r.Solicited = b.Solicited()
 	r.MigReq = b.MigReq()
 	r.Pad = b.PadCount()
@@ -180,6 +198,18 @@ func (d *Decoder) Decode(f Frame, r *Record) {
 	r.AckReq = b.AckReq()
 	r.PSN = uint32(b.PSN())
 
+	if p.DCETH != nil {
+		f := p.DCETH.Fields()
+		if p.Info.IsRequest {
+			r.DCETH = &DCETH{Key: f.Key}
+		} else {
+			r.DCETH = &DCETH{DCTN: f.DCTN}
+		}
+	}
+	if p.DCCETH != nil {
+		f := p.DCCETH.Fields()
+		r.DCCETH = &DCCETH{Flags: f.Flags, DCI: f.DCI, Conn: f.Conn}
+	}
 	if p.RDETH != nil {
 		r.RDETH = &RDETH{EEC: p.RDETH.Fields().EEC}
 	}

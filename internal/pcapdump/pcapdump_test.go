@@ -151,7 +151,7 @@ func jsonLines(t *testing.T, out string) []map[string]any {
 var commonKeys = []string{"frame", "ip_version", "src", "dst", "udp_sport", "opcode", "opcode_name",
 	"solicited", "mig_req", "pad", "pkey", "dest_qp", "ack_req", "psn", "icrc_ok", "payload_len"}
 
-var optionalKeys = []string{"reth", "aeth", "deth", "imm", "ieth", "atomic", "atomic_ack", "rdeth", "xrceth", "feth"}
+var optionalKeys = []string{"reth", "aeth", "deth", "imm", "ieth", "atomic", "atomic_ack", "rdeth", "xrceth", "feth", "dceth", "dcceth"}
 
 func TestJSONKeys(t *testing.T) {
 	frames, extra := sampleFrames(t)

@@ -28,8 +28,9 @@ func Run(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("pcap", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	jsonOut := fs.Bool("json", false, "write one JSON object per frame instead of a summary line")
+	dc := fs.Bool("dc", false, "read the RD opcode space (0x40-0x5F) as DC, as Wireshark does (goroce's DC framing, docs/dc.md)")
 	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "usage: rocectl pcap [--json] FILE...   (FILE - reads standard input)")
+		fmt.Fprintln(fs.Output(), "usage: rocectl pcap [--json] [--dc] FILE...   (FILE - reads standard input)")
 		fmt.Fprintln(fs.Output(), "Decodes every frame of pcap/pcapng files as RoCEv2. Exit status 1 if a RoCEv2")
 		fmt.Fprintln(fs.Output(), "frame cannot be decoded or has a bad ICRC; other traffic is listed, not counted.")
 		fs.PrintDefaults()
@@ -53,7 +54,7 @@ func Run(args []string, stdout, stderr io.Writer) int {
 		if multi && !*jsonOut {
 			fmt.Fprintf(w, "==> %s <==\n", name)
 		}
-		c, err := dumpFile(w, name, multi, *jsonOut)
+		c, err := dumpFile(w, name, multi, *jsonOut, *dc)
 		if !*jsonOut {
 			fmt.Fprintf(w, "%d frames: %d RoCEv2, %d bad ICRC, %d undecodable, %d not RoCEv2\n",
 				c.Frames, c.RoCE, c.BadICRC, c.Undecodable, c.NotRoCE)
@@ -78,7 +79,7 @@ func Run(args []string, stdout, stderr io.Writer) int {
 	return status
 }
 
-func dumpFile(w *bufio.Writer, name string, multi, jsonOut bool) (Counts, error) {
+func dumpFile(w *bufio.Writer, name string, multi, jsonOut, dc bool) (Counts, error) {
 	var c Counts
 	var in io.Reader = os.Stdin // "-", e.g. tcpdump -w - | rocectl pcap -
 	if name != "-" {
@@ -90,7 +91,7 @@ func dumpFile(w *bufio.Writer, name string, multi, jsonOut bool) (Counts, error)
 		in = f
 	}
 	var (
-		d   Decoder
+		d   = Decoder{DC: dc}
 		rec Record
 		enc = json.NewEncoder(w)
 	)
@@ -155,6 +156,19 @@ func Summary(r *Record) string {
 	}
 	if r.PKey != 0xffff {
 		fmt.Fprintf(&s, " pkey=%#04x", r.PKey)
+	}
+	if r.DCETH != nil {
+		if r.DCETH.DCTN != 0 {
+			fmt.Fprintf(&s, " dctn=%#x", r.DCETH.DCTN)
+		} else {
+			fmt.Fprintf(&s, " dckey=%#x", r.DCETH.Key)
+		}
+	}
+	if r.DCCETH != nil {
+		fmt.Fprintf(&s, " dci=%#x conn=%d", r.DCCETH.DCI, r.DCCETH.Conn)
+		if r.DCCETH.Flags&ib.DCCDisconnect != 0 {
+			s.WriteString(" disconnect")
+		}
 	}
 	if r.RDETH != nil {
 		fmt.Fprintf(&s, " eec=%#x", r.RDETH.EEC)

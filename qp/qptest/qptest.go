@@ -61,7 +61,7 @@ type Options struct {
 	AddrA, AddrB netip.Addr
 }
 
-const slotSize = 4096 + 128
+const slotSize = 4096 + 192 // headroom 64 + MTU + 64, and 8 more for DC
 
 // NewNet creates two engines sharing one fake clock.
 func NewNet(o Options) (*Net, error) {
@@ -142,7 +142,7 @@ func (n *Net) deliver(from, to *Side) int {
 			n.RxErrors[errICRC]++
 			return
 		}
-		if err := ib.ParseIB(b, &n.pkt); err != nil {
+		if err := ib.ParseDCIB(b, &n.pkt); err != nil {
 			n.RxErrors[errParse]++
 			return
 		}

@@ -54,6 +54,9 @@ type PerfConfig struct {
 	// RDMACM (-R) asks Loopback to connect with rdma_cm; Perf takes the
 	// mode from its OOB.
 	RDMACM bool
+	// DC (--connection DC) runs the test from a DCI to the peer's DCT
+	// (goroce peers only).
+	DC bool
 }
 
 // PerfResult is one size's outcome.
@@ -175,6 +178,10 @@ type perf struct {
 	sge  [1]roce.SGE
 	rwr  roce.RecvWR
 	rsge [1]roce.SGE
+	// --connection DC: the DCI is q; receives go to the DCT's SRQ.
+	dct *roce.QP
+	srq *roce.SRQ
+	ah  *roce.AH
 }
 
 // Perf runs one perftest test on dev against the peer behind oob, writing
@@ -213,7 +220,7 @@ func perfRun(ctx context.Context, dev *roce.Device, oob OOB, cfg PerfConfig, out
 	}
 	p.params = &perftest.Params{RDMACM: oob.RDMACM != nil,
 		Verb: cfg.Verb, AtomicOp: cfg.AtomicOp, Latency: cfg.Latency, Role: p.role,
-		Device: cfg.Device, NumQPs: 1, Conn: "RC", Transport: "IB", PCIeRelax: "OFF",
+		Device: cfg.Device, NumQPs: 1, Conn: connName(cfg.DC), Transport: "IB", PCIeRelax: "OFF",
 		UseEvent: cfg.Events, TxDepth: cfg.TxDepth, RxDepth: cfg.RxDepth, CQMod: cfg.CQMod,
 		LinkType: "Ethernet", GIDIndex: cfg.GIDIndex, OutReads: outReads, ReportGbits: cfg.Gbits,
 	}
@@ -275,7 +282,16 @@ func perfRun(ctx context.Context, dev *roce.Device, oob OOB, cfg PerfConfig, out
 		return nil, err
 	}
 	defer p.mr.Close()
-	if sess == nil {
+	if cfg.DC {
+		if sess != nil {
+			return nil, fmt.Errorf("DC does not run over rdma_cm")
+		}
+		defer p.closeDC()
+		if err := p.dcQPs(qpCap); err != nil {
+			return nil, err
+		}
+		defer p.q.Close()
+	} else if sess == nil {
 		if p.q, err = p.pd.CreateQP(&roce.QPInitAttr{Type: roce.RC, SendCQ: p.scq, RecvCQ: p.rcq, Cap: qpCap}); err != nil {
 			return nil, err
 		}
@@ -290,6 +306,9 @@ func perfRun(ctx context.Context, dev *roce.Device, oob OOB, cfg PerfConfig, out
 	}
 	if p.q != nil {
 		p.me.QPN = p.q.QPN()
+	}
+	if p.dct != nil {
+		p.me.QPN = p.dct.QPN() // the peer's DCI targets our DCT
 	}
 	fmt.Fprint(p.out, perftest.Header(p.params))
 
@@ -380,6 +399,10 @@ func fillPattern(b []byte, seed byte) {
 }
 
 func (p *perf) connect(ctx context.Context, rem perftest.Dest) error {
+	if p.dct != nil {
+		p.rem = rem
+		return p.connectDC(ctx)
+	}
 	err := p.q.Connect(ctx, &roce.ConnectAttr{
 		RemoteQPN: rem.QPN, RemoteGID: rem.GID, RemotePSN: rem.PSN, LocalPSN: p.me.PSN,
 		SGID: p.me.GID, PathMTU: p.mtu, Timeout: 14, RetryCnt: 7, RNRRetry: 7, MinRNRTimer: 12,
@@ -405,7 +428,11 @@ func (p *perf) postRecvs(n int) error {
 func (p *perf) postRecv(id uint64) error {
 	p.rsge[0] = p.mr.SGE(p.half, p.size)
 	p.rwr = roce.RecvWR{ID: id, SGL: p.rsge[:]}
-	if err := p.q.PostRecv(&p.rwr); err != nil {
+	post := p.q.PostRecv
+	if p.srq != nil {
+		post = p.srq.PostRecv
+	}
+	if err := post(&p.rwr); err != nil {
 		return fmt.Errorf("Couldn't post recv: %w", err)
 	}
 	return nil
@@ -467,6 +494,9 @@ func (p *perf) sendWR(i int, signaled bool) *roce.SendWR {
 			wr.Opcode = roce.WRAtomicFetchAndAdd
 			wr.CompareAdd = 1
 		}
+	}
+	if p.ah != nil {
+		wr.AH, wr.RemoteQPN, wr.DCKey = p.ah, p.rem.QPN, PerfDCKey
 	}
 	if p.cfg.Verb != perftest.Send {
 		wr.RKey = p.rem.RKey

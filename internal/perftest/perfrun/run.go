@@ -154,6 +154,7 @@ type perfFlags struct {
 	loopback *bool
 	link     *string
 	atomic   *string
+	conn     *string
 	timeout  *time.Duration
 }
 
@@ -179,6 +180,8 @@ func newPerfFlags(stderr io.Writer) *perfFlags {
 	f.loopback = fs.Bool("loopback", false, "run both ends in this process over kernel UDP on 127.0.0.1 (no root needed)")
 	f.link = fs.String("link", "auto", "packet link: xdp, udp or auto (xdp, falling back to udp)")
 	f.atomic = fs.String("A", "FETCH_AND_ADD", "atomic type: CMP_AND_SWAP or FETCH_AND_ADD")
+	f.conn = fs.String("connection", "RC", "connection type: RC, or DC between goroce peers (perftest -c)")
+	fs.StringVar(f.conn, "c", "RC", "short for --connection")
 	f.timeout = fs.Duration("timeout", 0, "give up after this long (0: never; loopback: 60s)")
 	return f
 }
@@ -228,6 +231,14 @@ func RunPerf(args []string, stdout, stderr io.Writer) int {
 		Verb: test.Verb, Latency: test.Latency, Size: *f.size, Iters: *f.iters, TxDepth: *f.txDepth,
 		RxDepth: *f.rxDepth, CQMod: *f.cqMod, MTU: m, GIDIndex: *f.gid, Events: *f.events,
 		Gbits: *f.gbits, RunAll: *f.all, Device: *f.dev, RDMACM: *f.rdmaCM,
+	}
+	switch strings.ToUpper(*f.conn) {
+	case "RC":
+	case "DC":
+		cfg.DC = true
+	default:
+		fmt.Fprintf(stderr, "rocectl perf: --connection %q: RC or DC\n", *f.conn)
+		return 2
 	}
 	switch *f.atomic {
 	case "FETCH_AND_ADD":
