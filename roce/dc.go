@@ -24,7 +24,7 @@ type DCInitAttr = qp.DCInitAttr
 // DCStats are the device's DC event counts.
 type DCStats = qp.DCStats
 
-// ErrBadDCKey is the error of a DC request whose key the target refused.
+// ErrBadDCKey reports a DC CONNECT whose key is not the DCT's (counted and refused).
 var ErrBadDCKey = qp.ErrBadDCKey
 
 // DCCounters returns a snapshot of the DC counters.
