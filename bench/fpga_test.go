@@ -25,6 +25,7 @@ import (
 var (
 	fpgaDur    = flag.Duration("fpgabench.duration", 300*time.Millisecond, "time per TestFPGATable case")
 	fpgaRounds = flag.Int("fpgabench.rounds", 1, "TestFPGATable rounds (the table shows medians)")
+	fpgaRing   = flag.Int("fpgabench.ring", 64, "TestFPGATable: the emulator's replay ring, frames in flight (the firmware's default is 16)")
 )
 
 // fpgaFrame is the wire size of one 4 KiB Rogue frame: Ethernet, IPv4,
@@ -71,7 +72,7 @@ func readyPair(t *testing.T) *netnstest.Pair {
 
 // TestFPGATable measures, on one veth pair and in one run, 4 KiB frames
 // from the FPGA emulator (package fpga/emulator, SEND_WITH_IMM, replay ring
-// of 64) into the Rogue server (package fpga, 256 receives, the consumer
+// of -fpgabench.ring frames, default 64) into the Rogue server (package fpga, 256 receives, the consumer
 // releasing each frame at once) over AF_XDP, against the raw AF_XDP frame
 // ceiling at the same wire size; and the allocations per frame. With
 // -fpgabench.rounds each round measures both again, alternating, and the
@@ -105,8 +106,8 @@ func TestFPGATable(t *testing.T) {
 	g, c := median(pps), median(rawPPS)
 	fmt.Printf("\nRogue FPGA emulator -> fpga.Server over AF_XDP on veth (MTU %d), %v per case, %d round(s), medians; load average %s at start, %s at end\n",
 		vethMTU, *fpgaDur, len(pps), load0, loadAvg())
-	fmt.Printf("goroce: emulator and server in one process, SEND_WITH_IMM, %d-byte frames; raw: %d-byte frames, sender and receiver separate processes (%s)\n",
-		fpgaPayload, fpgaFrame, mode)
+	fmt.Printf("goroce: emulator and server in one process, SEND_WITH_IMM, %d-byte frames, replay ring of %d, 256 receives; raw: %d-byte frames, sender and receiver separate processes (%s)\n",
+		fpgaPayload, *fpgaRing, fpgaFrame, mode)
 	w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(w, "metric\tgoroce\traw AF_XDP\tratio\t")
 	fmt.Fprintf(w, "4 KiB frames/s\t%.0f\t%.0f\t%.2f\t\n", g, c, median(ratios))
@@ -203,7 +204,7 @@ func fpgaBringUp(t *testing.T, host, fdev *roce.Device, fv *netnstest.Veth) (*fp
 		t.Fatal(err)
 	}
 	// A loaded veth drops frames: retry more than the firmware's 3 times.
-	cfg := emulator.Config{PMTU: ib.MTU4096, RingSlots: 64, RetryCnt: 7, Timeout: 12}
+	cfg := emulator.Config{PMTU: ib.MTU4096, RingSlots: *fpgaRing, RetryCnt: 7, Timeout: 12}
 	e, err := emulator.New(fdev, cfg)
 	if err != nil {
 		t.Fatal(err)
