@@ -69,10 +69,17 @@ func roleEnv(kind string, v *netnstest.Veth, peer *netnstest.Veth, size int, d t
 	}
 }
 
-// measure runs one sender process in A and one receiver process in B.
+// measure runs one sender process in A and one receiver process in B of a
+// fresh veth pair.
 func measure(t *testing.T, kind string, size int, d time.Duration) row {
+	return measureOn(t, netnstest.NewPair(t, vethMTU), kind, size, d)
+}
+
+// measureOn is measure on a given pair, so that a goroce figure can be
+// taken on the same veth right after (each process detaches its link, and
+// with it any XDP program, when it exits).
+func measureOn(t *testing.T, p *netnstest.Pair, kind string, size int, d time.Duration) row {
 	r := row{kind: kind, size: sizeName(size)}
-	p := netnstest.NewPair(t, vethMTU)
 	recv, err := startRole(p.B.Start, "recv", roleEnv(kind, p.VethB, p.VethA, size, d)...)
 	if err != nil {
 		r.note = err.Error()

@@ -16,7 +16,6 @@ import (
 	"github.com/goroce/goroce/naaice"
 	"github.com/goroce/goroce/naaice/mrsp"
 	"github.com/goroce/goroce/roce"
-	"github.com/goroce/goroce/roce/netdev"
 )
 
 var naaiceDur = flag.Duration("naaicebench.duration", 300*time.Millisecond, "time per NAAICE benchmark case")
@@ -27,20 +26,8 @@ var naaiceDur = flag.Duration("naaicebench.duration", 300*time.Millisecond, "tim
 func naaicePair(t *testing.T) (host, naa *roce.Device, naaAddr netip.Addr) {
 	t.Helper()
 	p := netnstest.NewPair(t, 3000) // skips unless root with netns support
-	open := func(v *netnstest.Veth) *roce.Device {
-		var d *roce.Device
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		if err := v.NS.Do(func() (err error) {
-			d, err = netdev.Open(ctx, v.Name, netdev.Options{Link: netdev.LinkXDP})
-			return err
-		}); err != nil {
-			t.Skipf("AF_XDP device on %s: %v", v.Name, err)
-		}
-		t.Cleanup(func() { d.Close() })
-		return d
-	}
-	return open(p.VethA), open(p.VethB), p.VethB.Addr.Addr()
+	p.Resolve(t)
+	return openXDP(t, p.VethA), openXDP(t, p.VethB), p.VethB.Addr.Addr()
 }
 
 type naaiceFig struct {
@@ -120,6 +107,12 @@ func naaiceContext(t *testing.T, ctx context.Context, dev *roce.Device, remote n
 // time per op.
 func timeOps(t *testing.T, op func() error) time.Duration {
 	t.Helper()
+	return timeOpsFor(t, *naaiceDur, op)
+}
+
+// timeOpsFor is timeOps for d.
+func timeOpsFor(t *testing.T, d time.Duration, op func() error) time.Duration {
+	t.Helper()
 	for i := 0; i < 20; i++ {
 		if err := op(); err != nil {
 			t.Fatal(err)
@@ -127,7 +120,7 @@ func timeOps(t *testing.T, op func() error) time.Duration {
 	}
 	n := 0
 	start := time.Now()
-	for time.Since(start) < *naaiceDur {
+	for time.Since(start) < d {
 		if err := op(); err != nil {
 			t.Fatal(err)
 		}
@@ -241,20 +234,26 @@ func sendPingPong(t *testing.T, ctx context.Context, host, naa *roce.Device, naa
 
 // writeLoop times RC WRITEs of size bytes, one at a time.
 func writeLoop(t *testing.T, ctx context.Context, host, naa *roce.Device, naaAddr netip.Addr, size int) time.Duration {
-	cc, sc := rcPair(t, ctx, host, naa, naaAddr, 7002, nil)
+	return rdmaLoop(t, ctx, host, naa, naaAddr, 7002, size, roce.WRRDMAWrite, *naaiceDur)
+}
+
+// rdmaLoop times RC WRITEs or READs (op) of size bytes from host into or
+// out of naa's memory, one at a time, for d.
+func rdmaLoop(t *testing.T, ctx context.Context, host, naa *roce.Device, naaAddr netip.Addr, port uint16, size int, op roce.WROpcode, d time.Duration) time.Duration {
+	cc, sc := rcPair(t, ctx, host, naa, naaAddr, port, nil)
 	src := make([]byte, size)
 	dst := make([]byte, size)
 	smr, err := cc.PD().RegisterMR(src, roce.AccessLocalWrite)
 	if err != nil {
 		t.Fatal(err)
 	}
-	dmr, err := sc.PD().RegisterMR(dst, roce.AccessLocalWrite|roce.AccessRemoteWrite)
+	dmr, err := sc.PD().RegisterMR(dst, roce.AccessLocalWrite|roce.AccessRemoteWrite|roce.AccessRemoteRead)
 	if err != nil {
 		t.Fatal(err)
 	}
 	sgl := []roce.SGE{smr.SGE(0, size)}
-	return timeOps(t, func() error {
-		if err := cc.QP().PostSend(&roce.SendWR{Opcode: roce.WRRDMAWrite, Flags: roce.SendSignaled, SGL: sgl,
+	return timeOpsFor(t, d, func() error {
+		if err := cc.QP().PostSend(&roce.SendWR{Opcode: op, Flags: roce.SendSignaled, SGL: sgl,
 			RemoteAddr: dmr.Addr(), RKey: dmr.RKey()}); err != nil {
 			return err
 		}
