@@ -477,7 +477,10 @@ func (s *Server) watchPSN(ctx context.Context, base roce.Counters) {
 			since, seen = time.Now(), rejected
 			continue
 		}
-		if time.Since(since) >= psnGrace && rejected > seen {
+		// A duplicate is answered with an ACK, so a sender whose PSNs are
+		// behind ours stops resending at once: before any frame arrived
+		// it can only be stale. Out-of-sequence requests must persist.
+		if time.Since(since) >= psnGrace && (rejected > seen || dup > 0) {
 			err := fmt.Errorf("%w: expected PSN %#x; since connecting %d duplicate, %d out-of-sequence and %d other rejected requests, no frame",
 				ErrPSNMismatch, s.qp.Attr().RQPSN, dup, oos, rejected-dup-oos)
 			s.log.Error("fpga: sender PSNs do not match", "err", err)
