@@ -108,7 +108,7 @@ type Engine struct {
 	stats  Stats
 
 	onEvent func(Event) // asynchronous events (events.go)
-	dc     dcEngine
+	dc      dcEngine
 }
 
 // New creates an engine.
