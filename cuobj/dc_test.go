@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/netip"
 	"runtime"
 	"sync"
@@ -15,6 +16,7 @@ import (
 	"github.com/goroce/goroce/internal/faultnet"
 	"github.com/goroce/goroce/internal/netnstest"
 	"github.com/goroce/goroce/roce"
+	"github.com/goroce/goroce/roce/link/memlink"
 	"github.com/goroce/goroce/roce/netdev"
 	"github.com/goroce/goroce/xdp"
 )
@@ -372,7 +374,26 @@ func TestDCServerMemoryPerClient(t *testing.T) {
 	per := map[Proto]float64{}
 	for _, proto := range []Proto{ProtoRC, ProtoDC} {
 		t.Run(proto.String(), func(t *testing.T) {
-			sdev, cdev := memDevices(t, faultnet.Config{}, faultnet.Config{})
+			// Each client has an address of its own, as clients on
+			// different hosts would.
+			caddrs := make([]netip.Addr, clients)
+			neigh := map[netip.Addr]net.HardwareAddr{}
+			macA, macB := net.HardwareAddr{2, 0, 0, 0, 0, 0xa}, net.HardwareAddr{2, 0, 0, 0, 0, 0xb}
+			for i := range caddrs {
+				caddrs[i] = netip.AddrFrom4([4]byte{10, 0, 1, byte(i + 1)})
+				neigh[caddrs[i]] = macB
+			}
+			la, lb := memlink.PairWithOptions(memlink.Options{HardwareAddrA: macA, HardwareAddrB: macB})
+			sdev, err := roce.OpenLink(la, roce.Options{Addrs: []netip.Addr{srvIP}, Neighbours: neigh, Logger: quietLog()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer sdev.Close()
+			cdev, err := roce.OpenLink(lb, roce.Options{Addrs: caddrs, Neighbours: map[netip.Addr]net.HardwareAddr{srvIP: macA}, Logger: quietLog()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer cdev.Close()
 			srv, err := NewServer(sdev, netip.AddrPortFrom(srvIP, 18515), ServerOptions{Proto: proto, Telemetry: quiet})
 			if err != nil {
 				t.Fatal(err)
@@ -390,14 +411,23 @@ func TestDCServerMemoryPerClient(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			toks := make([]string, clients)
-			for i := range toks {
-				c, err := NewClient(cdev, Ops{}, ClientOptions{Proto: proto, Config: ptr(DefaultConfig()), Telemetry: quiet})
+			// Nothing but cs refers to a client, so that once closed and
+			// dropped it holds no memory.
+			newClient := func(a netip.Addr) (*Client, string) {
+				c, err := NewClient(cdev, Ops{}, ClientOptions{Proto: proto, Addr: netip.AddrPortFrom(a, 0),
+					Config: ptr(DefaultConfig()), Telemetry: quiet})
 				if err != nil {
 					t.Fatal(err)
 				}
-				defer c.Close()
-				toks[i] = mustToken(t, c, OpGet)
+				buf := make([]byte, 4096)
+				if err := c.Register(buf); err != nil {
+					t.Fatal(err)
+				}
+				tok, err := c.GetRDMAToken(buf, 4096, 0, OpGet)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return c, tok
 			}
 			serve := func(toks []string) {
 				for _, tok := range toks {
@@ -409,28 +439,46 @@ func TestDCServerMemoryPerClient(t *testing.T) {
 					}
 				}
 			}
-			// The first client makes each channel's own state (CQ, DCI);
-			// the rest cost what a client costs.
-			serve(toks[:1])
-			heap := func() uint64 {
+			mem := func() int64 {
 				var m runtime.MemStats
 				runtime.GC()
 				runtime.GC()
 				runtime.ReadMemStats(&m)
-				return m.HeapAlloc
+				return int64(m.HeapAlloc + m.StackInuse)
 			}
-			res0, h0 := sdev.Resources(), heap()
-			serve(toks[1:])
+			// A first client makes each channel's own state (CQ, DCI) and
+			// stays; the others cost what a client costs.
+			c0, tok0 := newClient(caddrs[0])
+			defer c0.Close()
+			serve([]string{tok0})
+			const n = clients - 1
+			hA := mem()
+			cs := make([]*Client, n)
+			toks := make([]string, n)
+			for i := range cs {
+				cs[i], toks[i] = newClient(caddrs[i+1])
+			}
+			res0, hB := sdev.Resources(), mem()
+			serve(toks)
 			time.Sleep(100 * time.Millisecond) // let the clients' accepts settle
-			res1, h1 := sdev.Resources(), heap()
-			n := float64(clients - 1)
-			per[proto] = float64(int64(h1)-int64(h0)) / n
-			t.Logf("%v, %d channels: per client %.0f bytes of heap (both ends in this process), %.1f QPs, %.1f AHs at the server",
-				proto, chans, per[proto], float64(res1.QP-res0.QP)/n, float64(res1.AH-res0.AH)/n)
-			if proto == ProtoDC && res1.QP != res0.QP {
-				t.Errorf("DC server made %d QPs for new clients", res1.QP-res0.QP)
+			res1, hC := sdev.Resources(), mem()
+			// Once the clients are gone the server still holds what it
+			// keeps per client (connections, address handles) and the
+			// clients hold nothing: what is left is the server's.
+			for i, c := range cs {
+				c.Close()
+				cs[i] = nil
 			}
-			if proto == ProtoRC && res1.QP-res0.QP < (clients-1)*chans {
+			time.Sleep(100 * time.Millisecond)
+			hD := mem()
+			per[proto] = float64(hD-hA) / n
+			t.Logf("%v, %d channels, %d clients: per client at the server %.0f bytes (heap and stacks), %.1f QPs, %.1f AHs; "+
+				"both ends together %.0f bytes per client served",
+				proto, chans, n, per[proto], float64(res1.QP-res0.QP)/n, float64(res1.AH-res0.AH)/n, float64(hC-hB)/n)
+			if proto == ProtoDC && (res1.QP != res0.QP || res1.AH-res0.AH != n) {
+				t.Errorf("DC server made %d QPs and %d AHs for %d new clients", res1.QP-res0.QP, res1.AH-res0.AH, n)
+			}
+			if proto == ProtoRC && res1.QP-res0.QP < n*chans {
 				t.Errorf("RC server made %d QPs, want one per channel and client", res1.QP-res0.QP)
 			}
 		})
@@ -441,43 +489,47 @@ func TestDCServerMemoryPerClient(t *testing.T) {
 }
 
 // TestDCGetPutNetns runs DC GET and PUT between two network namespaces
-// over a veth pair on AF_XDP (root only).
+// over a veth pair, on AF_XDP and on the kernel UDP link (root only).
 func TestDCGetPutNetns(t *testing.T) {
-	p := netnstest.NewPair(t, 9000) // skips unless root with netns support
-	for _, v := range []*netnstest.Veth{p.VethA, p.VethB} {
-		if err := v.WaitReady(5 * time.Second); err != nil {
-			t.Fatal(err)
-		}
-	}
-	open := func(v *netnstest.Veth) *roce.Device {
-		var d *roce.Device
-		err := v.NS.Do(func() (err error) {
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			defer cancel()
-			d, err = netdev.Open(ctx, v.Name, netdev.Options{Link: netdev.LinkXDP, Device: roce.Options{Logger: quietLog()}})
-			return err
-		})
-		if err != nil {
-			if errors.Is(err, xdp.ErrNotSupported) {
-				t.Skipf("AF_XDP unavailable: %v", err)
+	for _, kind := range []netdev.LinkKind{netdev.LinkXDP, netdev.LinkUDP} {
+		t.Run(fmt.Sprint(kind), func(t *testing.T) {
+			p := netnstest.NewPair(t, 9000) // skips unless root with netns support
+			for _, v := range []*netnstest.Veth{p.VethA, p.VethB} {
+				if err := v.WaitReady(5 * time.Second); err != nil {
+					t.Fatal(err)
+				}
 			}
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { d.Close() })
-		return d
-	}
-	sdev, cdev := open(p.VethA), open(p.VethB)
-	dcCounters(t, sdev, cdev)
-	const max = 64 << 20
-	r := newRigAt(t, sdev, cdev, p.VethA.Addr.Addr(), max, dcOpts, nil)
-	ctx := ctxT(t, 120*time.Second)
-	for i, size := range []int{1, 4095, 1 << 20, max} {
-		start := time.Now()
-		r.roundTrip(ctx, size, uint64(i))
-		if size == max {
-			el := time.Since(start)
-			t.Logf("DC over AF_XDP: %d MiB GET + PUT in %v (%.0f MB/s each way)", size>>20, el.Round(time.Millisecond),
-				2*float64(size)/el.Seconds()/1e6)
-		}
+			open := func(v *netnstest.Veth) *roce.Device {
+				var d *roce.Device
+				err := v.NS.Do(func() (err error) {
+					ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+					defer cancel()
+					d, err = netdev.Open(ctx, v.Name, netdev.Options{Link: kind, Device: roce.Options{Logger: quietLog()}})
+					return err
+				})
+				if err != nil {
+					if errors.Is(err, xdp.ErrNotSupported) {
+						t.Skipf("AF_XDP unavailable: %v", err)
+					}
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { d.Close() })
+				return d
+			}
+			sdev, cdev := open(p.VethA), open(p.VethB)
+			dcCounters(t, sdev, cdev)
+			const max = 64 << 20
+			r := newRigAt(t, sdev, cdev, p.VethA.Addr.Addr(), max, dcOpts, nil)
+			ctx := ctxT(t, 120*time.Second)
+			for i, size := range []int{1, 4095, 1 << 20, max} {
+				start := time.Now()
+				r.roundTrip(ctx, size, uint64(i))
+				if size == max {
+					el := time.Since(start)
+					t.Logf("DC over %v: %d MiB GET + PUT in %v (%.0f MB/s each way)", kind, size>>20, el.Round(time.Millisecond),
+						2*float64(size)/el.Seconds()/1e6)
+				}
+			}
+		})
 	}
 }
