@@ -533,3 +533,103 @@ func TestDCGetPutNetns(t *testing.T) {
 		})
 	}
 }
+
+// TestDCCompletionFailures: requests that fail at the client's DCT report
+// EIO with the completion status and the channel's DCI is reset; a failure
+// among asynchronous requests flushes the rest, and a request made while
+// their flushed completions are still queued gets a fresh DCI; memory
+// deregistered by the client is not written.
+func TestDCCompletionFailures(t *testing.T) {
+	sdev, cdev := memDevices(t, faultnet.Config{}, faultnet.Config{})
+	dcCounters(t, sdev, cdev)
+	r := newRig(t, sdev, cdev, 1<<20, dcOpts, nil)
+	s := r.srv
+	ctx := ctxT(t, 60*time.Second)
+	cbuf := make([]byte, 8192)
+	if err := r.cli.Register(cbuf); err != nil {
+		t.Fatal(err)
+	}
+	getTok, _ := r.cli.GetRDMAToken(cbuf, 8192, 0, OpGet)
+	putTok, _ := r.cli.GetRDMAToken(cbuf, 8192, 0, OpPut)
+	gt, _ := ParseToken(getTok)
+	ch, _ := s.AllocateChannel()
+	good := func() {
+		t.Helper()
+		if n, err := s.HandleGetObject(ctx, &Request{Local: r.sreg, RemoteAddr: gt.Addr, Size: 8192, Token: getTok, Channel: ch}); n != 8192 || err != nil {
+			t.Fatalf("GET after a failure: %d, %v", n, err)
+		}
+	}
+	good()
+	forged := gt
+	forged.RKey ^= 0x100
+	for _, c := range []struct {
+		name string
+		put  bool
+		tok  string
+	}{
+		{"READ with a GET token", true, getTok},
+		{"WRITE with a PUT token", false, putTok},
+		{"forged rkey", false, forged.String()},
+	} {
+		h := s.HandleGetObject
+		if c.put {
+			h = s.HandlePutObject
+		}
+		n, err := h(ctx, &Request{Local: r.sreg, RemoteAddr: gt.Addr, Size: 8192, Token: c.tok, Channel: ch})
+		if st, has := CompletionStatus(err); n != 0 || !errors.Is(err, syscall.EIO) || !errors.Is(err, ErrCompletion) || !has || st != roce.WCRemAccessErr {
+			t.Errorf("%s: %d, %v (status %v)", c.name, n, err, StatusName(st))
+		}
+		good()
+	}
+	// One bad request among asynchronous good ones.
+	const n = 40
+	for i := range n {
+		tok := getTok
+		if i == 0 {
+			tok = putTok
+		}
+		if _, err := s.HandleGetObject(ctx, &Request{Local: r.sreg, RemoteAddr: gt.Addr, Size: 4096, Token: tok, Channel: ch, Async: i}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ev := make([]AsyncEvent, 4)
+	k, err := s.PollWait(ctx, ch, ev)
+	if k == 0 || !errors.Is(err, syscall.EIO) || ev[k-1].Status != roce.WCRemAccessErr {
+		t.Fatalf("Poll of a failed request: %d, %v, %+v", k, err, ev[:k])
+	}
+	qpBefore := sdev.Resources().QP
+	good() // the other requests' flushes may still be queued
+	got := k
+	for got < n {
+		k, _ := s.PollWait(ctx, ch, ev)
+		for _, e := range ev[:k] {
+			if e.Status != roce.WCSuccess && e.Status != roce.WCWRFlushErr {
+				t.Fatalf("event %v: %v", e.Handle, StatusName(e.Status))
+			}
+		}
+		if k == 0 {
+			t.Fatalf("%d of %d events", got, n)
+		}
+		got += k
+	}
+	good()
+	// A DCI replaced while completions were queued is closed after them.
+	if q := sdev.Resources().QP; q > qpBefore {
+		t.Errorf("%d QPs after the failures, %d before", q, qpBefore)
+	}
+	// Deregistered client memory: remote access error, nothing written.
+	if err := r.cli.Deregister(cbuf); err != nil {
+		t.Fatal(err)
+	}
+	clear(cbuf)
+	for i := range 8192 {
+		r.sbuf[i] = 0xAA
+	}
+	_, err = s.HandleGetObject(ctx, &Request{Local: r.sreg, RemoteAddr: gt.Addr, Size: 8192, Token: getTok, Channel: ch})
+	if st, _ := CompletionStatus(err); st != roce.WCRemAccessErr {
+		t.Fatalf("GET into deregistered memory: %v", err)
+	}
+	if bytes.IndexByte(cbuf, 0xAA) >= 0 {
+		t.Fatal("data written into deregistered memory")
+	}
+}
