@@ -252,10 +252,12 @@ func NewClient(dev *roce.Device, ops Ops, o ClientOptions) (*Client, error) {
 		// The DCT is the client's only endpoint: servers' DCIs reach it
 		// with no connection setup, so nothing listens.
 		key, err := parseDCKey(c.cfg.Properties.DCKey)
-		if err == nil {
-			c.dct, err = newDCTarget(c.pd, key)
-		}
 		if err != nil {
+			c.cancel()
+			_ = c.pd.Close()
+			return nil, newErr(op, syscall.EINVAL, ErrInvalid, "%v", err)
+		}
+		if c.dct, err = newDCTarget(c.pd, key); err != nil {
 			c.cancel()
 			_ = c.pd.Close()
 			return nil, newErr(op, syscall.ENODEV, ErrNoDevice, "DC target: %v", err)

@@ -136,6 +136,10 @@ func TestDCConfigSelects(t *testing.T) {
 	}
 	res := cdev.Resources()
 	c.Close()
+	cfg.Properties.DCKey = "0x1ffffffff" // wider than cuObject's 32 bits
+	if _, err := NewClient(cdev, Ops{}, ClientOptions{Config: &cfg, Telemetry: quiet}); !errors.Is(err, syscall.EINVAL) || !errors.Is(err, ErrInvalid) {
+		t.Errorf("a 33-bit rdma_dc_key: %v", err)
+	}
 	if after := cdev.Resources(); after.QP != res.QP-1 || after.SRQ != res.SRQ-1 {
 		t.Errorf("Close left resources: %+v, before %+v", after, res)
 	}
