@@ -17,9 +17,11 @@ type benchRig struct {
 	addr     uint64
 }
 
-func newBenchRig(tb testing.TB, size int) *benchRig {
+func newBenchRig(tb testing.TB, size int) *benchRig { return newBenchRigProto(tb, size, ProtoRC) }
+
+func newBenchRigProto(tb testing.TB, size int, proto Proto) *benchRig {
 	sdev, cdev := memDevices(tb, faultnet.Config{}, faultnet.Config{})
-	r := newRig(tb, sdev, cdev, size, nil, nil)
+	r := newRig(tb, sdev, cdev, size, &ClientOptions{Proto: proto}, nil)
 	cbuf := make([]byte, size)
 	if err := r.cli.Register(cbuf); err != nil {
 		tb.Fatal(err)
@@ -40,7 +42,13 @@ func newBenchRig(tb testing.TB, size int) *benchRig {
 // TestHandleAllocs: a synchronous request on a connected channel
 // allocates nothing in cuobj (the bound covers the device's own).
 func TestHandleAllocs(t *testing.T) {
-	b := newBenchRig(t, 4096)
+	for _, proto := range []Proto{ProtoRC, ProtoDC} {
+		t.Run(proto.String(), func(t *testing.T) { handleAllocs(t, proto) })
+	}
+}
+
+func handleAllocs(t *testing.T, proto Proto) {
+	b := newBenchRigProto(t, 4096, proto)
 	req := &Request{Local: b.r.sreg, RemoteAddr: b.addr, Size: 4096, Token: b.get, Channel: b.ch}
 	ctx := context.Background()
 	n := testing.AllocsPerRun(200, func() {
@@ -53,8 +61,10 @@ func TestHandleAllocs(t *testing.T) {
 	}
 }
 
-func benchHandle(tb *testing.B, size int, put bool) {
-	b := newBenchRig(tb, size)
+func benchHandle(tb *testing.B, size int, put bool) { benchHandleProto(tb, size, put, ProtoRC) }
+
+func benchHandleProto(tb *testing.B, size int, put bool, proto Proto) {
+	b := newBenchRigProto(tb, size, proto)
 	req := &Request{Local: b.r.sreg, RemoteAddr: b.addr, Size: uint64(size), Token: b.get, Channel: b.ch}
 	h := b.r.srv.HandleGetObject
 	if put {
@@ -72,23 +82,34 @@ func benchHandle(tb *testing.B, size int, put bool) {
 
 // benchRaw posts the same RDMA WRITE or READ on the same connection
 // directly, for comparison.
-func benchRaw(tb *testing.B, size int, put bool) {
-	b := newBenchRig(tb, size)
+func benchRaw(tb *testing.B, size int, put bool) { benchRawProto(tb, size, put, ProtoRC) }
+
+func benchRawProto(tb *testing.B, size int, put bool, proto Proto) {
+	b := newBenchRigProto(tb, size, proto)
 	ch, err := b.r.srv.channel(b.ch)
 	if err != nil {
 		tb.Fatal(err)
 	}
 	defer ch.mu.Unlock()
-	var qp *roce.QP
-	for _, c := range ch.p.(*rcPath).conns {
-		qp = c.c.QP()
-	}
 	tok, _ := ParseToken(b.get)
 	if put {
 		tok, _ = ParseToken(b.put)
 	}
 	mr := b.r.sreg.mrs[0]
 	wr := roce.SendWR{Opcode: roce.WRRDMAWrite, Flags: roce.SendSignaled, SGL: []roce.SGE{mr.SGE(0, size)}, RemoteAddr: b.addr, RKey: tok.RKey}
+	var qp *roce.QP
+	switch p := ch.p.(type) {
+	case *rcPath:
+		for _, c := range p.conns {
+			qp = c.c.QP()
+		}
+	case *dcPath:
+		qp = p.cur.qp
+		if wr.AH, err = p.tr.ah(context.Background(), tok.GID); err != nil {
+			tb.Fatal(err)
+		}
+		wr.RemoteQPN, wr.DCKey = tok.QPN, p.tr.t.DCKey
+	}
 	if put {
 		wr.Opcode = roce.WRRDMARead
 	}
@@ -118,3 +139,10 @@ func BenchmarkRawWrite1MiB(b *testing.B) { benchRaw(b, 1<<20, false) }
 func BenchmarkRawRead1MiB(b *testing.B)  { benchRaw(b, 1<<20, true) }
 func BenchmarkGet4KiB(b *testing.B)      { benchHandle(b, 4096, false) }
 func BenchmarkRawWrite4KiB(b *testing.B) { benchRaw(b, 4096, false) }
+
+func BenchmarkDCGet1MiB(b *testing.B)      { benchHandleProto(b, 1<<20, false, ProtoDC) }
+func BenchmarkDCPut1MiB(b *testing.B)      { benchHandleProto(b, 1<<20, true, ProtoDC) }
+func BenchmarkDCRawWrite1MiB(b *testing.B) { benchRawProto(b, 1<<20, false, ProtoDC) }
+func BenchmarkDCRawRead1MiB(b *testing.B)  { benchRawProto(b, 1<<20, true, ProtoDC) }
+func BenchmarkDCGet4KiB(b *testing.B)      { benchHandleProto(b, 4096, false, ProtoDC) }
+func BenchmarkDCRawWrite4KiB(b *testing.B) { benchRawProto(b, 4096, false, ProtoDC) }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/netip"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -123,11 +124,13 @@ func Retryable(err error) bool {
 
 // ClientOptions configure NewClient.
 type ClientOptions struct {
-	// Proto (default ProtoRC; ProtoDC fails with ErrUnsupported).
+	// Proto (default: ProtoDC when the configuration's
+	// rdma_transport_type is "dc", else ProtoRC).
 	Proto Proto
 	// Addr is where the client listens for servers: an address of the
-	// device (default: its first IPv4 address, else IPv6) and an rdma_cm
-	// port (0: a random free one). Tokens carry both.
+	// device (default: its first IPv4 address, else IPv6) and, for RC,
+	// an rdma_cm port (0: a random free one). Tokens carry both; a DC
+	// client's port is always 0 (its token's lid field is 0).
 	Addr netip.AddrPort
 	// MaxRequestCallbackSize caps the chunk of one callback (default and
 	// maximum MaxOpSize, what one server request moves).
@@ -152,7 +155,8 @@ type Client struct {
 	gid      ib.GID
 	endpoint uint32
 	pd       *roce.PD
-	ln       *cm.Listener
+	ln       *cm.Listener // RC
+	dct      *dcTarget    // DC
 	cfg      Config
 	maxCB    int64
 	parallel int
@@ -195,10 +199,7 @@ func NewClient(dev *roce.Device, ops Ops, o ClientOptions) (*Client, error) {
 		return nil, newErr(op, syscall.ENODEV, ErrNoDevice, "no device")
 	}
 	switch o.Proto {
-	case 0, ProtoRC:
-		o.Proto = ProtoRC
-	case ProtoDC:
-		return nil, newErr(op, syscall.EPROTONOSUPPORT, ErrUnsupported, "%v needs DC in qp/roce", ProtoDC)
+	case 0, ProtoRC, ProtoDC:
 	default:
 		return nil, newErr(op, syscall.EPROTONOSUPPORT, ErrUnsupported, "%v", o.Proto)
 	}
@@ -213,6 +214,12 @@ func NewClient(dev *roce.Device, ops Ops, o ClientOptions) (*Client, error) {
 			return nil, newErr(op, syscall.EINVAL, ErrInvalid, "%v", err)
 		}
 		c.cfg = *cfg
+	}
+	if c.proto == 0 {
+		c.proto = ProtoRC
+		if strings.EqualFold(c.cfg.Properties.TransportType, "dc") {
+			c.proto = ProtoDC
+		}
 	}
 	c.maxCB = o.MaxRequestCallbackSize
 	if c.maxCB <= 0 || c.maxCB > MaxOpSize {
@@ -241,6 +248,25 @@ func NewClient(dev *roce.Device, ops Ops, o ClientOptions) (*Client, error) {
 		return nil, newErr(op, syscall.ENODEV, ErrNoDevice, "%v", err)
 	}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
+	if c.proto == ProtoDC {
+		// The DCT is the client's only endpoint: servers' DCIs reach it
+		// with no connection setup, so nothing listens.
+		key, err := parseDCKey(c.cfg.Properties.DCKey)
+		if err != nil {
+			c.cancel()
+			_ = c.pd.Close()
+			return nil, newErr(op, syscall.EINVAL, ErrInvalid, "%v", err)
+		}
+		if c.dct, err = newDCTarget(c.pd, key); err != nil {
+			c.cancel()
+			_ = c.pd.Close()
+			return nil, newErr(op, syscall.ENODEV, ErrNoDevice, "DC target: %v", err)
+		}
+		c.endpoint = c.dct.qp.QPN()
+		c.addr = netip.AddrPortFrom(a, 0)
+		c.telem.info("client started", "addr", a, "dct", c.endpoint, "proto", c.proto)
+		return c, nil
+	}
 	listen := func(ap netip.AddrPort) (*cm.Listener, error) {
 		lo := cm.ListenOptions{Backlog: 256}
 		if o.Manager != nil {
@@ -274,7 +300,8 @@ func NewClient(dev *roce.Device, ops Ops, o ClientOptions) (*Client, error) {
 // Addr returns where the client listens for servers.
 func (c *Client) Addr() netip.AddrPort { return c.addr }
 
-// Endpoint returns the client's endpoint number (the token's qp field).
+// Endpoint returns the client's endpoint number (the token's qp field):
+// for DC, its DCT number.
 func (c *Client) Endpoint() uint32 { return c.endpoint }
 
 // Stats returns the client's counters.
@@ -631,8 +658,15 @@ func (c *Client) Close() error {
 		return nil
 	}
 	c.cancel()
-	errs := []error{c.ln.Close()}
+	var errs []error
+	if c.ln != nil {
+		errs = append(errs, c.ln.Close())
+	}
 	c.wg.Wait()
+	if c.dct != nil {
+		// A server still writing gets an unknown-target NAK from now on.
+		errs = append(errs, c.dct.close())
+	}
 	c.mu.Lock()
 	for _, r := range c.regions {
 		errs = append(errs, r.wmr.Close(), r.rmr.Close())

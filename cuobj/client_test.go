@@ -156,8 +156,8 @@ func TestClientFailures(t *testing.T) {
 	if err := c.Deregister(buf); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := NewClient(cdev, Ops{}, ClientOptions{Proto: ProtoDC, Telemetry: quiet}); !errors.Is(err, ErrUnsupported) {
-		t.Errorf("DC client: %v", err)
+	if _, err := NewClient(cdev, Ops{}, ClientOptions{Proto: 7, Telemetry: quiet}); !errors.Is(err, ErrUnsupported) {
+		t.Errorf("protocol 7 client: %v", err)
 	}
 	c.Close()
 	if c.IsConnected() {

@@ -70,7 +70,11 @@ func newRig(t testing.TB, sdev, cdev *roce.Device, size int, copt *ClientOptions
 
 func newRigAt(t testing.TB, sdev, cdev *roce.Device, saddr netip.Addr, size int, copt *ClientOptions, tun *Tunables) *rig {
 	t.Helper()
-	srv, err := NewServer(sdev, netip.AddrPortFrom(saddr, 18515), ServerOptions{Tunables: tun, Telemetry: quiet})
+	so := ServerOptions{Tunables: tun, Telemetry: quiet}
+	if copt != nil {
+		so.Proto = copt.Proto // the server speaks the client's protocol
+	}
+	srv, err := NewServer(sdev, netip.AddrPortFrom(saddr, 18515), so)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,8 +18,7 @@ import (
 
 // ServerOptions configure NewServer.
 type ServerOptions struct {
-	// Proto is the descriptor protocol (default ProtoRC; ProtoDC fails
-	// with ErrUnsupported until goroce has DC).
+	// Proto is the descriptor protocol (default ProtoRC).
 	Proto Proto
 	// Tunables (nil: DefaultTunables()).
 	Tunables *Tunables
@@ -28,9 +27,10 @@ type ServerOptions struct {
 	Manager *cm.Manager
 	// Telemetry (nil: errors to slog.Default()).
 	Telemetry *Telemetry
-	// PathMTU of the RC connections (0: rdma_cm's choice from the
-	// device's netdev MTU). The client's side must carry it too: set it
-	// when the two ends' links differ.
+	// PathMTU of the RC connections or DCIs (0: rdma_cm's choice from
+	// the device's netdev MTU for RC, the port's active MTU for DC). The
+	// client's side must carry it too: set it when the two ends' links
+	// differ.
 	PathMTU ib.MTU
 }
 
@@ -70,17 +70,16 @@ type ServerStats struct {
 // device's address of their family; its port names the endpoint (RC
 // connects out from rdma_cm ports of its own). Errors match ENODEV (the
 // address is not the device's, the device is closed), EINVAL (tunables)
-// or ErrUnsupported (DC).
+// or ErrUnsupported (an unknown protocol).
 func NewServer(dev *roce.Device, addr netip.AddrPort, o ServerOptions) (*Server, error) {
 	const op = "NewServer"
 	if dev == nil {
 		return nil, newErr(op, syscall.ENODEV, ErrNoDevice, "no device")
 	}
 	switch o.Proto {
-	case 0, ProtoRC:
+	case 0:
 		o.Proto = ProtoRC
-	case ProtoDC:
-		return nil, newErr(op, syscall.EPROTONOSUPPORT, ErrUnsupported, "%v needs DC in qp/roce", ProtoDC)
+	case ProtoRC, ProtoDC:
 	default:
 		return nil, newErr(op, syscall.EPROTONOSUPPORT, ErrUnsupported, "%v", o.Proto)
 	}
@@ -113,16 +112,25 @@ func NewServer(dev *roce.Device, addr netip.AddrPort, o ServerOptions) (*Server,
 		_ = s.pd.Close()
 		return nil, newErr(op, syscall.ENODEV, ErrNoDevice, "%v", err)
 	}
+	if o.Proto == ProtoDC {
+		s.tr = newDCTransport(s.pd, s.local, &s.t, o.PathMTU)
+	} else {
+		s.tr = s.rcTransport(o)
+	}
+	s.chans = make([]*channel, t.NumDCIs)
+	s.telem.info("server started", "addr", addr, "proto", s.proto, "channels", t.NumDCIs)
+	return s, nil
+}
+
+func (s *Server) rcTransport(o ServerOptions) *rcTransport {
+	dev := s.dev
 	dial := func(ctx context.Context, raddr netip.AddrPort, d cm.DialOptions) (*cm.Conn, error) {
 		return cm.Dial(ctx, dev, raddr, d)
 	}
 	if o.Manager != nil {
 		dial = o.Manager.Dial
 	}
-	s.tr = &rcTransport{dial: dial, pd: s.pd, rcq: s.rcq, local: s.local, t: &s.t, mtu: o.PathMTU}
-	s.chans = make([]*channel, t.NumDCIs)
-	s.telem.info("server started", "addr", addr, "proto", s.proto, "channels", t.NumDCIs)
-	return s, nil
+	return &rcTransport{dial: dial, pd: s.pd, rcq: s.rcq, local: s.local, t: &s.t, mtu: o.PathMTU}
 }
 
 // Addr returns the endpoint address.
@@ -311,7 +319,7 @@ func (s *Server) handle(ctx context.Context, op string, r *Request, opcode roce.
 	}
 	peer, ok := tok.IPAddr()
 	if !ok {
-		return s.refuse(op, syscall.EIO, ErrToken, "the token names no GID, which RC needs")
+		return s.refuse(op, syscall.EIO, ErrToken, "the token names no GID, which RoCE needs")
 	}
 	if s.local.IsValid() && s.local.Is4() != peer.Is4() {
 		return s.refuse(op, syscall.EAFNOSUPPORT, ErrInvalid, "%s client, %s endpoint", familyOf(peer), familyOf(s.local))
@@ -550,7 +558,7 @@ func (s *Server) Close() error {
 		errs = append(errs, ch.p.close(), ch.cq.Close())
 		ch.mu.Unlock()
 	}
-	errs = append(errs, s.rcq.Close())
+	errs = append(errs, s.tr.close(), s.rcq.Close())
 	if err := s.pd.Close(); err != nil && !errors.Is(err, qp.ErrBusy) {
 		errs = append(errs, err)
 	}

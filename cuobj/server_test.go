@@ -25,7 +25,6 @@ func TestNewServerFailures(t *testing.T) {
 		{"invalid address", netip.AddrPort{}, nil, syscall.ENODEV, ErrNoDevice},
 		{"not the device's", netip.MustParseAddrPort("10.9.9.9:18515"), nil, syscall.ENODEV, ErrNoDevice},
 		{"not the device's v6", netip.MustParseAddrPort("[fd00::10]:18515"), nil, syscall.ENODEV, ErrNoDevice},
-		{"DC", netip.MustParseAddrPort("10.0.0.1:18515"), &ServerOptions{Proto: ProtoDC}, syscall.EPROTONOSUPPORT, ErrUnsupported},
 		{"unknown proto", netip.MustParseAddrPort("10.0.0.1:18515"), &ServerOptions{Proto: 7}, syscall.EPROTONOSUPPORT, ErrUnsupported},
 		{"num_dcis 0", netip.MustParseAddrPort("10.0.0.1:18515"), &ServerOptions{Tunables: &Tunables{CQDepth: 1}}, syscall.EINVAL, ErrInvalid},
 		{"num_dcis too many", netip.MustParseAddrPort("10.0.0.1:18515"), &ServerOptions{Tunables: ptr(tun(func(t *Tunables) { t.NumDCIs = 1 << 16 }))}, syscall.EINVAL, ErrInvalid},

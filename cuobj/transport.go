@@ -14,10 +14,13 @@ import (
 )
 
 // transport is how a server reaches clients: it opens one path per
-// channel. RC is rcTransport; DC will be a transport whose path is one DCI
-// posting to the token's DCT number.
+// channel. RC is rcTransport; DC is dcTransport, whose path is one DCI
+// posting to the token's DCT number (dc.go).
 type transport interface {
 	openPath(cq *roce.CQ) (path, error)
+	// close releases what the transport shares between paths, after
+	// every path is closed.
+	close() error
 }
 
 // path is one channel's way to the clients. Only the goroutine that holds
@@ -55,6 +58,8 @@ type rcTransport struct {
 func (rt *rcTransport) openPath(cq *roce.CQ) (path, error) {
 	return &rcPath{rt: rt, cq: cq, conns: map[rcKey]*rcConn{}, byQPN: map[uint32]*rcConn{}}, nil
 }
+
+func (rt *rcTransport) close() error { return nil }
 
 type rcKey struct {
 	gid      ib.GID

@@ -12,8 +12,8 @@ type Proto uint16
 
 // Protocols.
 const (
-	// ProtoDC is CUOBJ_PROTO_RDMA_DC_V1: dynamically connected transport.
-	// Not available yet in goroce (ErrUnsupported).
+	// ProtoDC is CUOBJ_PROTO_RDMA_DC_V1: the dynamically connected
+	// transport (see the package documentation).
 	ProtoDC Proto = 1001
 	// ProtoRC is CUOBJ_PROTO_RDMA_EXT_RC_V1: reliable connections set up
 	// with rdma_cm (see the package documentation).
@@ -80,17 +80,20 @@ const (
 // Tunables are the server's RDMA parameters (cuObjRDMATunableParam). Start
 // from DefaultTunables; NewServer applies the caps documented per field.
 type Tunables struct {
-	// NumDCIs is the number of channels (default 128, 1 … 65535); with RC
-	// each channel has its own connection to each client it serves.
+	// NumDCIs is the number of channels (default 128, 1 … 65535): with
+	// DC each channel is one DCI; with RC each channel has its own
+	// connection to each client it serves.
 	NumDCIs int
 	// CQDepth is each channel's completion queue depth and the most
 	// requests outstanding on a channel (default 640, 1 … 32767).
 	CQDepth uint
-	// DCKey is the DC access key (default 0xffeeddcc); used by DC only.
+	// DCKey is the DC access key the DCIs send (default 0xffeeddcc); it
+	// must equal the clients' rdma_dc_key. Used by DC only.
 	DCKey uint64
 	// IbvPollMaxCompEvent is not used (as in the C library).
 	IbvPollMaxCompEvent int
-	// ServiceLevel (default 0) goes to the path's SL (DC address handles).
+	// ServiceLevel (default 0): RoCE frames carry no service level (the
+	// traffic class is their priority); kept for the C API's shape.
 	ServiceLevel int
 	// Timeout is the local ACK timeout exponent (4.096 µs × 2^Timeout,
 	// default 16, at most 31).
@@ -114,10 +117,11 @@ type Tunables struct {
 	// DelayMode (default DelayBatch; out-of-range values fall back to it).
 	DelayMode DelayMode
 	// QPResetOnFailure (default true): after a failed completion the
-	// channel's connection to that client is reset (closed and dialled
-	// again by the next request). Without it the connection stays in the
-	// error state and every later request to that client on the channel
-	// fails with EIO.
+	// channel's connection to that client (RC: closed and dialled again
+	// by the next request) or the channel's DCI (DC: reset by the next
+	// request) is reset. Without it the QP stays in the error state and
+	// every later request on it (RC: to that client on the channel; DC:
+	// on the channel) fails with EIO.
 	QPResetOnFailure bool
 	// RetryCount is the transport retry count (3 bits; default 7, larger
 	// values are capped to 7). rdma_cm reads 0 as "default": RC uses 7.

@@ -62,7 +62,11 @@ func setupTB(t testing.TB, withRDMA bool, copt *cuobj.ClientOptions) *env {
 	var rs *cuobj.Server
 	if withRDMA {
 		var err error
-		rs, err = cuobj.NewServer(sdev, netip.AddrPortFrom(srvIP, 18515), cuobj.ServerOptions{Telemetry: quiet})
+		so := cuobj.ServerOptions{Telemetry: quiet}
+		if copt != nil {
+			so.Proto = copt.Proto // the client's protocol
+		}
+		rs, err = cuobj.NewServer(sdev, netip.AddrPortFrom(srvIP, 18515), so)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -105,8 +109,13 @@ func ctxT(t *testing.T) context.Context {
 	return ctx
 }
 
-func TestRDMAPutGet(t *testing.T) {
-	e := setup(t, true, nil)
+func TestRDMAPutGet(t *testing.T) { rdmaPutGet(t, nil) }
+
+// TestRDMAPutGetDC is TestRDMAPutGet over protocol 1001 (DC).
+func TestRDMAPutGetDC(t *testing.T) { rdmaPutGet(t, &cuobj.ClientOptions{Proto: cuobj.ProtoDC}) }
+
+func rdmaPutGet(t *testing.T, copt *cuobj.ClientOptions) {
+	e := setup(t, true, copt)
 	ctx := ctxT(t)
 	for _, size := range []int{1, 4096, 1 << 20, 3<<20 + 5} {
 		obj := data(size)
