@@ -19,6 +19,7 @@ type counters struct {
 	linkErr              atomic.Uint64
 	retryExc, rnrExc     atomic.Uint64
 	cqOverflow           atomic.Uint64
+	timerWakes           atomic.Uint64 // timer goroutine rounds (tests: no polling)
 }
 
 // Counters are the device's hardware counters. The first group has the
