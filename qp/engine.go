@@ -89,6 +89,11 @@ type Stats struct {
 	BadAddress               uint64 // RC/UC packets from or to an address other than the QP's peer
 	ShortTxBuffer            uint64
 	DC                       DCStats
+
+	// AcksCoalesced counts positive ACKs not sent because a later ACK of
+	// the same QP, queued before the next transmit pass, covers them: a
+	// burst of requests received in one batch is acknowledged once.
+	AcksCoalesced uint64
 }
 
 // Engine owns every verbs object of one device and runs their transport.
