@@ -264,7 +264,7 @@ func (q *QP) rnrNAK(now time.Duration, psn ib.PSN, syn ib.Syndrome) error {
 	q.req.needRetry = true
 	q.req.rnrWait = true
 	q.req.rnrUntil = now + syn.RNRTimer().Duration()
-	q.watchTimers()
+	q.watchTimers(q.req.rnrUntil)
 	q.comp.armed = false
 	return nil
 }

@@ -421,7 +421,7 @@ func (q *QP) dciReceive(p *ib.Packet, src *Source) error {
 	if d.connected && q.sqHead == q.sqTail && q.state == StateRTS {
 		d.lingerArmed = true
 		d.lingerAt = now + DCILinger
-		q.watchTimers()
+		q.watchTimers(d.lingerAt)
 	}
 	return err
 }

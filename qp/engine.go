@@ -89,6 +89,11 @@ type Stats struct {
 	BadAddress               uint64 // RC/UC packets from or to an address other than the QP's peer
 	ShortTxBuffer            uint64
 	DC                       DCStats
+
+	// AcksCoalesced counts positive ACKs not sent because a later ACK of
+	// the same QP, queued before the next transmit pass, covers them: a
+	// burst of requests received in one batch is acknowledged once.
+	AcksCoalesced uint64
 }
 
 // Engine owns every verbs object of one device and runs their transport.
@@ -105,7 +110,12 @@ type Engine struct {
 	closed bool
 	ready  readyList
 	timers []*QP // QPs that may have a timer running
-	stats  Stats
+	// armed is the earliest timer armed since the last TakeArmed
+	// (armedOK: any), so a driver learns of an earlier deadline in O(1)
+	// instead of rescanning the timers.
+	armed   time.Duration
+	armedOK bool
+	stats   Stats
 
 	onEvent func(Event) // asynchronous events (events.go)
 	dc      dcEngine
@@ -300,6 +310,18 @@ func (e *Engine) NextDeadline() (time.Duration, bool) {
 		}
 	}
 	return best, ok
+}
+
+// TakeArmed returns the earliest deadline armed since the previous call
+// and forgets it. A driver that sleeps until NextDeadline calls it after
+// each engine call that may arm a timer (Receive, Transmit) and wakes
+// earlier when it returns a deadline before its planned wake-up; so it
+// never needs to poll. The deadline may belong to a timer since stopped
+// or pushed later: a wake-up at it finds nothing due.
+func (e *Engine) TakeArmed() (time.Duration, bool) {
+	at, ok := e.armed, e.armedOK
+	e.armedOK = false
+	return at, ok
 }
 
 // Advance runs every timer due at or before now.

@@ -916,11 +916,15 @@ func (q *QP) fillAV(t *TxPacket, av *AddressVector) {
 func (q *QP) armRTO(now time.Duration) {
 	q.comp.armed = true
 	q.comp.deadline = now + q.rto
-	q.watchTimers()
+	q.watchTimers(q.comp.deadline)
 }
 
-// watchTimers puts the QP on the engine's list of QPs with running timers.
-func (q *QP) watchTimers() {
+// watchTimers puts the QP on the engine's list of QPs with running timers
+// and notes the timer just armed to expire at at (Engine.TakeArmed).
+func (q *QP) watchTimers(at time.Duration) {
+	if e := q.e; !e.armedOK || at < e.armed {
+		e.armed, e.armedOK = at, true
+	}
 	if !q.inTimers {
 		q.inTimers = true
 		q.e.timers = append(q.e.timers, q)

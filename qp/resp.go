@@ -127,6 +127,9 @@ func (r *responder) popOut() {
 
 // queueAck queues an ACK/NAK. A positive ACK replaces a positive ACK still
 // waiting at the tail: the newer one says everything the older one did.
+// The queue is emptied by the transmit pass that follows every receive
+// batch, so this coalesces the ACKs of one batch and never delays an ACK
+// past it.
 func (q *QP) queueAck(syn ib.Syndrome, psn ib.PSN, msn uint32) {
 	r := &q.resp
 	if syn.Type() == ib.SyndromeACK && r.outLen > 0 {
@@ -135,6 +138,7 @@ func (q *QP) queueAck(syn ib.Syndrome, psn ib.PSN, msn uint32) {
 			if ib.PSNDiff(psn, t.psn) >= 0 {
 				t.psn, t.msn, t.syn = psn, msn, syn
 			}
+			q.e.stats.AcksCoalesced++
 			return
 		}
 	}

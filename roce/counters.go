@@ -19,6 +19,7 @@ type counters struct {
 	linkErr              atomic.Uint64
 	retryExc, rnrExc     atomic.Uint64
 	cqOverflow           atomic.Uint64
+	timerWakes           atomic.Uint64 // timer goroutine rounds (tests: no polling)
 }
 
 // Counters are the device's hardware counters. The first group has the
@@ -33,7 +34,7 @@ type Counters struct {
 	RcvdSeqErr          uint64 // rcvd_seq_err: PSN sequence error NAKs received
 	RcvdRNRErr          uint64 // rcvd_rnr_err: RNR NAKs received
 	SendRNRErr          uint64 // send_rnr_err: RNR NAKs sent
-	AckDeferred         uint64 // ack_deferred: not tracked by the engine (always 0)
+	AckDeferred         uint64 // ack_deferred: ACKs folded into a later ACK of the same receive batch (rxe counts completer deferrals under this name)
 	RetryExceededErr    uint64 // retry_exceeded_err: completions with RETRY_EXC_ERR
 	RetryRNRExceededErr uint64 // retry_rnr_exceeded_err: completions with RNR_RETRY_EXC_ERR
 	CompleterRetryErr   uint64 // completer_retry_err: go-back-N retransmissions started
@@ -101,6 +102,7 @@ func (d *Device) counters(s qp.Stats) Counters {
 		RcvdSeqErr:          s.SeqNAKsRcvd,
 		RcvdRNRErr:          s.RNRNAKsRcvd,
 		SendRNRErr:          s.RNRNAKsSent,
+		AckDeferred:         s.AcksCoalesced,
 		RetryExceededErr:    c.retryExc.Load(),
 		RetryRNRExceededErr: c.rnrExc.Load(),
 		CompleterRetryErr:   s.Retransmits,

@@ -163,9 +163,6 @@ const (
 // never is the timer goroutine's wake-up time when no timer is pending.
 const never = time.Duration(1<<62 - 1)
 
-// timerTick bounds how late a timer armed while another one is pending runs.
-const timerTick = time.Millisecond
-
 // monoClock is the engine's clock: time since the device opened.
 type monoClock struct{ start time.Time }
 
@@ -455,23 +452,21 @@ func (d *Device) receiveBatch(frames [][]byte, p *ib.Packet) {
 	}
 }
 
-// noteDeadline kicks the timer goroutine if the engine's next deadline is
-// earlier than its planned wake-up. Called with d.mu held.
-//
-// Finding the deadline walks every QP, so it is only done while the timer
-// goroutine sleeps without a deadline; while it has one it wakes at least
-// every timerTick and picks up earlier timers then (rxe's timers are
-// jiffy-grained too).
+// noteDeadline kicks the timer goroutine if a timer armed since it last
+// looked is due before its planned wake-up. Called with d.mu held after
+// engine calls that may arm timers. O(1): the engine keeps the earliest
+// newly armed deadline, so the timer goroutine sleeps until the next
+// deadline instead of polling with a tick, and a device with nothing
+// unacknowledged does not wake at all.
 func (d *Device) noteDeadline() {
-	if d.wakeAt.Load() != int64(never) {
+	at, ok := d.eng.TakeArmed()
+	if !ok || int64(at) >= d.wakeAt.Load() {
 		return
 	}
-	if next, ok := d.eng.NextDeadline(); ok {
-		d.wakeAt.Store(int64(next))
-		select {
-		case d.kick <- struct{}{}:
-		default:
-		}
+	d.wakeAt.Store(int64(at))
+	select {
+	case d.kick <- struct{}{}:
+	default:
 	}
 }
 
@@ -495,6 +490,7 @@ func (d *Device) timerLoop() {
 	t := time.NewTimer(time.Hour)
 	defer t.Stop()
 	for {
+		d.ctr.timerWakes.Add(1)
 		d.mu.Lock()
 		d.eng.Advance(time.Since(d.start))
 		d.mu.Unlock()
@@ -506,12 +502,10 @@ func (d *Device) timerLoop() {
 		if !ok {
 			next = never
 		}
+		d.eng.TakeArmed() // included in next
 		d.wakeAt.Store(int64(next))
 		d.mu.Unlock()
 		wait := next - time.Since(d.start)
-		if next != never && wait > timerTick {
-			wait = timerTick
-		}
 		if wait < 10*time.Microsecond {
 			wait = 10 * time.Microsecond
 		}

@@ -48,8 +48,10 @@
 //     check → Engine.Receive for the whole batch under one lock acquisition,
 //     then a transmit pass;
 //   - the timer goroutine: Engine.Advance with the real monotonic clock at the
-//     engine's next deadline (it is kicked when a transmit arms an earlier
-//     timer), then a transmit pass.
+//     engine's next deadline, then a transmit pass. It sleeps until that
+//     deadline, with no periodic tick; a receive or transmit that arms an
+//     earlier timer kicks it (Engine.TakeArmed, O(1)), and with nothing
+//     unacknowledged it does not wake at all.
 //
 // A transmit pass also follows every PostSend and Modify. It runs in the
 // calling goroutine: Engine.Transmit into pooled slots with headroom, the

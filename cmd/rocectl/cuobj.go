@@ -70,7 +70,7 @@ func runCuobj(args []string, stdout, stderr io.Writer) int {
 	rdmaAddr := fs.String("rdma", defRDMA, "`address` of the goroce device (the UDP link binds it)")
 	udpPort := fs.Int("udp-port", 4791, "UDP `port` of the RoCEv2 link, the same on both ends")
 	verbose := fs.Bool("v", false, "log what the cuObject layer does")
-	pathMTU := fs.Int("path-mtu", 1024, "path `MTU` of the server's RC connections: 256 … 4096, what both ends' links carry (serve)")
+	pathMTU := fs.Int("path-mtu", 0, "path `MTU` of the server's RC connections: 256 … 4096, what both ends' links carry; 0: the device's active MTU (serve)")
 	if err := fs.Parse(args[1:]); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
@@ -79,6 +79,9 @@ func runCuobj(args []string, stdout, stderr io.Writer) int {
 	}
 	a, err := netip.ParseAddr(*rdmaAddr)
 	mtu, okMTU := ib.MTUFromBytes(*pathMTU)
+	if *pathMTU == 0 {
+		mtu, okMTU = 0, true // cuobj.ServerOptions: rdma_cm's choice
+	}
 	if err != nil || *udpPort <= 0 || *udpPort > 0xFFFF || !okMTU {
 		fs.Usage()
 		return 2

@@ -15,7 +15,7 @@ var help = map[string]string{
 	"rcvd_seq_err":           "PSN sequence error NAKs received.",
 	"rcvd_rnr_err":           "RNR NAKs received.",
 	"send_rnr_err":           "RNR NAKs sent.",
-	"ack_deferred":           "ACKs deferred (not tracked; always 0).",
+	"ack_deferred":           "ACKs folded into a later ACK of the same receive batch.",
 	"retry_exceeded_err":     "Work completions with RETRY_EXC_ERR.",
 	"retry_rnr_exceeded_err": "Work completions with RNR_RETRY_EXC_ERR.",
 	"completer_retry_err":    "Go-back-N retransmissions started.",

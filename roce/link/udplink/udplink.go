@@ -214,8 +214,9 @@ func interfaceByIndex(zone string) (*net.Interface, error) {
 	return net.InterfaceByIndex(i)
 }
 
-// interfaceOf returns the MTU and MAC of the interface holding ip, or
-// 1500 and a zero MAC when ip is a wildcard or not found.
+// interfaceOf returns the MTU and MAC of the interface packets from ip
+// leave by, or 1500 and a zero MAC when ip is a wildcard or on no
+// interface.
 func interfaceOf(ip netip.Addr) (int, net.HardwareAddr) {
 	zero := make(net.HardwareAddr, 6)
 	if ip.IsUnspecified() {
@@ -225,22 +226,66 @@ func interfaceOf(ip netip.Addr) (int, net.HardwareAddr) {
 	if err != nil {
 		return 1500, zero
 	}
+	cands := make([]ifaceAddrs, 0, len(ifs))
 	for _, ifc := range ifs {
 		addrs, err := ifc.Addrs()
 		if err != nil {
 			continue
 		}
+		c := ifaceAddrs{mtu: ifc.MTU, mac: ifc.HardwareAddr, loopback: ifc.Flags&net.FlagLoopback != 0}
 		for _, a := range addrs {
-			if p, err := netip.ParsePrefix(a.String()); err == nil && p.Addr().Unmap() == ip {
-				mac := zero
-				if len(ifc.HardwareAddr) == 6 {
-					mac = ifc.HardwareAddr
-				}
-				return ifc.MTU, mac
+			if p, err := netip.ParsePrefix(a.String()); err == nil {
+				c.prefixes = append(c.prefixes, netip.PrefixFrom(p.Addr().Unmap(), p.Bits()))
+			}
+		}
+		cands = append(cands, c)
+	}
+	i := pickInterface(ip, cands)
+	if i < 0 {
+		return 1500, zero
+	}
+	mac := zero
+	if len(cands[i].mac) == 6 {
+		mac = cands[i].mac
+	}
+	return cands[i].mtu, mac
+}
+
+// ifaceAddrs is what interfaceOf needs to know of one interface.
+type ifaceAddrs struct {
+	mtu      int
+	mac      net.HardwareAddr
+	loopback bool
+	prefixes []netip.Prefix
+}
+
+// pickInterface returns the index of the interface ip belongs to, or -1.
+// An address held exactly wins; otherwise the longest prefix containing
+// ip, as the kernel's local table routes it: 127.0.0.2 is not listed on
+// lo, but 127.0.0.1/8 is, and packets between loopback addresses go over
+// lo with lo's MTU. A loopback address no prefix covers still belongs to
+// the loopback interface.
+func pickInterface(ip netip.Addr, ifs []ifaceAddrs) int {
+	ip = ip.Unmap().WithZone("")
+	best, bestBits := -1, -1
+	for i, c := range ifs {
+		for _, p := range c.prefixes {
+			if p.Addr() == ip {
+				return i
+			}
+			if p.Contains(ip) && p.Bits() > bestBits {
+				best, bestBits = i, p.Bits()
 			}
 		}
 	}
-	return 1500, zero
+	if best < 0 && ip.IsLoopback() {
+		for i, c := range ifs {
+			if c.loopback {
+				return i
+			}
+		}
+	}
+	return best
 }
 
 func (l *Link) initRecv(maxDatagram int) {

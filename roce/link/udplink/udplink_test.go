@@ -502,3 +502,54 @@ func TestCancelStress(t *testing.T) {
 	}
 	t.Logf("%d frames, %d expiries", got, timeouts)
 }
+
+// An address inside a loopback prefix but not listed on lo (127.0.0.2) is
+// carried by lo, so the link must report lo's MTU, not a 1500 guess: the
+// path MTU of the loopback perf run follows from it.
+func TestLoopbackPrefixMTU(t *testing.T) {
+	lo, err := net.InterfaceByName("lo")
+	if err != nil {
+		t.Skipf("no lo: %v", err)
+	}
+	for _, a := range []string{"127.0.0.1", "127.0.0.2", "::1"} {
+		if l := listen(t, a); l.MTU() != lo.MTU {
+			t.Errorf("%s: MTU %d, lo has %d", a, l.MTU(), lo.MTU)
+		}
+	}
+}
+
+func TestPickInterface(t *testing.T) {
+	pfx := func(ss ...string) []netip.Prefix {
+		var ps []netip.Prefix
+		for _, s := range ss {
+			ps = append(ps, netip.MustParsePrefix(s))
+		}
+		return ps
+	}
+	ifs := []ifaceAddrs{
+		{mtu: 65536, loopback: true, prefixes: pfx("127.0.0.1/8")},
+		{mtu: 1500, prefixes: pfx("10.0.0.1/8", "fe80::1/64")},
+		{mtu: 9000, prefixes: pfx("10.1.0.1/16", "10.2.0.9/16")},
+	}
+	for _, c := range []struct {
+		ip   string
+		want int
+	}{
+		{"127.0.0.1", 0},
+		{"127.0.0.2", 0},
+		{"127.255.0.1", 0},
+		{"::1", 0},              // loopback with no prefix listed: lo
+		{"::ffff:127.0.0.2", 0}, // v4-mapped
+		{"10.0.0.1", 1},         // exact
+		{"10.2.0.9", 2},         // exact beats the shorter 10/8
+		{"10.1.2.3", 2},         // longest prefix
+		{"10.3.0.1", 1},         // only 10/8 covers it
+		{"fe80::2%eth0", 1},     // zone does not hide the prefix
+		{"192.168.0.1", -1},     // on no interface
+		{"2001:db8::1", -1},
+	} {
+		if got := pickInterface(netip.MustParseAddr(c.ip), ifs); got != c.want {
+			t.Errorf("%s: interface %d, want %d", c.ip, got, c.want)
+		}
+	}
+}

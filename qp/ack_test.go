@@ -1,0 +1,46 @@
+package qp_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/goroce/goroce/internal/faultnet"
+	"github.com/goroce/goroce/qp"
+	"github.com/goroce/goroce/qp/qptest"
+)
+
+// A burst of requests that arrives in one receive batch is acknowledged by
+// one ACK, and the ACKs folded into it are counted (ack_deferred); the ACK
+// still leaves with the next transmit pass.
+func TestAckCoalescedPerBatch(t *testing.T) {
+	const n = 8
+	p := newPair(t, qp.RC, impairment{name: "clean", ab: faultnet.Config{}, ba: faultnet.Config{}}, qptest.DefaultRC, 16)
+	aMR := p.regMR(p.a, make([]byte, 64*n), 0x1000, allAccess)
+	bMR := p.regMR(p.b, make([]byte, 64*n), 0x7000_0000, allAccess)
+	for i := range n {
+		if err := p.a.QP.PostSend(&qp.SendWR{ID: uint64(i), Opcode: qp.WRRDMAWrite, Flags: qp.SendSignaled,
+			SGL:        []qp.SGE{{Addr: 0x1000 + 64*uint64(i), Length: 64, LKey: aMR.LKey()}},
+			RemoteAddr: 0x7000_0000 + 64*uint64(i), RKey: bMR.RKey()}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// One step: A sends the burst, B receives it as one batch.
+	p.net.Step()
+	before := p.net.B.E.Stats()
+	if before.RxPackets != n {
+		t.Fatalf("B received %d packets in the first step, want %d", before.RxPackets, n)
+	}
+	var wcs []qp.WorkCompletion
+	if err := p.net.Run(func() bool { wcs = pollAll(p.a.SCQ, wcs); return len(wcs) == n }, time.Second); err != nil {
+		t.Fatal(err)
+	}
+	s := p.net.B.E.Stats()
+	if s.TxPackets != 1 || s.AcksCoalesced != n-1 {
+		t.Errorf("B sent %d packets with %d ACKs coalesced, want 1 and %d", s.TxPackets, s.AcksCoalesced, n-1)
+	}
+	for _, wc := range wcs {
+		if wc.Status != qp.WCSuccess {
+			t.Errorf("completion %+v", wc)
+		}
+	}
+}
