@@ -13,6 +13,10 @@ import (
 	"golang.org/x/sys/unix"
 )
 
+// cHostMRSPRace is what the C host logs when a lost ACK lets the NAA's MRSP
+// answer complete before its own SEND.
+const cHostMRSPRace = "not handled for state: NAAICE_MRSP_SENDING"
+
 // TestLoss drops 1 % of the RoCEv2 frames both ways between goroce and
 // the guest (bridge egress towards rxeh0 and towards the guest's tap) while
 // RPCs with several packets per region run in both roles; the results are
@@ -32,11 +36,24 @@ func TestLoss(t *testing.T) {
 		defer stop()
 		ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 		defer cancel()
-		stdout, stderr, code, err := g.Exec(ctx, guestVerify, lab.PeerAddr.String(), "1", "10", "64 5000 100000")
-		if err != nil || code != 0 || !strings.Contains(string(stdout), "verified: ") {
-			t.Fatalf("naaice_verify: exit %d (%v)\n%s%s\nserver counters %+v", code, err, stdout, stderr, srv.Counters())
+		// The C host has a fault of its own under loss: when the ACK of its
+		// MRSP SEND is lost, the NAA's answer completes before the SEND does
+		// and the host gives up ("IBV_WC_RECV, not handled for state:
+		// NAAICE_MRSP_SENDING"). A user reruns the client; so does the test,
+		// for that fault only, and it still needs one verified run.
+		for attempt := 1; ; attempt++ {
+			stdout, stderr, code, err := g.Exec(ctx, guestVerify, lab.PeerAddr.String(), "1", "10", "64 5000 100000")
+			if err == nil && code == 0 && strings.Contains(string(stdout), "verified: ") {
+				t.Logf("%s (attempt %d)", lastLine(stdout), attempt)
+				break
+			}
+			out := string(stdout) + string(stderr)
+			if attempt < 5 && ctx.Err() == nil && strings.Contains(out, cHostMRSPRace) {
+				t.Logf("attempt %d: the C host's MRSP race under loss (its answer overtook its SEND completion); again", attempt)
+				continue
+			}
+			t.Fatalf("naaice_verify: exit %d (%v)\n%s\nserver counters %+v", code, err, out, srv.Counters())
 		}
-		t.Logf("%s", lastLine(stdout))
 	})
 	t.Run("goroce-host-C-NAA", func(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
