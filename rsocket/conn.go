@@ -143,6 +143,10 @@ func (c *Conn) watch() {
 		case <-done:
 			done = nil
 			c.mu.Lock()
+			// The DREQ may overtake completions of what the peer wrote
+			// before it: they are in the CQ already (the peer waited for
+			// their ACKs), so take them first.
+			c.progressLocked()
 			c.peerGoneLocked()
 			c.mu.Unlock()
 			c.wake()
@@ -198,8 +202,10 @@ func (c *Conn) failLocked(err error) {
 // progressLocked polls the CQ and applies every completion, then sends
 // the credits that became due (rs_process_cq, rs_update_credits).
 func (c *Conn) progressLocked() {
+	total := 0
 	for {
 		n := c.ep.cq.Poll(c.wc[:])
+		total += n
 		for i := range c.wc[:n] {
 			wc := &c.wc[i]
 			if wc.Opcode == roce.WCRecvRDMAWithImm || wc.Opcode == roce.WCRecv {
@@ -213,6 +219,10 @@ func (c *Conn) progressLocked() {
 		}
 	}
 	c.creditsLocked()
+	if total > 0 {
+		// A Read may have taken a Write's completions or the reverse.
+		c.wake()
+	}
 }
 
 func (c *Conn) protocolError(err error, what string) {
@@ -436,6 +446,9 @@ func (c *Conn) Read(p []byte) (int, error) {
 	c.readMu.Lock()
 	defer c.readMu.Unlock()
 	for {
+		if isClosed(c.rdl.wait()) {
+			return 0, c.opError("read", os.ErrDeadlineExceeded)
+		}
 		c.mu.Lock()
 		if c.closing {
 			c.mu.Unlock()
@@ -498,6 +511,9 @@ func (c *Conn) Write(p []byte) (int, error) {
 	done := 0
 	olen := uint32(wire.OlapStartSize)
 	for {
+		if isClosed(c.wdl.wait()) {
+			return done, c.opError("write", os.ErrDeadlineExceeded)
+		}
 		c.mu.Lock()
 		if c.closing {
 			c.mu.Unlock()
