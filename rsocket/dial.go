@@ -219,10 +219,20 @@ func (lc *ListenConfig) Listen(ctx context.Context, dev *roce.Device, network, a
 	return l, nil
 }
 
+// SetOptions changes the options later accepted connections get, as
+// rsetsockopt on a listening rsocket does (rstream's server sets them
+// before each raccept).
+func (l *Listener) SetOptions(o Options) {
+	l.mu.Lock()
+	l.cfg = o.resolve()
+	l.mu.Unlock()
+}
+
 // Listener accepts rsocket connections. It implements net.Listener.
 type Listener struct {
 	cl      *cm.Listener
 	dev     *roce.Device
+	mu      sync.Mutex
 	cfg     config
 	addr    net.Addr
 	timeout time.Duration
@@ -270,7 +280,10 @@ func (l *Listener) AcceptRsocket(ctx context.Context) (*Conn, error) {
 }
 
 func (l *Listener) accept(ctx context.Context, r *cm.Request, peer wire.ConnData) (*Conn, error) {
-	ep, err := newEndpoint(l.dev, l.cfg)
+	l.mu.Lock()
+	cfg := l.cfg
+	l.mu.Unlock()
+	ep, err := newEndpoint(l.dev, cfg)
 	if err != nil {
 		_ = r.Reject(mad.RejNoResources, nil)
 		return nil, err
