@@ -49,22 +49,24 @@ type Conn struct {
 	rdl     *deadline
 	wdl     *deadline
 
-	mu       sync.Mutex // the protocol state below
-	w        *wire.Conn
-	peer     wire.ConnData
-	entry    binary.ByteOrder // the peer's SGE order
-	nextAdv  int              // target SGL slot the peer writes next
-	shead    int              // send ring: where the next copied write goes
-	peerMaps []wire.IOMapEntry
-	err      error // why the connection failed (sticky)
-	peerEOF  bool  // the peer sent SHUTDOWN or DISCONNECT, or is gone
-	closing  bool
-	ctrlSent bool // our DISCONNECT completed
-	wc       [32]roce.WorkCompletion
-	swr      roce.SendWR
-	sgl      [2]roce.SGE
-	scratch  [wire.IOMapEntryLen]byte
-	rwr      roce.RecvWR
+	mu           sync.Mutex // the protocol state below
+	w            *wire.Conn
+	peer         wire.ConnData
+	entry        binary.ByteOrder  // the peer's SGE order
+	nextAdv      int               // target SGL slot the peer writes next
+	shead        int               // send ring: where the next copied write goes
+	peerMaps     []wire.IOMapEntry // the peer's iomap table, as it published it
+	iomaps       []*iomapMR        // our riomap registrations
+	iomapPending int
+	err          error // why the connection failed (sticky)
+	peerEOF      bool  // the peer sent SHUTDOWN or DISCONNECT, or is gone
+	closing      bool
+	ctrlSent     bool // our DISCONNECT completed
+	wc           [32]roce.WorkCompletion
+	swr          roce.SendWR
+	sgl          [2]roce.SGE
+	scratch      [wire.IOMapEntryLen]byte
+	rwr          roce.RecvWR
 
 	rwake, wwake chan struct{} // buffered 1: progress for the reader / writer
 	ctrlDone     chan struct{} // closed when our DISCONNECT completed
@@ -413,22 +415,29 @@ func (c *Conn) writeChunkLocked(p []byte, want uint32) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	n := int(w.Len)
-	wr := c.resetWR(kindData<<kindShift|uint64(n), roce.WRRDMAWriteWithImm)
-	wr.Imm, wr.RemoteAddr, wr.RKey = uint32(w.Imm), w.Addr, w.Key
+	c.postDataLocked(p[:w.Len], kindData, roce.WRRDMAWriteWithImm, uint32(w.Imm), w.Addr, w.Key)
+	return int(w.Len), nil
+}
+
+// postDataLocked posts an RDMA write of p: inline when small enough,
+// otherwise copied into the send ring (two SGEs where it wraps).
+func (c *Conn) postDataLocked(p []byte, kind uint64, op roce.WROpcode, imm uint32, addr uint64, key uint32) {
+	n := len(p)
+	wr := c.resetWR(kind<<kindShift|uint64(n), op)
+	wr.Imm, wr.RemoteAddr, wr.RKey = imm, addr, key
 	size := len(c.ep.sbuf)
 	off := c.shead
 	if n <= c.ep.cfg.inline {
 		wr.Flags |= roce.SendInline
-		wr.Inline = p[:n]
+		wr.Inline = p
 	} else if off+n <= size {
-		copy(c.ep.sbuf[off:], p[:n])
+		copy(c.ep.sbuf[off:], p)
 		c.sgl[0] = c.ep.smr.SGE(off, n)
 		wr.SGL = c.sgl[:1]
 	} else {
 		k := size - off
 		copy(c.ep.sbuf[off:], p[:k])
-		copy(c.ep.sbuf, p[k:n])
+		copy(c.ep.sbuf, p[k:])
 		c.sgl[0] = c.ep.smr.SGE(off, k)
 		c.sgl[1] = c.ep.smr.SGE(0, n-k)
 		wr.SGL = c.sgl[:2]
@@ -437,7 +446,19 @@ func (c *Conn) writeChunkLocked(p []byte, want uint32) (int, error) {
 	// always the sender's sbuf_bytes_avail.
 	c.shead = (off + n) % size
 	c.postLocked()
-	return n, nil
+}
+
+// writableLocked says why nothing can be written, or nil.
+func (c *Conn) writableLocked() error {
+	switch {
+	case c.closing:
+		return net.ErrClosed
+	case c.err != nil:
+		return c.err
+	case !c.w.Writable:
+		return syscall.EPIPE
+	}
+	return nil
 }
 
 // Read reads data the peer wrote into the receive ring. It returns io.EOF
@@ -515,18 +536,9 @@ func (c *Conn) Write(p []byte) (int, error) {
 			return done, c.opError("write", os.ErrDeadlineExceeded)
 		}
 		c.mu.Lock()
-		if c.closing {
-			c.mu.Unlock()
-			return done, c.opError("write", net.ErrClosed)
-		}
-		if c.err != nil {
-			err := c.err
+		if err := c.writableLocked(); err != nil {
 			c.mu.Unlock()
 			return done, c.opError("write", err)
-		}
-		if !c.w.Writable {
-			c.mu.Unlock()
-			return done, c.opError("write", syscall.EPIPE)
 		}
 		if done == len(p) {
 			c.mu.Unlock()
@@ -535,7 +547,7 @@ func (c *Conn) Write(p []byte) (int, error) {
 		if c.w.Send.Blocked() != nil {
 			c.progressLocked()
 		}
-		for done < len(p) && c.err == nil && c.w.Send.Blocked() == nil {
+		for c.sendIOMapsLocked() && done < len(p) && c.err == nil && c.w.Send.Blocked() == nil {
 			want := wire.NextChunk(uint64(len(p)-done), &olen)
 			n, err := c.writeChunkLocked(p[done:], want)
 			if err != nil {
@@ -621,7 +633,7 @@ func (c *Conn) Close() error {
 		err := c.cmc.Close()
 		c.cancel()
 		c.wg.Wait()
-		c.closeErr = errors.Join(err, c.ep.free())
+		c.closeErr = errors.Join(err, c.freeIOMaps(), c.ep.free())
 		stats.conns.Add(-1)
 	})
 	return c.closeErr

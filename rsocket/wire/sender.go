@@ -168,3 +168,20 @@ func (s *Sender) Advertise(slot int, sge SGE) error {
 	s.target[slot] = sge
 	return nil
 }
+
+// WriteDirect takes up to want bytes for a plain RDMA WRITE into a peer's
+// iomap buffer (riowrite's rs_write_direct): it needs everything
+// rs_can_send needs, uses a send queue slot and send buffer space, but no
+// credit and no target entry. DataDone(n) gives them back.
+func (s *Sender) WriteDirect(want uint32) (uint32, error) {
+	if err := s.Blocked(); err != nil {
+		return 0, err
+	}
+	if want == 0 {
+		return 0, ErrZeroData
+	}
+	n := min(want, s.sbufAvail)
+	s.sqeAvail--
+	s.sbufAvail -= n
+	return n, nil
+}
