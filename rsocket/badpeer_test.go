@@ -68,10 +68,13 @@ func dialRaw(t *testing.T, dev *roce.Device, raddr netip.AddrPort, cd wire.ConnD
 // write posts an RDMA WRITE WITH IMM of n bytes (from our MR) to addr/key.
 func (p *rawPeer) write(t *testing.T, imm uint32, addr uint64, key uint32, payload []byte) {
 	t.Helper()
-	copy(p.mr.Bytes(), payload)
+	// Payloads come from the upper half of the MR; the victim writes its
+	// adverts into the lower one.
+	const off = 128 << 10
+	copy(p.mr.Bytes()[off:], payload)
 	wr := roce.SendWR{Opcode: roce.WRRDMAWriteWithImm, Imm: imm, RemoteAddr: addr, RKey: key}
 	if len(payload) > 0 {
-		wr.SGL = []roce.SGE{p.mr.SGE(0, len(payload))}
+		wr.SGL = []roce.SGE{p.mr.SGE(off, len(payload))}
 	}
 	if err := p.cmc.QP().PostSend(&wr); err != nil {
 		t.Logf("post: %v", err) // the victim may have torn the connection down
