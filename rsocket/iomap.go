@@ -200,3 +200,9 @@ func (c *Conn) freeIOMaps() error {
 	c.iomaps = nil
 	return errors.Join(errs...)
 }
+
+// IOSync orders the caller after every byte the peer's IOWrites placed in
+// this side's iomapped buffers so far. IOWrites raise no completion, so a
+// program that polls a buffer for a marker byte (as riostream does) calls
+// it before each look.
+func (c *Conn) IOSync() { c.ep.rmr.Sync() }

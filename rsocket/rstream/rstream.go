@@ -64,6 +64,18 @@ var testSize = func() []sizeParam {
 	return t
 }()
 
+// TestSizes returns the transfer sizes of the default series: rstream's
+// table, every size with -S all, otherwise 64 B, 4 KiB, 64 KiB and 1 MiB.
+func TestSizes(all bool) []int {
+	var s []int
+	for _, t := range testSize {
+		if t.option <= boolInt(all) {
+			s = append(s, t.size)
+		}
+	}
+	return s
+}
+
 // SizeStr is common.c's size_str.
 func SizeStr(size int64) string {
 	var base int64 = 1
