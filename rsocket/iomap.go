@@ -2,6 +2,7 @@ package rsocket
 
 import (
 	"errors"
+	"fmt"
 	"net"
 	"os"
 	"syscall"
@@ -23,6 +24,11 @@ type iomapMR struct {
 // ErrNoIOMap reports an IOWrite to an offset the peer has not mapped, or
 // an IOMap beyond the peer's RDMA_IOMAPSIZE.
 var ErrNoIOMap = errors.New("rsocket: no iomap entry for that offset")
+
+// errNoIOMapSlot is riomap's ENOMEM: every entry of the peer's iomap
+// table is taken, or it has none (its RDMA_IOMAPSIZE was 0 when it took
+// the connection).
+var errNoIOMapSlot = fmt.Errorf("rsocket: no free entry in the peer's iomap table: %w", syscall.ENOMEM)
 
 // IOMap registers buf for the peer's IOWrites (riomap with PROT_WRITE), at
 // stream offset offset (-1: the buffer's address). The mapping is
@@ -55,7 +61,7 @@ func (c *Conn) IOMap(buf []byte, remoteWrite bool, offset int64) (int64, error) 
 			}
 		}
 		if index < 0 {
-			return -1, syscall.ENOMEM
+			return -1, errNoIOMapSlot
 		}
 	}
 	access := roce.AccessLocalWrite
