@@ -135,7 +135,7 @@ var rstreamCases = []rstreamCase{
 	{size: 1000, count: 100, iters: 2, verify: true},
 	{size: 4096, count: 50, iters: 1, verify: true},
 	{size: 65537, count: 20, iters: 1, verify: true, buf: 65536},
-	{size: 100000, count: 10, iters: 1, verify: true, keepalive: 1},
+	{size: 100000, count: 40, iters: 1, verify: true, keepalive: 1},
 	{size: 1 << 20, count: 4, iters: 1, verify: true},
 }
 
