@@ -63,10 +63,14 @@ type Conn struct {
 	closing      bool
 	ctrlSent     bool // our DISCONNECT completed
 	wc           [32]roce.WorkCompletion
-	swr          roce.SendWR
-	sgl          [2]roce.SGE
-	scratch      [wire.IOMapEntryLen]byte
-	rwr          roce.RecvWR
+	// Send work requests are built in place and posted in batches: one
+	// lock and one transmit pass for all the chunks of a Write.
+	batch    [batchMax]roce.SendWR
+	bsgl     [batchMax][2]roce.SGE
+	bscratch [batchMax][wire.IOMapEntryLen]byte
+	nb       int
+	batching bool
+	rwr      roce.RecvWR
 
 	rwake, wwake chan struct{} // buffered 1: progress for the reader / writer
 	ctrlDone     chan struct{} // closed when our DISCONNECT completed
@@ -366,9 +370,10 @@ func (c *Conn) creditsLocked() {
 		wr := c.resetWR(kindCredit<<kindShift, roce.WRRDMAWriteWithImm)
 		wr.Imm = uint32(cr.Imm)
 		if cr.HasSGE {
-			cr.SGE.Put(c.scratch[:wire.SGELen], c.entry)
+			b := c.scratch()[:wire.SGELen]
+			cr.SGE.Put(b, c.entry)
 			wr.Flags |= roce.SendInline
-			wr.Inline = c.scratch[:wire.SGELen]
+			wr.Inline = b
 			wr.RemoteAddr, wr.RKey = cr.Addr, cr.Key
 		}
 		c.postLocked()
@@ -396,16 +401,44 @@ func (c *Conn) keepaliveLocked() {
 	c.postLocked()
 }
 
+// batchMax bounds the work requests posted at once.
+const batchMax = 16
+
+// resetWR returns the next work request slot, cleared.
 func (c *Conn) resetWR(id uint64, op roce.WROpcode) *roce.SendWR {
-	c.swr = roce.SendWR{ID: id, Opcode: op, Flags: roce.SendSignaled}
-	return &c.swr
+	if c.nb == batchMax {
+		c.flushLocked()
+	}
+	c.batch[c.nb] = roce.SendWR{ID: id, Opcode: op, Flags: roce.SendSignaled}
+	return &c.batch[c.nb]
 }
 
+// scratch is the slot's buffer for inline control payloads (copied when
+// the batch is posted).
+func (c *Conn) scratch() []byte { return c.bscratch[c.nb][:] }
+
+// postLocked queues the slot resetWR returned; it is posted at once unless
+// a Write is gathering its chunks.
 func (c *Conn) postLocked() {
-	if err := c.qp.PostSend(&c.swr); err != nil {
+	c.nb++
+	if !c.batching {
+		c.flushLocked()
+	}
+}
+
+// flushLocked posts the queued work requests.
+func (c *Conn) flushLocked() {
+	if c.nb == 0 {
+		return
+	}
+	_, err := c.qp.PostSendBatch(c.batch[:c.nb])
+	for i := range c.batch[:c.nb] {
+		c.batch[i].SGL, c.batch[i].Inline = nil, nil
+	}
+	c.nb = 0
+	if err != nil {
 		c.failLocked(err)
 	}
-	c.swr.SGL, c.swr.Inline = nil, nil
 }
 
 // writeChunkLocked posts one data write of up to want bytes of p and
@@ -430,17 +463,17 @@ func (c *Conn) postDataLocked(p []byte, kind uint64, op roce.WROpcode, imm uint3
 	if n <= c.ep.cfg.inline {
 		wr.Flags |= roce.SendInline
 		wr.Inline = p
-	} else if off+n <= size {
+	} else if sgl := &c.bsgl[c.nb]; off+n <= size {
 		copy(c.ep.sbuf[off:], p)
-		c.sgl[0] = c.ep.smr.SGE(off, n)
-		wr.SGL = c.sgl[:1]
+		sgl[0] = c.ep.smr.SGE(off, n)
+		wr.SGL = sgl[:1]
 	} else {
 		k := size - off
 		copy(c.ep.sbuf[off:], p[:k])
 		copy(c.ep.sbuf, p[k:])
-		c.sgl[0] = c.ep.smr.SGE(off, k)
-		c.sgl[1] = c.ep.smr.SGE(0, n-k)
-		wr.SGL = c.sgl[:2]
+		sgl[0] = c.ep.smr.SGE(off, k)
+		sgl[1] = c.ep.smr.SGE(0, n-k)
+		wr.SGL = sgl[:2]
 	}
 	// Inline writes advance the ring too, so that its free space is
 	// always the sender's sbuf_bytes_avail.
@@ -547,6 +580,7 @@ func (c *Conn) Write(p []byte) (int, error) {
 		if c.w.Send.Blocked() != nil {
 			c.progressLocked()
 		}
+		c.batching = true
 		for c.sendIOMapsLocked() && done < len(p) && c.err == nil && c.w.Send.Blocked() == nil {
 			want := wire.NextChunk(uint64(len(p)-done), &olen)
 			n, err := c.writeChunkLocked(p[done:], want)
@@ -555,6 +589,8 @@ func (c *Conn) Write(p []byte) (int, error) {
 			}
 			done += n
 		}
+		c.batching = false
+		c.flushLocked()
 		blocked := done < len(p) && c.err == nil
 		c.mu.Unlock()
 		if !blocked {

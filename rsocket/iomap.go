@@ -116,11 +116,12 @@ func (c *Conn) sendIOMapsLocked() bool {
 			return false
 		}
 		e := wire.IOMapEntry{Offset: m.offset, SGE: wire.SGE{Addr: m.mr.Addr(), Key: m.mr.RKey(), Length: uint32(m.mr.Len())}}
-		e.Put(c.scratch[:], c.entry)
 		wr := c.resetWR(kindIOMap<<kindShift, roce.WRRDMAWriteWithImm)
+		b := c.scratch()
+		e.Put(b, c.entry)
 		wr.Imm, wr.RemoteAddr, wr.RKey = uint32(w.Imm), w.Addr, w.Key
 		wr.Flags |= roce.SendInline
-		wr.Inline = c.scratch[:]
+		wr.Inline = b
 		// The entry counts against the send buffer, as in librdmacm.
 		c.shead = (c.shead + wire.IOMapEntryLen) % len(c.ep.sbuf)
 		c.postLocked()
@@ -164,10 +165,13 @@ func (c *Conn) IOWrite(p []byte, offset int64) (int, error) {
 		if c.w.Send.Blocked() != nil {
 			c.progressLocked()
 		}
+		c.batching = true
 		for c.sendIOMapsLocked() && done < len(p) && c.err == nil && c.w.Send.Blocked() == nil {
 			off := uint64(offset) + uint64(done)
 			e := c.findIOMapLocked(off)
 			if e == nil {
+				c.batching = false
+				c.flushLocked()
 				c.mu.Unlock()
 				if done > 0 {
 					return done, nil
@@ -183,6 +187,8 @@ func (c *Conn) IOWrite(p []byte, offset int64) (int, error) {
 			c.postDataLocked(p[done:done+int(n)], kindIOWrite, roce.WRRDMAWrite, 0, e.Addr+off-e.Offset, e.Key)
 			done += int(n)
 		}
+		c.batching = false
+		c.flushLocked()
 		blocked := done < len(p) && c.err == nil
 		c.mu.Unlock()
 		if !blocked {
