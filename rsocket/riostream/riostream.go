@@ -6,6 +6,11 @@
 // sync exchange still goes through rsend/rrecv, and carries the iomap
 // entries.
 //
+// The receiver polls a byte that the peer's transfers keep rewriting, as
+// the C tool does with a volatile pointer; in Go that is a data race by
+// design (Conn.IOSync orders each look after the writes so far, but not
+// against the ones still coming), so the race detector reports it.
+//
 // Options not supported: -f gid (AF_IB). -T a, b and n select riostream's
 // polling style and are accepted; -T r is accepted and ignored.
 package riostream

@@ -31,6 +31,12 @@ func devPair(t *testing.T) (*roce.Device, *roce.Device) {
 }
 
 func TestGoToGo(t *testing.T) {
+	if raceEnabled {
+		// riostream polls the last byte of a buffer the peer keeps
+		// RDMA-writing (its non-final transfers rewrite that byte too):
+		// a data race by the tool's design, which the detector reports.
+		t.Skip("riostream's marker polling races with the peer's writes by design")
+	}
 	da, db := devPair(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
