@@ -10,6 +10,7 @@ import (
 	"net/netip"
 	"os"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -30,6 +31,27 @@ const (
 )
 
 const kindShift = 56
+
+// retryTimeout is how long the QP retransmits before it gives up: the
+// local ACK timeout (4.096 µs << Timeout) times RetryCnt+1. A retry count
+// of 7 means "forever" to rxe (and to package qp, which follows it), while
+// librdmacm asks for 7: the keepalive timer applies the count as 7 so that
+// a dead peer still surfaces.
+func retryTimeout(a roce.QPAttr) time.Duration {
+	t := time.Duration(4096<<min(a.Timeout, 31)) * time.Nanosecond
+	if a.Timeout == 0 {
+		t = 4 * time.Second
+	}
+	return max(t*time.Duration(min(a.RetryCnt, 7)+1), 2*probeInterval)
+}
+
+// probeInterval is how often a connection whose Read or Write is blocked
+// sends a keepalive. librdmacm sends them only with SO_KEEPALIVE, so a C
+// program blocked on a peer that died after its last ACK waits forever;
+// the probe, unanswered for retryTimeout, fails the connection with
+// ETIMEDOUT (the peer sees nothing of it: a zero-length RDMA WRITE raises
+// no completion).
+const probeInterval = time.Second
 
 // disconnectWait bounds how long Close waits for the send completion of
 // its DISCONNECT message before it tears the connection down anyway.
@@ -72,6 +94,10 @@ type Conn struct {
 	batching bool
 	rwr      roce.RecvWR
 
+	blocked      atomic.Int32 // Reads and Writes waiting for the peer
+	kaPending    bool         // a keepalive is posted and not completed (under mu)
+	kaPosted     time.Time
+	deadAfter    time.Duration // a keepalive this old means the peer is gone
 	rwake, wwake chan struct{} // buffered 1: progress for the reader / writer
 	ctrlDone     chan struct{} // closed when our DISCONNECT completed
 	closed       chan struct{} // closed by Close
@@ -95,6 +121,7 @@ func newConn(ep *endpoint, cmc *cm.Conn, peer wire.ConnData) (*Conn, error) {
 		rwake: make(chan struct{}, 1), wwake: make(chan struct{}, 1),
 		ctrlDone: make(chan struct{}), closed: make(chan struct{})}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
+	c.deadAfter = retryTimeout(c.qp.Attr())
 	stats.conns.Add(1)
 	c.mu.Lock()
 	// The first pass advertises the second half of the ring at once
@@ -141,11 +168,26 @@ func (c *Conn) watch() {
 		defer t.Stop()
 		tick = t.C
 	}
+	probe := time.NewTicker(probeInterval)
+	defer probe.Stop()
 	done := c.cmc.Done()
 	for {
 		select {
 		case <-c.ctx.Done():
 			return
+		case <-probe.C:
+			c.mu.Lock()
+			if c.kaPending && time.Since(c.kaPosted) > c.deadAfter {
+				c.failLocked(&net.OpError{Op: "keepalive", Net: "rsocket", Source: c.local, Addr: c.remote,
+					Err: fmt.Errorf("no answer for %v: %w", c.deadAfter, syscall.ETIMEDOUT)})
+				c.mu.Unlock()
+				c.wake()
+				continue
+			}
+			if c.blocked.Load() > 0 {
+				c.keepaliveLocked()
+			}
+			c.mu.Unlock()
 		case <-done:
 			done = nil
 			c.mu.Lock()
@@ -349,8 +391,11 @@ func (c *Conn) onSend(wc *roce.WorkCompletion) {
 		c.w.Send.DataDone(n)
 	case kindIOMap:
 		c.w.Send.DataDone(wire.IOMapEntryLen)
-	case kindCredit, kindKeepalive:
+	case kindCredit:
 		c.w.Recv.CtrlDone()
+	case kindKeepalive:
+		c.w.Recv.CtrlDone()
+		c.kaPending = false
 	case kindCtrl:
 		c.w.Recv.CtrlDone()
 		if n == wire.CtrlDisconnect && !c.ctrlSent {
@@ -394,11 +439,15 @@ func (c *Conn) keepaliveLocked() {
 	if c.err != nil || c.closing || c.peerEOF {
 		return
 	}
+	if c.kaPending {
+		return // the last one has not completed yet
+	}
 	if _, err := c.w.Recv.Ctrl(wire.CtrlKeepalive); err != nil {
 		return // control slots busy: traffic is flowing anyway
 	}
 	c.resetWR(kindKeepalive<<kindShift, roce.WRRDMAWrite)
 	c.postLocked()
+	c.kaPending, c.kaPosted = true, time.Now()
 }
 
 // batchMax bounds the work requests posted at once.
@@ -533,12 +582,15 @@ func (c *Conn) Read(p []byte) (int, error) {
 		if len(p) == 0 {
 			return 0, nil
 		}
+		c.blocked.Add(1)
 		select {
 		case <-c.rwake:
 		case <-c.rdl.wait():
+			c.blocked.Add(-1)
 			return 0, c.opError("read", os.ErrDeadlineExceeded)
 		case <-c.closed:
 		}
+		c.blocked.Add(-1)
 	}
 }
 
@@ -596,12 +648,15 @@ func (c *Conn) Write(p []byte) (int, error) {
 		if !blocked {
 			continue
 		}
+		c.blocked.Add(1)
 		select {
 		case <-c.wwake:
 		case <-c.wdl.wait():
+			c.blocked.Add(-1)
 			return done, c.opError("write", os.ErrDeadlineExceeded)
 		case <-c.closed:
 		}
+		c.blocked.Add(-1)
 	}
 }
 
