@@ -48,13 +48,12 @@ func retryTimeout(a roce.QPAttr) time.Duration {
 // probeInterval is how often a connection whose Read or Write is blocked
 // sends a keepalive. librdmacm sends them only with SO_KEEPALIVE, so a C
 // program blocked on a peer that died after its last ACK waits forever;
-// the probe, unanswered for retryTimeout, fails the connection with
-// ETIMEDOUT (the peer sees nothing of it: a zero-length RDMA WRITE raises
+// the probe, when the send queue has not moved for retryTimeout, fails the
+// connection with ETIMEDOUT (the peer sees nothing of it: a zero-length RDMA WRITE raises
 // no completion).
 const probeInterval = time.Second
 
-// disconnectWait bounds how long Close waits for the send completion of
-// its DISCONNECT message before it tears the connection down anyway.
+// disconnectWait bounds the DREQ exchange of a connection that failed.
 const disconnectWait = 2 * time.Second
 
 // Conn is a connected stream rsocket. It implements net.Conn; its methods
@@ -97,7 +96,7 @@ type Conn struct {
 	blocked      atomic.Int32 // Reads and Writes waiting for the peer
 	kaPending    bool         // a keepalive is posted and not completed (under mu)
 	kaPosted     time.Time
-	deadAfter    time.Duration // a keepalive this old means the peer is gone
+	deadAfter    time.Duration // this long without a send completion while a keepalive waits: the peer is gone
 	rwake, wwake chan struct{} // buffered 1: progress for the reader / writer
 	ctrlDone     chan struct{} // closed when our DISCONNECT completed
 	closed       chan struct{} // closed by Close
@@ -378,6 +377,11 @@ func (c *Conn) onRecv(wc *roce.WorkCompletion) {
 
 func (c *Conn) onSend(wc *roce.WorkCompletion) {
 	kind, n := wc.WRID>>kindShift, uint32(wc.WRID)
+	if c.kaPending {
+		// The queue moves: the peer is alive, however slowly it
+		// recovers from loss.
+		c.kaPosted = time.Now()
+	}
 	if wc.Status != roce.WCSuccess && !c.closing && c.err == nil {
 		if wc.Status == roce.WCWRFlushErr {
 			c.peerGoneLocked()
@@ -695,7 +699,8 @@ func (c *Conn) CloseWrite() error {
 }
 
 // Close sends RS_CTRL_DISCONNECT unless the peer already disconnected,
-// waits briefly for it to complete, moves the QP to the error state,
+// waits for it (and so every earlier write) to complete, at most the QP's
+// retry timeout, moves the QP to the error state,
 // sends the CM DREQ and frees every resource. Blocked Reads and Writes
 // return net.ErrClosed.
 func (c *Conn) Close() error {
@@ -713,7 +718,10 @@ func (c *Conn) Close() error {
 		c.mu.Unlock()
 		c.wake()
 		if sent {
-			t := time.NewTimer(disconnectWait)
+			// As rshutdown waits for every send to complete: data still
+			// being retransmitted must arrive before the QP goes to the
+			// error state. Only an unresponsive peer makes this long.
+			t := time.NewTimer(c.deadAfter)
 			select {
 			case <-c.ctrlDone:
 			case <-t.C:

@@ -42,9 +42,11 @@
 //     target slot, slots alternating 1, 0, 1, ..., the second half at
 //     once), credits are granted as rs_give_credits does, both through the
 //     four control slots;
-//   - Close sends RS_CTRL_DISCONNECT, waits briefly for its completion,
-//     moves the QP to the error state and sends the CM DREQ; CloseWrite
-//     sends RS_CTRL_SHUTDOWN (the peer reads EOF and may still write);
+//   - Close sends RS_CTRL_DISCONNECT, waits for its completion (so for
+//     every earlier write, as rshutdown does; at most the QP's retry
+//     timeout), moves the QP to the error state and sends the CM DREQ;
+//     CloseWrite sends RS_CTRL_SHUTDOWN (the peer reads EOF and may still
+//     write);
 //   - keepalive is a zero-length RDMA WRITE without immediate (VA 0, R_Key
 //     0) every period;
 //   - IOMap publishes a 24-byte entry (RS_OP_IOMAP_SGL) with the next
@@ -72,6 +74,14 @@
 // completions themselves. Every CQ wait is in waitCQ. Deadlines are
 // honoured by blocked calls; Close unblocks them with net.ErrClosed.
 // Write and Read allocate nothing.
+//
+// A Read or Write blocked on the peer sends a keepalive every second, and
+// a keepalive (this one or SO_KEEPALIVE's) waiting while the send queue
+// does not move for the QP's retry timeout (4.096 µs << timeout, times retry count + 1: about
+// 17 s with rdma_cm's defaults) fails the connection with ETIMEDOUT. The
+// QP alone would never give up: librdmacm asks for retry count 7, which
+// rxe (and package qp after it) treat as infinite, so a C rsocket blocked
+// on a dead peer waits forever.
 //
 // # Checked against the real tools (rdmacm-utils 44.0 on rdma_rxe)
 //

@@ -254,7 +254,9 @@ func rstreamGuestClient(t *testing.T, addr netip.Addr, c rstreamCase) {
 	}
 	t.Logf("guest rstream %v:\n%s%s", args[1:], stdout, stderr)
 	if err != nil || code != 0 {
-		t.Fatalf("guest rstream client: exit %d (%v)", code, err)
+		cancel()
+		serr := <-srv
+		t.Fatalf("guest rstream client: exit %d (%v)\ngoroce server: %v\n%scounters %+v", code, err, serr, out.String(), dev.Counters())
 	}
 	if err := <-srv; err != nil {
 		t.Fatalf("goroce server: %v\n%s", err, out.String())

@@ -103,8 +103,8 @@
 // RDMA_RQSIZE 1, RDMA_INLINE 2, RDMA_IOMAPSIZE 3, RDMA_ROUTE 4; polling
 // time 10 µs; wake-up interval 500 ms; route resolution retried 6 times.
 //
-// UNVERIFIED in the reference notes and what the source says: the REP
-// carrying private data without a CM header is inferred, and rsocket.c
-// reads the REP data at offset 0 (rs_do_connect); the iomap credit leak is
-// inferred from rs_poll_cq/rrecv, which never count IOMAP_SGL as consumed.
+// Settled against rsocket.c and the real tools (see package rsocket): the
+// REP carries the conn data at offset 0, with no CM header; an iomap update
+// takes a credit that is never returned (rs_write_iomap increments sseq_no,
+// rs_poll_cq never queues RS_OP_IOMAP_SGL).
 package wire
