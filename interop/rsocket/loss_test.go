@@ -26,6 +26,12 @@ func TestLoss(t *testing.T) {
 			defer l.Close()
 			c0 := dev.Counters()
 			c := rstreamCase{size: 100000, count: 10, iters: 2, verify: true}
+			if pct >= 5 {
+				// Each drop the fast path misses costs an RC timeout of
+				// about 2 s (rdma_cm's packet life time) on both stacks:
+				// less data keeps 5 % within the case's time on TCG.
+				c = rstreamCase{size: 20000, count: 10, iters: 2, verify: true}
+			}
 			t.Run("goroce-client", func(t *testing.T) { rstreamGuestServer(t, g.Addr, c) })
 			t.Run("goroce-server", func(t *testing.T) { rstreamGuestClient(t, lab.PeerAddr, c) })
 			passed, dropped, err := l.counts()
