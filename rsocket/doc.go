@@ -1,13 +1,119 @@
-// Package rsocket will implement librdmacm's rsockets over goroce: the
-// byte-stream (SOCK_STREAM) and datagram (SOCK_DGRAM) socket protocol both
-// of whose ends must speak it, so that Go programs can talk to rstream,
-// riostream, rcopy and udpong and to programs that use rsocket(7) directly.
-// On the wire that is an rdma_cm connection in the RDMA_PS_TCP port space
-// whose REQ and REP carry each side's 40-byte connection data (receive
-// buffer, target SGL, credits), then RDMA WRITE WITH IMMEDIATE into the
-// peer's advertised buffers with the operation and length in the immediate.
+// Package rsocket is librdmacm's rsockets (rsocket(7), rsocket.c of
+// rdma-core 44) for goroce: stream sockets over RDMA as net.Conn and
+// net.Listener, wire-compatible with C programs that use rsockets
+// (rstream, riostream, rcopy, anything under librspreload).
 //
-// It is not implemented yet: this package holds no API. It sits above
-// package cm, which gives it the connection, and below cmd; it imports
-// nothing above cm.
+// # API
+//
+//	l, err := rsocket.Listen(ctx, dev, "tcp", ":7471")          // rbind + rlisten
+//	c, err := l.Accept()                                         // raccept; *Conn
+//	c, err := rsocket.Dial(ctx, dev, "tcp", "10.0.0.2:7471")     // rconnect
+//	c.Read, c.Write, c.CloseWrite (rshutdown SHUT_WR), c.Close, c.Set*Deadline
+//	c.IOMap(buf, true, 0), c.IOWrite(p, off), c.IOUnmap(buf)     // riomap, riowrite, riounmap
+//
+// Dialer and ListenConfig carry Options, which mirror rsetsockopt: SQ/RQ
+// size (RDMA_SQSIZE/RDMA_RQSIZE, 384), inline size (RDMA_INLINE, 64),
+// RDMA_IOMAPSIZE (0), send and receive buffers (128 KiB; SendBuffer and
+// ReceiveBuffer are SO_SNDBUF/SO_RCVBUF values, doubled as librdmacm
+// doubles them), SO_KEEPALIVE with TCP_KEEPIDLE, TCP_NODELAY. Defaults come
+// from /etc/rdma/rsocket/{mem_default,wmem_default,sqsize_default,
+// rqsize_default,inline_default,iomap_size} when present, as rs_configure
+// reads them. Accepted connections take the listener's options
+// (Listener.SetOptions changes them between accepts). Networks are "tcp",
+// "tcp4" and "tcp6"; the rdma_cm port space is RDMA_PS_TCP.
+//
+// # Protocol
+//
+// Package rsocket/wire holds the protocol as data (rs_conn_data, the
+// immediates, adverts and iomap entries, the credit and buffer state
+// machines); its documentation describes the wire format. This package
+// moves it: it registers a send buffer, a receive ring and a target list
+// (two SGE slots and the iomap table), sends its rs_conn_data in the REQ
+// (after the rdma_cm header) or the REP (at offset 0), creates one RC QP
+// with one CQ, every send signalled, rq_size receives without SGEs posted
+// before the CM lets the peer send, and then:
+//
+//   - Write cuts data as rsend does (2 KiB doubling to 64 KiB, never across
+//     the end of an advertised buffer) and RDMA-WRITEs each chunk WITH IMM
+//     (RS_OP_DATA | length) into the peer's ring, inline up to the inline
+//     size, otherwise from the send ring (two SGEs where it wraps);
+//   - received data is read in place from the ring; consumed halves are
+//     re-advertised (RS_OP_SGL with a 16-byte SGE written into the peer's
+//     target slot, slots alternating 1, 0, 1, ..., the second half at
+//     once), credits are granted as rs_give_credits does, both through the
+//     four control slots;
+//   - Close sends RS_CTRL_DISCONNECT, waits for its completion (so for
+//     every earlier write, as rshutdown does; at most the QP's retry
+//     timeout), moves the QP to the error state and sends the CM DREQ;
+//     CloseWrite sends RS_CTRL_SHUTDOWN (the peer reads EOF and may still
+//     write);
+//   - keepalive is a zero-length RDMA WRITE without immediate (VA 0, R_Key
+//     0) every period;
+//   - IOMap publishes a 24-byte entry (RS_OP_IOMAP_SGL) with the next
+//     Write or IOWrite; IOWrite is a plain RDMA WRITE into the peer's entry.
+//
+// # Errors and bad peers
+//
+// A peer that breaks the protocol — data beyond its credits, past or
+// across the advertised space, a length that differs from the immediate,
+// a reserved op, a zero-length, wrapping or overlapping advert, an iomap
+// entry out of range or malformed — ends its connection: Read and Write
+// return a *ProtocolError, the QP goes to the error state, a DREQ goes to
+// the peer, ReadStats counts it, and nothing else is affected. A request
+// whose rs_conn_data is not version 1 is rejected (REJ, consumer defined,
+// no private data, as librdmacm's rs_accept rejects it) and counted; a
+// REP of another version fails Dial with ErrVersion (ENOTSUP). Writes land
+// only in registered memory: the receive ring and target list accept
+// remote writes, and the QP refuses any outside them.
+//
+// # Goroutines and deadlines
+//
+// Each Conn runs two goroutines: one takes completions as they arrive (so
+// credits and adverts flow while the application is elsewhere), one
+// follows the CM connection and sends keepalives. Read and Write also take
+// completions themselves. Every CQ wait is in waitCQ. Deadlines are
+// honoured by blocked calls; Close unblocks them with net.ErrClosed.
+// Write and Read allocate nothing.
+//
+// A Read or Write blocked on the peer sends a keepalive every second, and
+// a keepalive (this one or SO_KEEPALIVE's) waiting while the send queue
+// does not move for the QP's retry timeout (4.096 µs << timeout, times retry count + 1: about
+// 17 s with rdma_cm's defaults) fails the connection with ETIMEDOUT. The
+// QP alone would never give up: librdmacm asks for retry count 7, which
+// rxe (and package qp after it) treat as infinite, so a C rsocket blocked
+// on a dead peer waits forever.
+//
+// # Checked against the real tools (rdmacm-utils 44.0 on rdma_rxe)
+//
+// The interop tests (package interop/rsocket) run rstream, riostream and
+// rcopy in a guest against this package in both roles, over AF_XDP, IPv4
+// and IPv6. What the reference notes left UNVERIFIED, settled there and
+// in rsocket.c:
+//
+//   - The REP carries rs_conn_data at offset 0, with no CM header: Dial
+//     reads it there and every tool's server accepts it.
+//   - An iomap update takes one of the receiver's credits for good:
+//     rs_write_iomap increments sseq_no, and rs_poll_cq never queues an
+//     RS_OP_IOMAP_SGL message, so rseq_no never counts it back. This
+//     package's receiver counts it the same way (a stricter count would
+//     reject riostream).
+//   - Zero-length control writes carry arbitrary RETH VA/R_Key and are
+//     accepted without key checks; keepalives go every period whether the
+//     connection is idle or not.
+//   - Only the side that closes first sends RS_CTRL_DISCONNECT; the other
+//     sees it (and then the DREQ) and answers with no DISCONNECT of its
+//     own. A DREQ can overtake the completions of data written before it;
+//     they are taken first.
+//   - rstream's and riostream's servers set their options on the listening
+//     socket after rlisten, and librdmacm accepts in the background with
+//     the options of that moment: a client that connects in between gets
+//     default buffers and, against riostream, no iomap table (riomap then
+//     fails with ENOMEM). That is the tool's race, not the protocol's.
+//   - rstream allocates transfer_size bytes and writes 16 into them in its
+//     sync exchange; package rstream allocates at least 16.
+//
+// SOCK_DGRAM rsockets are not provided: librdmacm 44's datagram rsockets
+// cannot work on any RoCE device (ds_add_qp_dest creates an address handle
+// without a GRH, which the kernel refuses, so udpong fails with "rconnect:
+// No such file or directory" before any packet leaves).
 package rsocket

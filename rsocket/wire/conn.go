@@ -34,10 +34,6 @@ type Conn struct {
 	iomapSize  int
 	order      binary.ByteOrder
 
-	// IOMap holds the iomap entries the peer published into our table
-	// (index = slot); riowrite targets them through IOWrite.
-	IOMap []IOMapEntry
-
 	Readable, Writable bool
 }
 
@@ -75,7 +71,6 @@ func NewConn(cfg ConnConfig, peer *ConnData) (*Conn, error) {
 	}
 	c := &Conn{Send: *s, Recv: *r, targetAddr: cfg.TargetAddr, iomapSize: IOMapSizeFromScale(IOMapSizeToScale(cfg.IOMapSize)),
 		order: binary.LittleEndian, Readable: true, Writable: true}
-	c.IOMap = make([]IOMapEntry, c.iomapSize)
 	if cfg.BigEndian {
 		c.order = binary.BigEndian
 	}
@@ -140,19 +135,9 @@ func (c *Conn) OnRecv(imm uint32, addr uint64, body []byte) (ev Event, idx int, 
 		if err != nil {
 			return 0, 0, e, err
 		}
-		for j := range c.IOMap {
-			f := &c.IOMap[j]
-			if j == i || f.Length == 0 {
-				continue
-			}
-			if f.SGE.Overlaps(e.SGE) || (e.Offset < f.Offset+uint64(f.Length) && f.Offset < e.Offset+uint64(e.Length)) {
-				return 0, 0, e, ErrOverlap
-			}
-		}
 		if err := c.Recv.OnIOMap(); err != nil {
 			return 0, 0, e, err
 		}
-		c.IOMap[i] = e
 		return EvIOMap, i, e, nil
 	default: // OpCtrl
 		if len(body) != 0 {
@@ -172,16 +157,6 @@ func (c *Conn) OnRecv(imm uint32, addr uint64, body []byte) (ev Event, idx int, 
 		}
 		return EvKeepalive, 0, e, nil
 	}
-}
-
-// CreditDue is Receiver.CreditDue while the socket is still connected
-// (rs_give_credits also requires rs_connected; a received DISCONNECT ends
-// credit messages).
-func (c *Conn) CreditDue() bool { return (c.Readable || c.Writable) && c.Recv.CreditDue() }
-
-// IOWrite is Sender.WriteDirect over the entries the peer published.
-func (c *Conn) IOWrite(off uint64, want uint32) (Write, error) {
-	return c.Send.WriteDirect(c.IOMap, off, want)
 }
 
 // Shutdown returns the CTRL immediate rshutdown sends for how (true = both

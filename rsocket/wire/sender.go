@@ -7,10 +7,8 @@ type Write struct {
 	Len  uint32 // bytes
 	Imm  Imm    // immediate to carry
 	// Slot is the target SGL entry the write went to (data writes), or the
-	// iomap index (iomap and riowrite writes).
+	// iomap index (iomap writes).
 	Slot int
-	// Plain marks a riowrite: RDMA WRITE without immediate (Imm unused).
-	Plain bool
 }
 
 // Sender is the sending half of a stream rsocket: rs_can_send, the chunking
@@ -136,43 +134,6 @@ func (s *Sender) WriteIOMap(index int) (Write, error) {
 		Len: IOMapEntryLen, Imm: MakeImm(OpIOMapSGL, uint32(index)), Slot: index}, nil
 }
 
-// WriteDirect takes up to want bytes of a riowrite at stream offset off
-// (rs_find_iomap + rs_write_direct): the first of the peer's published
-// entries that contains off gives the address entry.addr + (off -
-// entry.offset); the size is cut to the free send buffer and the entry's
-// end. It needs everything rs_can_send needs (credits and a stream target
-// included, as riowrite checks it) but consumes no credit; the peer sees no
-// completion.
-func (s *Sender) WriteDirect(entries []IOMapEntry, off uint64, want uint32) (Write, error) {
-	if want == 0 {
-		return Write{}, ErrZeroData
-	}
-	idx := -1
-	for i := range entries {
-		if entries[i].Length != 0 && entries[i].Contains(off) {
-			idx = i
-			break
-		}
-	}
-	if idx < 0 {
-		return Write{}, ErrNoIOMap
-	}
-	if err := s.Blocked(); err != nil {
-		return Write{}, err
-	}
-	e := &entries[idx]
-	n := want
-	if n > s.sbufAvail {
-		n = s.sbufAvail
-	}
-	if rest := e.Offset + uint64(e.Length) - off; uint64(n) > rest {
-		n = uint32(rest)
-	}
-	s.sqeAvail--
-	s.sbufAvail -= n
-	return Write{Addr: e.Addr + (off - e.Offset), Key: e.Key, Len: n, Slot: idx, Plain: true}, nil
-}
-
 // DataDone records the send completion of a data write of n bytes, or of
 // an iomap write (n = IOMapEntryLen).
 func (s *Sender) DataDone(n uint32) {
@@ -206,4 +167,21 @@ func (s *Sender) Advertise(slot int, sge SGE) error {
 	}
 	s.target[slot] = sge
 	return nil
+}
+
+// WriteDirect takes up to want bytes for a plain RDMA WRITE into a peer's
+// iomap buffer (riowrite's rs_write_direct): it needs everything
+// rs_can_send needs, uses a send queue slot and send buffer space, but no
+// credit and no target entry. DataDone(n) gives them back.
+func (s *Sender) WriteDirect(want uint32) (uint32, error) {
+	if err := s.Blocked(); err != nil {
+		return 0, err
+	}
+	if want == 0 {
+		return 0, ErrZeroData
+	}
+	n := min(want, s.sbufAvail)
+	s.sqeAvail--
+	s.sbufAvail -= n
+	return n, nil
 }

@@ -1,0 +1,197 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"os"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/goroce/goroce/internal/netnstest"
+	"github.com/goroce/goroce/roce"
+	"github.com/goroce/goroce/roce/netdev"
+	"github.com/goroce/goroce/rsocket"
+	"github.com/goroce/goroce/xdp"
+)
+
+var rsLong = flag.Bool("rsbench.long", os.Getenv("GOROCE_RSBENCH_LONG") != "", "rsocket table: 5 s per case instead of 1 s")
+
+// rsPair is a stream connection between the two namespaces of a veth
+// pair: client in A, server in B.
+type rsPair struct{ c, s net.Conn }
+
+// rsocketPair opens goroce (AF_XDP) in both namespaces and connects an
+// rsocket from A to B.
+func rsocketPair(t *testing.T, p *netnstest.Pair) rsPair {
+	t.Helper()
+	open := func(v *netnstest.Veth) *roce.Device {
+		var d *roce.Device
+		err := v.NS.Do(func() (err error) {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			d, err = netdev.Open(ctx, v.Name, netdev.Options{Link: netdev.LinkXDP})
+			return err
+		})
+		if errors.Is(err, xdp.ErrNotSupported) {
+			t.Skipf("AF_XDP unavailable: %v", err)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { d.Close() })
+		return d
+	}
+	da, db := open(p.VethA), open(p.VethB)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	l, err := rsocket.Listen(ctx, db, "tcp", ":7471")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	acc := make(chan net.Conn, 1)
+	go func() {
+		c, _ := l.AcceptRsocket(ctx)
+		acc <- c
+	}()
+	c, err := rsocket.Dial(ctx, da, "tcp", netip.AddrPortFrom(p.VethB.Addr.Addr(), 7471).String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := <-acc
+	if s == nil {
+		t.Fatal("accept failed")
+	}
+	t.Cleanup(func() { c.Close(); s.Close() })
+	return rsPair{c, s}
+}
+
+// tcpPair connects kernel TCP from A to B over the same kind of veth.
+func tcpPair(t *testing.T, p *netnstest.Pair) rsPair {
+	t.Helper()
+	var l net.Listener
+	if err := p.B.Do(func() (err error) {
+		l, err = net.Listen("tcp4", ":7472")
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	acc := make(chan net.Conn, 1)
+	go func() {
+		c, _ := l.Accept()
+		acc <- c
+	}()
+	var c net.Conn
+	if err := p.A.Do(func() (err error) {
+		c, err = net.Dial("tcp4", netip.AddrPortFrom(p.VethB.Addr.Addr(), 7472).String())
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	s := <-acc
+	if s == nil {
+		t.Fatal("accept failed")
+	}
+	t.Cleanup(func() { c.Close(); s.Close() })
+	return rsPair{c, s}
+}
+
+// stream writes 64 KiB writes from c for d and returns the receiver's Gb/s.
+func stream(t *testing.T, cp rsPair, d time.Duration) float64 {
+	buf := make([]byte, 64<<10)
+	got := make(chan int64, 1)
+	go func() {
+		n, _ := io.Copy(io.Discard, cp.s)
+		got <- n
+	}()
+	start := time.Now()
+	for time.Since(start) < d {
+		if _, err := cp.c.Write(buf); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cp.c.(interface{ CloseWrite() error }).CloseWrite()
+	n := <-got
+	return float64(n*8) / time.Since(start).Seconds() / 1e9
+}
+
+// pingPong runs 64-byte request/response rounds for d and returns the
+// median and mean one-way latency in µs (half the round trip).
+func pingPong(t *testing.T, cp rsPair, d time.Duration) (median, mean float64) {
+	go func() {
+		b := make([]byte, 64)
+		for {
+			if _, err := io.ReadFull(cp.s, b); err != nil {
+				return
+			}
+			if _, err := cp.s.Write(b); err != nil {
+				return
+			}
+		}
+	}()
+	b := make([]byte, 64)
+	var rtts []float64
+	start := time.Now()
+	for time.Since(start) < d {
+		t0 := time.Now()
+		if _, err := cp.c.Write(b); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := io.ReadFull(cp.c, b); err != nil {
+			t.Fatal(err)
+		}
+		rtts = append(rtts, float64(time.Since(t0).Nanoseconds())/2000)
+	}
+	slices.Sort(rtts)
+	var sum float64
+	for _, r := range rtts {
+		sum += r
+	}
+	return rtts[len(rtts)/2], sum / float64(len(rtts))
+}
+
+// TestRsocketTable measures an rsocket (goroce over AF_XDP) against kernel
+// TCP between two namespaces on veth (MTU 9000), side by side in one run:
+// stream throughput with 64 KiB writes and 64-byte ping-pong latency.
+func TestRsocketTable(t *testing.T) {
+	d := time.Second
+	if *rsLong {
+		d = 5 * time.Second
+	}
+	type row struct {
+		name   string
+		rs, tc float64
+	}
+	var rows []row
+	for _, kind := range []string{"throughput", "latency"} {
+		p := netnstest.NewPair(t, 9000)
+		rs, tc := rsocketPair(t, p), tcpPair(t, p)
+		switch kind {
+		case "throughput":
+			a, b := stream(t, rs, d), stream(t, tc, d)
+			rows = append(rows, row{"stream 64 KiB writes (Gb/s)", a, b})
+		case "latency":
+			am, aa := pingPong(t, rs, d)
+			bm, ba := pingPong(t, tc, d)
+			rows = append(rows, row{"ping-pong 64 B, one-way median (us)", am, bm},
+				row{"ping-pong 64 B, one-way mean (us)", aa, ba})
+		}
+	}
+	var out string
+	out += fmt.Sprintf("rsocket (goroce, AF_XDP) vs kernel TCP, two namespaces on veth MTU 9000, %v per case, load %s\n", d, loadAvg())
+	out += fmt.Sprintf("%-38s %10s %10s %7s\n", "metric", "rsocket", "TCP", "ratio")
+	for _, r := range rows {
+		if r.rs <= 0 || r.tc <= 0 {
+			t.Errorf("%s: no figure (%v, %v)", r.name, r.rs, r.tc)
+		}
+		out += fmt.Sprintf("%-38s %10.2f %10.2f %7.2f\n", r.name, r.rs, r.tc, r.rs/r.tc)
+	}
+	t.Log("\n" + out)
+}

@@ -1,0 +1,788 @@
+package rsocket
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"os"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/goroce/goroce/cm"
+	"github.com/goroce/goroce/roce"
+	"github.com/goroce/goroce/rsocket/wire"
+)
+
+// Work request kinds, in the top bits of a send's wr_id; the low 32 bits
+// carry the bytes a data write took from the send buffer.
+const (
+	kindData uint64 = iota + 1
+	kindCredit
+	kindCtrl // DISCONNECT or SHUTDOWN
+	kindKeepalive
+	kindIOMap
+	kindIOWrite
+)
+
+const kindShift = 56
+
+// retryTimeout is how long the QP retransmits before it gives up: the
+// local ACK timeout (4.096 µs << Timeout) times RetryCnt+1. A retry count
+// of 7 means "forever" to rxe (and to package qp, which follows it), while
+// librdmacm asks for 7: the keepalive timer applies the count as 7 so that
+// a dead peer still surfaces.
+func retryTimeout(a roce.QPAttr) time.Duration {
+	t := time.Duration(4096<<min(a.Timeout, 31)) * time.Nanosecond
+	if a.Timeout == 0 {
+		t = 4 * time.Second
+	}
+	return max(t*time.Duration(min(a.RetryCnt, 7)+1), 2*probeInterval)
+}
+
+// probeInterval is how often a connection whose Read or Write is blocked
+// sends a keepalive. librdmacm sends them only with SO_KEEPALIVE, so a C
+// program blocked on a peer that died after its last ACK waits forever;
+// the probe, when the send queue has not moved for retryTimeout, fails the
+// connection with ETIMEDOUT (the peer sees nothing of it: a zero-length RDMA WRITE raises
+// no completion).
+const probeInterval = time.Second
+
+// disconnectWait bounds the DREQ exchange of a connection that failed.
+const disconnectWait = 2 * time.Second
+
+// Conn is a connected stream rsocket. It implements net.Conn; its methods
+// are safe for concurrent use.
+type Conn struct {
+	ep     *endpoint
+	cmc    *cm.Conn
+	qp     *roce.QP
+	local  net.Addr
+	remote net.Addr
+
+	readMu  sync.Mutex // one Read at a time
+	writeMu sync.Mutex // one Write at a time
+	rdl     *deadline
+	wdl     *deadline
+
+	mu           sync.Mutex // the protocol state below
+	w            *wire.Conn
+	peer         wire.ConnData
+	entry        binary.ByteOrder  // the peer's SGE order
+	nextAdv      int               // target SGL slot the peer writes next
+	shead        int               // send ring: where the next copied write goes
+	peerMaps     []wire.IOMapEntry // the peer's iomap table, as it published it
+	iomaps       []*iomapMR        // our riomap registrations
+	iomapPending int
+	err          error // why the connection failed (sticky)
+	peerEOF      bool  // the peer sent SHUTDOWN or DISCONNECT, or is gone
+	closing      bool
+	ctrlSent     bool // our DISCONNECT completed
+	wc           [32]roce.WorkCompletion
+	// Send work requests are built in place and posted in batches: one
+	// lock and one transmit pass for all the chunks of a Write.
+	batch    [batchMax]roce.SendWR
+	bsgl     [batchMax][2]roce.SGE
+	bscratch [batchMax][wire.IOMapEntryLen]byte
+	nb       int
+	batching bool
+	rwr      roce.RecvWR
+
+	blocked      atomic.Int32 // Reads and Writes waiting for the peer
+	kaPending    bool         // a keepalive is posted and not completed (under mu)
+	kaPosted     time.Time
+	deadAfter    time.Duration // this long without a send completion while a keepalive waits: the peer is gone
+	rwake, wwake chan struct{} // buffered 1: progress for the reader / writer
+	ctrlDone     chan struct{} // closed when our DISCONNECT completed
+	closed       chan struct{} // closed by Close
+	ctx          context.Context
+	cancel       context.CancelFunc
+	wg           sync.WaitGroup
+	closeOnce    sync.Once
+	closeErr     error
+}
+
+// newConn joins an endpoint and an established CM connection whose peer
+// sent peer.
+func newConn(ep *endpoint, cmc *cm.Conn, peer wire.ConnData) (*Conn, error) {
+	w, err := wire.NewConn(ep.connConfig(), &peer)
+	if err != nil {
+		return nil, err
+	}
+	c := &Conn{ep: ep, cmc: cmc, qp: cmc.QP(), w: w, peer: peer, entry: peer.EntryOrder(), nextAdv: 1,
+		local: tcpAddr(cmc.LocalAddr()), remote: tcpAddr(cmc.RemoteAddr()),
+		rdl: newDeadline(), wdl: newDeadline(), peerMaps: make([]wire.IOMapEntry, ep.cfg.iomap),
+		rwake: make(chan struct{}, 1), wwake: make(chan struct{}, 1),
+		ctrlDone: make(chan struct{}), closed: make(chan struct{})}
+	c.ctx, c.cancel = context.WithCancel(context.Background())
+	c.deadAfter = retryTimeout(c.qp.Attr())
+	stats.conns.Add(1)
+	c.mu.Lock()
+	// The first pass advertises the second half of the ring at once
+	// (rbuf_bytes_avail starts at half), as librdmacm does.
+	c.progressLocked()
+	c.mu.Unlock()
+	c.wg.Add(2)
+	go c.progressLoop()
+	go c.watch()
+	return c, nil
+}
+
+// waitCQ is the only place a Conn blocks on its CQ.
+func (c *Conn) waitCQ(ctx context.Context) error { return c.ep.cq.Wait(ctx) }
+
+// progressLoop takes completions as they come, so that credits flow and
+// the peer can keep writing while the application is not in Read.
+func (c *Conn) progressLoop() {
+	defer c.wg.Done()
+	for {
+		if err := c.waitCQ(c.ctx); err != nil {
+			if c.ctx.Err() == nil {
+				c.mu.Lock()
+				c.failLocked(err)
+				c.mu.Unlock()
+				c.wake()
+			}
+			return
+		}
+		c.mu.Lock()
+		c.progressLocked()
+		c.mu.Unlock()
+		c.wake()
+	}
+}
+
+// watch follows the CM connection (a DREQ from the peer) and sends
+// keepalives.
+func (c *Conn) watch() {
+	defer c.wg.Done()
+	var tick <-chan time.Time
+	if ka := c.ep.cfg.keepalive; ka > 0 {
+		t := time.NewTicker(ka)
+		defer t.Stop()
+		tick = t.C
+	}
+	probe := time.NewTicker(probeInterval)
+	defer probe.Stop()
+	done := c.cmc.Done()
+	for {
+		select {
+		case <-c.ctx.Done():
+			return
+		case <-probe.C:
+			c.mu.Lock()
+			if c.kaPending && time.Since(c.kaPosted) > c.deadAfter {
+				c.failLocked(&net.OpError{Op: "keepalive", Net: "rsocket", Source: c.local, Addr: c.remote,
+					Err: fmt.Errorf("no answer for %v: %w", c.deadAfter, syscall.ETIMEDOUT)})
+				c.mu.Unlock()
+				c.wake()
+				continue
+			}
+			if c.blocked.Load() > 0 {
+				c.keepaliveLocked()
+			}
+			c.mu.Unlock()
+		case <-done:
+			done = nil
+			c.mu.Lock()
+			// The DREQ may overtake completions of what the peer wrote
+			// before it: they are in the CQ already (the peer waited for
+			// their ACKs), so take them first.
+			c.progressLocked()
+			c.peerGoneLocked()
+			c.mu.Unlock()
+			c.wake()
+		case <-tick:
+			c.mu.Lock()
+			c.keepaliveLocked()
+			c.mu.Unlock()
+		}
+	}
+}
+
+func (c *Conn) wake() {
+	select {
+	case c.rwake <- struct{}{}:
+	default:
+	}
+	select {
+	case c.wwake <- struct{}{}:
+	default:
+	}
+}
+
+// peerGoneLocked: no more data will come and none can go.
+func (c *Conn) peerGoneLocked() {
+	c.peerEOF = true
+	c.w.Readable, c.w.Writable = false, false
+}
+
+// failLocked ends the connection with err: the QP goes to the error state
+// and the CM sends a DREQ, so the peer learns of it.
+func (c *Conn) failLocked(err error) {
+	if c.err != nil {
+		return
+	}
+	c.err = err
+	c.peerGoneLocked()
+	var pe *ProtocolError
+	if errors.As(err, &pe) {
+		stats.protocolErrors.Add(1)
+	}
+	if c.closing {
+		return
+	}
+	c.wg.Add(1)
+	go func() {
+		defer c.wg.Done()
+		ctx, cancel := context.WithTimeout(c.ctx, disconnectWait)
+		defer cancel()
+		_ = c.cmc.Disconnect(ctx)
+	}()
+}
+
+// progressLocked polls the CQ and applies every completion, then sends
+// the credits that became due (rs_process_cq, rs_update_credits).
+func (c *Conn) progressLocked() {
+	total := 0
+	for {
+		n := c.ep.cq.Poll(c.wc[:])
+		total += n
+		for i := range c.wc[:n] {
+			wc := &c.wc[i]
+			if wc.Opcode == roce.WCRecvRDMAWithImm || wc.Opcode == roce.WCRecv {
+				c.onRecv(wc)
+			} else {
+				c.onSend(wc)
+			}
+		}
+		if n < len(c.wc) {
+			break
+		}
+	}
+	c.creditsLocked()
+	if total > 0 {
+		// A Read may have taken a Write's completions or the reverse.
+		c.wake()
+	}
+}
+
+func (c *Conn) protocolError(err error, what string) {
+	c.failLocked(&ProtocolError{Op: what, Err: err})
+}
+
+func (c *Conn) onRecv(wc *roce.WorkCompletion) {
+	if wc.Status != roce.WCSuccess {
+		if wc.Status == roce.WCWRFlushErr {
+			c.peerGoneLocked()
+			return
+		}
+		c.failLocked(fmt.Errorf("rsocket: receive completion: %v: %w", wc.Status, syscall.EIO))
+		return
+	}
+	if c.err != nil {
+		return
+	}
+	if !c.closing {
+		if err := c.qp.PostRecv(&c.rwr); err != nil {
+			c.failLocked(err)
+			return
+		}
+	}
+	if wc.Flags&roce.WCWithImm == 0 || wc.Opcode != roce.WCRecvRDMAWithImm {
+		c.protocolError(wire.ErrLength, "message without immediate")
+		return
+	}
+	m, err := wire.ParseImm(wc.Imm)
+	if err != nil {
+		c.protocolError(err, "immediate")
+		return
+	}
+	switch m.Op() {
+	case wire.OpData:
+		if wc.ByteLen != m.Data() {
+			c.protocolError(wire.ErrLength, "data")
+			return
+		}
+		if c.peerEOF {
+			c.protocolError(wire.ErrClosed, "data")
+			return
+		}
+		if err := c.w.Recv.OnData(c.w.Recv.FillAddr(), m.Data()); err != nil {
+			c.protocolError(err, "data")
+		}
+	case wire.OpSGL:
+		switch wc.ByteLen {
+		case 0:
+			c.w.Send.OnCredit(m.Data())
+		case wire.SGELen:
+			slot := c.nextAdv
+			b := c.ep.tbuf[slot*wire.SGELen : (slot+1)*wire.SGELen]
+			sge, err := wire.ParseAdvert(b, binary.NativeEndian)
+			// Cleared, so an advert written into the wrong slot reads
+			// as empty instead of as the stale one.
+			clear(b)
+			if err == nil {
+				err = c.w.Send.Advertise(slot, sge)
+			}
+			if err != nil {
+				c.protocolError(err, "buffer advert")
+				return
+			}
+			c.nextAdv ^= 1
+			c.w.Send.OnCredit(m.Data())
+		default:
+			c.protocolError(wire.ErrLength, "buffer advert")
+		}
+	case wire.OpIOMapSGL:
+		i := int(m.Data())
+		if i >= len(c.peerMaps) || wc.ByteLen != wire.IOMapEntryLen {
+			c.protocolError(wire.ErrBadSlot, "iomap entry")
+			return
+		}
+		off := wire.IOMapOffset(i)
+		e, err := wire.ParseIOMapEntry(c.ep.tbuf[off:off+wire.IOMapEntryLen], binary.NativeEndian)
+		if err == nil {
+			err = c.w.Recv.OnIOMap()
+		}
+		if err != nil {
+			c.protocolError(err, "iomap entry")
+			return
+		}
+		c.peerMaps[i] = e
+	case wire.OpCtrl:
+		if wc.ByteLen != 0 {
+			c.protocolError(wire.ErrLength, "control message")
+			return
+		}
+		switch m.Data() {
+		case wire.CtrlDisconnect:
+			c.peerGoneLocked()
+		case wire.CtrlShutdown:
+			// The peer writes no more; if we do not either, it is over.
+			c.peerEOF = true
+			if c.w.Writable {
+				c.w.Readable = false
+			} else {
+				c.peerGoneLocked()
+			}
+		}
+	}
+}
+
+func (c *Conn) onSend(wc *roce.WorkCompletion) {
+	kind, n := wc.WRID>>kindShift, uint32(wc.WRID)
+	if c.kaPending {
+		// The queue moves: the peer is alive, however slowly it
+		// recovers from loss.
+		c.kaPosted = time.Now()
+	}
+	if wc.Status != roce.WCSuccess && !c.closing && c.err == nil {
+		if wc.Status == roce.WCWRFlushErr {
+			c.peerGoneLocked()
+		} else {
+			c.failLocked(&net.OpError{Op: "write", Net: "rsocket", Source: c.local, Addr: c.remote,
+				Err: fmt.Errorf("%v: %w", wc.Status, syscall.EIO)})
+		}
+	}
+	switch kind {
+	case kindData, kindIOWrite:
+		c.w.Send.DataDone(n)
+	case kindIOMap:
+		c.w.Send.DataDone(wire.IOMapEntryLen)
+	case kindCredit:
+		c.w.Recv.CtrlDone()
+	case kindKeepalive:
+		c.w.Recv.CtrlDone()
+		c.kaPending = false
+	case kindCtrl:
+		c.w.Recv.CtrlDone()
+		if n == wire.CtrlDisconnect && !c.ctrlSent {
+			c.ctrlSent = true
+			close(c.ctrlDone)
+		}
+	}
+}
+
+// creditsLocked sends the credit messages that are due (rs_give_credits).
+func (c *Conn) creditsLocked() {
+	for i := 0; i < wire.SGLSize && c.err == nil && !c.closing && c.w.Readable && c.w.Recv.CreditDue(); i++ {
+		cr, err := c.w.Recv.NextCredit()
+		if err != nil {
+			return
+		}
+		wr := c.resetWR(kindCredit<<kindShift, roce.WRRDMAWriteWithImm)
+		wr.Imm = uint32(cr.Imm)
+		if cr.HasSGE {
+			b := c.scratch()[:wire.SGELen]
+			cr.SGE.Put(b, c.entry)
+			wr.Flags |= roce.SendInline
+			wr.Inline = b
+			wr.RemoteAddr, wr.RKey = cr.Addr, cr.Key
+		}
+		c.postLocked()
+	}
+}
+
+// ctrlLocked posts a zero-length control message (DISCONNECT, SHUTDOWN).
+func (c *Conn) ctrlLocked(imm wire.Imm) {
+	wr := c.resetWR(kindCtrl<<kindShift|uint64(imm.Data()), roce.WRRDMAWriteWithImm)
+	wr.Imm = uint32(imm)
+	c.postLocked()
+}
+
+// keepaliveLocked posts librdmacm's keepalive: a zero-length RDMA WRITE
+// without immediate to address 0, key 0, using a control slot. Runs at every
+// period, idle or not, as the tools do.
+func (c *Conn) keepaliveLocked() {
+	if c.err != nil || c.closing || c.peerEOF {
+		return
+	}
+	if c.kaPending {
+		return // the last one has not completed yet
+	}
+	if _, err := c.w.Recv.Ctrl(wire.CtrlKeepalive); err != nil {
+		return // control slots busy: traffic is flowing anyway
+	}
+	c.resetWR(kindKeepalive<<kindShift, roce.WRRDMAWrite)
+	c.postLocked()
+	c.kaPending, c.kaPosted = true, time.Now()
+}
+
+// batchMax bounds the work requests posted at once.
+const batchMax = 16
+
+// resetWR returns the next work request slot, cleared.
+func (c *Conn) resetWR(id uint64, op roce.WROpcode) *roce.SendWR {
+	if c.nb == batchMax {
+		c.flushLocked()
+	}
+	c.batch[c.nb] = roce.SendWR{ID: id, Opcode: op, Flags: roce.SendSignaled}
+	return &c.batch[c.nb]
+}
+
+// scratch is the slot's buffer for inline control payloads (copied when
+// the batch is posted).
+func (c *Conn) scratch() []byte { return c.bscratch[c.nb][:] }
+
+// postLocked queues the slot resetWR returned; it is posted at once unless
+// a Write is gathering its chunks.
+func (c *Conn) postLocked() {
+	c.nb++
+	if !c.batching {
+		c.flushLocked()
+	}
+}
+
+// flushLocked posts the queued work requests.
+func (c *Conn) flushLocked() {
+	if c.nb == 0 {
+		return
+	}
+	_, err := c.qp.PostSendBatch(c.batch[:c.nb])
+	for i := range c.batch[:c.nb] {
+		c.batch[i].SGL, c.batch[i].Inline = nil, nil
+	}
+	c.nb = 0
+	if err != nil {
+		c.failLocked(err)
+	}
+}
+
+// writeChunkLocked posts one data write of up to want bytes of p and
+// returns how many it took (rsend's loop body).
+func (c *Conn) writeChunkLocked(p []byte, want uint32) (int, error) {
+	w, err := c.w.Send.WriteData(want)
+	if err != nil {
+		return 0, err
+	}
+	c.postDataLocked(p[:w.Len], kindData, roce.WRRDMAWriteWithImm, uint32(w.Imm), w.Addr, w.Key)
+	return int(w.Len), nil
+}
+
+// postDataLocked posts an RDMA write of p: inline when small enough,
+// otherwise copied into the send ring (two SGEs where it wraps).
+func (c *Conn) postDataLocked(p []byte, kind uint64, op roce.WROpcode, imm uint32, addr uint64, key uint32) {
+	n := len(p)
+	wr := c.resetWR(kind<<kindShift|uint64(n), op)
+	wr.Imm, wr.RemoteAddr, wr.RKey = imm, addr, key
+	size := len(c.ep.sbuf)
+	off := c.shead
+	if n <= c.ep.cfg.inline {
+		wr.Flags |= roce.SendInline
+		wr.Inline = p
+	} else if sgl := &c.bsgl[c.nb]; off+n <= size {
+		copy(c.ep.sbuf[off:], p)
+		sgl[0] = c.ep.smr.SGE(off, n)
+		wr.SGL = sgl[:1]
+	} else {
+		k := size - off
+		copy(c.ep.sbuf[off:], p[:k])
+		copy(c.ep.sbuf, p[k:])
+		sgl[0] = c.ep.smr.SGE(off, k)
+		sgl[1] = c.ep.smr.SGE(0, n-k)
+		wr.SGL = sgl[:2]
+	}
+	// Inline writes advance the ring too, so that its free space is
+	// always the sender's sbuf_bytes_avail.
+	c.shead = (off + n) % size
+	c.postLocked()
+}
+
+// writableLocked says why nothing can be written, or nil.
+func (c *Conn) writableLocked() error {
+	switch {
+	case c.closing:
+		return net.ErrClosed
+	case c.err != nil:
+		return c.err
+	case !c.w.Writable:
+		return syscall.EPIPE
+	}
+	return nil
+}
+
+// Read reads data the peer wrote into the receive ring. It returns io.EOF
+// once the peer shut down or disconnected and every byte was read.
+func (c *Conn) Read(p []byte) (int, error) {
+	c.readMu.Lock()
+	defer c.readMu.Unlock()
+	for {
+		if isClosed(c.rdl.wait()) {
+			return 0, c.opError("read", os.ErrDeadlineExceeded)
+		}
+		c.mu.Lock()
+		if c.closing {
+			c.mu.Unlock()
+			return 0, c.opError("read", net.ErrClosed)
+		}
+		if c.w.Recv.Unread() == 0 {
+			c.progressLocked()
+		}
+		if u := c.w.Recv.Unread(); u > 0 {
+			if len(p) == 0 {
+				c.mu.Unlock()
+				return 0, nil
+			}
+			n := c.copyOutLocked(p, u)
+			c.mu.Unlock()
+			return n, nil
+		}
+		if c.err != nil {
+			err := c.err
+			c.mu.Unlock()
+			return 0, c.opError("read", err)
+		}
+		if c.peerEOF || !c.w.Readable {
+			c.mu.Unlock()
+			return 0, io.EOF
+		}
+		c.mu.Unlock()
+		if len(p) == 0 {
+			return 0, nil
+		}
+		c.blocked.Add(1)
+		select {
+		case <-c.rwake:
+		case <-c.rdl.wait():
+			c.blocked.Add(-1)
+			return 0, c.opError("read", os.ErrDeadlineExceeded)
+		case <-c.closed:
+		}
+		c.blocked.Add(-1)
+	}
+}
+
+// copyOutLocked copies up to unread bytes from the ring into p and gives
+// the space back to the peer.
+func (c *Conn) copyOutLocked(p []byte, unread uint32) int {
+	n := min(len(p), int(unread))
+	off := int(c.w.Recv.ReadOffset())
+	k := copy(p[:n], c.ep.rbuf[off:])
+	if k < n {
+		copy(p[k:n], c.ep.rbuf)
+	}
+	_ = c.w.Recv.Consume(uint32(n))
+	c.creditsLocked()
+	return n
+}
+
+// Write writes p into the peer's receive ring in chunks of 2 KiB doubling
+// to 64 KiB (librdmacm's rsend). It blocks while the peer grants no
+// credits or buffer space.
+func (c *Conn) Write(p []byte) (int, error) {
+	c.writeMu.Lock()
+	defer c.writeMu.Unlock()
+	done := 0
+	olen := uint32(wire.OlapStartSize)
+	for {
+		if isClosed(c.wdl.wait()) {
+			return done, c.opError("write", os.ErrDeadlineExceeded)
+		}
+		c.mu.Lock()
+		if err := c.writableLocked(); err != nil {
+			c.mu.Unlock()
+			return done, c.opError("write", err)
+		}
+		if done == len(p) {
+			c.mu.Unlock()
+			return done, nil
+		}
+		if c.w.Send.Blocked() != nil {
+			c.progressLocked()
+		}
+		c.batching = true
+		for c.sendIOMapsLocked() && done < len(p) && c.err == nil && c.w.Send.Blocked() == nil {
+			want := wire.NextChunk(uint64(len(p)-done), &olen)
+			n, err := c.writeChunkLocked(p[done:], want)
+			if err != nil {
+				break
+			}
+			done += n
+		}
+		c.batching = false
+		c.flushLocked()
+		blocked := done < len(p) && c.err == nil
+		c.mu.Unlock()
+		if !blocked {
+			continue
+		}
+		c.blocked.Add(1)
+		select {
+		case <-c.wwake:
+		case <-c.wdl.wait():
+			c.blocked.Add(-1)
+			return done, c.opError("write", os.ErrDeadlineExceeded)
+		case <-c.closed:
+		}
+		c.blocked.Add(-1)
+	}
+}
+
+// CloseWrite shuts down the sending side (rshutdown SHUT_WR): the peer
+// reads io.EOF once it has read everything sent before. librdmacm sends
+// RS_CTRL_SHUTDOWN, or DISCONNECT when this side no longer reads.
+func (c *Conn) CloseWrite() error {
+	c.writeMu.Lock()
+	defer c.writeMu.Unlock()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closing {
+		return c.opError("close", net.ErrClosed)
+	}
+	if c.err != nil || !c.w.Writable {
+		return nil
+	}
+	for {
+		imm, err := c.w.Shutdown(false)
+		if err == nil {
+			c.ctrlLocked(imm)
+			return nil
+		}
+		// All four control slots are in flight: let them complete.
+		c.mu.Unlock()
+		werr := c.waitCQ(c.ctx)
+		c.mu.Lock()
+		if werr != nil {
+			return werr
+		}
+		c.progressLocked()
+		if c.err != nil || c.closing {
+			return nil
+		}
+	}
+}
+
+// Close sends RS_CTRL_DISCONNECT unless the peer already disconnected,
+// waits for it (and so every earlier write) to complete, at most the QP's
+// retry timeout, moves the QP to the error state,
+// sends the CM DREQ and frees every resource. Blocked Reads and Writes
+// return net.ErrClosed.
+func (c *Conn) Close() error {
+	c.closeOnce.Do(func() {
+		c.mu.Lock()
+		sent := false
+		if c.err == nil && (c.w.Readable || c.w.Writable) {
+			if imm, err := c.w.Shutdown(true); err == nil {
+				c.ctrlLocked(imm)
+				sent = c.err == nil
+			}
+		}
+		c.closing = true
+		close(c.closed)
+		c.mu.Unlock()
+		c.wake()
+		if sent {
+			// As rshutdown waits for every send to complete: data still
+			// being retransmitted must arrive before the QP goes to the
+			// error state. Only an unresponsive peer makes this long.
+			t := time.NewTimer(c.deadAfter)
+			select {
+			case <-c.ctrlDone:
+			case <-t.C:
+			case <-c.cmc.Done():
+			}
+			t.Stop()
+		}
+		err := c.cmc.Close()
+		c.cancel()
+		c.wg.Wait()
+		c.closeErr = errors.Join(err, c.freeIOMaps(), c.ep.free())
+		stats.conns.Add(-1)
+	})
+	return c.closeErr
+}
+
+func (c *Conn) opError(op string, err error) error {
+	if err == io.EOF {
+		return err
+	}
+	return &net.OpError{Op: op, Net: "rsocket", Source: c.local, Addr: c.remote, Err: err}
+}
+
+// LocalAddr returns the local address and rdma_cm port.
+func (c *Conn) LocalAddr() net.Addr { return c.local }
+
+// RemoteAddr returns the peer's address and rdma_cm port.
+func (c *Conn) RemoteAddr() net.Addr { return c.remote }
+
+// SetDeadline sets the read and write deadlines.
+func (c *Conn) SetDeadline(t time.Time) error {
+	c.rdl.set(t)
+	c.wdl.set(t)
+	return nil
+}
+
+// SetReadDeadline sets the deadline for Read calls, pending ones included.
+func (c *Conn) SetReadDeadline(t time.Time) error { c.rdl.set(t); return nil }
+
+// SetWriteDeadline sets the deadline for Write calls, pending ones included.
+func (c *Conn) SetWriteDeadline(t time.Time) error { c.wdl.set(t); return nil }
+
+// Err returns why the connection failed, or nil.
+func (c *Conn) Err() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.err
+}
+
+// ProtocolError reports a peer that broke the rsocket protocol: the
+// connection is ended and Stats counts it.
+type ProtocolError struct {
+	Op  string // what was being received
+	Err error  // a wire error (wire.ErrNoCredit, wire.ErrPastBuffer, ...)
+}
+
+func (e *ProtocolError) Error() string {
+	return "rsocket: peer broke the protocol: " + e.Op + ": " + e.Err.Error()
+}
+func (e *ProtocolError) Unwrap() error { return e.Err }
+
+func tcpAddr(a netip.AddrPort) net.Addr {
+	return net.TCPAddrFromAddrPort(netip.AddrPortFrom(a.Addr().Unmap(), a.Port()))
+}

@@ -1,0 +1,5 @@
+//go:build !race
+
+package riostream
+
+const raceEnabled = false
