@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/goroce/goroce/cm/mad"
+	"github.com/goroce/goroce/interop/rxelab"
 	"github.com/goroce/goroce/naaice/mrsp"
 	"golang.org/x/sys/unix"
 )
@@ -23,7 +24,7 @@ const cHostMRSPRace = "not handled for state: NAAICE_MRSP_SENDING"
 // checked byte for byte.
 func TestLoss(t *testing.T) {
 	lab, g, dev := setup(t)
-	l, err := newLoss(lab.NS, []string{"rxt-" + g.Name, lab.PeerIf + "-br"}, 0.01)
+	l, err := rxelab.NewLoss(lab.NS, []string{"rxt-" + g.Name, lab.PeerIf + "-br"}, 0.01)
 	if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.EOPNOTSUPP) {
 		t.Skipf("cannot inject loss: clsact/cls_bpf missing: %v", err)
 	}
@@ -73,7 +74,7 @@ func TestLoss(t *testing.T) {
 			t.Fatalf("goroce host: %v", err)
 		}
 	})
-	passed, dropped, err := l.counts()
+	passed, dropped, err := l.Counts()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/goroce/goroce/interop/rxelab"
 )
 
 // TestLoss: with 1 % and 5 % of the RoCEv2 frames dropped on the lab path
@@ -16,7 +18,7 @@ func TestLoss(t *testing.T) {
 	lab, g, dev := rxeSetup(t)
 	for _, pct := range []int{1, 5} {
 		t.Run(fmt.Sprintf("loss%d%%", pct), func(t *testing.T) {
-			l, err := newLoss(lab.NS, []string{"rxt-" + g.Name, lab.PeerIf + "-br"}, float64(pct)/100)
+			l, err := rxelab.NewLoss(lab.NS, []string{"rxt-" + g.Name, lab.PeerIf + "-br"}, float64(pct)/100)
 			if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.EOPNOTSUPP) {
 				t.Skipf("cannot inject loss: clsact/cls_bpf missing: %v", err)
 			}
@@ -34,7 +36,7 @@ func TestLoss(t *testing.T) {
 			}
 			t.Run("goroce-client", func(t *testing.T) { rstreamGuestServer(t, g.Addr, c) })
 			t.Run("goroce-server", func(t *testing.T) { rstreamGuestClient(t, lab.PeerAddr, c) })
-			passed, dropped, err := l.counts()
+			passed, dropped, err := l.Counts()
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -44,7 +44,7 @@ func TestLoss(t *testing.T) {
 }
 
 func lossLevel(t *testing.T, e *env, pct int) {
-	l, err := newLoss(e.Lab.NS, []string{e.tap(), e.Lab.PeerIf + "-br"}, float64(pct)/100)
+	l, err := rxelab.NewLoss(e.Lab.NS, []string{e.tap(), e.Lab.PeerIf + "-br"}, float64(pct)/100)
 	if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.EOPNOTSUPP) {
 		// The kernel does not know the clsact qdisc or the bpf classifier.
 		t.Skipf("cannot inject loss: clsact/cls_bpf missing (CONFIG_NET_SCH_INGRESS, CONFIG_NET_CLS_BPF): %v", err)
@@ -81,7 +81,7 @@ func lossLevel(t *testing.T, e *env, pct int) {
 		t.Run(name+"/goroce-client", func(t *testing.T) { runPerf(t, e, name, c, false) })
 	}
 
-	passed, dropped, err := l.counts()
+	passed, dropped, err := l.Counts()
 	if err != nil {
 		t.Fatalf("reading the loss counters: %v", err)
 	}

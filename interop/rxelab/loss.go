@@ -1,7 +1,7 @@
 // Copyright The goroce Authors.
 // SPDX-License-Identifier: Apache-2.0
 
-package stress
+package rxelab
 
 import (
 	"errors"
@@ -13,13 +13,11 @@ import (
 	"github.com/cilium/ebpf/rlimit"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
-
-	"github.com/goroce/goroce/interop/rxelab"
 )
 
-// lossInjector drops RoCEv2 frames at random on the egress of some links
+// LossInjector drops RoCEv2 frames at random on the egress of some links
 // of one netns: netem's "loss P%" for a kernel built without sch_netem.
-type lossInjector struct {
+type LossInjector struct {
 	ns    string
 	links []string
 	prog  *ebpf.Program
@@ -90,9 +88,9 @@ func lossProgram(p float64, stats *ebpf.Map) *ebpf.ProgramSpec {
 	return &ebpf.ProgramSpec{Name: "stress_loss", Type: ebpf.SchedCLS, License: "Apache-2.0", Instructions: insns}
 }
 
-// newLoss attaches the dropper with probability p to the egress of links
+// NewLoss attaches the dropper with probability p to the egress of links
 // in netns ns. Close removes it (the clsact qdisc and its filter).
-func newLoss(ns string, links []string, p float64) (*lossInjector, error) {
+func NewLoss(ns string, links []string, p float64) (*LossInjector, error) {
 	if err := rlimit.RemoveMemlock(); err != nil {
 		return nil, err
 	}
@@ -105,8 +103,8 @@ func newLoss(ns string, links []string, p float64) (*lossInjector, error) {
 		stats.Close()
 		return nil, fmt.Errorf("loading the loss program: %w", err)
 	}
-	l := &lossInjector{ns: ns, prog: prog, stats: stats}
-	err = rxelab.InNamedNS(ns, func() error {
+	l := &LossInjector{ns: ns, prog: prog, stats: stats}
+	err = InNamedNS(ns, func() error {
 		for _, name := range links {
 			link, err := netlink.LinkByName(name)
 			if err != nil {
@@ -133,8 +131,8 @@ func newLoss(ns string, links []string, p float64) (*lossInjector, error) {
 	return l, nil
 }
 
-// counts returns the RoCEv2 frames passed and dropped so far.
-func (l *lossInjector) counts() (passed, dropped uint64, err error) {
+// Counts returns the RoCEv2 frames passed and dropped so far.
+func (l *LossInjector) Counts() (passed, dropped uint64, err error) {
 	if err := l.stats.Lookup(uint32(0), &passed); err != nil {
 		return 0, 0, err
 	}
@@ -145,10 +143,10 @@ func (l *lossInjector) counts() (passed, dropped uint64, err error) {
 }
 
 // Close detaches the dropper from every link and frees the program.
-func (l *lossInjector) Close() error {
+func (l *LossInjector) Close() error {
 	var errs []error
 	if len(l.links) > 0 {
-		errs = append(errs, rxelab.InNamedNS(l.ns, func() error {
+		errs = append(errs, InNamedNS(l.ns, func() error {
 			var errs []error
 			for _, name := range l.links {
 				link, err := netlink.LinkByName(name)

@@ -1,7 +1,7 @@
 // Copyright The goroce Authors.
 // SPDX-License-Identifier: Apache-2.0
 
-package stress
+package rxelab
 
 import (
 	"encoding/binary"
@@ -82,8 +82,8 @@ func TestLossProgram(t *testing.T) {
 			if shot < c.lo || shot > c.hi {
 				t.Errorf("dropped %d of %d, want %d to %d", shot, runs, c.lo, c.hi)
 			}
-			l := &lossInjector{prog: prog, stats: stats}
-			passed, dropped, err := l.counts()
+			l := &LossInjector{prog: prog, stats: stats}
+			passed, dropped, err := l.Counts()
 			if err != nil {
 				t.Fatal(err)
 			}
