@@ -166,6 +166,7 @@ func (a *agent) teardown() {
 // run is the agent's goroutine.
 func (a *agent) run() {
 	defer close(a.done)
+	defer a.leftRegistry() // before done closes: a waiting acquire then finds QP1 free
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	var lingerUntil time.Time
@@ -185,9 +186,7 @@ func (a *agent) run() {
 			n, _ := a.eng.Len()
 			idle := n == 0 && len(a.eng.out) == 0 && a.inflight == 0
 			if idle || time.Now().After(lingerUntil) {
-				if registry.m[a.dev] == a {
-					delete(registry.m, a.dev)
-				}
+				a.leaveRegistryLocked()
 				a.mu.Unlock()
 				registry.Unlock()
 				a.teardown()
@@ -239,9 +238,7 @@ func (a *agent) run() {
 
 func (a *agent) exit() {
 	registry.Lock()
-	if registry.m[a.dev] == a {
-		delete(registry.m, a.dev)
-	}
+	a.leaveRegistryLocked()
 	registry.Unlock()
 	a.teardown()
 }

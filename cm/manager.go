@@ -109,15 +109,24 @@ func (m *Manager) Close() error {
 var registry struct {
 	sync.Mutex
 	m map[*roce.Device]*agent
+	// dying are agents that left m and still hold QP1 until their
+	// goroutine ends; acquire waits for them rather than fail with ErrBusy.
+	dying map[*roce.Device]*agent
 }
 
 // acquire returns the running registry agent of dev, starting one (and
 // taking QP1) if needed, with a reference for the caller.
 func acquire(dev *roce.Device) (*agent, error) {
 	registry.Lock()
+	for d := registry.dying[dev]; d != nil; d = registry.dying[dev] {
+		registry.Unlock()
+		<-d.done
+		registry.Lock()
+	}
 	defer registry.Unlock()
 	if registry.m == nil {
 		registry.m = map[*roce.Device]*agent{}
+		registry.dying = map[*roce.Device]*agent{}
 	}
 	if a := registry.m[dev]; a != nil {
 		a.mu.Lock()
@@ -133,4 +142,22 @@ func acquire(dev *roce.Device) (*agent, error) {
 	a.refs = 1
 	registry.m[dev] = a
 	return a, nil
+}
+
+// leaveRegistryLocked takes a out of the registry (registry lock held); until
+// its goroutine ends, acquire for its device waits for it.
+func (a *agent) leaveRegistryLocked() {
+	if registry.m[a.dev] == a {
+		delete(registry.m, a.dev)
+		registry.dying[a.dev] = a
+	}
+}
+
+// leftRegistry ends what leaveRegistryLocked began: QP1 is free.
+func (a *agent) leftRegistry() {
+	registry.Lock()
+	if registry.dying[a.dev] == a {
+		delete(registry.dying, a.dev)
+	}
+	registry.Unlock()
 }

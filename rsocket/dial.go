@@ -15,7 +15,6 @@ import (
 
 	"github.com/goroce/goroce/cm"
 	"github.com/goroce/goroce/cm/mad"
-	"github.com/goroce/goroce/qp"
 	"github.com/goroce/goroce/roce"
 	"github.com/goroce/goroce/rsocket/wire"
 )
@@ -89,14 +88,6 @@ func (d *Dialer) dial(ctx context.Context, dev *roce.Device, raddr netip.AddrPor
 	opts := cm.DialOptions{QP: ep.qpOptions(), LocalAddr: d.LocalAddr,
 		RetryCount: 7, RNRRetryCount: 7, PrivateData: ep.privateData()}
 	cmc, err := cm.Dial(ctx, dev, raddr, opts)
-	// The CM of a device whose last connection just closed may still hold
-	// QP1 for a moment after it stopped taking new users; a dial in that
-	// window (a client reconnecting at once, as rstream does between its
-	// runs) waits for it.
-	for i := 0; i < 40 && errors.Is(err, qp.ErrBusy) && ctx.Err() == nil; i++ {
-		time.Sleep(25 * time.Millisecond)
-		cmc, err = cm.Dial(ctx, dev, raddr, opts)
-	}
 	if err != nil {
 		ep.free()
 		return nil, err
