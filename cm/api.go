@@ -160,7 +160,8 @@ func (c *Conn) Err() error {
 	err := c.st.err
 	c.a.mu.Unlock()
 	if err == nil && c.qp != nil {
-		// The QP's own record is current before the watcher has run.
+		// A QP that failed on its own does not end the connection (the
+		// peer may still disconnect it); QP().Failed() signals it.
 		if qerr := c.qp.Err(); qerr != nil {
 			return c.qpFailure(qerr)
 		}
@@ -171,31 +172,6 @@ func (c *Conn) Err() error {
 // qpFailure is the connection's error for its QP's failure.
 func (c *Conn) qpFailure(qerr error) error {
 	return fmt.Errorf("cm: connection to %v: %w", c.remote, qerr)
-}
-
-// qpFatal ends the connection because its QP failed: Err then returns err
-// and Done is closed.
-func (c *Conn) qpFatal(err error) {
-	c.a.mu.Lock()
-	c.st.end(err)
-	c.a.mu.Unlock()
-}
-
-// watchQP reports the QP entering the error state on its own (retries or RNR
-// retries exhausted, a NAK, a local protection error) as the end of the
-// connection, so Err returns the *roce.QPError (errors.Is ErrQPFailed) and
-// Done is closed, as an rdma_cm user learns it from IBV_EVENT_QP_FATAL. The
-// goroutine ends with the connection or the device.
-func (c *Conn) watchQP() {
-	failed, ended, devDone := c.qp.Failed(), c.st.closed, c.a.dev.Done()
-	go func() {
-		select {
-		case <-failed:
-			c.qpFatal(c.qpFailure(c.qp.Err()))
-		case <-ended:
-		case <-devDone:
-		}
-	}()
 }
 
 // Disconnect sends a DREQ and waits for the DREP (or the CM's retries to
@@ -533,7 +509,6 @@ func (c *Conn) awaitReply(ctx context.Context, p *dialPlan) (*Conn, error) {
 				c.forget()
 				return c.fail(errors.Join(qerr, err))
 			}
-			c.watchQP()
 			return c, nil
 		case EventRejected, EventTimeout:
 			c.forget()

@@ -148,7 +148,10 @@ func ExampleConn_Err() {
 	if conn == nil {
 		return
 	}
-	<-conn.Done()
+	select {
+	case <-conn.Done():
+	case <-conn.QP().Failed():
+	}
 	err := conn.Err()
 	var qe *roce.QPError
 	switch {

@@ -499,7 +499,6 @@ func (r *Request) accept(ctx context.Context, o *AcceptOptions) (*Conn, error) {
 		case ev := <-c.st.events:
 			switch ev.Type {
 			case EventEstablished:
-				c.watchQP()
 				return c, nil
 			case EventRejected, EventTimeout:
 				return refuse(fmt.Errorf("cm: accept from %v: %w", c.remote, ev.Err))

@@ -12,8 +12,8 @@ import (
 )
 
 // A QP that fails on its own (its peer stops answering and the retries run
-// out) ends the connection: Done closes and Err is the QP's error, as an
-// rdma_cm user learns from IBV_EVENT_QP_FATAL.
+// out) is the connection's error: Err returns the QP's error, as an rdma_cm
+// user learns it from IBV_EVENT_QP_FATAL.
 func TestConnErrQPFatal(t *testing.T) {
 	da, db := devPair(t, faultnet.Config{}, faultnet.Config{}, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -64,9 +64,9 @@ func TestConnErrQPFatal(t *testing.T) {
 		t.Fatal(err)
 	}
 	select {
-	case <-cc.Done():
+	case <-cc.QP().Failed():
 	case <-ctx.Done():
-		t.Fatal("the connection did not end when its QP failed")
+		t.Fatal("the QP did not fail")
 	}
 	err = cc.Err()
 	var qe *roce.QPError
