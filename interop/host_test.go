@@ -173,7 +173,7 @@ func pingpongClient(ctx context.Context, lab *rxelab.Lab, addr netip.Addr, local
 	for {
 		err := lab.InPeerNS(func() error {
 			var err error
-			d := net.Dialer{Timeout: 2 * time.Second}
+			d := net.Dialer{Timeout: rxelab.DialTimeout}
 			conn, err = d.DialContext(ctx, "tcp", netip.AddrPortFrom(addr, rxelab.OOBPort).String())
 			return err
 		})

@@ -220,7 +220,7 @@ func perftestSetup(ctx context.Context, t *testing.T, lab *rxelab.Lab, g *rxelab
 	for conn == nil {
 		err := lab.InPeerNS(func() error {
 			var err error
-			conn, err = net.DialTimeout("tcp", netip.AddrPortFrom(g.Addr, rxelab.OOBPort).String(), 2*time.Second)
+			conn, err = net.DialTimeout("tcp", netip.AddrPortFrom(g.Addr, rxelab.OOBPort).String(), rxelab.DialTimeout)
 			return err
 		})
 		if err != nil {

@@ -875,9 +875,14 @@ func (q *QP) produceBody(now time.Duration, t *TxPacket) int {
 		q.e.stats.ShortTxBuffer++
 		return shortBuffer
 	}
-	// Alternate between responses and requests so that a long READ response
-	// stream does not hold up this QP's own requests (or the reverse).
-	if q.reqTurn {
+	// A queued single-packet response (ACK, NAK, atomic or empty READ
+	// response) leaves before any request, as rxe's responder sends it when
+	// it handles the packet: the peer must see its message acknowledged
+	// before anything the application posted after seeing the completion
+	// (a reply overtaking the ACK shows the peer the reply first). Only a
+	// multi-packet READ response stream alternates with this QP's requests,
+	// so that neither holds the other up.
+	if q.reqTurn && !q.resp.singleAtHead() {
 		if n, ok := q.request(now, buf, t); ok {
 			t.Len = n
 			q.reqTurn = false

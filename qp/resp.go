@@ -120,6 +120,11 @@ func (r *responder) pushOut(e outEntry) bool {
 	return true
 }
 
+// singleAtHead reports whether the next output is a one-packet response.
+func (r *responder) singleAtHead() bool {
+	return r.outLen > 0 && r.out[r.outHead].kind != outRead
+}
+
 func (r *responder) popOut() {
 	r.outHead = (r.outHead + 1) % len(r.out)
 	r.outLen--

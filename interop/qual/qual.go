@@ -115,7 +115,7 @@ func (e *Env) Dialer(serverDone <-chan struct{}) perfrun.OOB {
 			var c net.Conn
 			err := e.Lab.InPeerNS(func() error {
 				var err error
-				d := net.Dialer{Timeout: 2 * time.Second}
+				d := net.Dialer{Timeout: rxelab.DialTimeout}
 				c, err = d.DialContext(ctx, "tcp", addr)
 				return err
 			})

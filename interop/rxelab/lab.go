@@ -27,6 +27,12 @@ const (
 	PeerIf = "rxeh0"
 	// OOBPort is the TCP port of the ibv_*_pingpong / perftest exchange.
 	OOBPort = 18515
+	// DialTimeout bounds one TCP connection attempt to a guest server. It is
+	// long on purpose: a guest's one-shot server (ibv_rc_pingpong, perftest)
+	// that accepts a connection the dialer has just given up on reads EOF and
+	// exits, so an attempt must not be abandoned while a loaded guest is
+	// still answering. A refused attempt returns at once and is retried.
+	DialTimeout = 30 * time.Second
 )
 
 var (

@@ -155,7 +155,7 @@ func TestInPeerNS(t *testing.T) {
 	for {
 		err = lab.InPeerNS(func() error {
 			var err error
-			conn, err = net.DialTimeout("tcp", netip.AddrPortFrom(g.Addr, 7777).String(), 2*time.Second)
+			conn, err = net.DialTimeout("tcp", netip.AddrPortFrom(g.Addr, 7777).String(), DialTimeout)
 			return err
 		})
 		if err == nil || time.Now().After(deadline) {
