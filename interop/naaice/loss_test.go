@@ -3,6 +3,7 @@ package naaice
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/netip"
 	"strings"
 	"testing"
@@ -11,6 +12,7 @@ import (
 	"github.com/goroce/goroce/cm/mad"
 	"github.com/goroce/goroce/interop/rxelab"
 	"github.com/goroce/goroce/naaice/mrsp"
+	"github.com/goroce/goroce/roce"
 	"golang.org/x/sys/unix"
 )
 
@@ -57,20 +59,25 @@ func TestLoss(t *testing.T) {
 		}
 	})
 	t.Run("goroce-host-C-NAA", func(t *testing.T) {
-		ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
-		defer cancel()
-		job := g.Start(ctx, guestServer)
-		defer func() { cancel(); job.Wait() }()
-		c := goHostCase{fn: 1, sizes: []int{64, 5000, 100000}, rpcs: 4}
+		// The C NAA has a lost wake-up of its own (doc.go): an RPC that comes
+		// while it still handles its previous completion is never noticed.
+		// Loss delays that completion (a lost ACK waits for the NAA's
+		// retransmit), so the pause before each RPC does not always cover
+		// it. A user restarts the server and reruns; so does the test, for
+		// that fault only (every write of the host acknowledged, no answer),
+		// and it still needs one run with every byte verified.
+		c := goHostCase{fn: 1, sizes: []int{64, 5000, 100000}, rpcs: 4, rpcTimeout: 30 * time.Second}
 		remote := netip.AddrPortFrom(g.Addr, mrsp.ServerPort)
-		var err error
-		for i := 0; i < 100; i++ {
-			if _, err = runGoHost(ctx, dev, remote, c, cServerPause); !errors.Is(err, mad.RejInvalidServiceID) {
+		for attempt := 1; ; attempt++ {
+			err := goHostAgainstCServer(t, g, dev, remote, c)
+			if err == nil {
+				t.Logf("verified (attempt %d)", attempt)
 				break
 			}
-			time.Sleep(300 * time.Millisecond)
-		}
-		if err != nil {
+			if attempt < 3 && errors.Is(err, errCServerStalled) {
+				t.Logf("attempt %d: %v; again with a fresh server", attempt, err)
+				continue
+			}
 			t.Fatalf("goroce host: %v", err)
 		}
 	})
@@ -82,4 +89,32 @@ func TestLoss(t *testing.T) {
 	if dropped == 0 {
 		t.Errorf("no frame was dropped: the loss was not applied")
 	}
+}
+
+// goHostAgainstCServer runs one goroce-host case against a fresh C NAA and
+// reports the server's output with any failure.
+func goHostAgainstCServer(t *testing.T, g *rxelab.Guest, dev *roce.Device, remote netip.AddrPort, c goHostCase) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	job := g.Start(ctx, guestServer)
+	var err error
+	for i := 0; i < 100; i++ {
+		if _, err = runGoHost(ctx, dev, remote, c, cServerPause); !errors.Is(err, mad.RejInvalidServiceID) {
+			break
+		}
+		time.Sleep(300 * time.Millisecond)
+	}
+	cancel()
+	stdout, stderr, _, _ := job.Wait()
+	if err != nil {
+		return fmt.Errorf("%w\nC NAA output (last 2 KB):\n%s", err, lastBytes(string(stdout)+string(stderr), 2048))
+	}
+	return nil
+}
+
+func lastBytes(s string, n int) string {
+	if len(s) > n {
+		return s[len(s)-n:]
+	}
+	return s
 }

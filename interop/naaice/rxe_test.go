@@ -30,7 +30,15 @@ type goHostCase struct {
 	sizes    []int
 	internal []uint32
 	rpcs     int
+	// rpcTimeout, if set, bounds each RPC: one that runs out with every
+	// write of the host acknowledged (DATA_RECEIVING) is reported as
+	// errCServerStalled.
+	rpcTimeout time.Duration
 }
+
+// errCServerStalled is the C software NAA's lost wake-up (see doc.go): the
+// host's RPC was delivered and acknowledged, and the NAA never answered.
+var errCServerStalled = errors.New("the C NAA never answered an RPC it acknowledged (its lost wake-up)")
 
 // runGoHost is the verifying client of naaice_verify.c in Go: all regions
 // inputs, region 0 single-send with 2 bytes in the first RPC when there are
@@ -78,7 +86,17 @@ func runGoHost(ctx context.Context, dev *roce.Device, remote netip.AddrPort, c g
 		if pause > 0 {
 			time.Sleep(pause)
 		}
-		if err := h.DoRPC(ctx); err != nil {
+		rctx, cancel := ctx, context.CancelFunc(func() {})
+		if c.rpcTimeout > 0 {
+			rctx, cancel = context.WithTimeout(ctx, c.rpcTimeout)
+		}
+		err := h.DoRPC(rctx)
+		stalled := rctx.Err() != nil && ctx.Err() == nil && h.State() == mrsp.DataReceiving
+		cancel()
+		if stalled {
+			return "", fmt.Errorf("RPC %d: %w", r, errCServerStalled)
+		}
+		if err != nil {
 			return "", fmt.Errorf("RPC %d: %w", r, err)
 		}
 		h.SetBytesToSend(0, -1)
