@@ -123,6 +123,7 @@ func (l *Link) fillChunk(frames [][]byte, single int, gso bool) (nf, nm int, bad
 		}
 		if !gso || nf < single || !l.joinRun(nm-1, nf, frames[nf], &f) {
 			l.prepare(nm, nf, frames[nf], &f)
+			l.off.runs[nm].closed = l.off.runs[nm].closed || nf < single
 			nm++
 		}
 		nf++
