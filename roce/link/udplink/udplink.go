@@ -27,7 +27,8 @@ type Options struct {
 	// EphemeralPort binds a kernel-chosen port when the address passed to
 	// Listen has port 0, instead of DefaultPort (tests, benchmarks).
 	EphemeralPort bool
-	// Batch is the most datagrams moved per system call (default 64).
+	// Batch is the most datagrams, or runs of them with GSO/GRO, moved
+	// per system call (default 64).
 	Batch int
 	// MaxDatagram is the largest UDP payload received (default 9216);
 	// longer datagrams are dropped and counted in Stats.Truncated.
@@ -378,9 +379,10 @@ func (l *Link) interrupt() {
 	}
 }
 
-// ReadBatch waits for datagrams and calls fn with up to Options.Batch of
-// them as synthesized Ethernet frames, valid only during fn. Concurrent
-// calls are serialized (they share the receive buffers).
+// ReadBatch waits for datagrams and calls fn with up to Options.Batch
+// received buffers of them (each a run of up to 64 datagrams with GRO) as
+// synthesized Ethernet frames, valid only during fn. Concurrent calls are
+// serialized (they share the receive buffers).
 func (l *Link) ReadBatch(ctx context.Context, fn func(frames [][]byte)) (int, error) {
 	l.readMu.Lock()
 	defer l.readMu.Unlock()
