@@ -2,6 +2,7 @@ package udplink
 
 import (
 	"bytes"
+	"errors"
 	"net/netip"
 	"os/exec"
 	"testing"
@@ -141,5 +142,57 @@ func gsoBetween(t *testing.T, p *netnstest.Pair, runs, capture bool) {
 	}
 	if seen < n {
 		t.Fatalf("captured %d of %d datagrams", seen, n)
+	}
+}
+
+// TestGSOTooLarge: the kernel refuses a run whose segments exceed the
+// path MTU (EINVAL, not EMSGSIZE); resent one by one, the first datagram
+// is refused as too large, which is the error WriteBatch reports, at its
+// index. GSO stays on: the run failed for its size, not for GSO.
+func TestGSOTooLarge(t *testing.T) {
+	netnstest.RequireRoot(t)
+	p := netnstest.NewPairConfig(t, netnstest.VethConfig{MTU: 1500,
+		Addr: netip.MustParsePrefix("fd97::1/64"), PeerAddr: netip.MustParsePrefix("fd97::2/64")})
+	p.Resolve(t)
+	var a, b *Link
+	for _, e := range []struct {
+		ns *netnstest.NS
+		v  *netnstest.Veth
+		l  **Link
+	}{{p.A, p.VethA, &a}, {p.B, p.VethB, &b}} {
+		if err := e.ns.Do(func() (err error) {
+			*e.l, err = Listen(netip.AddrPortFrom(e.v.Addr.Addr(), 0))
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		defer (*e.l).Close()
+	}
+	requireOffloads(t, a)
+	const maxPayload = 1500 - 40 - 8
+	sizes := []int{1000, 1000, maxPayload + 1, maxPayload + 1, 1000}
+	var frames [][]byte
+	for i, s := range sizes {
+		frames = append(frames, mkframe(a.LocalAddr(), b.LocalAddr(), 0, payload(i, s)))
+	}
+	n, err := a.WriteBatch(frames)
+	var fe *link.FrameError
+	if n != 2 || !errors.As(err, &fe) || fe.Index != 2 || !errors.Is(err, link.ErrTooLarge) {
+		t.Fatalf("WriteBatch = %d, %v; want 2 and ErrTooLarge at index 2", n, err)
+	}
+	if st := a.Stats(); !st.GSO || st.GSOFallbacks != 1 || st.GSOSends != 1 {
+		t.Fatalf("stats %+v", st)
+	}
+	// The rest of the batch, as the device sends it after skipping the
+	// refused frame.
+	if n, err := a.WriteBatch(frames[4:]); n != 1 || err != nil {
+		t.Fatalf("WriteBatch = %d, %v", n, err)
+	}
+	got := collect(t, b, a.LocalAddr(), 3, 5*time.Second)
+	for i, want := range []int{0, 1, 4} {
+		pf, _ := link.ParseFrame(got[i])
+		if !bytes.Equal(got[i][pf.Payload:pf.End], payload(want, sizes[want])) {
+			t.Fatalf("frame %d altered", want)
+		}
 	}
 }
