@@ -10,6 +10,21 @@
 // IPv6 equivalents; IPv4 ID 0, DF, TTL 64; real ports). Datagrams move in
 // batches with sendmmsg(2)/recvmmsg(2).
 //
+// With UDP segmentation offload (UDP_SEGMENT, Linux 4.18) a run of
+// consecutive frames of one WriteBatch to one destination, all of one
+// size but the last, which may be shorter, leaves as one sendmmsg entry
+// whose iovecs are the frames' payloads; the kernel cuts it exactly at
+// the datagrams, so the ICRC the transport computed over each still
+// holds. IPv4 runs go only to local destinations: the kernel gives the
+// segments of a cut run IPv4 IDs 0, 1, 2, ..., which a peer checking the
+// ICRC over the wire header would refuse. With UDP_GRO (Linux 5.0) the
+// kernel hands over a run it kept whole (loopback, veth) or coalesced as
+// one buffer, which the link splits into one frame per datagram, each
+// with its own synthesized header. Both are probed when the link opens
+// and are off on kernels without them; Options.DisableGSO and DisableGRO
+// turn them off, and a run the kernel refuses at send time is resent one
+// datagram at a time and GSO turned off (Stats counts all of it).
+//
 // The kernel, not the transport, builds the outgoing headers, which is why
 // Info reports FixedSourcePort (every datagram leaves from the bound port)
 // and IPIDZero (the socket is unconnected and sets DF, so Linux sends

@@ -27,7 +27,8 @@ type Options struct {
 	// EphemeralPort binds a kernel-chosen port when the address passed to
 	// Listen has port 0, instead of DefaultPort (tests, benchmarks).
 	EphemeralPort bool
-	// Batch is the most datagrams moved per system call (default 64).
+	// Batch is the most datagrams, or runs of them with GSO/GRO, moved
+	// per system call (default 64).
 	Batch int
 	// MaxDatagram is the largest UDP payload received (default 9216);
 	// longer datagrams are dropped and counted in Stats.Truncated.
@@ -36,6 +37,13 @@ type Options struct {
 	// *BUFFORCE variants are tried first so root is not capped by
 	// net.core.rmem_max).
 	SocketBuffer int
+	// DisableGSO sends every datagram as its own sendmmsg entry instead of
+	// a run of equal-size datagrams to one destination as one entry with
+	// UDP_SEGMENT (Linux 4.18; without it the link does so anyway).
+	DisableGSO bool
+	// DisableGRO leaves UDP_GRO (Linux 5.0) off: the kernel then hands over
+	// every datagram on its own, cutting runs a local sender kept whole.
+	DisableGRO bool
 }
 
 const (
@@ -49,9 +57,17 @@ const (
 	synthTTL = 64
 )
 
-// Stats counts datagrams the link dropped.
+// Stats counts datagrams the link dropped and the offloads' work.
 type Stats struct {
 	Truncated uint64 // received datagrams longer than MaxDatagram
+
+	GSO          bool   // runs are sent with UDP_SEGMENT
+	GRO          bool   // UDP_GRO is on
+	GSOSends     uint64 // sendmmsg entries that carried a run of datagrams
+	GSODatagrams uint64 // datagrams in those runs
+	GSOFallbacks uint64 // runs the kernel refused, resent one datagram at a time
+	GROBuffers   uint64 // received buffers holding a coalesced run
+	GRODatagrams uint64 // datagrams split out of them
 }
 
 // Link is a link.Link over a kernel UDP socket.
@@ -98,6 +114,7 @@ type Link struct {
 	sendFn  func(fd uintptr) bool
 
 	truncated atomic.Uint64
+	off       offload
 }
 
 var _ link.Link = (*Link)(nil)
@@ -137,7 +154,11 @@ func ListenOptions(addr netip.AddrPort, opts Options) (*Link, error) {
 	}
 	var soErr error
 	lc := net.ListenConfig{Control: func(_, _ string, c syscall.RawConn) error {
-		if err := c.Control(func(fd uintptr) { soErr = l.setsockopts(int(fd), opts.SocketBuffer) }); err != nil {
+		if err := c.Control(func(fd uintptr) {
+			if soErr = l.setsockopts(int(fd), opts.SocketBuffer); soErr == nil {
+				l.probeOffloads(int(fd), opts)
+			}
+		}); err != nil {
 			return err
 		}
 		return soErr
@@ -166,8 +187,9 @@ func ListenOptions(addr netip.AddrPort, opts Options) (*Link, error) {
 	l.mtu, l.mac = interfaceOf(ip)
 	copy(l.macArr[:], l.mac)
 	l.name = netip.AddrPortFrom(ip, l.port).String()
-	l.initRecv(opts.MaxDatagram)
+	l.initRecv(l.recvBufSize(opts.MaxDatagram))
 	l.initSend()
+	l.initOffload()
 	return l, nil
 }
 
@@ -288,7 +310,7 @@ func pickInterface(ip netip.Addr, ifs []ifaceAddrs) int {
 	return best
 }
 
-func (l *Link) initRecv(maxDatagram int) {
+func (l *Link) initRecv(bufSize int) {
 	n := l.batch
 	l.rmsgs = make([]unix.Mmsghdr, n)
 	l.riovs = make([]unix.Iovec, n)
@@ -297,9 +319,9 @@ func (l *Link) initRecv(maxDatagram int) {
 	l.rbufs = make([][]byte, n)
 	l.frames = make([][]byte, 0, n)
 	for i := range l.rbufs {
-		l.rbufs[i] = make([]byte, headroom+maxDatagram)
+		l.rbufs[i] = make([]byte, headroom+bufSize)
 		l.riovs[i].Base = &l.rbufs[i][headroom]
-		l.riovs[i].SetLen(maxDatagram)
+		l.riovs[i].SetLen(bufSize)
 		h := &l.rmsgs[i].Hdr
 		h.Name = (*byte)(unsafe.Pointer(&l.rnames[i]))
 		h.Iov = &l.riovs[i]
@@ -357,9 +379,10 @@ func (l *Link) interrupt() {
 	}
 }
 
-// ReadBatch waits for datagrams and calls fn with up to Options.Batch of
-// them as synthesized Ethernet frames, valid only during fn. Concurrent
-// calls are serialized (they share the receive buffers).
+// ReadBatch waits for datagrams and calls fn with up to Options.Batch
+// received buffers of them (each a run of up to 64 datagrams with GRO) as
+// synthesized Ethernet frames, valid only during fn. Concurrent calls are
+// serialized (they share the receive buffers).
 func (l *Link) ReadBatch(ctx context.Context, fn func(frames [][]byte)) (int, error) {
 	l.readMu.Lock()
 	defer l.readMu.Unlock()
@@ -438,6 +461,9 @@ func (l *Link) mapErr(err error) error {
 
 // deliver turns the received datagrams into frames and hands them to fn.
 func (l *Link) deliver(fn func(frames [][]byte)) int {
+	if l.off.gro {
+		return l.deliverGRO(fn)
+	}
 	frames := l.frames[:0]
 	for i := 0; i < l.rn; i++ {
 		m := &l.rmsgs[i]
@@ -517,30 +543,44 @@ func (l *Link) WriteBatch(frames [][]byte) (n int, err error) {
 	if l.closed.Load() {
 		return 0, link.ErrClosed
 	}
+	gso := l.off.gso.Load()
+	single := 0       // frames[:single] go one per message (a refused run)
+	var refused error // why the kernel refused that run
 	for n < len(frames) {
-		count := 0
-		var bad error
-		for n+count < len(frames) && count < l.batch {
-			if bad = l.prepare(count, frames[n+count]); bad != nil {
-				break
-			}
-			count++
-		}
-		l.wcount, l.wsent, l.werr = count, 0, nil
-		if count > 0 {
+		nf, nm, bad := l.fillChunk(frames[n:], single-n, gso)
+		l.wcount, l.wsent, l.werr = nm, 0, nil
+		if nm > 0 {
 			if err := l.rc.Write(l.sendFn); err != nil {
-				l.clearSend(count)
-				return n, l.mapErr(err)
+				l.clearSend(nf)
+				return n + l.framesBefore(l.wsent, nm, nf), l.mapErr(err)
 			}
 		}
-		l.clearSend(count)
-		n += l.wsent
+		l.clearSend(nf)
+		l.countRuns(l.wsent)
+		sent := l.framesBefore(l.wsent, nm, nf)
 		if l.werr != nil {
+			if r := &l.off.runs[l.wsent]; r.count > 1 {
+				// Resend the run's datagrams one by one: either they
+				// fail on their own (the error is then theirs) or the
+				// kernel refuses to segment.
+				l.off.gsoFallbacks.Add(1)
+				n += sent
+				single, refused = n+r.count, l.werr
+				continue
+			}
 			e := l.werr
 			if e == unix.EMSGSIZE {
 				e = link.ErrTooLarge
 			}
-			return n, &link.FrameError{Index: n, Err: e}
+			return n + sent, &link.FrameError{Index: n + sent, Err: e}
+		}
+		n += sent
+		if refused != nil && n >= single {
+			if gsoRefused(refused) {
+				l.off.gso.Store(false)
+				gso = false
+			}
+			refused = nil
 		}
 		if bad != nil {
 			return n, &link.FrameError{Index: n, Err: bad}
@@ -574,24 +614,29 @@ func (l *Link) clearSend(count int) {
 	}
 }
 
-// prepare fills send slot j from frame.
-func (l *Link) prepare(j int, frame []byte) error {
+// check parses frame and refuses what the link cannot send.
+func (l *Link) check(frame []byte) (link.Frame, error) {
 	f, err := link.ParseFrame(frame)
 	if err != nil {
-		return err
+		return f, err
 	}
 	if (f.Version == 6) != l.v6 {
-		return link.ErrFamily
+		return f, link.ErrFamily
 	}
 	if f.SrcPort != l.port {
-		return link.ErrSourcePort
+		return f, link.ErrSourcePort
 	}
 	if !l.wildcard && f.Src != l.addr {
-		return link.ErrSourceAddr
+		return f, link.ErrSourceAddr
 	}
-	m := &l.wmsgs[j].Hdr
-	name := &l.wnames[j]
-	oob := l.woob[j*oobSize : (j+1)*oobSize]
+	return f, nil
+}
+
+// prepare fills send message k with frame, checked, as iovec j.
+func (l *Link) prepare(k, j int, frame []byte, f *link.Frame) {
+	m := &l.wmsgs[k].Hdr
+	name := &l.wnames[k]
+	oob := l.woob[k*oobSize : (k+1)*oobSize]
 	off := 0
 	if f.Version == 4 {
 		sa := (*unix.RawSockaddrInet4)(unsafe.Pointer(name))
@@ -646,14 +691,27 @@ func (l *Link) prepare(j int, frame []byte) error {
 		iov.Base = nil
 	}
 	iov.SetLen(f.End - f.Payload)
-	return nil
+	m.Iov = iov
+	m.SetIovlen(1)
+	l.startRun(k, j, off, f)
 }
 
 // LocalAddr returns the bound address and port.
 func (l *Link) LocalAddr() netip.AddrPort { return netip.AddrPortFrom(l.addr, l.port) }
 
-// Stats returns the drop counters.
-func (l *Link) Stats() Stats { return Stats{Truncated: l.truncated.Load()} }
+// Stats returns the drop and offload counters.
+func (l *Link) Stats() Stats {
+	return Stats{
+		Truncated:    l.truncated.Load(),
+		GSO:          l.off.gso.Load(),
+		GRO:          l.off.gro,
+		GSOSends:     l.off.gsoSends.Load(),
+		GSODatagrams: l.off.gsoDatagrams.Load(),
+		GSOFallbacks: l.off.gsoFallbacks.Load(),
+		GROBuffers:   l.off.groBuffers.Load(),
+		GRODatagrams: l.off.groDatagrams.Load(),
+	}
+}
 
 // MTU returns the MTU of the interface holding the bound address (1500
 // when bound to a wildcard).

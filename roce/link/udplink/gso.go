@@ -1,0 +1,285 @@
+package udplink
+
+import (
+	"net/netip"
+	"sync/atomic"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/goroce/goroce/internal/sys"
+	"github.com/goroce/goroce/roce/link"
+)
+
+// UDP segmentation offload (UDP_SEGMENT, Linux 4.18) on transmit and
+// receive offload (UDP_GRO, Linux 5.0): a run of equal-size datagrams to
+// one destination leaves in one sendmmsg entry, and the kernel hands a
+// run it kept whole (loopback, veth) or coalesced back as one buffer that
+// the link splits into frames again. Each datagram stays exactly as the
+// transport built it: the run is the frames' payloads side by side, cut
+// at the segment size, so the ICRC the transport computed still holds.
+
+const (
+	// gsoMaxSegments is UDP_MAX_SEGMENTS of Linux 4.18 (later kernels
+	// allow more).
+	gsoMaxSegments = 64
+	// gsoMaxBytes is the most UDP payload one GSO send may carry: an IPv4
+	// datagram's 65535 bytes less its IP and UDP headers.
+	gsoMaxBytes = 65535 - link.IPv4Size - link.UDPSize
+	// groBufSize is a receive buffer with GRO on: a coalesced run is at
+	// most a 64 KiB IP packet.
+	groBufSize = 65536
+	// groArenaSegments bounds the segments of one coalesced buffer that
+	// get their own synthesized header (UDP_GRO_CNT_MAX is 64; a local
+	// sender's run may have up to UDP_MAX_SEGMENTS, 128 on newer kernels).
+	groArenaSegments = 128
+)
+
+// offload is the GSO/GRO state of a Link.
+type offload struct {
+	gso         atomic.Bool // UDP_SEGMENT in use; cleared when the kernel refuses it
+	gro         bool        // UDP_GRO is on: receive buffers hold coalesced runs
+	maxDatagram int
+
+	runs  []gsoRun // per send message: the frames it carries
+	arena []byte   // frames split from coalesced buffers, with headers
+
+	gsoSends     atomic.Uint64
+	gsoDatagrams atomic.Uint64
+	gsoFallbacks atomic.Uint64
+	groBuffers   atomic.Uint64
+	groDatagrams atomic.Uint64
+}
+
+// gsoRun is one send message: frames [first, first+count) of the chunk
+// (one iovec each), to one destination, every one seg bytes but the last,
+// which may be shorter and then ends the run.
+type gsoRun struct {
+	first, count int
+	seg, bytes   int
+	oobLen       int // control data written before the UDP_SEGMENT message
+	closed       bool
+	src, dst     netip.Addr
+	dport        uint16
+	tos          uint8
+}
+
+// probeOffloads turns on what the kernel supports and opts allows. A kernel
+// without UDP_SEGMENT (before 4.18) fails the getsockopt with ENOPROTOOPT;
+// one without UDP_GRO (before 5.0) fails the setsockopt.
+func (l *Link) probeOffloads(fd int, opts Options) {
+	if !opts.DisableGSO {
+		if _, err := unix.GetsockoptInt(fd, unix.SOL_UDP, unix.UDP_SEGMENT); err == nil {
+			l.off.gso.Store(true)
+		}
+	}
+	if !opts.DisableGRO {
+		if unix.SetsockoptInt(fd, unix.SOL_UDP, unix.UDP_GRO, 1) == nil {
+			l.off.gro = true
+		}
+	}
+}
+
+// recvBufSize is the size of each receive buffer after the headroom.
+func (l *Link) recvBufSize(maxDatagram int) int {
+	l.off.maxDatagram = maxDatagram
+	if l.off.gro && maxDatagram < groBufSize {
+		return groBufSize
+	}
+	return maxDatagram
+}
+
+// initOffload allocates the per-message state the offloads need.
+func (l *Link) initOffload() {
+	l.off.runs = make([]gsoRun, l.batch)
+	if l.off.gro {
+		l.off.arena = make([]byte, l.batch*(groBufSize+groArenaSegments*headroom))
+		// Room for every segment of a full batch of runs, so that splitting
+		// never grows the slice.
+		l.frames = make([][]byte, 0, l.batch*gsoMaxSegments)
+	}
+}
+
+// gsoSafe reports whether a run to dst may be cut by the kernel. IPv6 has
+// no ID; an IPv4 segment gets the run's ID plus its index, which breaks
+// the ICRC the transport computed with ID 0 (Info.IPIDZero) for any peer
+// that checks it over the wire header. Local destinations never put the
+// segments on a wire: a receiver with UDP_GRO gets the run whole, one
+// without it gets segments from the kernel, not from a wire.
+func (l *Link) gsoSafe(dst netip.Addr) bool {
+	return dst.Is6() || dst.IsLoopback() || dst == l.addr
+}
+
+// fillChunk prepares up to l.batch frames, starting at frames[0], as send
+// messages, joining runs for GSO when gso is set. Frames before index
+// single each get their own message. It returns the number of frames and
+// messages prepared and the error of the frame that stopped it, if any.
+func (l *Link) fillChunk(frames [][]byte, single int, gso bool) (nf, nm int, bad error) {
+	for nf < len(frames) && nf < l.batch {
+		f, err := l.check(frames[nf])
+		if err != nil {
+			bad = err
+			break
+		}
+		if !gso || nf < single || !l.joinRun(nm-1, nf, frames[nf], &f) {
+			l.prepare(nm, nf, frames[nf], &f)
+			l.off.runs[nm].closed = l.off.runs[nm].closed || nf < single
+			nm++
+		}
+		nf++
+	}
+	for k := 0; k < nm; k++ {
+		if r := &l.off.runs[k]; r.count > 1 {
+			l.putSegment(k, r)
+		}
+	}
+	return nf, nm, bad
+}
+
+// joinRun adds frame j to the run of message k when it can be cut from it
+// by the kernel: same destination, TOS and source, and no longer than the
+// run's segment size.
+func (l *Link) joinRun(k, j int, frame []byte, f *link.Frame) bool {
+	if k < 0 {
+		return false
+	}
+	r := &l.off.runs[k]
+	size := f.End - f.Payload
+	if r.closed || size == 0 || size > r.seg || r.count >= gsoMaxSegments || r.bytes+size > gsoMaxBytes ||
+		f.Dst != r.dst || f.DstPort != r.dport || f.TOS != r.tos || f.Src != r.src || !l.gsoSafe(f.Dst) {
+		return false
+	}
+	iov := &l.wiovs[j]
+	iov.Base = &frame[f.Payload]
+	iov.SetLen(size)
+	r.count++
+	r.bytes += size
+	r.closed = size < r.seg
+	l.wmsgs[k].Hdr.SetIovlen(r.count)
+	return true
+}
+
+// startRun records message k as a run of frame j alone.
+func (l *Link) startRun(k, j, oobLen int, f *link.Frame) {
+	size := f.End - f.Payload
+	l.off.runs[k] = gsoRun{first: j, count: 1, seg: size, bytes: size, oobLen: oobLen, closed: size == 0,
+		src: f.Src, dst: f.Dst, dport: f.DstPort, tos: f.TOS}
+}
+
+// putSegment adds the UDP_SEGMENT control message to message k.
+func (l *Link) putSegment(k int, r *gsoRun) {
+	oob := l.woob[k*oobSize : (k+1)*oobSize]
+	d, sp := sys.PutCmsg(oob[r.oobLen:], unix.SOL_UDP, unix.UDP_SEGMENT, 2)
+	*(*uint16)(unsafe.Pointer(&d[0])) = uint16(r.seg)
+	h := &l.wmsgs[k].Hdr
+	h.Control = &oob[0]
+	h.SetControllen(r.oobLen + sp)
+}
+
+// framesBefore returns how many frames messages [0, k) of a chunk of nm
+// messages and nf frames carry.
+func (l *Link) framesBefore(k, nm, nf int) int {
+	if k >= nm {
+		return nf
+	}
+	return l.off.runs[k].first
+}
+
+// countRuns adds the runs among the first k messages to the counters.
+func (l *Link) countRuns(k int) {
+	for i := 0; i < k; i++ {
+		if c := l.off.runs[i].count; c > 1 {
+			l.off.gsoSends.Add(1)
+			l.off.gsoDatagrams.Add(uint64(c))
+		}
+	}
+}
+
+// gsoRefused reports whether a run failing with err, whose datagrams then
+// went out one by one, shows that the kernel will not segment for this
+// socket (UDP_NO_CHECK, IPsec on the path, an unknown cmsg): GSO is then
+// turned off for good rather than failing and resending every run.
+func gsoRefused(err error) bool {
+	switch err {
+	case unix.EINVAL, unix.EIO, unix.EOPNOTSUPP, unix.ENOPROTOOPT:
+		return true
+	}
+	return false
+}
+
+// groSegment returns the segment size of a coalesced buffer from its
+// control messages (the UDP_GRO message), or 0 when it holds one datagram.
+func groSegment(oob []byte) int {
+	for {
+		c, rest, ok := sys.NextCmsg(oob)
+		if !ok {
+			return 0
+		}
+		oob = rest
+		if c.Level == unix.SOL_UDP && c.Type == unix.UDP_GRO && len(c.Data) >= 4 {
+			if s := *(*int32)(unsafe.Pointer(&c.Data[0])); s > 0 {
+				return int(s)
+			}
+			return 0
+		}
+	}
+}
+
+// deliverGRO is deliver for buffers that may hold coalesced runs: each
+// segment becomes its own frame with its own synthesized header. The
+// first stays in place, in front of the buffer's headroom; the others are
+// copied into the arena behind their headers.
+func (l *Link) deliverGRO(fn func(frames [][]byte)) int {
+	frames := l.frames[:0]
+	arena := l.off.arena
+	p := 0
+	for i := 0; i < l.rn; i++ {
+		m := &l.rmsgs[i]
+		if m.Hdr.Flags&unix.MSG_TRUNC != 0 {
+			l.truncated.Add(1)
+			continue
+		}
+		plen := int(m.Len)
+		h := link.Header{Dst: l.macArr, TTL: synthTTL, DF: true, DstPort: l.port, DstAddr: l.addr}
+		if !l.synthAddrs(i, &h) {
+			continue
+		}
+		seg := groSegment(l.roob[i*oobSize : i*oobSize+int(m.Hdr.Controllen)])
+		if seg <= 0 || seg >= plen {
+			seg = plen
+		} else {
+			l.off.groBuffers.Add(1)
+			l.off.groDatagrams.Add(uint64((plen + seg - 1) / seg))
+		}
+		hs := h.HeaderSize()
+		buf := l.rbufs[i]
+		for off := 0; off < plen; off += seg {
+			n := min(seg, plen-off)
+			if n > l.off.maxDatagram {
+				l.truncated.Add(1)
+				continue
+			}
+			if off == 0 {
+				h.Put(buf[headroom-hs:headroom], n)
+				frames = append(frames, buf[headroom-hs:headroom+n])
+				continue
+			}
+			if p+hs+n > len(arena) {
+				// More segments than any kernel coalesces.
+				l.truncated.Add(uint64((plen - off + seg - 1) / seg))
+				break
+			}
+			h.Put(arena[p:p+hs], n)
+			copy(arena[p+hs:p+hs+n], buf[headroom+off:headroom+off+n])
+			frames = append(frames, arena[p:p+hs+n])
+			p += hs + n
+		}
+	}
+	l.frames = frames
+	if len(frames) == 0 {
+		return 0
+	}
+	fn(frames)
+	clear(frames)
+	return len(frames)
+}
