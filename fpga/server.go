@@ -380,7 +380,7 @@ func (s *Server) run(ctx context.Context) {
 	s.mu.Lock()
 	path := s.path
 	s.mu.Unlock()
-	s.pend = make([]int32, 0, min(s.depth, pollBatch))
+	s.pend = make([]int32, 0, repostBatch)
 	for {
 		n, err := s.slab.poll(ctx, wc[:min(s.depth, pollBatch)])
 		if err != nil {
@@ -396,20 +396,36 @@ func (s *Server) run(ctx context.Context) {
 				return
 			}
 		}
-		if len(s.pend) > 0 {
-			s.slab.repostBatch(s.pend)
-			s.pend = s.pend[:0]
-		}
+		s.flushReposts()
 	}
 }
 
-// pollBatch is the most completions the receive goroutine takes at once;
-// the slots it frees in one batch go back to the receive queue together.
-const pollBatch = 64
+// pollBatch is the most completions the receive goroutine takes at once.
+// The slots it frees go back to the receive queue repostBatch at a time
+// and at the end of the batch: one device lock per group instead of one
+// per frame, and a consumer that is slow with one frame of a batch delays
+// the reposts of at most repostBatch-1 others.
+const (
+	pollBatch   = 64
+	repostBatch = 16
+)
 
-// repost queues slot for the repost at the end of the receive goroutine's
-// completion batch. Only the receive goroutine calls it.
-func (s *Server) repost(slot int) { s.pend = append(s.pend, int32(slot)) }
+// repost queues slot for the next batch repost. Only the receive goroutine
+// calls it.
+func (s *Server) repost(slot int) {
+	s.pend = append(s.pend, int32(slot))
+	if len(s.pend) >= repostBatch {
+		s.flushReposts()
+	}
+}
+
+// flushReposts posts the queued slots again.
+func (s *Server) flushReposts() {
+	if len(s.pend) > 0 {
+		s.slab.repostBatch(s.pend)
+		s.pend = s.pend[:0]
+	}
+}
 
 // releaseOwn drops the server's own reference to f, taken when its
 // completion arrived, on the receive goroutine: a slot no consumer kept
