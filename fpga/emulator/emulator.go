@@ -14,6 +14,13 @@
 // an RNR NAK resends identical bytes; RNR retries are infinite (rnr_retry
 // 7), the transport retry count and timeout are the firmware's (3, 14).
 //
+// The firmware streams: it never waits per frame, only for ring room.
+// SendBatch is the emulator's streaming form: it hands the device as many
+// frames as the ring has room for in one transmit pass, where Send pays a
+// link write (on AF_XDP a system call) per frame. A host that is measured
+// against the emulator should be fed with SendBatch and a ring that covers
+// the ACK round trip, which in software is scheduling, not wire, time.
+//
 // Setup follows the firmware's metadata-bus sequence: the host's values go
 // in (Connect), the FPGA's QP is created and moved to RTR with the host's
 // QPN and RqPSN and to RTS with the host's SqPSN, and the FPGA's QPN comes
