@@ -295,15 +295,15 @@ func (e *Emulator) SendBatch(ctx context.Context, ch uint8, frames [][]byte) (in
 // prepares their work requests in e.wrs; it stops at an invalid frame and
 // returns how many it prepared with that frame's error.
 func (e *Emulator) fill(ch uint8, frames [][]byte) (int, error) {
-	max := e.MaxFrame()
+	limit := e.MaxFrame()
 	ring := e.ring.Bytes()
 	counter := e.counter
 	for k, p := range frames {
 		if len(p) == 0 {
 			return k, ErrEmpty
 		}
-		if len(p) > max {
-			return k, fmt.Errorf("%w: %d bytes, at most %d", ErrTooLarge, len(p), max)
+		if len(p) > limit {
+			return k, fmt.Errorf("%w: %d bytes, at most %d", ErrTooLarge, len(p), limit)
 		}
 		id := e.sent + uint64(k)
 		i := int(id % uint64(e.cfg.RingSlots))
