@@ -61,22 +61,7 @@ func (f Frame) Retain() {
 // It is safe from any goroutine. Releasing more often than the frame was
 // retained is counted (Stats.BadRelease) and otherwise ignored.
 func (f Frame) Release() {
-	if f.s == nil {
-		return
-	}
-	r := &f.s.refs[f.slot]
-	for {
-		v := r.Load()
-		if uint32(v>>32) != f.gen || uint32(v) == 0 {
-			f.s.badRelease.Add(1)
-			return
-		}
-		if r.CompareAndSwap(v, v-1) {
-			if uint32(v) == 1 {
-				f.s.held.Add(-1)
-				f.s.slab.repost(int(f.slot))
-			}
-			return
-		}
+	if f.s != nil && f.s.unref(f) {
+		f.s.slab.repost(int(f.slot))
 	}
 }

@@ -96,6 +96,8 @@ type Server struct {
 	frames, bytes                                 atomic.Uint64
 	badSlot, badLen, badOp, badStatus, badRelease atomic.Uint64
 	held                                          atomic.Int64
+
+	pend []int32 // slots to post again after the current completion batch (receive goroutine)
 }
 
 // NewServer creates a server on dev: the slab of rxQueueDepth slots of
@@ -374,12 +376,13 @@ func (s *Server) run(ctx context.Context) {
 	case <-ctx.Done():
 		return
 	}
-	var wc [16]roce.WorkCompletion
+	var wc [pollBatch]roce.WorkCompletion
 	s.mu.Lock()
 	path := s.path
 	s.mu.Unlock()
+	s.pend = make([]int32, 0, repostBatch)
 	for {
-		n, err := s.slab.poll(ctx, wc[:])
+		n, err := s.slab.poll(ctx, wc[:min(s.depth, pollBatch)])
 		if err != nil {
 			if ctx.Err() == nil {
 				s.setErr(err)
@@ -392,6 +395,64 @@ func (s *Server) run(ctx context.Context) {
 				s.log.Warn("fpga: receive queue flushed; server stops", "qpn", s.qp.QPN())
 				return
 			}
+		}
+		s.flushReposts()
+	}
+}
+
+// pollBatch is the most completions the receive goroutine takes at once.
+// The slots it frees go back to the receive queue repostBatch at a time
+// and at the end of the batch: one device lock per group instead of one
+// per frame, and a consumer that is slow with one frame of a batch delays
+// the reposts of at most repostBatch-1 others.
+const (
+	pollBatch   = 64
+	repostBatch = 16
+)
+
+// repost queues slot for the next batch repost. Only the receive goroutine
+// calls it.
+func (s *Server) repost(slot int) {
+	s.pend = append(s.pend, int32(slot))
+	if len(s.pend) >= repostBatch {
+		s.flushReposts()
+	}
+}
+
+// flushReposts posts the queued slots again.
+func (s *Server) flushReposts() {
+	if len(s.pend) > 0 {
+		s.slab.repostBatch(s.pend)
+		s.pend = s.pend[:0]
+	}
+}
+
+// releaseOwn drops the server's own reference to f, taken when its
+// completion arrived, on the receive goroutine: a slot no consumer kept
+// joins the batch repost.
+func (s *Server) releaseOwn(f Frame) {
+	if s.unref(f) {
+		s.repost(int(f.slot))
+	}
+}
+
+// unref drops one reference to f and reports whether it was the last. A
+// stale frame, or one released more often than retained, is counted
+// (Stats.BadRelease) and otherwise ignored.
+func (s *Server) unref(f Frame) bool {
+	r := &s.refs[f.slot]
+	for {
+		v := r.Load()
+		if uint32(v>>32) != f.gen || uint32(v) == 0 {
+			s.badRelease.Add(1)
+			return false
+		}
+		if r.CompareAndSwap(v, v-1) {
+			if uint32(v) != 1 {
+				return false
+			}
+			s.held.Add(-1)
+			return true
 		}
 	}
 }
@@ -409,7 +470,7 @@ func (s *Server) complete(wc *roce.WorkCompletion, path DataPath) bool {
 	}
 	if wc.Status != roce.WCSuccess {
 		s.badStatus.Add(1)
-		s.slab.repost(slot)
+		s.repost(slot)
 		return true
 	}
 	ok := wc.Flags&roce.WCWithImm != 0
@@ -423,12 +484,12 @@ func (s *Server) complete(wc *roce.WorkCompletion, path DataPath) bool {
 	}
 	if !ok {
 		s.badOp.Add(1)
-		s.slab.repost(slot)
+		s.repost(slot)
 		return true
 	}
 	if wc.ByteLen == 0 || int(wc.ByteLen) > s.maxPayload {
 		s.badLen.Add(1)
-		s.slab.repost(slot)
+		s.repost(slot)
 		return true
 	}
 	s.frames.Add(1)
@@ -442,7 +503,7 @@ func (s *Server) complete(wc *roce.WorkCompletion, path DataPath) bool {
 			(*c).AcceptFrame(f)
 		}
 	}
-	f.Release()
+	s.releaseOwn(f)
 	return true
 }
 

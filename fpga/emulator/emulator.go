@@ -14,6 +14,13 @@
 // an RNR NAK resends identical bytes; RNR retries are infinite (rnr_retry
 // 7), the transport retry count and timeout are the firmware's (3, 14).
 //
+// The firmware streams: it never waits per frame, only for ring room.
+// SendBatch is the emulator's streaming form: it hands the device as many
+// frames as the ring has room for in one transmit pass, where Send pays a
+// link write (on AF_XDP a system call) per frame. A host that is measured
+// against the emulator should be fed with SendBatch and a ring that covers
+// the ACK round trip, which in software is scheduling, not wire, time.
+//
 // Setup follows the firmware's metadata-bus sequence: the host's values go
 // in (Connect), the FPGA's QP is created and moved to RTR with the host's
 // QPN and RqPSN and to RTS with the host's SqPSN, and the FPGA's QPN comes
@@ -109,10 +116,11 @@ type Emulator struct {
 	params  Params
 	nextPSN uint32 // the PSN the next frame goes out with (one packet per frame)
 	counter uint32
-	sent    uint64 // frames posted
-	done    uint64 // frames completed
-	wr      roce.SendWR
-	sge     [1]roce.SGE
+	sent    uint64        // frames posted
+	done    uint64        // frames completed
+	wrs     []roce.SendWR // one per ring slot: a batch never exceeds the ring
+	sges    []roce.SGE
+	one     [1][]byte
 	wc      [16]roce.WorkCompletion
 
 	base                  roce.Counters
@@ -137,7 +145,8 @@ func New(dev *roce.Device, cfg Config) (*Emulator, error) {
 	if !cfg.PMTU.Valid() {
 		return nil, fmt.Errorf("emulator: PMTU %d: invalid", cfg.PMTU)
 	}
-	e := &Emulator{dev: dev, cfg: cfg, slot: cfg.PMTU.Bytes(), base: dev.Counters()}
+	e := &Emulator{dev: dev, cfg: cfg, slot: cfg.PMTU.Bytes(), base: dev.Counters(),
+		wrs: make([]roce.SendWR, cfg.RingSlots), sges: make([]roce.SGE, cfg.RingSlots)}
 	var err error
 	if e.pd, err = dev.AllocPD(); err != nil {
 		return nil, err
@@ -236,45 +245,99 @@ func (e *Emulator) MaxFrame() int {
 // for the oldest frame's completion (the firmware back-pressures its input
 // the same way). ctx bounds that wait. Send is not safe for concurrent use.
 func (e *Emulator) Send(ctx context.Context, ch uint8, p []byte) error {
+	e.one[0] = p
+	_, err := e.SendBatch(ctx, ch, e.one[:])
+	e.one[0] = nil
+	return err
+}
+
+// SendBatch sends frames on channel ch, in order, as Send would one by one,
+// but posts as many as the replay ring has room for at once, so the device
+// transmits them in one pass (one link write for up to its TxBatch
+// frames): the firmware streams frames back to back and does not pay a
+// host's per-frame system call. It waits for room in the ring like Send and
+// returns how many frames were posted; on an invalid frame it stops there
+// with the frame's error.
+func (e *Emulator) SendBatch(ctx context.Context, ch uint8, frames [][]byte) (int, error) {
 	if e.qp == nil {
-		return ErrNotConnected
+		return 0, ErrNotConnected
 	}
-	if len(p) == 0 {
-		e.errors.Add(1)
-		return ErrEmpty
-	}
-	if len(p) > e.MaxFrame() {
-		e.errors.Add(1)
-		return fmt.Errorf("%w: %d bytes, at most %d", ErrTooLarge, len(p), e.MaxFrame())
-	}
-	for e.sent-e.done >= uint64(e.cfg.RingSlots) {
-		if err := e.reap(ctx, true); err != nil {
-			return err
+	sent := 0
+	for sent < len(frames) {
+		for e.sent-e.done >= uint64(e.cfg.RingSlots) {
+			if err := e.reap(ctx, true); err != nil {
+				return sent, err
+			}
+		}
+		room := e.cfg.RingSlots - int(e.sent-e.done)
+		k, err := e.fill(ch, frames[sent:min(len(frames), sent+room)])
+		if k > 0 {
+			n, perr := e.qp.PostSendBatch(e.wrs[:k])
+			e.post(n)
+			sent += n
+			if perr != nil {
+				e.errors.Add(1)
+				return sent, perr
+			}
+		}
+		if err != nil {
+			e.errors.Add(1)
+			return sent, err
+		}
+		if err := e.reap(ctx, false); err != nil {
+			return sent, err
 		}
 	}
-	i := int(e.sent % uint64(e.cfg.RingSlots))
-	copy(e.ring.Bytes()[i*e.slot:], p)
-	e.sge[0] = e.ring.SGE(i*e.slot, len(p))
-	e.wr = roce.SendWR{ID: e.sent, Opcode: roce.WRSendWithImm, Flags: roce.SendSignaled, SGL: e.sge[:],
-		Imm: uint32(wire.MakeImm(e.counter, ch))}
-	if e.cfg.Write {
-		e.wr.Opcode = roce.WRRDMAWriteWithImm
-		e.wr.RemoteAddr = e.host.MRAddr + uint64(int(e.counter)%e.host.Depth*e.host.MaxPayload)
-		e.wr.RKey = e.host.MRRKey
+	return sent, nil
+}
+
+// fill copies frames into the ring slots after the last one posted and
+// prepares their work requests in e.wrs; it stops at an invalid frame and
+// returns how many it prepared with that frame's error.
+func (e *Emulator) fill(ch uint8, frames [][]byte) (int, error) {
+	limit := e.MaxFrame()
+	ring := e.ring.Bytes()
+	counter := e.counter
+	for k, p := range frames {
+		if len(p) == 0 {
+			return k, ErrEmpty
+		}
+		if len(p) > limit {
+			return k, fmt.Errorf("%w: %d bytes, at most %d", ErrTooLarge, len(p), limit)
+		}
+		id := e.sent + uint64(k)
+		i := int(id % uint64(e.cfg.RingSlots))
+		copy(ring[i*e.slot:], p)
+		e.sges[k] = e.ring.SGE(i*e.slot, len(p))
+		w := &e.wrs[k]
+		*w = roce.SendWR{ID: id, Opcode: roce.WRSendWithImm, Flags: roce.SendSignaled, SGL: e.sges[k : k+1 : k+1],
+			Imm: uint32(wire.MakeImm(counter, ch))}
+		if e.cfg.Write {
+			w.Opcode = roce.WRRDMAWriteWithImm
+			w.RemoteAddr = e.host.MRAddr + uint64(int(counter)%e.host.Depth*e.host.MaxPayload)
+			w.RKey = e.host.MRRKey
+		}
+		counter = (counter + 1) & 0xFFFFFF
+		if e.cfg.Write && int(counter) >= e.host.Depth {
+			counter = 0
+		}
 	}
-	if err := e.qp.PostSend(&e.wr); err != nil {
-		e.errors.Add(1)
-		return err
+	return len(frames), nil
+}
+
+// post accounts for the first n work requests of e.wrs, posted.
+func (e *Emulator) post(n int) {
+	for i := range e.wrs[:n] {
+		w := &e.wrs[i]
+		e.sent++
+		e.nextPSN = (e.nextPSN + 1) & ib.PSNMask
+		e.counter = (e.counter + 1) & 0xFFFFFF
+		if e.cfg.Write && int(e.counter) >= e.host.Depth {
+			e.counter = 0
+		}
+		e.frames.Add(1)
+		e.bytes.Add(uint64(w.SGL[0].Length))
 	}
-	e.sent++
-	e.nextPSN = (e.nextPSN + 1) & ib.PSNMask
-	e.counter = (e.counter + 1) & 0xFFFFFF
-	if e.cfg.Write && int(e.counter) >= e.host.Depth {
-		e.counter = 0
-	}
-	e.frames.Add(1)
-	e.bytes.Add(uint64(len(p)))
-	return e.reap(ctx, false)
 }
 
 // reap takes completions; with wait it blocks until there is at least one.
