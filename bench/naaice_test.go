@@ -57,7 +57,7 @@ func TestNAAICETable(t *testing.T) {
 	small := make([]byte, 64)
 	c := naaiceContext(t, ctx, host, remote, [][]byte{small}, func(c *naaice.Context) { c.SetInput(0); c.SetOutput(0) })
 	rpcLat := timeOps(t, func() error { return c.DoRPC(ctx) })
-	allocs := testing.AllocsPerRun(200, func() { _ = c.DoRPC(ctx) })
+	allocs := steadyAllocs(200, func() { _ = c.DoRPC(ctx) })
 	c.Close()
 	sendLat := sendPingPong(t, ctx, host, naa, naaAddr, 64)
 	figs = append(figs, naaiceFig{"RPC round trip, 64 B in and out", rpcLat.Seconds() * 1e6, "µs"},
@@ -259,4 +259,17 @@ func rdmaLoop(t *testing.T, ctx context.Context, host, naa *roce.Device, naaAddr
 		}
 		return waitOne(ctx, cc.SendCQ())
 	})
+}
+
+// steadyAllocs is testing.AllocsPerRun over the whole process, taken three
+// times, keeping the lowest. The process also runs the devices' netlink
+// watchers, which allocate when the kernel reports a neighbour or address
+// change (a neighbour refresh on a busy machine can land in any window); an
+// allocation on the data path shows in every measurement.
+func steadyAllocs(runs int, f func()) float64 {
+	best := testing.AllocsPerRun(runs, f)
+	for i := 0; i < 2 && best > 0; i++ {
+		best = min(best, testing.AllocsPerRun(runs, f))
+	}
+	return best
 }
