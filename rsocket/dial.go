@@ -30,18 +30,23 @@ type Stats struct {
 	// ProtocolErrors counts connections ended because the peer broke the
 	// protocol (ProtocolError).
 	ProtocolErrors uint64
+	// CloseTimeouts counts Closes that stopped waiting for the peer to
+	// acknowledge their DISCONNECT at the QP's retry timeout.
+	CloseTimeouts uint64
 }
 
 var stats struct {
 	conns                      atomic.Int64
 	rejVersion, rejConnData    atomic.Uint64
 	protocolErrors, acceptFail atomic.Uint64
+	closeTimeouts              atomic.Uint64
 }
 
 // ReadStats returns the package's counters.
 func ReadStats() Stats {
 	return Stats{Conns: stats.conns.Load(), RejectedVersion: stats.rejVersion.Load(),
-		RejectedConnData: stats.rejConnData.Load(), ProtocolErrors: stats.protocolErrors.Load()}
+		RejectedConnData: stats.rejConnData.Load(), ProtocolErrors: stats.protocolErrors.Load(),
+		CloseTimeouts: stats.closeTimeouts.Load()}
 }
 
 // ErrVersion reports a peer whose rs_conn_data is not version 1
