@@ -697,9 +697,10 @@ func (c *Conn) CloseWrite() error {
 }
 
 // Close sends RS_CTRL_DISCONNECT and keeps the QP serving until the peer
-// no longer needs it (closeWait, at most the QP's retry timeout); then it
-// moves the QP to the error state, sends the CM DREQ and frees every
-// resource. Blocked Reads and Writes return net.ErrClosed.
+// no longer needs it (closeWait; an unresponsive peer for no longer than
+// the QP's retry timeout), then moves the QP to the error state, sends the
+// CM DREQ and frees every resource. Blocked Reads and Writes return
+// net.ErrClosed.
 func (c *Conn) Close() error {
 	c.closeOnce.Do(func() {
 		c.mu.Lock()
@@ -733,11 +734,16 @@ func (c *Conn) Close() error {
 // waiting for good; an acknowledged DISCONNECT of ours ends its wait.
 //
 // The peer's DREQ ends the wait at once (it destroyed its QP); an
-// unresponsive peer, the retry timeout (counted in Stats.CloseTimeouts).
+// unresponsive peer, the retry timeout without a send completion (counted
+// in Stats.CloseTimeouts). The timeout counts from the last completion,
+// not from the start: under loss, data still queued may take many
+// retransmission timeouts to drain, and cutting it off would leave the
+// peer waiting for it.
 func (c *Conn) closeWait() {
 	t := time.NewTimer(c.deadAfter)
 	defer t.Stop()
 	sent := false
+	last := -1
 	for {
 		c.mu.Lock()
 		select {
@@ -759,6 +765,10 @@ func (c *Conn) closeWait() {
 			}
 		}
 		done := sent && c.inflight == 0
+		if last >= 0 && c.inflight < last {
+			t.Reset(c.deadAfter) // the queue moves
+		}
+		last = c.inflight
 		c.mu.Unlock()
 		if done {
 			return

@@ -44,8 +44,9 @@
 //     four control slots;
 //   - Close sends RS_CTRL_DISCONNECT (once a control slot is free), waits
 //     until it and every earlier write are acknowledged (as rshutdown
-//     does; the peer's DREQ or, at most, the QP's retry timeout end the
-//     wait), moves the QP to the error state and sends the CM DREQ;
+//     does; the peer's DREQ, or the send queue not moving for the QP's
+//     retry timeout, end the wait), moves the QP to the error state and
+//     sends the CM DREQ;
 //     CloseWrite sends RS_CTRL_SHUTDOWN (the peer reads EOF and may still
 //     write);
 //   - keepalive is a zero-length RDMA WRITE without immediate (VA 0, R_Key
