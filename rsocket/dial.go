@@ -222,9 +222,10 @@ func (lc *ListenConfig) Listen(ctx context.Context, dev *roce.Device, network, a
 	return l, nil
 }
 
-// SetOptions changes the options later accepted connections get, as
-// rsetsockopt on a listening rsocket does (rstream's server sets them
-// before each raccept).
+// SetOptions changes the options of connections whose handshake starts
+// later, as rsetsockopt on a listening rsocket does (rstream's server sets
+// them before each raccept; librdmacm too may have accepted the next
+// connection in the background already).
 func (l *Listener) SetOptions(o Options) {
 	l.mu.Lock()
 	l.cfg = o.resolve()

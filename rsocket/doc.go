@@ -19,8 +19,10 @@
 // from /etc/rdma/rsocket/{mem_default,wmem_default,sqsize_default,
 // rqsize_default,inline_default,iomap_size} when present, as rs_configure
 // reads them. Accepted connections take the listener's options
-// (Listener.SetOptions changes them between accepts). Networks are "tcp",
-// "tcp4" and "tcp6"; the rdma_cm port space is RDMA_PS_TCP.
+// (Listener.SetOptions changes them for handshakes not yet started; from
+// the first Accept on, handshakes run concurrently in the background, as
+// librdmacm's do, up to the backlog). Networks are "tcp", "tcp4" and
+// "tcp6"; the rdma_cm port space is RDMA_PS_TCP.
 //
 // # Protocol
 //
