@@ -31,8 +31,14 @@ func TestRstreamModes(t *testing.T) {
 // TestRstreamSeries: rstream without -S/-C/-I runs its built-in series (a
 // latency run of 64 B, 4 KiB, 64 KiB and 1 MiB on one connection, then a
 // bandwidth run of each on a second one); both sides print the same eight
-// result lines.
+// result lines. The series cannot be shortened (any of -S/-C/-I makes a
+// custom run) and moves about 870 MB in 220,000 round trips, too long for
+// every CI run on TCG guests: it runs when GOROCE_RSOCKET_SERIES is set.
+// Package rsocket/rstream runs the same series Go to Go.
 func TestRstreamSeries(t *testing.T) {
+	if os.Getenv("GOROCE_RSOCKET_SERIES") == "" {
+		t.Skip("set GOROCE_RSOCKET_SERIES=1 to run rstream's default series against the guest (many minutes on TCG)")
+	}
 	lab, g, _ := rxeSetup(t)
 	c := rstreamCase{series: true}
 	t.Run("goroce-client", func(t *testing.T) { rstreamGuestServer(t, g.Addr, c) })
