@@ -33,7 +33,8 @@ func TestRstreamModes(t *testing.T) {
 // bandwidth run of each on a second one); both sides print the same eight
 // result lines. The series cannot be shortened (any of -S/-C/-I makes a
 // custom run) and moves about 870 MB in 220,000 round trips, too long for
-// every CI run on TCG guests: it runs when GOROCE_RSOCKET_SERIES is set.
+// every CI run on TCG guests (about 10 and 3 minutes for the two roles on a
+// busy 2-core machine): it runs when GOROCE_RSOCKET_SERIES is set.
 // Package rsocket/rstream runs the same series Go to Go.
 func TestRstreamSeries(t *testing.T) {
 	if os.Getenv("GOROCE_RSOCKET_SERIES") == "" {
