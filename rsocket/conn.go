@@ -82,7 +82,8 @@ type Conn struct {
 	err          error // why the connection failed (sticky)
 	peerEOF      bool  // the peer sent SHUTDOWN or DISCONNECT, or is gone
 	closing      bool
-	ctrlSent     bool // our DISCONNECT completed
+	peerDisc     bool // the peer's RS_CTRL_DISCONNECT arrived
+	inflight     int  // send work requests posted and not completed
 	wc           [32]roce.WorkCompletion
 	// Send work requests are built in place and posted in batches: one
 	// lock and one transmit pass for all the chunks of a Write.
@@ -98,7 +99,7 @@ type Conn struct {
 	kaPosted     time.Time
 	deadAfter    time.Duration // this long without a send completion while a keepalive waits: the peer is gone
 	rwake, wwake chan struct{} // buffered 1: progress for the reader / writer
-	ctrlDone     chan struct{} // closed when our DISCONNECT completed
+	cwake        chan struct{} // buffered 1: progress for Close
 	closed       chan struct{} // closed by Close
 	ctx          context.Context
 	cancel       context.CancelFunc
@@ -117,8 +118,8 @@ func newConn(ep *endpoint, cmc *cm.Conn, peer wire.ConnData) (*Conn, error) {
 	c := &Conn{ep: ep, cmc: cmc, qp: cmc.QP(), w: w, peer: peer, entry: peer.EntryOrder(), nextAdv: 1,
 		local: tcpAddr(cmc.LocalAddr()), remote: tcpAddr(cmc.RemoteAddr()),
 		rdl: newDeadline(), wdl: newDeadline(), peerMaps: make([]wire.IOMapEntry, ep.cfg.iomap),
-		rwake: make(chan struct{}, 1), wwake: make(chan struct{}, 1),
-		ctrlDone: make(chan struct{}), closed: make(chan struct{})}
+		rwake: make(chan struct{}, 1), wwake: make(chan struct{}, 1), cwake: make(chan struct{}, 1),
+		closed: make(chan struct{})}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	c.deadAfter = retryTimeout(c.qp.Attr())
 	stats.conns.Add(1)
@@ -206,13 +207,11 @@ func (c *Conn) watch() {
 }
 
 func (c *Conn) wake() {
-	select {
-	case c.rwake <- struct{}{}:
-	default:
-	}
-	select {
-	case c.wwake <- struct{}{}:
-	default:
+	for _, ch := range [...]chan struct{}{c.rwake, c.wwake, c.cwake} {
+		select {
+		case ch <- struct{}{}:
+		default:
+		}
 	}
 }
 
@@ -362,6 +361,7 @@ func (c *Conn) onRecv(wc *roce.WorkCompletion) {
 		}
 		switch m.Data() {
 		case wire.CtrlDisconnect:
+			c.peerDisc = true
 			c.peerGoneLocked()
 		case wire.CtrlShutdown:
 			// The peer writes no more; if we do not either, it is over.
@@ -377,6 +377,7 @@ func (c *Conn) onRecv(wc *roce.WorkCompletion) {
 
 func (c *Conn) onSend(wc *roce.WorkCompletion) {
 	kind, n := wc.WRID>>kindShift, uint32(wc.WRID)
+	c.inflight--
 	if c.kaPending {
 		// The queue moves: the peer is alive, however slowly it
 		// recovers from loss.
@@ -402,10 +403,6 @@ func (c *Conn) onSend(wc *roce.WorkCompletion) {
 		c.kaPending = false
 	case kindCtrl:
 		c.w.Recv.CtrlDone()
-		if n == wire.CtrlDisconnect && !c.ctrlSent {
-			c.ctrlSent = true
-			close(c.ctrlDone)
-		}
 	}
 }
 
@@ -484,7 +481,8 @@ func (c *Conn) flushLocked() {
 	if c.nb == 0 {
 		return
 	}
-	_, err := c.qp.PostSendBatch(c.batch[:c.nb])
+	n, err := c.qp.PostSendBatch(c.batch[:c.nb])
+	c.inflight += n
 	for i := range c.batch[:c.nb] {
 		c.batch[i].SGL, c.batch[i].Inline = nil, nil
 	}
@@ -698,36 +696,21 @@ func (c *Conn) CloseWrite() error {
 	}
 }
 
-// Close sends RS_CTRL_DISCONNECT unless the peer already disconnected,
-// waits for it (and so every earlier write) to complete, at most the QP's
-// retry timeout, moves the QP to the error state,
-// sends the CM DREQ and frees every resource. Blocked Reads and Writes
-// return net.ErrClosed.
+// Close sends RS_CTRL_DISCONNECT and keeps the QP serving until the peer
+// no longer needs it (closeWait; an unresponsive peer for no longer than
+// the QP's retry timeout), then moves the QP to the error state, sends the
+// CM DREQ and frees every resource. Blocked Reads and Writes return
+// net.ErrClosed.
 func (c *Conn) Close() error {
 	c.closeOnce.Do(func() {
 		c.mu.Lock()
-		sent := false
-		if c.err == nil && (c.w.Readable || c.w.Writable) {
-			if imm, err := c.w.Shutdown(true); err == nil {
-				c.ctrlLocked(imm)
-				sent = c.err == nil
-			}
-		}
 		c.closing = true
 		close(c.closed)
+		wait := c.err == nil
 		c.mu.Unlock()
 		c.wake()
-		if sent {
-			// As rshutdown waits for every send to complete: data still
-			// being retransmitted must arrive before the QP goes to the
-			// error state. Only an unresponsive peer makes this long.
-			t := time.NewTimer(c.deadAfter)
-			select {
-			case <-c.ctrlDone:
-			case <-t.C:
-			case <-c.cmc.Done():
-			}
-			t.Stop()
+		if wait {
+			c.closeWait()
 		}
 		err := c.cmc.Close()
 		c.cancel()
@@ -736,6 +719,68 @@ func (c *Conn) Close() error {
 		stats.conns.Add(-1)
 	})
 	return c.closeErr
+}
+
+// closeWait is rshutdown(SHUT_RDWR) made safe for the peer: it sends
+// DISCONNECT once a control slot is free (credits still being
+// retransmitted may hold all four) and waits until every write we posted,
+// that DISCONNECT last, is acknowledged (rs_conn_all_sends_done).
+//
+// It sends DISCONNECT even when the peer's came first, which librdmacm
+// does not: a librdmacm peer that disconnected waits in rshutdown until
+// its own writes are acknowledged or a DISCONNECT arrives, ignoring the
+// DREQ, and its rdma_rxe QP retransmits forever (retry count 7). Had our
+// ACK of its last write been lost, a QP torn down here would leave it
+// waiting for good; an acknowledged DISCONNECT of ours ends its wait.
+//
+// The peer's DREQ ends the wait at once (it destroyed its QP); an
+// unresponsive peer, the retry timeout without a send completion (counted
+// in Stats.CloseTimeouts). The timeout counts from the last completion,
+// not from the start: under loss, data still queued may take many
+// retransmission timeouts to drain, and cutting it off would leave the
+// peer waiting for it.
+func (c *Conn) closeWait() {
+	t := time.NewTimer(c.deadAfter)
+	defer t.Stop()
+	sent := false
+	last := -1
+	for {
+		c.mu.Lock()
+		select {
+		case <-c.cmc.Done():
+			// Take what the peer wrote before its DREQ, as watch does.
+			c.progressLocked()
+			c.mu.Unlock()
+			return
+		default:
+		}
+		if c.err != nil {
+			c.mu.Unlock()
+			return
+		}
+		if !sent {
+			if imm, err := c.w.Shutdown(true); err == nil {
+				c.ctrlLocked(imm)
+				sent = true
+			}
+		}
+		done := sent && c.inflight == 0
+		if last >= 0 && c.inflight < last {
+			t.Reset(c.deadAfter) // the queue moves
+		}
+		last = c.inflight
+		c.mu.Unlock()
+		if done {
+			return
+		}
+		select {
+		case <-c.cwake:
+		case <-c.cmc.Done():
+		case <-t.C:
+			stats.closeTimeouts.Add(1)
+			return
+		}
+	}
 }
 
 func (c *Conn) opError(op string, err error) error {

@@ -30,18 +30,23 @@ type Stats struct {
 	// ProtocolErrors counts connections ended because the peer broke the
 	// protocol (ProtocolError).
 	ProtocolErrors uint64
+	// CloseTimeouts counts Closes that stopped waiting for the peer to
+	// acknowledge their DISCONNECT at the QP's retry timeout.
+	CloseTimeouts uint64
 }
 
 var stats struct {
 	conns                      atomic.Int64
 	rejVersion, rejConnData    atomic.Uint64
 	protocolErrors, acceptFail atomic.Uint64
+	closeTimeouts              atomic.Uint64
 }
 
 // ReadStats returns the package's counters.
 func ReadStats() Stats {
 	return Stats{Conns: stats.conns.Load(), RejectedVersion: stats.rejVersion.Load(),
-		RejectedConnData: stats.rejConnData.Load(), ProtocolErrors: stats.protocolErrors.Load()}
+		RejectedConnData: stats.rejConnData.Load(), ProtocolErrors: stats.protocolErrors.Load(),
+		CloseTimeouts: stats.closeTimeouts.Load()}
 }
 
 // ErrVersion reports a peer whose rs_conn_data is not version 1
@@ -164,7 +169,9 @@ func resolve(ctx context.Context, network, address string, listen bool) (netip.A
 // socket's options).
 type ListenConfig struct {
 	Options
-	// Backlog bounds the connection requests waiting for Accept (0: 16).
+	// Backlog bounds the connection requests waiting for Accept (0: 16),
+	// and the handshakes in progress plus the connections established and
+	// not yet accepted.
 	Backlog int
 	// HandshakeTimeout bounds each accept handshake (0: 10 s).
 	HandshakeTimeout time.Duration
@@ -201,8 +208,13 @@ func (lc *ListenConfig) Listen(ctx context.Context, dev *roce.Device, network, a
 	if err != nil {
 		return nil, &net.OpError{Op: "listen", Net: network, Addr: net.TCPAddrFromAddrPort(laddr), Err: err}
 	}
+	backlog := lc.Backlog
+	if backlog <= 0 {
+		backlog = 16
+	}
 	l := &Listener{cl: cl, dev: dev, cfg: lc.Options.resolve(), addr: net.TCPAddrFromAddrPort(laddr),
-		timeout: lc.HandshakeTimeout}
+		timeout: lc.HandshakeTimeout, slots: make(chan struct{}, backlog), ready: make(chan *Conn, backlog),
+		loopDone: make(chan struct{})}
 	if l.timeout <= 0 {
 		l.timeout = 10 * time.Second
 	}
@@ -210,9 +222,10 @@ func (lc *ListenConfig) Listen(ctx context.Context, dev *roce.Device, network, a
 	return l, nil
 }
 
-// SetOptions changes the options later accepted connections get, as
-// rsetsockopt on a listening rsocket does (rstream's server sets them
-// before each raccept).
+// SetOptions changes the options of connections whose handshake starts
+// later, as rsetsockopt on a listening rsocket does (rstream's server sets
+// them before each raccept; librdmacm too may have accepted the next
+// connection in the background already).
 func (l *Listener) SetOptions(o Options) {
 	l.mu.Lock()
 	l.cfg = o.resolve()
@@ -220,6 +233,11 @@ func (l *Listener) SetOptions(o Options) {
 }
 
 // Listener accepts rsocket connections. It implements net.Listener.
+//
+// Handshakes run concurrently, as librdmacm accepts in the background: a
+// peer that is slow to finish its handshake (or never does) delays no
+// other. They start with the first Accept, so options set before it
+// (SetOptions) apply to the first connection.
 type Listener struct {
 	cl      *cm.Listener
 	dev     *roce.Device
@@ -230,6 +248,13 @@ type Listener struct {
 	ctx     context.Context
 	cancel  context.CancelFunc
 	once    sync.Once
+
+	start    sync.Once
+	slots    chan struct{} // one per handshake in progress or connection in ready
+	ready    chan *Conn    // established, not yet accepted
+	loopDone chan struct{} // closed when acceptLoop ends
+	loopErr  error         // why it ended (before loopDone is closed)
+	hs       sync.WaitGroup
 }
 
 // Accept waits for the next connection (raccept). A request whose
@@ -239,13 +264,44 @@ func (l *Listener) Accept() (net.Conn, error) { return l.AcceptRsocket(l.ctx) }
 
 // AcceptRsocket is Accept returning the *Conn, bounded by ctx as well.
 func (l *Listener) AcceptRsocket(ctx context.Context) (*Conn, error) {
+	l.start.Do(func() { go l.acceptLoop() })
+	select {
+	case c := <-l.ready:
+		<-l.slots
+		return c, nil
+	case <-ctx.Done():
+		return nil, &net.OpError{Op: "accept", Net: "rsocket", Addr: l.addr, Err: ctx.Err()}
+	case <-l.loopDone:
+	}
+	select {
+	case c := <-l.ready:
+		<-l.slots
+		return c, nil
+	default:
+	}
+	err := l.loopErr
+	if l.ctx.Err() != nil {
+		err = net.ErrClosed
+	}
+	return nil, &net.OpError{Op: "accept", Net: "rsocket", Addr: l.addr, Err: err}
+}
+
+// acceptLoop takes connection requests while there is room in the backlog
+// and runs each handshake in its own goroutine.
+func (l *Listener) acceptLoop() {
+	defer close(l.loopDone)
 	for {
-		r, err := l.cl.Request(ctx)
+		select {
+		case l.slots <- struct{}{}:
+		case <-l.ctx.Done():
+			l.loopErr = net.ErrClosed
+			return
+		}
+		r, err := l.cl.Request(l.ctx)
 		if err != nil {
-			if l.ctx.Err() != nil {
-				err = net.ErrClosed
-			}
-			return nil, &net.OpError{Op: "accept", Net: "rsocket", Addr: l.addr, Err: err}
+			<-l.slots
+			l.loopErr = err
+			return
 		}
 		peer, err := wire.ParseConnData(r.PrivateData())
 		if err != nil {
@@ -256,17 +312,22 @@ func (l *Listener) AcceptRsocket(ctx context.Context) (*Conn, error) {
 			}
 			// rs_accept: rdma_reject without private data.
 			_ = r.Reject(mad.RejConsumerDefined, nil)
+			<-l.slots
 			continue
 		}
-		c, err := l.accept(ctx, r, peer)
-		if err != nil {
-			stats.acceptFail.Add(1)
-			if l.ctx.Err() != nil {
-				return nil, &net.OpError{Op: "accept", Net: "rsocket", Addr: l.addr, Err: net.ErrClosed}
+		l.hs.Add(1)
+		go func() {
+			defer l.hs.Done()
+			c, err := l.accept(l.ctx, r, peer)
+			if err != nil {
+				// That peer's handshake failed; the others go on.
+				stats.acceptFail.Add(1)
+				<-l.slots
+				return
 			}
-			continue // that peer's handshake failed; wait for the next
-		}
-		return c, nil
+			// ready has room: a slot is held for c.
+			l.ready <- c
+		}()
 	}
 }
 
@@ -297,12 +358,25 @@ func (l *Listener) accept(ctx context.Context, r *cm.Request, peer wire.ConnData
 	return c, nil
 }
 
-// Close stops listening; pending Accepts return net.ErrClosed.
+// Close stops listening; pending Accepts return net.ErrClosed, handshakes
+// in progress are abandoned and connections not yet accepted are closed.
 func (l *Listener) Close() error {
 	var err error
 	l.once.Do(func() {
 		l.cancel()
 		err = l.cl.Close()
+		l.start.Do(func() { close(l.loopDone) }) // no loop was started
+		<-l.loopDone
+		l.hs.Wait()
+		for {
+			select {
+			case c := <-l.ready:
+				c.Close()
+				continue
+			default:
+			}
+			break
+		}
 	})
 	return err
 }

@@ -19,8 +19,10 @@
 // from /etc/rdma/rsocket/{mem_default,wmem_default,sqsize_default,
 // rqsize_default,inline_default,iomap_size} when present, as rs_configure
 // reads them. Accepted connections take the listener's options
-// (Listener.SetOptions changes them between accepts). Networks are "tcp",
-// "tcp4" and "tcp6"; the rdma_cm port space is RDMA_PS_TCP.
+// (Listener.SetOptions changes them for handshakes not yet started; from
+// the first Accept on, handshakes run concurrently in the background, as
+// librdmacm's do, up to the backlog). Networks are "tcp", "tcp4" and
+// "tcp6"; the rdma_cm port space is RDMA_PS_TCP.
 //
 // # Protocol
 //
@@ -42,9 +44,11 @@
 //     target slot, slots alternating 1, 0, 1, ..., the second half at
 //     once), credits are granted as rs_give_credits does, both through the
 //     four control slots;
-//   - Close sends RS_CTRL_DISCONNECT, waits for its completion (so for
-//     every earlier write, as rshutdown does; at most the QP's retry
-//     timeout), moves the QP to the error state and sends the CM DREQ;
+//   - Close sends RS_CTRL_DISCONNECT (once a control slot is free), waits
+//     until it and every earlier write are acknowledged (as rshutdown
+//     does; the peer's DREQ, or the send queue not moving for the QP's
+//     retry timeout, end the wait), moves the QP to the error state and
+//     sends the CM DREQ;
 //     CloseWrite sends RS_CTRL_SHUTDOWN (the peer reads EOF and may still
 //     write);
 //   - keepalive is a zero-length RDMA WRITE without immediate (VA 0, R_Key
@@ -100,10 +104,16 @@
 //   - Zero-length control writes carry arbitrary RETH VA/R_Key and are
 //     accepted without key checks; keepalives go every period whether the
 //     connection is idle or not.
-//   - Only the side that closes first sends RS_CTRL_DISCONNECT; the other
-//     sees it (and then the DREQ) and answers with no DISCONNECT of its
-//     own. A DREQ can overtake the completions of data written before it;
-//     they are taken first.
+//   - In librdmacm only the side that closes first sends
+//     RS_CTRL_DISCONNECT; the other sees it and answers with no DISCONNECT
+//     of its own. The first then waits in rshutdown until all its writes
+//     are acknowledged or a DISCONNECT arrives; it ignores the DREQ, and
+//     rdma_rxe retransmits forever (retry count 7). So when our ACK of its
+//     last write was lost and our QP went away, it waited for good (rstream
+//     under 5 % loss). This package's Close therefore always sends its
+//     DISCONNECT and keeps the QP until that is acknowledged (or the DREQ
+//     comes): the peer's wait ends either way. A DREQ can overtake the
+//     completions of data written before it; they are taken first.
 //   - rstream's and riostream's servers set their options on the listening
 //     socket after rlisten, and librdmacm accepts in the background with
 //     the options of that moment: a client that connects in between gets

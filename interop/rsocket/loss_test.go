@@ -8,6 +8,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/goroce/goroce/interop/rxelab"
+	"github.com/goroce/goroce/rsocket"
 )
 
 // TestLoss: with 1 % and 5 % of the RoCEv2 frames dropped on the lab path
@@ -26,7 +27,7 @@ func TestLoss(t *testing.T) {
 				t.Fatalf("attaching the loss program: %v", err)
 			}
 			defer l.Close()
-			c0 := dev.Counters()
+			c0, s0 := dev.Counters(), rsocket.ReadStats()
 			c := rstreamCase{size: 100000, count: 10, iters: 2, verify: true}
 			if pct >= 5 {
 				// Each drop the fast path misses costs an RC timeout of
@@ -48,6 +49,10 @@ func TestLoss(t *testing.T) {
 			}
 			if c1.RetryExceededErr != c0.RetryExceededErr {
 				t.Error("goroce gave up retrying")
+			}
+			// Every Close saw its DISCONNECT acknowledged or the peer's DREQ.
+			if n := rsocket.ReadStats().CloseTimeouts - s0.CloseTimeouts; n != 0 {
+				t.Errorf("%d goroce Close gave up waiting for the peer", n)
 			}
 		})
 	}

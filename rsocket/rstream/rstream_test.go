@@ -3,6 +3,7 @@ package rstream
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"net"
 	"net/netip"
 	"regexp"
@@ -78,5 +79,46 @@ func TestGoToGo(t *testing.T) {
 			t.Fatalf("output\n%s\n%s", cout.String(), sout.String())
 		}
 		t.Logf("\n%s%s", cout.String(), sout.String())
+	}
+}
+
+// TestGoToGoSeries: without -S/-C/-I both sides run rstream's default
+// series, a latency run of each size on one connection and a bandwidth
+// run on a second, and print the same result lines.
+func TestGoToGoSeries(t *testing.T) {
+	if testing.Short() {
+		t.Skip("the default series moves about 870 MB")
+	}
+	da, db := devPair(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	var sout, cout bytes.Buffer
+	done := make(chan error, 1)
+	go func() { done <- Run(ctx, db, Config{Server: true, Port: "7501", Out: &sout}) }()
+	var err error
+	for i := 0; i < 50; i++ {
+		cout.Reset()
+		if err = Run(ctx, da, Config{Dst: "10.0.0.2", Port: "7501", Out: &cout}); err == nil {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err != nil {
+		t.Fatalf("client: %v\n%s", err, cout.String())
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("server: %v\n%s", err, sout.String())
+	}
+	t.Logf("\n%s%s", cout.String(), sout.String())
+	names := func(out string) []string {
+		var n []string
+		for _, l := range regexp.MustCompile(`(?m)^(\S+)\s+\S+\s+\S+\s+\S+\s+\S+\s+[0-9.]+s\s+[0-9.]+\s+[0-9.]+$`).FindAllStringSubmatch(out, -1) {
+			n = append(n, l[1])
+		}
+		return n
+	}
+	want := "[64_lat 4k_lat 64k_lat 1m_lat 64_bw 4k_bw 64k_bw 1m_bw]"
+	if c, s := fmt.Sprint(names(cout.String())), fmt.Sprint(names(sout.String())); c != want || s != want {
+		t.Fatalf("result lines: client %s, server %s; want %s", c, s, want)
 	}
 }
