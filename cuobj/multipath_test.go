@@ -23,11 +23,17 @@ import (
 // GET: the chunk in flight fails on the server's side, its retry and the
 // chunks after it go to the backup, and the GET completes with the right
 // data. When the link comes back the health check fails back to the
-// primary, which then carries a PUT.
+// primary, which then carries a PUT. Over RC and DC.
 func TestMultipathFailover(t *testing.T) {
 	if testing.Short() {
 		t.Skip("four namespaces; not in -short")
 	}
+	for _, proto := range []Proto{ProtoRC, ProtoDC} {
+		t.Run(proto.String(), func(t *testing.T) { multipathFailover(t, proto) })
+	}
+}
+
+func multipathFailover(t *testing.T, proto Proto) {
 	type side struct {
 		pair *netnstest.Pair
 		sdev *roce.Device
@@ -61,7 +67,7 @@ func TestMultipathFailover(t *testing.T) {
 		p.Resolve(t)
 		s := &side{pair: p, sdev: open(p.VethA), cdev: open(p.VethB)}
 		var err error
-		if s.srv, err = NewServer(s.sdev, netip.AddrPortFrom(p.VethA.Addr.Addr(), 18515), ServerOptions{Tunables: &tun, Telemetry: quiet}); err != nil {
+		if s.srv, err = NewServer(s.sdev, netip.AddrPortFrom(p.VethA.Addr.Addr(), 18515), ServerOptions{Proto: proto, Tunables: &tun, Telemetry: quiet}); err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { s.srv.Close() })
@@ -113,7 +119,7 @@ func TestMultipathFailover(t *testing.T) {
 	p.IORetryCount, p.IORetryDelayMS = 5, 20
 	p.HealthCheckInterval, p.FailbackDelayMS = 100, 200
 	// The backup is given first: rdma_dev_addr_list decides the order.
-	cli, err := NewClient(sides[1].cdev, Ops{Get: get, Put: put}, ClientOptions{Config: &cfg, Telemetry: quiet,
+	cli, err := NewClient(sides[1].cdev, Ops{Get: get, Put: put}, ClientOptions{Proto: proto, Config: &cfg, Telemetry: quiet,
 		Backups: []*roce.Device{sides[0].cdev}, MaxRequestCallbackSize: 1 << 20, Parallel: 1})
 	if err != nil {
 		t.Fatal(err)
