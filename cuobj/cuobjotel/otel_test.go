@@ -171,7 +171,8 @@ func TestMetrics(t *testing.T) {
 	}
 }
 
-// TestCoreHasNoOTel: package cuobj itself must not depend on OpenTelemetry.
+// TestCoreHasNoOTel: package cuobj itself must not depend on OpenTelemetry
+// (internal/layering checks every package; this says it where it matters).
 func TestCoreHasNoOTel(t *testing.T) {
 	out, err := exec.Command("go", "list", "-deps", "github.com/goroce/goroce/cuobj").Output()
 	if err != nil {
