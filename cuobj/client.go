@@ -269,6 +269,15 @@ func NewClient(dev *roce.Device, ops Ops, o ClientOptions) (*Client, error) {
 		c.telem.info("client started", "addr", r.addr, "endpoint", r.endpoint, "proto", c.proto)
 	}
 	if len(c.rails) > 1 {
+		if c.cfg.Properties.AsyncEventMonitor {
+			for _, r := range c.rails {
+				// The subscription ends with c.ctx (Close) or the device.
+				if events, err := r.dev.Events(c.ctx); err == nil {
+					c.wg.Add(1)
+					go c.monitor(r, events)
+				}
+			}
+		}
 		c.wg.Add(1)
 		go c.health()
 	}

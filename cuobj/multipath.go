@@ -20,14 +20,21 @@ import (
 //
 // Every callback attempt takes the current rail. A rail stops being
 // chosen when its port is down (the device follows the interface's
-// operational state through netlink, the async event cuObject monitors)
-// or after rdma_unhealthy_threshold consecutive failed attempts; the
+// operational state through netlink; with rdma_async_event_monitoring
+// its port error event marks the rail at once) or after rdma_unhealthy_threshold consecutive failed attempts; the
 // retry of a retryable failure (rdma_io_retry_count, each after
 // rdma_io_retry_delay_ms) then goes to the first healthy rail in order:
 // a failover. A health check every rdma_health_check_interval_ms brings
 // a rail back once its port has been up for rdma_failback_delay_ms; with
 // rdma_failback_enabled the client then moves back to it if it comes
 // before the current rail (a failback), otherwise it stays where it is.
+//
+// A request the server had already posted when the client's path died
+// fails only when the server's QP gives up: goroce's QPs, like rxe's, read
+// the server's default retry_cnt of 7 as "retry for ever", so such a
+// request then ends with its context; a server of multipath clients sets
+// Tunables.RetryCount to 6 or less to have it fail with
+// IBV_WC_RETRY_EXC_ERR, which the client retries on another device.
 
 // rail is one client device.
 type rail struct {
@@ -138,6 +145,17 @@ func (c *Client) checkRails(now time.Time) {
 				c.telem.error("failback", "from", c.rails[cur].addr, "to", r.addr)
 				break
 			}
+		}
+	}
+}
+
+// monitor marks r down on its device's port error events
+// (rdma_async_event_monitoring); the health check brings it back.
+func (c *Client) monitor(r *rail, events <-chan roce.AsyncEvent) {
+	defer c.wg.Done()
+	for ev := range events {
+		if ev.Type == roce.EventPortErr {
+			c.markDown(r, "port error event", r.fails.Load())
 		}
 	}
 }
