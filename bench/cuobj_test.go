@@ -40,21 +40,21 @@ type cuobjRig struct {
 	chs  chan uint16
 }
 
-func newCuobjRig(t *testing.T, sdev, cdev *roce.Device, saddr netip.Addr, size int) *cuobjRig {
+func newCuobjRig(t *testing.T, sdev, cdev *roce.Device, saddr netip.AddrPort, size int, proto cuobj.Proto, chans int) *cuobjRig {
 	t.Helper()
-	srv, err := cuobj.NewServer(sdev, netip.AddrPortFrom(saddr, 18515), cuobj.ServerOptions{})
+	srv, err := cuobj.NewServer(sdev, saddr, cuobj.ServerOptions{Proto: proto})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { srv.Close() })
-	r := &cuobjRig{srv: srv, chs: make(chan uint16, cuobjChannels)}
+	r := &cuobjRig{srv: srv, chs: make(chan uint16, chans)}
 	if r.sbuf, err = srv.AllocHostBuffer(size); err != nil {
 		t.Fatal(err)
 	}
 	if r.reg, err = srv.RegisterBuffer(r.sbuf); err != nil {
 		t.Fatal(err)
 	}
-	for range cuobjChannels {
+	for range chans {
 		ch, err := srv.AllocateChannel()
 		if err != nil {
 			t.Fatal(err)
@@ -62,7 +62,7 @@ func newCuobjRig(t *testing.T, sdev, cdev *roce.Device, saddr netip.Addr, size i
 		r.chs <- ch
 	}
 	cfg := cuobj.DefaultConfig()
-	r.cli, err = cuobj.NewClient(cdev, cuobj.Ops{Get: r.handle(false), Put: r.handle(true)}, cuobj.ClientOptions{Config: &cfg})
+	r.cli, err = cuobj.NewClient(cdev, cuobj.Ops{Get: r.handle(false), Put: r.handle(true)}, cuobj.ClientOptions{Config: &cfg, Proto: proto})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -99,7 +99,8 @@ func (r *cuobjRig) clientBuf(t *testing.T, size int) []byte {
 // TestCuObjectTable measures, on one veth pair (AF_XDP) and in one run:
 // cuObject GET and PUT of 1 MiB objects (cuobj.Client to cuobj.Server over
 // RC, one at a time) against raw RC WRITE and READ of 1 MiB between the
-// same two devices; 4 KiB GETs per second from 128 goroutines over 128
+// same two devices, and the same 1 MiB GET and PUT over DC (protocol
+// 1001) beside them; 4 KiB GETs per second from 128 goroutines over 128
 // server channels; and the time per object the S3 control path
 // (cuobj/s3rdma, HTTP on loopback) adds to a bare cuObject GET.
 //
@@ -111,11 +112,13 @@ func TestCuObjectTable(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	const big, small = 1 << 20, 4096
-	r := newCuobjRig(t, sdev, cdev, p.VethA.Addr.Addr(), big)
+	r := newCuobjRig(t, sdev, cdev, netip.AddrPortFrom(p.VethA.Addr.Addr(), 18515), big, cuobj.ProtoRC, cuobjChannels)
+	// The same over DC (protocol 1001): one DCI per channel, no connection.
+	rdc := newCuobjRig(t, sdev, cdev, netip.AddrPortFrom(p.VethA.Addr.Addr(), 18517), big, cuobj.ProtoDC, 4)
 	d := *cuobjDur
 
 	// One at a time, as the raw loops below.
-	op := func(put bool, buf []byte) func() error {
+	opOn := func(r *cuobjRig, put bool, buf []byte) func() error {
 		f := r.cli.Get
 		if put {
 			f = r.cli.Put
@@ -128,7 +131,9 @@ func TestCuObjectTable(t *testing.T) {
 			return err
 		}
 	}
+	op := func(put bool, buf []byte) func() error { return opOn(r, put, buf) }
 	bigBuf, smallBuf := r.clientBuf(t, big), r.clientBuf(t, small)
+	dcBuf := rdc.clientBuf(t, big)
 	caddr := p.VethB.Addr.Addr()
 
 	// 128 goroutines, each with its own 4 KiB buffer, over the 128 channels.
@@ -188,12 +193,18 @@ func TestCuObjectTable(t *testing.T) {
 		read1M := counted(3, func() time.Duration { return rdmaLoop(t, ctx, sdev, cdev, caddr, port+1, big, roce.WRRDMARead, d) })
 		fmt.Printf("round %d: 1 MiB GET %.2f Gb/s, WRITE %.2f, PUT %.2f, READ %.2f; retransmissions started in each: %v\n",
 			round+1, big*8/get1M.Seconds()/1e9, big*8/write1M.Seconds()/1e9, big*8/put1M.Seconds()/1e9, big*8/read1M.Seconds()/1e9, retx)
+		getDC1M := timeOpsFor(t, d, opOn(rdc, false, dcBuf))
+		putDC1M := timeOpsFor(t, d, opOn(rdc, true, dcBuf))
 		get4K := timeOpsFor(t, d, op(false, smallBuf))
 		s3get4K, s3get1M := s3get(small, d), s3get(big, d)
 		add("get1M", get1M.Seconds())
 		add("write1M", write1M.Seconds())
 		add("put1M", put1M.Seconds())
 		add("read1M", read1M.Seconds())
+		add("getDC1M", getDC1M.Seconds())
+		add("putDC1M", putDC1M.Seconds())
+		add("getDC/write", write1M.Seconds()/getDC1M.Seconds())
+		add("putDC/read", read1M.Seconds()/putDC1M.Seconds())
 		add("get/write", write1M.Seconds()/get1M.Seconds())
 		add("put/read", read1M.Seconds()/put1M.Seconds())
 		add("get4K", get4K.Seconds())
@@ -209,11 +220,11 @@ func TestCuObjectTable(t *testing.T) {
 	gbps := func(k string) float64 { return big * 8 / m(k) / 1e9 }
 	fmt.Printf("\ncuObject over RC, AF_XDP on veth (MTU %d), server and client devices in one process, %v per case, %d round(s), medians; load average %s at start, %s at end\n",
 		vethMTU, d, len(fig["get1M"]), load0, loadAvg())
-	fmt.Println("GET = server RDMA WRITE into the client's buffer, PUT = server RDMA READ from it; one request at a time; raw: the same RDMA operation posted on an RC QP between the same devices")
+	fmt.Println("GET = server RDMA WRITE into the client's buffer, PUT = server RDMA READ from it; one request at a time; raw: the same RDMA operation posted on an RC QP between the same devices; DC: cuObject over DC (protocol 1001, a DCI per channel to the client's DCT), its ratio against the same raw RC figure")
 	w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(w, "metric\tcuObject\traw RC\tratio\t")
-	fmt.Fprintf(w, "GET 1 MiB (Gb/s) vs RDMA WRITE\t%.2f\t%.2f\t%.2f\t\n", gbps("get1M"), gbps("write1M"), m("get/write"))
-	fmt.Fprintf(w, "PUT 1 MiB (Gb/s) vs RDMA READ\t%.2f\t%.2f\t%.2f\t\n", gbps("put1M"), gbps("read1M"), m("put/read"))
+	fmt.Fprintln(w, "metric\tcuObject RC\traw RC\tratio\tcuObject DC\tDC ratio\t")
+	fmt.Fprintf(w, "GET 1 MiB (Gb/s) vs RDMA WRITE\t%.2f\t%.2f\t%.2f\t%.2f\t%.2f\t\n", gbps("get1M"), gbps("write1M"), m("get/write"), gbps("getDC1M"), m("getDC/write"))
+	fmt.Fprintf(w, "PUT 1 MiB (Gb/s) vs RDMA READ\t%.2f\t%.2f\t%.2f\t%.2f\t%.2f\t\n", gbps("put1M"), gbps("read1M"), m("put/read"), gbps("putDC1M"), m("putDC/read"))
 	w.Flush()
 	fmt.Println("goal: ratio >= 0.9")
 	fmt.Printf("GET 4 KiB, %d goroutines over %d channels: %.0f ops/s (one at a time: %.0f ops/s, %.1f µs each)\n",

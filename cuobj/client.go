@@ -143,20 +143,22 @@ type ClientOptions struct {
 	Manager *cm.Manager
 	// Telemetry (nil: errors to slog.Default()).
 	Telemetry *Telemetry
+	// Backups are the backup devices of a multipath client
+	// (rdma_multipath_enabled; see multipath.go): each listens on its
+	// first address and Addr's port (RC) or has a DCT (DC). With
+	// rdma_dev_addr_list set, the list selects and orders dev and these
+	// by address or interface name.
+	Backups []*roce.Device
 }
 
 // Client is a cuObject client (cuObjClient). Its methods are safe for
 // concurrent use.
 type Client struct {
-	dev      *roce.Device
 	ops      Ops
 	proto    Proto
-	addr     netip.AddrPort
-	gid      ib.GID
-	endpoint uint32
-	pd       *roce.PD
-	ln       *cm.Listener // RC
-	dct      *dcTarget    // DC
+	rails    []*rail // the primary device first; see multipath.go
+	cur      atomic.Int32
+	endpoint uint32 // RC: every rail's; DC: the primary's DCT number
 	cfg      Config
 	maxCB    int64
 	parallel int
@@ -181,6 +183,9 @@ type ClientStats struct {
 	Callbacks, Retries atomic.Uint64
 	Connections        atomic.Uint64 // servers accepted
 	Refused            atomic.Uint64 // connection requests refused (stale or malformed)
+	// Failovers and Failbacks count moves of a multipath client from one
+	// device to another.
+	Failovers, Failbacks atomic.Uint64
 }
 
 // region is one registration: a memory region per direction, so a GET
@@ -188,7 +193,7 @@ type ClientStats struct {
 type region struct {
 	buf      []byte
 	start    uintptr
-	wmr, rmr *roce.MR
+	wmr, rmr []*roce.MR // per rail
 }
 
 // NewClient creates a client on dev with the application's callbacks and
@@ -203,7 +208,7 @@ func NewClient(dev *roce.Device, ops Ops, o ClientOptions) (*Client, error) {
 	default:
 		return nil, newErr(op, syscall.EPROTONOSUPPORT, ErrUnsupported, "%v", o.Proto)
 	}
-	c := &Client{dev: dev, ops: ops, proto: o.Proto, telem: newTelemetry(o.Telemetry, "cuobj-client"),
+	c := &Client{ops: ops, proto: o.Proto, telem: newTelemetry(o.Telemetry, "cuobj-client"),
 		regions: map[uintptr]*region{}, conns: map[*cm.Conn]struct{}{}, tokens: map[string]int{},
 		endpoint: 1 + rand.Uint32N(0xFFFFFE)}
 	if o.Config != nil {
@@ -229,47 +234,95 @@ func NewClient(dev *roce.Device, ops Ops, o ClientOptions) (*Client, error) {
 	if c.parallel <= 0 {
 		c.parallel = 4
 	}
-	a := o.Addr.Addr().Unmap()
+	var dcKey uint64
+	if c.proto == ProtoDC {
+		var err error
+		if dcKey, err = parseDCKey(c.cfg.Properties.DCKey); err != nil {
+			return nil, newErr(op, syscall.EINVAL, ErrInvalid, "%v", err)
+		}
+	}
+	devs, addrs, err := c.orderRails(dev, o.Backups, o.Addr.Addr().Unmap())
+	if err != nil {
+		return nil, newErr(op, syscall.ENODEV, ErrNoDevice, "%v", err)
+	}
+	c.ctx, c.cancel = context.WithCancel(context.Background())
+	for i, d := range devs {
+		r, err := c.openRail(d, addrs[i], o, d == dev, dcKey)
+		if err != nil {
+			c.cancel()
+			for _, r := range c.rails {
+				_ = r.close()
+			}
+			return nil, newErr(op, syscall.ENODEV, ErrNoDevice, "%v", err)
+		}
+		r.idx = i
+		c.rails = append(c.rails, r)
+	}
+	if c.proto == ProtoDC {
+		c.endpoint = c.rails[0].endpoint
+	}
+	for _, r := range c.rails {
+		if r.ln != nil {
+			c.wg.Add(1)
+			go c.serve(r)
+		}
+		c.telem.info("client started", "addr", r.addr, "endpoint", r.endpoint, "proto", c.proto)
+	}
+	if len(c.rails) > 1 {
+		if c.cfg.Properties.AsyncEventMonitor {
+			for _, r := range c.rails {
+				// The subscription ends with c.ctx (Close) or the device.
+				if events, err := r.dev.Events(c.ctx); err == nil {
+					c.wg.Add(1)
+					go c.monitor(r, events)
+				}
+			}
+		}
+		c.wg.Add(1)
+		go c.health()
+	}
+	return c, nil
+}
+
+// openRail opens the client's side on one device: at address a (invalid
+// or unspecified: the device's first IPv4 address, else IPv6), a PD and a
+// listener on o.Addr's port (RC) or a DCT (DC). o.Manager is dev's when
+// dev is the device NewClient was given.
+func (c *Client) openRail(dev *roce.Device, a netip.Addr, o ClientOptions, own bool, dcKey uint64) (*rail, error) {
+	if dev == nil {
+		return nil, errors.New("no device")
+	}
 	if !a.IsValid() || a.IsUnspecified() {
 		g, err := dev.SourceGID(netip.IPv4Unspecified())
 		if err != nil {
 			g, err = dev.SourceGID(netip.IPv6Unspecified())
 		}
 		if err != nil {
-			return nil, newErr(op, syscall.ENODEV, ErrNoDevice, "no address: %v", err)
+			return nil, fmt.Errorf("no address: %v", err)
 		}
 		a = g.Addr()
 	} else if _, err := dev.GIDIndex(a); err != nil {
-		return nil, newErr(op, syscall.ENODEV, ErrNoDevice, "%v is not an address of the device", a)
+		return nil, fmt.Errorf("%v is not an address of the device", a)
 	}
-	c.gid = ib.GIDFromAddr(a)
+	r := &rail{dev: dev, gid: ib.GIDFromAddr(a), endpoint: c.endpoint}
 	var err error
-	if c.pd, err = dev.AllocPD(); err != nil {
-		return nil, newErr(op, syscall.ENODEV, ErrNoDevice, "%v", err)
+	if r.pd, err = dev.AllocPD(); err != nil {
+		return nil, err
 	}
-	c.ctx, c.cancel = context.WithCancel(context.Background())
 	if c.proto == ProtoDC {
 		// The DCT is the client's only endpoint: servers' DCIs reach it
 		// with no connection setup, so nothing listens.
-		key, err := parseDCKey(c.cfg.Properties.DCKey)
-		if err != nil {
-			c.cancel()
-			_ = c.pd.Close()
-			return nil, newErr(op, syscall.EINVAL, ErrInvalid, "%v", err)
+		if r.dct, err = newDCTarget(r.pd, dcKey); err != nil {
+			_ = r.pd.Close()
+			return nil, fmt.Errorf("DC target: %v", err)
 		}
-		if c.dct, err = newDCTarget(c.pd, key); err != nil {
-			c.cancel()
-			_ = c.pd.Close()
-			return nil, newErr(op, syscall.ENODEV, ErrNoDevice, "DC target: %v", err)
-		}
-		c.endpoint = c.dct.qp.QPN()
-		c.addr = netip.AddrPortFrom(a, 0)
-		c.telem.info("client started", "addr", a, "dct", c.endpoint, "proto", c.proto)
-		return c, nil
+		r.endpoint = r.dct.qp.QPN()
+		r.addr = netip.AddrPortFrom(a, 0)
+		return r, nil
 	}
 	listen := func(ap netip.AddrPort) (*cm.Listener, error) {
 		lo := cm.ListenOptions{Backlog: 256}
-		if o.Manager != nil {
+		if o.Manager != nil && own {
 			return o.Manager.Listen(c.ctx, ap, lo)
 		}
 		return cm.Listen(c.ctx, dev, ap, lo)
@@ -280,25 +333,43 @@ func NewClient(dev *roce.Device, ops Ops, o ClientOptions) (*Client, error) {
 		if p == 0 {
 			p = uint16(32768 + rand.IntN(28232))
 		}
-		c.ln, err = listen(netip.AddrPortFrom(a, p))
+		r.ln, err = listen(netip.AddrPortFrom(a, p))
 		if err == nil {
-			c.addr = netip.AddrPortFrom(a, p)
-			break
+			r.addr = netip.AddrPortFrom(a, p)
+			return r, nil
 		}
 		if port != 0 || try == 16 {
-			c.cancel()
-			_ = c.pd.Close()
-			return nil, newErr(op, syscall.ENODEV, ErrNoDevice, "listen: %v", err)
+			_ = r.pd.Close()
+			return nil, fmt.Errorf("listen: %v", err)
 		}
 	}
-	c.wg.Add(1)
-	go c.serve()
-	c.telem.info("client started", "addr", c.addr, "endpoint", c.endpoint, "proto", c.proto)
-	return c, nil
+}
+
+func (r *rail) closeListener() error {
+	var err error
+	r.lnOnce.Do(func() {
+		if r.ln != nil {
+			err = r.ln.Close()
+		}
+	})
+	return err
+}
+
+func (r *rail) close() error {
+	errs := []error{r.closeListener()}
+	if r.dct != nil {
+		// A server still writing gets an unknown-target NAK from now on.
+		errs = append(errs, r.dct.close())
+	}
+	return errors.Join(append(errs, r.pd.Close())...)
 }
 
 // Addr returns where the client listens for servers.
-func (c *Client) Addr() netip.AddrPort { return c.addr }
+func (c *Client) Addr() netip.AddrPort { return c.rails[0].addr }
+
+// ActiveAddr returns the address the next token names: the primary's, or
+// a multipath client's current device's.
+func (c *Client) ActiveAddr() netip.AddrPort { return c.rails[c.cur.Load()].addr }
 
 // Endpoint returns the client's endpoint number (the token's qp field):
 // for DC, its DCT number.
@@ -308,28 +379,36 @@ func (c *Client) Endpoint() uint32 { return c.endpoint }
 func (c *Client) Stats() *ClientStats { return &c.stats }
 
 // IsConnected reports whether the client is ready: listening, not closed,
-// its device's port active.
+// the port of one of its devices active.
 func (c *Client) IsConnected() bool {
-	return c != nil && !c.closed.Load() && c.dev.QueryPort().State == roce.PortActive
+	if c == nil || c.closed.Load() {
+		return false
+	}
+	for _, r := range c.rails {
+		if r.portUp() {
+			return true
+		}
+	}
+	return false
 }
 
 // serve answers the connection requests of servers.
-func (c *Client) serve() {
+func (c *Client) serve(r *rail) {
 	defer c.wg.Done()
 	for {
-		req, err := c.ln.Request(c.ctx)
+		req, err := r.ln.Request(c.ctx)
 		if err != nil {
 			return
 		}
 		c.wg.Add(1)
 		go func() {
 			defer c.wg.Done()
-			c.answer(req)
+			c.answer(r, req)
 		}()
 	}
 }
 
-func (c *Client) answer(req *cm.Request) {
+func (c *Client) answer(r *rail, req *cm.Request) {
 	proto, ep, err := parseHello(req.PrivateData())
 	if err == nil && (proto != c.proto || ep != c.endpoint) {
 		err = fmt.Errorf("stale token: endpoint %#x protocol %d, this client is %#x protocol %d", ep, proto, c.endpoint, c.proto)
@@ -344,7 +423,7 @@ func (c *Client) answer(req *cm.Request) {
 	ctx, cancel := context.WithTimeout(c.ctx, 30*time.Second)
 	defer cancel()
 	conn, err := req.Accept(ctx, cm.AcceptOptions{
-		QP: cm.QPOptions{PD: c.pd, Access: roce.AccessLocalWrite | roce.AccessRemoteWrite | roce.AccessRemoteRead,
+		QP: cm.QPOptions{PD: r.pd, Access: roce.AccessLocalWrite | roce.AccessRemoteWrite | roce.AccessRemoteRead,
 			Cap: roce.QPCap{MaxSendWR: 1, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1}},
 		PrivateData: appendHello(nil, c.proto, c.endpoint),
 	})
@@ -407,16 +486,22 @@ func (c *Client) RegisterMemory(buf []byte, t MemoryType) error {
 			return newErr(op, syscall.EINVAL, ErrInvalid, "overlaps a registration")
 		}
 	}
-	wmr, err := c.pd.RegisterMR(buf, roce.AccessLocalWrite|roce.AccessRemoteWrite)
-	if err != nil {
-		return newErr(op, syscall.ENOMEM, ErrInvalid, "%v", err)
+	reg := &region{buf: buf, start: start}
+	for _, r := range c.rails {
+		wmr, err := r.pd.RegisterMR(buf, roce.AccessLocalWrite|roce.AccessRemoteWrite)
+		if err != nil {
+			_ = reg.close()
+			return newErr(op, syscall.ENOMEM, ErrInvalid, "%v", err)
+		}
+		reg.wmr = append(reg.wmr, wmr)
+		rmr, err := r.pd.RegisterMR(buf, roce.AccessRemoteRead)
+		if err != nil {
+			_ = reg.close()
+			return newErr(op, syscall.ENOMEM, ErrInvalid, "%v", err)
+		}
+		reg.rmr = append(reg.rmr, rmr)
 	}
-	rmr, err := c.pd.RegisterMR(buf, roce.AccessRemoteRead)
-	if err != nil {
-		_ = wmr.Close()
-		return newErr(op, syscall.ENOMEM, ErrInvalid, "%v", err)
-	}
-	c.regions[start] = &region{buf: buf, start: start, wmr: wmr, rmr: rmr}
+	c.regions[start] = reg
 	c.telem.debug("registered", "bytes", len(buf))
 	return nil
 }
@@ -437,7 +522,27 @@ func (c *Client) Deregister(buf []byte) error {
 	if r == nil {
 		return newErr("Deregister", syscall.EINVAL, ErrNotRegistered, "")
 	}
-	return errors.Join(r.wmr.Close(), r.rmr.Close())
+	return r.close()
+}
+
+func (r *region) close() error {
+	var errs []error
+	for _, m := range append(r.wmr, r.rmr...) {
+		errs = append(errs, m.Close())
+	}
+	return errors.Join(errs...)
+}
+
+// sync makes the memory operations of either side visible to the other
+// (see MR.Sync), on every rail.
+func (r *region) sync(op OpType) {
+	mrs := r.wmr
+	if op == OpPut {
+		mrs = r.rmr
+	}
+	for _, m := range mrs {
+		m.Sync()
+	}
 }
 
 // find returns the registration holding all of buf and buf's offset in it.
@@ -467,13 +572,13 @@ func (c *Client) MaxRequestCallbackSize(buf []byte) int64 {
 	return min(c.maxCB, int64(uint64(len(r.buf))-off), MaxRegSize)
 }
 
-func (c *Client) token(r *region, off, size uint64, op OpType) Token {
-	mr := r.wmr
+func (c *Client) token(rl *rail, r *region, off, size uint64, op OpType) Token {
+	mr := r.wmr[rl.idx]
 	if op == OpPut {
-		mr = r.rmr
+		mr = r.rmr[rl.idx]
 	}
-	return Token{Addr: mr.Addr() + off, Size: uint32(size), RKey: mr.RKey(), LID: c.addr.Port(),
-		QPN: c.endpoint, HasGID: true, GID: c.gid}
+	return Token{Addr: mr.Addr() + off, Size: uint32(size), RKey: mr.RKey(), LID: rl.addr.Port(),
+		QPN: rl.endpoint, HasGID: true, GID: rl.gid}
 }
 
 // GetRDMAToken returns the descriptor of size bytes at offset of the
@@ -497,7 +602,7 @@ func (c *Client) GetRDMAToken(buf []byte, size, offset uint64, op OpType) (strin
 	if size == 0 || offset > n || size > n-offset {
 		return "", newErr(name, syscall.EINVAL, ErrRange, "%d bytes at offset %d of a %d-byte registration", size, offset, n)
 	}
-	s := c.token(r, offset, size, op).String()
+	s := c.token(c.pick(), r, offset, size, op).String()
 	c.mu.Lock()
 	c.tokens[s]++
 	c.mu.Unlock()
@@ -568,7 +673,7 @@ func (c *Client) io(ctx context.Context, name string, op OpType, cb Callback, us
 		// The caller's writes happen before the server's READs (Go's
 		// memory model needs the device lock as the edge: no local
 		// completion reports a remote access).
-		r.rmr.Sync()
+		r.sync(OpPut)
 	}
 	nchunks := (int64(len(buf)) + chunk - 1) / chunk
 	results := make([]result, nchunks)
@@ -588,10 +693,8 @@ func (c *Client) io(ctx context.Context, name string, op OpType, cb Callback, us
 		wg.Add(1)
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			tok := c.token(r, roff+uint64(off), uint64(n), op)
-			info := RDMAInfo{Desc: tok.String(), Token: tok}
 			h := &Handle{ctx: ctx, user: user, Op: op}
-			got, err := c.call(ctx, cb, h, buf[off:off+n], offset+off, &info)
+			got, err := c.call(ctx, cb, h, buf[off:off+n], offset+off, r, roff+uint64(off), op)
 			results[i] = result{got, err}
 			if err != nil {
 				cancel() // the request failed: start no more chunks
@@ -600,7 +703,7 @@ func (c *Client) io(ctx context.Context, name string, op OpType, cb Callback, us
 	}
 	wg.Wait()
 	if op == OpGet {
-		r.wmr.Sync() // the server's WRITEs happen before the caller's reads
+		r.sync(OpGet) // the server's WRITEs happen before the caller's reads
 	}
 	var total int64
 	for _, res := range results {
@@ -624,12 +727,21 @@ func (c *Client) io(ctx context.Context, name string, op OpType, cb Callback, us
 	return total, nil
 }
 
-// call runs one callback with the configured retries.
-func (c *Client) call(ctx context.Context, cb Callback, h *Handle, chunk []byte, off int64, info *RDMAInfo) (int, error) {
+// call runs one callback with the configured retries; each attempt's
+// token names the rail pick chooses then, so a retry may fail over.
+func (c *Client) call(ctx context.Context, cb Callback, h *Handle, chunk []byte, off int64, r *region, roff uint64, op OpType) (int, error) {
 	retries := c.cfg.Properties.IORetryCount
 	for attempt := 0; ; attempt++ {
 		c.stats.Callbacks.Add(1)
-		n, err := cb(h, chunk, off, info)
+		rl := c.pick()
+		tok := c.token(rl, r, roff, uint64(len(chunk)), op)
+		info := RDMAInfo{Desc: tok.String(), Token: tok}
+		n, err := cb(h, chunk, off, &info)
+		if Retryable(err) {
+			c.attempted(rl, err)
+		} else {
+			c.attempted(rl, nil)
+		}
 		if err == nil {
 			if n < 0 || n > len(chunk) {
 				return 0, fmt.Errorf("%w: callback reported %d bytes for a %d-byte chunk", ErrInvalid, n, len(chunk))
@@ -659,20 +771,25 @@ func (c *Client) Close() error {
 	}
 	c.cancel()
 	var errs []error
-	if c.ln != nil {
-		errs = append(errs, c.ln.Close())
+	for _, r := range c.rails {
+		errs = append(errs, r.closeListener())
 	}
 	c.wg.Wait()
-	if c.dct != nil {
-		// A server still writing gets an unknown-target NAK from now on.
-		errs = append(errs, c.dct.close())
+	for _, r := range c.rails {
+		if r.dct != nil {
+			// A server still writing gets an unknown-target NAK from now on.
+			errs = append(errs, r.dct.close())
+			r.dct = nil
+		}
 	}
 	c.mu.Lock()
 	for _, r := range c.regions {
-		errs = append(errs, r.wmr.Close(), r.rmr.Close())
+		errs = append(errs, r.close())
 	}
 	clear(c.regions)
 	c.mu.Unlock()
-	errs = append(errs, c.pd.Close())
+	for _, r := range c.rails {
+		errs = append(errs, r.close())
+	}
 	return errors.Join(errs...)
 }

@@ -34,7 +34,10 @@ type LoggingConfig struct {
 // PropertiesConfig is the "properties" object.
 type PropertiesConfig struct {
 	// DevAddrList lists client RDMA devices: IPv4, IPv6 (with a zone for
-	// link-local), or interface/device names.
+	// link-local), or interface/device names. It selects and orders the
+	// client's devices (NewClient's and ClientOptions.Backups), the first
+	// being the primary; an entry that names none of them is skipped, and
+	// a list that names none is refused with ENODEV.
 	DevAddrList []string `json:"rdma_dev_addr_list"`
 	// PeerType is "nvidia_peermem" (default) or "dmabuf"; also
 	// CUFILE_DMABUF_ENABLE, applied after the file. No effect without GPUs.

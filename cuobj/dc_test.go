@@ -131,7 +131,7 @@ func TestDCConfigSelects(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	if c.proto != ProtoDC || c.dct == nil || c.Addr().Port() != 0 {
+	if c.proto != ProtoDC || c.rails[0].dct == nil || c.Addr().Port() != 0 {
 		t.Fatalf("proto %v, addr %v", c.proto, c.Addr())
 	}
 	res := cdev.Resources()

@@ -50,4 +50,15 @@
 // it), so one client's failure never touches another channel. A client
 // whose rdma_transport_type is "dc" speaks DC unless ClientOptions.Proto
 // says otherwise.
+//
+// # Multipath
+//
+// With rdma_multipath_enabled a client runs on several devices
+// (ClientOptions.Backups, selected and ordered by rdma_dev_addr_list),
+// registers memory on each, and names in each callback attempt's token
+// the device it currently uses. A retryable failure on a device whose
+// port went down (or that failed rdma_unhealthy_threshold times in a row)
+// is retried on the next healthy one; the health check moves back to the
+// first device once it has been up for rdma_failback_delay_ms
+// (rdma_failback_enabled). ClientStats counts failovers and failbacks.
 package cuobj

@@ -18,8 +18,10 @@ const (
 
 // Telemetry configures the message stream of a client or server
 // (setupTelemetry/setTelemFlags). The zero value logs errors to
-// slog.Default(). OpenTelemetry comes in through a Logger whose handler
-// bridges to it, so this package does not depend on OpenTelemetry.
+// slog.Default(). OpenTelemetry comes in through package cuobjotel: its
+// slog handler (for Logger) counts the messages and it exports
+// ClientStats and ServerStats as metrics, so this package does not
+// depend on OpenTelemetry.
 type Telemetry struct {
 	// Logger receives the messages; if nil, Writer (a text stream) or
 	// else slog.Default() does.

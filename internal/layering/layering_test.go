@@ -256,3 +256,20 @@ func TestCoreBuildsOffLinux(t *testing.T) {
 		t.Errorf("GOOS=darwin go build %s: %v\n%s", strings.Join(portable, " "), err, out)
 	}
 }
+
+// OpenTelemetry stays in the subpackages that export to it
+// (cuobj/cuobjotel): no other package of the module depends on it.
+func TestOTelOnlyInAddons(t *testing.T) {
+	for _, p := range listPackages(t) {
+		rel := strings.TrimPrefix(strings.TrimPrefix(p.ImportPath, module), "/")
+		if strings.HasSuffix(rel, "otel") {
+			continue
+		}
+		for _, d := range p.Deps {
+			if strings.HasPrefix(d, "go.opentelemetry.io/") {
+				t.Errorf("%s depends on %s", rel, d)
+				break
+			}
+		}
+	}
+}
