@@ -23,6 +23,7 @@ type rawPeer struct {
 	cmc  *cm.Conn
 	mr   *roce.MR
 	peer wire.ConnData
+	used int // bytes of the MR's upper half taken by earlier writes
 }
 
 func dialRaw(t *testing.T, dev *roce.Device, raddr netip.AddrPort, cd wire.ConnData) (*rawPeer, error) {
@@ -69,8 +70,13 @@ func dialRaw(t *testing.T, dev *roce.Device, raddr netip.AddrPort, cd wire.ConnD
 func (p *rawPeer) write(t *testing.T, imm uint32, addr uint64, key uint32, payload []byte) {
 	t.Helper()
 	// Payloads come from the upper half of the MR; the victim writes its
-	// adverts into the lower one.
-	const off = 128 << 10
+	// adverts into the lower one. Each write takes its own bytes: the
+	// device reads them when it transmits, after PostSend returns.
+	off := 128<<10 + p.used
+	if off+len(payload) > len(p.mr.Bytes()) {
+		off, p.used = 128<<10, 0
+	}
+	p.used += len(payload)
 	copy(p.mr.Bytes()[off:], payload)
 	wr := roce.SendWR{Opcode: roce.WRRDMAWriteWithImm, Imm: imm, RemoteAddr: addr, RKey: key}
 	if len(payload) > 0 {
