@@ -40,6 +40,7 @@ type sendWindow struct {
 	sampleAt  time.Duration
 	srtt      time.Duration // 0 until the first sample
 	rttvar    time.Duration
+	minRTT    time.Duration // the path without queue, drifting up slowly
 
 	probeArmed bool
 	probeAt    time.Duration
@@ -56,7 +57,7 @@ const (
 	// minProbe is the shortest probe timeout, above the scheduling noise
 	// of a software path.
 	minProbe  = 200 * time.Microsecond
-	maxProbes = 3
+	maxProbes = 8
 )
 
 // window returns the PSNs that may be outstanding.
@@ -110,23 +111,34 @@ func (w *sendWindow) set(c int32) {
 	w.cwnd = max(c, 1)
 }
 
-// onLoss halves the window at the start of a go-back-N episode; timeout
-// drops it to one PSN.
+// onLoss narrows the window at the start of a go-back-N episode to what
+// the path holds without a queue, window × minRTT/sRTT (half the window
+// before the first round-trip sample); timeout drops it to one PSN.
 func (w *sendWindow) onLoss(timeout bool) {
 	w.sampling = false
-	half := max(w.window()/2, minWindow)
-	w.ssthresh = half
+	c := w.window()
+	next := c / 2
+	if w.srtt > 0 && w.minRTT > 0 {
+		next = int32(int64(c) * int64(w.minRTT) / int64(w.srtt))
+	}
+	next = min(max(next, minWindow), c)
+	w.ssthresh = next
 	w.acked = 0
 	if timeout {
 		w.set(1)
 	} else {
-		w.set(min(half, w.window()))
+		w.set(next)
 	}
 }
 
 func (w *sendWindow) rttSample(r time.Duration) {
 	if r <= 0 {
 		r = 1
+	}
+	if w.minRTT == 0 || r < w.minRTT {
+		w.minRTT = r
+	} else {
+		w.minRTT += (r - w.minRTT) / 64
 	}
 	if w.srtt == 0 {
 		w.srtt, w.rttvar = r, r/2

@@ -32,13 +32,28 @@ type lossRun struct {
 	Retries   uint64
 	Timeouts  uint64
 	Probes    uint64
+	Dups      uint64 // duplicate requests the responder saw
 	SeqNAKs   uint64
 	checkData bool
+	psnA      uint32 // A's first PSN (default just before the wrap)
+	// drop, if set, loses the packets it returns true for (qptest.Net.Drop).
+	drop func(from string, b []byte) bool
+	// observe, if set, sees the sending QP at every completion check.
+	observe func(a *qp.QP)
 }
 
 const lossMsg = 64 << 10
 
-func (r *lossRun) run(tb testing.TB) {
+// lossStream is a lossRun set up: the net, both QPs and the stream's progress.
+type lossStream struct {
+	n            *qptest.Net
+	src, dst     []byte
+	posted, done int
+	target       int // check reports done once this many messages completed
+	check        func() bool
+}
+
+func (r *lossRun) setup(tb testing.TB) *lossStream {
 	tb.Helper()
 	if r.MTU == 0 {
 		r.MTU = ib.MTU4096
@@ -46,75 +61,105 @@ func (r *lossRun) run(tb testing.TB) {
 	if r.Timeout == 0 {
 		r.Timeout = 14
 	}
+	if r.psnA == 0 {
+		r.psnA = 0xFFFF00
+	}
 	n, err := qptest.NewNet(qptest.Options{PortMTU: r.MTU,
 		AtoB: faultnet.Config{Seed: r.Seed, Loss: r.Loss, Bandwidth: r.Rate, Delay: r.Delay},
 		BtoA: faultnet.Config{Seed: r.Seed + 1000, Loss: r.Loss, Delay: r.Delay}})
 	if err != nil {
 		tb.Fatal(err)
 	}
+	n.Drop = r.drop
 	a, _ := qptest.NewEndpoint(n.A.E, qp.RC, r.Depth)
 	b, _ := qptest.NewEndpoint(n.B.E, qp.RC, r.Depth)
 	prm := qptest.DefaultRC
-	prm.MTU, prm.Timeout, prm.PSNA, prm.PSNB = r.MTU, r.Timeout, 0xFFFF00, 7
+	prm.MTU, prm.Timeout, prm.PSNA, prm.PSNB = r.MTU, r.Timeout, r.psnA, 7
 	if err := n.Connect(a.QP, b.QP, prm); err != nil {
 		tb.Fatal(err)
 	}
-	src := make([]byte, r.Depth*lossMsg)
-	for i := range src {
-		src[i] = byte(i*31 + i>>16)
+	s := &lossStream{n: n, src: make([]byte, r.Depth*lossMsg), target: r.Msgs}
+	for i := range s.src {
+		s.src[i] = byte(i*31 + i>>16)
 	}
-	dst := make([]byte, len(src))
-	aMR, _ := a.PD.RegMR(src, 0x10000, qp.AccessLocalWrite)
-	bMR, _ := b.PD.RegMR(dst, 0x7000_0000, allAccess)
-	posted, done := 0, 0
+	s.dst = make([]byte, len(s.src))
+	aMR, _ := a.PD.RegMR(s.src, 0x10000, qp.AccessLocalWrite)
+	bMR, _ := b.PD.RegMR(s.dst, 0x7000_0000, allAccess)
 	var wcs [32]qp.WorkCompletion
+	sgl := []qp.SGE{{Length: lossMsg, LKey: aMR.LKey()}}
+	wr := qp.SendWR{Opcode: qp.WRRDMAWrite, Flags: qp.SendSignaled, SGL: sgl, RKey: bMR.RKey()}
 	post := func() {
-		for posted < r.Msgs && posted-done < r.Depth {
-			slot := uint64(posted%r.Depth) * lossMsg
-			wr := qp.SendWR{ID: uint64(posted), Opcode: qp.WRRDMAWrite, Flags: qp.SendSignaled,
-				SGL:        []qp.SGE{{Addr: 0x10000 + slot, Length: lossMsg, LKey: aMR.LKey()}},
-				RemoteAddr: 0x7000_0000 + slot, RKey: bMR.RKey()}
+		for s.posted < r.Msgs && s.posted-s.done < r.Depth {
+			slot := uint64(s.posted%r.Depth) * lossMsg
+			wr.ID, sgl[0].Addr, wr.RemoteAddr = uint64(s.posted), 0x10000+slot, 0x7000_0000+slot
 			if err := a.QP.PostSend(&wr); err != nil {
 				tb.Fatal(err)
 			}
-			posted++
+			s.posted++
 		}
 	}
 	post()
-	start := n.Clock.T
-	if err := n.Run(func() bool {
+	s.check = func() bool {
 		for {
 			k := a.SCQ.Poll(wcs[:])
 			for _, wc := range wcs[:k] {
-				if wc.Status != qp.WCSuccess || wc.WRID != uint64(done) {
-					tb.Fatalf("completion %d: %+v", done, wc)
+				if wc.Status != qp.WCSuccess || wc.WRID != uint64(s.done) {
+					tb.Fatalf("completion %d: %+v", s.done, wc)
 				}
-				done++
+				s.done++
 			}
 			if k < len(wcs) {
 				break
 			}
 		}
 		post()
-		return done == r.Msgs
-	}, time.Hour); err != nil {
-		tb.Fatalf("%d/%d messages: %v", done, r.Msgs, err)
+		if r.observe != nil {
+			r.observe(a.QP)
+		}
+		return s.done >= s.target
+	}
+	return s
+}
+
+func (r *lossRun) run(tb testing.TB) {
+	tb.Helper()
+	s := r.setup(tb)
+	n := s.n
+	start := n.Clock.T
+	if err := n.Run(s.check, time.Hour); err != nil {
+		tb.Fatalf("%d/%d messages: %v", s.done, r.Msgs, err)
 	}
 	r.Elapsed = n.Clock.T - start
 	r.Goodput = float64(r.Msgs) * lossMsg / r.Elapsed.Seconds()
 	ab, _ := n.Pipes()
 	r.Sent = ab.Stats().Pushed
+	if r.drop != nil {
+		r.Sent = n.A.E.Stats().TxPackets
+	}
 	r.Needed = uint64(r.Msgs) * uint64((lossMsg+r.MTU.Bytes()-1)/r.MTU.Bytes())
-	s := n.A.E.Stats()
-	r.Retries, r.Probes, r.Timeouts, r.SeqNAKs = s.Retransmits, s.Probes, s.Timeouts, s.SeqNAKsRcvd
-	if r.checkData && !bytes.Equal(src, dst) {
+	r.Dups = n.B.E.Stats().DuplicateRequests
+	st := n.A.E.Stats()
+	r.Retries, r.Probes, r.Timeouts, r.SeqNAKs = st.Retransmits, st.Probes, st.Timeouts, st.SeqNAKsRcvd
+	if r.checkData && !bytes.Equal(s.src, s.dst) {
 		tb.Fatal("data differs")
 	}
 }
 
+// stepper sets the stream up for step, which runs it until one more
+// message completes.
+func (r *lossRun) stepper(tb testing.TB) (step func()) {
+	s := r.setup(tb)
+	return func() {
+		s.target = s.done + 1
+		if err := s.n.Run(s.check, time.Hour); err != nil {
+			tb.Fatal(err)
+		}
+	}
+}
+
 func (r *lossRun) String() string {
-	return fmt.Sprintf("loss %.1f%%: %7.2f Gb/s in %v, %.2f wire frames per frame delivered, %d go-back-N, %d probes, %d timeouts, %d seq NAKs",
-		r.Loss*100, r.Goodput*8/1e9, r.Elapsed.Round(time.Microsecond), float64(r.Sent)/float64(r.Needed), r.Retries, r.Probes, r.Timeouts, r.SeqNAKs)
+	return fmt.Sprintf("loss %.1f%%: %7.2f Gb/s in %v, %.2f wire frames per frame delivered, %d go-back-N, %d probes, %d timeouts, %d seq NAKs, %d duplicates",
+		r.Loss*100, r.Goodput*8/1e9, r.Elapsed.Round(time.Microsecond), float64(r.Sent)/float64(r.Needed), r.Retries, r.Probes, r.Timeouts, r.SeqNAKs, r.Dups)
 }
 
 // TestLossGoodput reports RC WRITE goodput with 1 % random frame loss in
@@ -126,12 +171,14 @@ func TestLossGoodput(t *testing.T) {
 	if testing.Short() {
 		msgs = 300
 	}
-	base := lossRun{Rate: 10e9, Delay: 10 * time.Microsecond, Msgs: msgs, Depth: 16, checkData: true}
-	for _, seed := range []uint64{1, 2, 3} {
-		clean, lossy := base, base
-		clean.Seed, lossy.Seed, lossy.Loss = seed, seed, 0.01
-		clean.run(t)
-		lossy.run(t)
-		t.Logf("seed %d\n  %v\n  %v\n  ratio %.2f", seed, &clean, &lossy, lossy.Goodput/clean.Goodput)
+	for _, delay := range []time.Duration{10 * time.Microsecond, 50 * time.Microsecond} {
+		base := lossRun{Rate: 10e9, Delay: delay, Msgs: msgs, Depth: 16, checkData: true}
+		for _, seed := range []uint64{1, 2, 3} {
+			clean, lossy := base, base
+			clean.Seed, lossy.Seed, lossy.Loss = seed, seed, 0.01
+			clean.run(t)
+			lossy.run(t)
+			t.Logf("delay %v seed %d\n  %v\n  %v\n  ratio %.2f", delay, seed, &clean, &lossy, lossy.Goodput/clean.Goodput)
+		}
 	}
 }
