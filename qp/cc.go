@@ -53,11 +53,11 @@ const (
 	maxWindow = maxUnackedPSNs + 1
 	// minWindow is where halving stops: small enough to bound the resend
 	// after a loss, large enough to keep a short path busy.
-	minWindow = 8
+	minWindow = 32
 	// minProbe is the shortest probe timeout, above the scheduling noise
 	// of a software path.
 	minProbe  = 200 * time.Microsecond
-	maxProbes = 8
+	maxProbes = 4
 )
 
 // window returns the PSNs that may be outstanding.
