@@ -11,16 +11,19 @@ import (
 // the local ACK timeout.
 //
 // Go-back-N makes every loss cost what is in flight behind the lost packet:
-// the responder drops it all and it is sent again. So the window (in PSNs)
-// halves on each go-back-N episode a sequence-error NAK or a response gap
-// starts and grows by one per window of acknowledged PSNs (additive
-// increase, multiplicative decrease, as TCP and DCQCN do), and falls to one
-// PSN on a timeout, from which it grows back by what each ACK covers (slow
-// start) up to half its earlier size. Without loss it stays at the full
-// requester window (RXE_MAX_UNACKED_PSNS), so a lossless stream sends
-// exactly what it sent without it. The PSN sequence stays go-back-N: new
-// PSNs leave in order and a resend starts at the first unacknowledged one,
-// as an rxe responder expects.
+// the responder drops it all and it is sent again, so a window fuller than
+// the path (a standing queue) is resent whole. When a sequence-error NAK or
+// a response gap starts a go-back-N episode, the window falls to what the
+// path holds without a queue, window × minRTT/sRTT (half the window before
+// the first round-trip sample), never below minWindow; it grows by one per
+// window of acknowledged PSNs (additive increase, multiplicative decrease,
+// in the spirit of TCP and DCQCN). A timeout or probe drops it to one PSN,
+// from which it grows back by what each ACK covers (slow start) to where the
+// loss left it. Without loss it stays at the full requester window
+// (RXE_MAX_UNACKED_PSNS), so a lossless stream sends exactly what it sent
+// without it. The PSN sequence stays go-back-N: new PSNs leave in order and
+// a resend starts at the first unacknowledged one, as an rxe responder
+// expects; READ and atomic credits (max_rd_atomic) are counted as before.
 //
 // A responder NAKs a gap once, so a lost NAK, a lost first resend or a lost
 // last packet leaves nothing to provoke another: the requester would wait
@@ -51,8 +54,9 @@ const (
 	// maxWindow is rxe's requester bound: a PSN more than
 	// RXE_MAX_UNACKED_PSNS past the first unacknowledged one waits.
 	maxWindow = maxUnackedPSNs + 1
-	// minWindow is where halving stops: small enough to bound the resend
-	// after a loss, large enough to keep a short path busy.
+	// minWindow is the least a loss leaves: small enough to bound the
+	// resend after it (two 64 KiB messages at MTU 4096), large enough that a
+	// software path, whose round trip is mostly scheduling, is not left idle.
 	minWindow = 32
 	// minProbe is the shortest probe timeout, above the scheduling noise
 	// of a software path.
@@ -113,7 +117,9 @@ func (w *sendWindow) set(c int32) {
 
 // onLoss narrows the window at the start of a go-back-N episode to what
 // the path holds without a queue, window × minRTT/sRTT (half the window
-// before the first round-trip sample); timeout drops it to one PSN.
+// before the first round-trip sample), at least minWindow; a timeout or
+// probe drops it to one PSN and slow start brings it back there. A loss
+// during slow start lowers where slow start ends, never raises it.
 func (w *sendWindow) onLoss(timeout bool) {
 	w.sampling = false
 	c := w.window()
@@ -121,13 +127,15 @@ func (w *sendWindow) onLoss(timeout bool) {
 	if w.srtt > 0 && w.minRTT > 0 {
 		next = int32(int64(c) * int64(w.minRTT) / int64(w.srtt))
 	}
-	next = min(max(next, minWindow), c)
-	w.ssthresh = next
+	next = min(max(next, minWindow), max(c, w.threshold()))
 	w.acked = 0
 	if timeout {
 		w.set(1)
 	} else {
-		w.set(next)
+		w.set(min(next, c))
+	}
+	if next < maxWindow {
+		w.ssthresh = next
 	}
 }
 
