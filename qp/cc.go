@@ -43,11 +43,17 @@ type sendWindow struct {
 	sampleAt  time.Duration
 	srtt      time.Duration // 0 until the first sample
 	rttvar    time.Duration
-	minRTT    time.Duration // the path without queue, drifting up slowly
+	minRTT    time.Duration // the path without a queue
 
 	probeArmed bool
 	probeAt    time.Duration
 	probes     uint8 // unanswered probes since the last progress
+
+	// The window before a probe, restored if the first ACK after it
+	// covers more than the probed PSN: the path was slow, nothing was lost.
+	undo                   bool
+	undoPSN                ib.PSN
+	undoCwnd, undoSsthresh int32
 }
 
 const (
@@ -90,6 +96,13 @@ func (w *sendWindow) onSend(now time.Duration, psn ib.PSN, fresh bool) {
 // PSN now being psn, and takes a round-trip sample.
 func (w *sendWindow) onAck(now time.Duration, psn ib.PSN, n int32) {
 	w.probes = 0
+	if w.undo {
+		w.undo = false
+		if ib.PSNDiff(psn, w.undoPSN) > 1 {
+			w.cwnd, w.ssthresh, w.acked = w.undoCwnd, w.undoSsthresh, 0
+			return
+		}
+	}
 	if w.sampling && ib.PSNDiff(psn, w.samplePSN) > 0 {
 		w.sampling = false
 		w.rttSample(now - w.sampleAt)
@@ -122,6 +135,7 @@ func (w *sendWindow) set(c int32) {
 // during slow start lowers where slow start ends, never raises it.
 func (w *sendWindow) onLoss(timeout bool) {
 	w.sampling = false
+	w.undo = false
 	c := w.window()
 	next := c / 2
 	if w.srtt > 0 && w.minRTT > 0 {
@@ -145,8 +159,6 @@ func (w *sendWindow) rttSample(r time.Duration) {
 	}
 	if w.minRTT == 0 || r < w.minRTT {
 		w.minRTT = r
-	} else {
-		w.minRTT += (r - w.minRTT) / 64
 	}
 	if w.srtt == 0 {
 		w.srtt, w.rttvar = r, r/2
@@ -189,7 +201,8 @@ func (q *QP) armProbe(now time.Duration) {
 
 // probe resends from the first unacknowledged PSN when nothing came back
 // for a probe timeout. It starts a go-back-N episode with a window of one
-// PSN, so a probe that finds the path merely slow costs one packet.
+// PSN, so a probe that finds the path merely slow costs one packet, and
+// the window it had comes back with the ACK that shows so.
 func (q *QP) probe(now time.Duration) {
 	c := &q.comp
 	c.win.probeArmed = false
@@ -200,7 +213,13 @@ func (q *QP) probe(now time.Duration) {
 		return
 	}
 	q.e.stats.Probes++
+	undo := c.win.undo || c.win.probes == 0
+	cw, th := c.win.cwnd, c.win.ssthresh
+	if c.win.undo {
+		cw, th = c.win.undoCwnd, c.win.undoSsthresh
+	}
 	c.win.onLoss(true)
+	c.win.undo, c.win.undoPSN, c.win.undoCwnd, c.win.undoSsthresh = undo, c.psn, cw, th
 	c.win.probes++
 	q.req.needRetry = true
 	c.startedRetry = true

@@ -11,9 +11,15 @@ import (
 // dropPSNs loses A's request packets with the given PSNs, each as many
 // times as listed.
 func dropPSNs(times map[ib.PSN]int) func(from string, b []byte) bool {
+	return dropFrom("A", times)
+}
+
+// dropFrom loses side's packets with the given PSNs, each as many times
+// as listed.
+func dropFrom(side string, times map[ib.PSN]int) func(from string, b []byte) bool {
 	var p ib.Packet
 	return func(from string, b []byte) bool {
-		if from != "A" || ib.ParseIB(b, &p) != nil {
+		if from != side || ib.ParseIB(b, &p) != nil {
 			return false
 		}
 		psn := p.BTH.PSN()
@@ -90,6 +96,27 @@ func TestProbeRepairsSilentLoss(t *testing.T) {
 				t.Errorf("took %v, longer than the local ACK timeout %v", r.Elapsed, rto)
 			}
 		})
+	}
+}
+
+// A probe that finds nothing lost — here the last ACK went missing, so the
+// responder holds everything and answers the probe with an ACK of it all —
+// gives the window back: the path was slow, not congested.
+func TestSpuriousProbeKeepsWindow(t *testing.T) {
+	const first = 0x100
+	const msgs = 40
+	var w []int
+	r := lossRun{Rate: 10e9, Delay: 10 * time.Microsecond, Msgs: msgs, Depth: 16, checkData: true,
+		drop: dropFrom("B", map[ib.PSN]int{ib.PSN(first).Add(msgs*16 - 1): 1})}
+	r.psnA = first
+	r.observe = func(a *qp.QP) { w = append(w, qp.SendWindow(a)) }
+	r.run(t)
+	t.Logf("%v; window at the end %d", &r, w[len(w)-1])
+	if r.Probes != 1 || r.Timeouts != 0 || r.Dups != 1 {
+		t.Errorf("%d probes, %d timeouts, %d duplicates: want one probe answered as a duplicate", r.Probes, r.Timeouts, r.Dups)
+	}
+	if got := w[len(w)-1]; got != qp.MaxSendWindow {
+		t.Errorf("window after a spurious probe %d, want %d", got, qp.MaxSendWindow)
 	}
 }
 
