@@ -127,11 +127,11 @@ func (n *Net) transmit(s *Side, name string) int {
 			if n.Tap != nil {
 				n.Tap(name, b)
 			}
-			// Stand in for the device's ICRC: seal here, verify on delivery, so
-			// corrupted packets are dropped as a NIC would drop them.
 			if n.Drop != nil && n.Drop(name, b) {
 				continue
 			}
+			// Stand in for the device's ICRC: seal here, verify on delivery, so
+			// corrupted packets are dropped as a NIC would drop them.
 			binary.LittleEndian.PutUint32(b[len(b)-4:], crc32.ChecksumIEEE(b[:len(b)-4]))
 			s.out.Push(n.Clock.T, b)
 		}
