@@ -49,11 +49,14 @@ type sendWindow struct {
 	probeAt    time.Duration
 	probes     uint8 // unanswered probes since the last progress
 
-	// The window before a probe, restored if the first ACK after it
-	// covers more than the probed PSN: the path was slow, nothing was lost.
+	// The window and requester position before a probe, restored if the
+	// first ACK after it covers more than the probed PSN: the path was
+	// slow, nothing was lost, and what was in flight need not be resent.
 	undo                   bool
 	undoPSN                ib.PSN
 	undoCwnd, undoSsthresh int32
+	undoReqPSN             ib.PSN
+	undoIdx, undoOff       uint32
 }
 
 const (
@@ -93,14 +96,15 @@ func (w *sendWindow) onSend(now time.Duration, psn ib.PSN, fresh bool) {
 }
 
 // onAck grows the window by n acknowledged PSNs, the first unacknowledged
-// PSN now being psn, and takes a round-trip sample.
-func (w *sendWindow) onAck(now time.Duration, psn ib.PSN, n int32) {
+// PSN now being psn, and takes a round-trip sample. It reports a probe
+// found spurious, whose window it has restored.
+func (w *sendWindow) onAck(now time.Duration, psn ib.PSN, n int32) (spurious bool) {
 	w.probes = 0
 	if w.undo {
 		w.undo = false
 		if ib.PSNDiff(psn, w.undoPSN) > 1 {
 			w.cwnd, w.ssthresh, w.acked = w.undoCwnd, w.undoSsthresh, 0
-			return
+			return true
 		}
 	}
 	if w.sampling && ib.PSNDiff(psn, w.samplePSN) > 0 {
@@ -109,7 +113,7 @@ func (w *sendWindow) onAck(now time.Duration, psn ib.PSN, n int32) {
 	}
 	c := w.window()
 	if c >= maxWindow {
-		return
+		return false
 	}
 	if th := w.threshold(); c < th {
 		c = min(c+n, th) // slow start
@@ -118,6 +122,7 @@ func (w *sendWindow) onAck(now time.Duration, psn ib.PSN, n int32) {
 		c++
 	}
 	w.set(c)
+	return false
 }
 
 func (w *sendWindow) set(c int32) {
@@ -213,17 +218,34 @@ func (q *QP) probe(now time.Duration) {
 		return
 	}
 	q.e.stats.Probes++
-	undo := c.win.undo || c.win.probes == 0
-	cw, th := c.win.cwnd, c.win.ssthresh
-	if c.win.undo {
-		cw, th = c.win.undoCwnd, c.win.undoSsthresh
+	// Only the first probe of an episode, taken while no go-back-N is
+	// pending, records what to restore.
+	w := &c.win
+	if !w.undo && w.probes == 0 && !q.req.needRetry {
+		w.undoCwnd, w.undoSsthresh = w.cwnd, w.ssthresh
+		w.undoReqPSN, w.undoIdx, w.undoOff = q.req.psn, q.req.idx, q.req.off
+		w.undo = true
 	}
-	c.win.onLoss(true)
-	c.win.undo, c.win.undoPSN, c.win.undoCwnd, c.win.undoSsthresh = undo, c.psn, cw, th
+	undo := w.undo
+	w.onLoss(true)
+	w.undo, w.undoPSN = undo, c.psn
 	c.win.probes++
 	q.req.needRetry = true
 	c.startedRetry = true
 	c.retryFrom = c.psn
 	q.armProbe(now)
 	q.e.schedule(q)
+}
+
+// resumeAfterProbe puts the requester back where it was before a probe the
+// responder answered with an ACK past the probed PSN: nothing after it was
+// lost, so nothing after it is resent.
+func (q *QP) resumeAfterProbe() {
+	w := &q.comp.win
+	if ib.PSNDiff(w.undoReqPSN, q.comp.psn) < 0 || ib.PSNDiff(w.undoReqPSN, q.req.maxPSN) > 0 {
+		return // acknowledged past it already: syncReq moves the requester
+	}
+	q.req.psn, q.req.idx, q.req.off = w.undoReqPSN, w.undoIdx, w.undoOff
+	q.req.needRetry = false
+	q.comp.startedRetry = false
 }

@@ -118,6 +118,9 @@ func TestSpuriousProbeKeepsWindow(t *testing.T) {
 	if got := w[len(w)-1]; got != qp.MaxSendWindow {
 		t.Errorf("window after a spurious probe %d, want %d", got, qp.MaxSendWindow)
 	}
+	if r.Sent != r.Needed+1 {
+		t.Errorf("%d request packets sent for %d: want only the probe resent", r.Sent, r.Needed)
+	}
 }
 
 // A lossy stream allocates nothing per message: the window, the round-trip

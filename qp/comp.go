@@ -58,7 +58,9 @@ func (q *QP) complete(p *ib.Packet, now time.Duration) error {
 		return err
 	}
 	if d := ib.PSNDiff(q.comp.psn, before); d > 0 {
-		q.comp.win.onAck(now, q.comp.psn, d)
+		if q.comp.win.onAck(now, q.comp.psn, d) {
+			q.resumeAfterProbe()
+		}
 		q.armProbe(now)
 	}
 	if progress {
