@@ -70,7 +70,7 @@ const (
 	// minProbe is the shortest probe timeout, above the scheduling noise
 	// of a software path.
 	minProbe  = 200 * time.Microsecond
-	maxProbes = 4
+	maxProbes = 5
 )
 
 // window returns the PSNs that may be outstanding.
