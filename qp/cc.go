@@ -47,7 +47,8 @@ type sendWindow struct {
 
 	probeArmed bool
 	probeAt    time.Duration
-	probes     uint8 // unanswered probes since the last progress
+	probes     uint8         // unanswered probes since the last progress
+	since      time.Duration // when the probes' wait began
 
 	// The window and requester position before a probe, restored if the
 	// first ACK after it covers more than the probed PSN: the path was
@@ -71,6 +72,10 @@ const (
 	// of a software path.
 	minProbe  = 200 * time.Microsecond
 	maxProbes = 5
+	// probeSpan bounds the probes' wait after the last progress; beyond
+	// it the local ACK timeout alone acts, so a dead peer costs a few
+	// packets in its first milliseconds and no timer wake-ups after.
+	probeSpan = 8 * time.Millisecond
 )
 
 // window returns the PSNs that may be outstanding.
@@ -198,6 +203,12 @@ func (q *QP) armProbe(now time.Duration) {
 	}
 	p := c.win.probeTimeout(q.rto)
 	if p == 0 {
+		return
+	}
+	if c.win.probes == 0 {
+		c.win.since = now
+	}
+	if now+p-c.win.since > probeSpan {
 		return
 	}
 	c.win.probeArmed, c.win.probeAt = true, now+p
