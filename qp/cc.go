@@ -32,6 +32,17 @@ import (
 // instead: the responder either accepts it, or, holding it already, ACKs
 // again everything it has. Probes back off, never count as retries and never
 // move the local ACK timeout, which keeps its IB meaning (retry_cnt).
+//
+// No probe is sent while a READ is outstanding. Its responses stream at the
+// responder's pace, not one per round trip, so a gap between them says
+// nothing of loss; and resending a READ request, or anything the probe's
+// go-back-N reaches behind it, makes the responder stream the rest of the
+// READ again (rxe replays a duplicate READ from its PSN). That costs the whole
+// READ, not one packet, and the replay outlives the READ's completion: an
+// application that deregisters or reuses the region once the READ completes
+// turns the replay into a remote access error that moves the responder's
+// QP to the error state, so the connection dies while nothing was lost.
+// A response gap, a NAK or the local ACK timeout recovers a lost READ.
 type sendWindow struct {
 	cwnd     int32 // PSNs that may be outstanding; 0 means maxWindow
 	ssthresh int32 // slow start ends here; 0 means maxWindow
@@ -198,7 +209,7 @@ func (w *sendWindow) probeTimeout(rto time.Duration) time.Duration {
 func (q *QP) armProbe(now time.Duration) {
 	c := &q.comp
 	c.win.probeArmed = false
-	if q.req.rnrWait || ib.PSNDiff(q.req.maxPSN, c.psn) <= 0 {
+	if q.req.rnrWait || q.req.readsOut > 0 || ib.PSNDiff(q.req.maxPSN, c.psn) <= 0 {
 		return
 	}
 	p := c.win.probeTimeout(q.rto)
@@ -222,7 +233,7 @@ func (q *QP) armProbe(now time.Duration) {
 func (q *QP) probe(now time.Duration) {
 	c := &q.comp
 	c.win.probeArmed = false
-	if q.typ != RC || (q.state != StateRTS && q.state != StateSQD) || q.req.rnrWait {
+	if q.typ != RC || (q.state != StateRTS && q.state != StateSQD) || q.req.rnrWait || q.req.readsOut > 0 {
 		return
 	}
 	if ib.PSNDiff(q.req.maxPSN, c.psn) <= 0 || q.sqHead == q.sqTail {

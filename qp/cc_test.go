@@ -1,11 +1,14 @@
 package qp_test
 
 import (
+	"bytes"
 	"testing"
 	"time"
 
 	"github.com/goroce/goroce/ib"
+	"github.com/goroce/goroce/internal/faultnet"
 	"github.com/goroce/goroce/qp"
+	"github.com/goroce/goroce/qp/qptest"
 )
 
 // dropPSNs loses A's request packets with the given PSNs, each as many
@@ -133,5 +136,98 @@ func TestLossyStreamAllocs(t *testing.T) {
 	}
 	if a := testing.AllocsPerRun(200, step); a != 0 {
 		t.Errorf("%v allocations per message under loss", a)
+	}
+}
+
+// A READ whose responses come slower than the probe timeout (a response
+// path far slower than the ACKs the round-trip estimate came from) is not
+// probed: a resent READ request makes the responder stream the READ again.
+// Over a device, whose responder builds that replay packet by packet as
+// the link takes them, the replay outlives the READ's completion; an
+// application that then deregisters the region (cuObject's client after a
+// PUT) turns it into a remote access error that moves the responder's QP
+// to the error state, and the next WRITE is never acknowledged although
+// nothing was lost. qptest builds every packet at once, so here the replay
+// shows as duplicate READ requests; the region is still deregistered and
+// the WRITE after it checked.
+func TestNoProbeOfSlowRead(t *testing.T) {
+	n, err := qptest.NewNet(qptest.Options{
+		AtoB: faultnet.Config{Delay: 20 * time.Microsecond},
+		// A 1 KiB READ response takes 2 ms to leave, an ACK 100 µs.
+		BtoA: faultnet.Config{Delay: 20 * time.Microsecond, Bandwidth: 4e6}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var readReqs int
+	var pkt ib.Packet
+	n.Tap = func(from string, b []byte) {
+		if from == "A" && ib.ParseIB(b, &pkt) == nil && pkt.BTH.Opcode() == ib.RCReadRequest {
+			readReqs++
+		}
+	}
+	a, _ := qptest.NewEndpoint(n.A.E, qp.RC, 8)
+	b, _ := qptest.NewEndpoint(n.B.E, qp.RC, 8)
+	if err := n.Connect(a.QP, b.QP, qptest.DefaultRC); err != nil {
+		t.Fatal(err)
+	}
+	const size = 16 << 10
+	local := make([]byte, 2*size)
+	src, dst := make([]byte, size), make([]byte, size)
+	for i := range src {
+		src[i] = byte(i * 7)
+	}
+	aMR, _ := a.PD.RegMR(local, 0x1000, qp.AccessLocalWrite)
+	srcMR, _ := b.PD.RegMR(src, 0x7000_0000, allAccess)
+	dstMR, _ := b.PD.RegMR(dst, 0x8000_0000, allAccess)
+	var wcs [4]qp.WorkCompletion
+	// wait runs the net until A's next completion and returns it.
+	wait := func(what string) qp.WorkCompletion {
+		t.Helper()
+		var wc qp.WorkCompletion
+		got := false
+		if err := n.Run(func() bool {
+			if k := a.SCQ.Poll(wcs[:1]); k > 0 {
+				wc, got = wcs[0], true
+			}
+			return got
+		}, 10*time.Second); err != nil {
+			t.Fatalf("%s: %v (A %+v, B %+v)", what, err, n.A.E.Stats(), n.B.E.Stats())
+		}
+		return wc
+	}
+	post := func(wr qp.SendWR) {
+		t.Helper()
+		if err := a.QP.PostSend(&wr); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A WRITE first: its ACK gives the requester a round-trip estimate of
+	// a few hundred microseconds.
+	post(qp.SendWR{ID: 1, Opcode: qp.WRRDMAWrite, Flags: qp.SendSignaled,
+		SGL: []qp.SGE{{Addr: 0x1000 + size, Length: 1024, LKey: aMR.LKey()}}, RemoteAddr: 0x8000_0000, RKey: dstMR.RKey()})
+	if wc := wait("WRITE"); wc.Status != qp.WCSuccess {
+		t.Fatalf("WRITE: %+v", wc)
+	}
+	post(qp.SendWR{ID: 2, Opcode: qp.WRRDMARead, Flags: qp.SendSignaled,
+		SGL: []qp.SGE{{Addr: 0x1000, Length: size, LKey: aMR.LKey()}}, RemoteAddr: 0x7000_0000, RKey: srcMR.RKey()})
+	if wc := wait("READ"); wc.Status != qp.WCSuccess || !bytes.Equal(local[:size], src) {
+		t.Fatalf("READ: %+v", wc)
+	}
+	// Done with the source, as cuObject's client is once its PUT completed.
+	if err := srcMR.Dereg(); err != nil {
+		t.Fatal(err)
+	}
+	post(qp.SendWR{ID: 3, Opcode: qp.WRRDMAWrite, Flags: qp.SendSignaled,
+		SGL: []qp.SGE{{Addr: 0x1000 + size, Length: size, LKey: aMR.LKey()}}, RemoteAddr: 0x8000_0000, RKey: dstMR.RKey()})
+	if wc := wait("WRITE after the READ"); wc.Status != qp.WCSuccess {
+		t.Fatalf("WRITE after the READ: %+v; B's QP %v", wc, b.QP.State())
+	}
+	st := n.A.E.Stats()
+	t.Logf("%d READ requests, %d probes, %d timeouts, B saw %d duplicates", readReqs, st.Probes, st.Timeouts, n.B.E.Stats().DuplicateRequests)
+	if readReqs != 1 || n.B.E.Stats().DuplicateRequests != 0 {
+		t.Errorf("READ requested %d times, %d duplicates at the responder: want it once, nothing lost", readReqs, n.B.E.Stats().DuplicateRequests)
+	}
+	if b.QP.State() != qp.StateRTS {
+		t.Errorf("responder QP in %v", b.QP.State())
 	}
 }

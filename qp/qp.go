@@ -826,6 +826,9 @@ func (q *QP) postSendWC(w *sendWQE, st WCStatus) {
 	if w.rdCounted {
 		w.rdCounted = false
 		q.req.rdOutstanding--
+		if w.op == WRRDMARead {
+			q.req.readsOut--
+		}
 	}
 	if st == WCSuccess && !q.sigAll && w.flags&SendSignaled == 0 {
 		return

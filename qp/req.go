@@ -17,6 +17,7 @@ type requester struct {
 	rnrWait       bool
 	rnrUntil      time.Duration
 	rdOutstanding int
+	readsOut      int // READs among them: no probe while one is (cc.go)
 }
 
 // request builds the next request packet into buf.
@@ -55,6 +56,9 @@ func (q *QP) request(now time.Duration, buf []byte, t *TxPacket) (int, bool) {
 					}
 					w.rdCounted = true
 					q.req.rdOutstanding++
+					if w.op == WRRDMARead {
+						q.req.readsOut++
+					}
 				}
 			}
 			if ib.PSNDiff(q.req.psn, q.comp.psn) >= q.comp.win.window() {
