@@ -17,6 +17,7 @@ type completer struct {
 	retryFrom    ib.PSN // comp.psn when the current retry started
 	armed        bool   // retransmit timer
 	deadline     time.Duration
+	win          sendWindow // congestion window and probe timer (cc.go)
 }
 
 // complete handles one response packet on an RC QP.
@@ -26,6 +27,7 @@ func (q *QP) complete(p *ib.Packet, now time.Duration) error {
 	}
 	psn := p.BTH.PSN()
 	low := uint8(p.BTH.Opcode()) & 0x1F
+	before := q.comp.psn
 	// A response can only refer to something already sent.
 	if ib.PSNDiff(psn, q.req.maxPSN) >= 0 {
 		return ErrDropped
@@ -54,6 +56,12 @@ func (q *QP) complete(p *ib.Packet, now time.Duration) error {
 	}
 	if q.state != StateRTS && q.state != StateSQD {
 		return err
+	}
+	if d := ib.PSNDiff(q.comp.psn, before); d > 0 {
+		if q.comp.win.onAck(now, q.comp.psn, d) {
+			q.resumeAfterProbe()
+		}
+		q.armProbe(now)
 	}
 	if progress {
 		q.comp.retryCnt = q.attr.RetryCnt
@@ -266,6 +274,7 @@ func (q *QP) rnrNAK(now time.Duration, psn ib.PSN, syn ib.Syndrome) error {
 	q.req.rnrUntil = now + syn.RNRTimer().Duration()
 	q.watchTimers(q.req.rnrUntil)
 	q.comp.armed = false
+	q.comp.win.probeArmed = false
 	return nil
 }
 
@@ -320,9 +329,11 @@ func (q *QP) retryAt(now time.Duration, timer bool, psn, from ib.PSN) {
 	q.req.needRetry = true
 	q.comp.startedRetry = true
 	q.comp.retryFrom = q.comp.psn
+	q.comp.win.onLoss(timer)
 	if q.rto > 0 {
 		q.armRTO(now)
 	}
+	q.armProbe(now)
 	q.e.schedule(q)
 }
 

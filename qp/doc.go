@@ -19,6 +19,13 @@
 // 0x1F, and a READ request consumes one PSN per response packet), because
 // rxe is the peer goroce must interoperate with first.
 //
+// One departure, invisible to an rxe responder: an RC requester that meets
+// loss narrows its window of unacknowledged PSNs below rxe's fixed 128 and
+// resends the first unacknowledged PSN after a few round trips without
+// progress instead of waiting for the local ACK timeout (cc.go), so that
+// go-back-N does not resend a full window per lost packet. New PSNs still
+// leave in order and every resend starts at the first unacknowledged one.
+//
 // Not implemented: memory windows, fast registration and local invalidate
 // (SEND_WITH_INV invalidates an ordinary MR), FLUSH with persistence (global
 // visibility is supported, as is ATOMIC_WRITE), alternate paths, multicast,

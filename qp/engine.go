@@ -79,10 +79,14 @@ func (t *TxPacket) Payload() []byte { return t.Buf[t.Headroom : t.Headroom+t.Len
 
 // Stats counts engine events.
 type Stats struct {
-	RxPackets, TxPackets     uint64
-	RxDropped                uint64
-	Retransmits              uint64 // go-back-N episodes started
-	Timeouts                 uint64
+	RxPackets, TxPackets uint64
+	RxDropped            uint64
+	Retransmits          uint64 // go-back-N episodes started
+	Timeouts             uint64
+	// Probes counts resends from the first unacknowledged PSN after a
+	// probe timeout (a few round trips without progress; cc.go), each of
+	// which would otherwise have waited for the local ACK timeout.
+	Probes                   uint64
 	RNRNAKsRcvd, RNRNAKsSent uint64
 	SeqNAKsRcvd, SeqNAKsSent uint64
 	DuplicateRequests        uint64

@@ -50,3 +50,9 @@ func DebugDCT(q *QP) string {
 	}
 	return s
 }
+
+// SendWindow returns the PSNs an RC requester may have outstanding now.
+func SendWindow(q *QP) int { return int(q.comp.win.window()) }
+
+// MaxSendWindow is the window without loss (RXE_MAX_UNACKED_PSNS + 1).
+const MaxSendWindow = maxWindow

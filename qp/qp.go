@@ -826,6 +826,9 @@ func (q *QP) postSendWC(w *sendWQE, st WCStatus) {
 	if w.rdCounted {
 		w.rdCounted = false
 		q.req.rdOutstanding--
+		if w.op == WRRDMARead {
+			q.req.readsOut--
+		}
 	}
 	if st == WCSuccess && !q.sigAll && w.flags&SendSignaled == 0 {
 		return
@@ -946,6 +949,9 @@ func (q *QP) deadline() (time.Duration, bool) {
 	if q.req.rnrWait && (!ok || q.req.rnrUntil < d) {
 		d, ok = q.req.rnrUntil, true
 	}
+	if q.comp.win.probeArmed && (!ok || q.comp.win.probeAt < d) {
+		d, ok = q.comp.win.probeAt, true
+	}
 	if q.dc != nil && q.dc.lingerArmed && (!ok || q.dc.lingerAt < d) {
 		d, ok = q.dc.lingerAt, true
 	}
@@ -961,6 +967,9 @@ func (q *QP) advance(now time.Duration) {
 	if q.comp.armed && now >= q.comp.deadline {
 		q.comp.armed = false
 		q.timeout(now)
+	}
+	if q.comp.win.probeArmed && now >= q.comp.win.probeAt {
+		q.probe(now)
 	}
 	if q.dc != nil {
 		q.advanceDC(now)

@@ -17,6 +17,7 @@ type requester struct {
 	rnrWait       bool
 	rnrUntil      time.Duration
 	rdOutstanding int
+	readsOut      int // READs among them: no probe while one is (cc.go)
 }
 
 // request builds the next request packet into buf.
@@ -55,9 +56,12 @@ func (q *QP) request(now time.Duration, buf []byte, t *TxPacket) (int, bool) {
 					}
 					w.rdCounted = true
 					q.req.rdOutstanding++
+					if w.op == WRRDMARead {
+						q.req.readsOut++
+					}
 				}
 			}
-			if ib.PSNDiff(q.req.psn, q.comp.psn) > maxUnackedPSNs {
+			if ib.PSNDiff(q.req.psn, q.comp.psn) >= q.comp.win.window() {
 				return 0, false
 			}
 		}
@@ -101,7 +105,7 @@ func (q *QP) requestRCUC(now time.Duration, w *sendWQE, buf []byte, t *TxPacket)
 		base = transportUC
 	}
 	pc := pad(k.paylen)
-	writeBTH(buf, base|k.op, k.se, q.ackReq(k.last), pc, q.attr.DestQPN, q.req.psn)
+	writeBTH(buf, base|k.op, k.se, q.ackReq(k.last, k.nextPSN), pc, q.attr.DestQPN, q.req.psn)
 	n := finish(buf, k.h+k.paylen, pc)
 	q.updateRequester(now, w, off, &k)
 	q.fillAV(t, &q.attr.AV)
@@ -231,18 +235,25 @@ func (q *QP) copyRequestPayload(w *sendWQE, dst []byte, off uint32) bool {
 	return true
 }
 
-// ackReq decides the AckReq bit of an RC packet. rxe sets it on the last
-// packet of a message and on a packet that finds more than
-// RXE_MAX_PKT_PER_ACK earlier ones without it.
-func (q *QP) ackReq(last bool) bool {
+// ackReq decides the AckReq bit of an RC packet that ends before next. rxe
+// sets it on the last packet of a message and on a packet that finds more
+// than RXE_MAX_PKT_PER_ACK earlier ones without it. A window narrowed by
+// loss (cc.go) also asks for it on the packet that fills the window and
+// twice per window, so that ACKs keep opening it.
+func (q *QP) ackReq(last bool, next ib.PSN) bool {
 	if q.typ != RC {
 		return false
+	}
+	every := int32(maxPktPerAck + 1)
+	if w := q.comp.win.window(); w < maxWindow {
+		every = min(every, w/2)
+		last = last || ib.PSNDiff(next, q.comp.psn) >= w
 	}
 	if last {
 		q.req.noack = 0
 		return true
 	}
-	if q.req.noack++; q.req.noack > maxPktPerAck+1 {
+	if q.req.noack++; int32(q.req.noack) > every {
 		q.req.noack = 0
 		return true
 	}
@@ -253,8 +264,12 @@ func (q *QP) ackReq(last bool) bool {
 // WQE at the end of one (a UC WQE completes once sent), and the retransmit
 // timer.
 func (q *QP) updateRequester(now time.Duration, w *sendWQE, off uint32, k *reqPkt) {
+	fresh := ib.PSNDiff(k.nextPSN, q.req.maxPSN) > 0
+	if q.typ == RC {
+		q.comp.win.onSend(now, q.req.psn, fresh && ib.PSNDiff(q.req.psn, q.req.maxPSN) >= 0)
+	}
 	q.req.psn = k.nextPSN
-	if ib.PSNDiff(k.nextPSN, q.req.maxPSN) > 0 {
+	if fresh {
 		q.req.maxPSN = k.nextPSN
 	}
 	if k.last {
@@ -269,6 +284,9 @@ func (q *QP) updateRequester(now time.Duration, w *sendWQE, off uint32, k *reqPk
 	}
 	if q.typ == RC && !q.comp.armed && q.rto > 0 {
 		q.armRTO(now)
+	}
+	if q.typ == RC && !q.comp.win.probeArmed {
+		q.armProbe(now)
 	}
 }
 

@@ -46,6 +46,10 @@ type Net struct {
 	// Tap, if set, sees every packet an engine transmits (before impairment),
 	// with from = "A" or "B".
 	Tap func(from string, b []byte)
+	// Drop, if set, sees every packet an engine transmits after Tap and
+	// loses those it returns true for, before the pipe's own impairments:
+	// a test chooses exactly which packet goes missing.
+	Drop func(from string, b []byte) bool
 	// Received counts packets handed to the engines.
 	Received uint64
 	// RxErrors counts Receive results by error.
@@ -122,6 +126,9 @@ func (n *Net) transmit(s *Side, name string) int {
 			b := n.slots[i].Payload()
 			if n.Tap != nil {
 				n.Tap(name, b)
+			}
+			if n.Drop != nil && n.Drop(name, b) {
+				continue
 			}
 			// Stand in for the device's ICRC: seal here, verify on delivery, so
 			// corrupted packets are dropped as a NIC would drop them.

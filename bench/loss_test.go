@@ -1,0 +1,156 @@
+package bench
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"net"
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/goroce/goroce/ib"
+	"github.com/goroce/goroce/internal/faultnet"
+	"github.com/goroce/goroce/roce"
+	"github.com/goroce/goroce/roce/link/memlink"
+)
+
+var (
+	lossDuration = flag.Duration("lossbench.duration", 300*time.Millisecond,
+		"TestLossGoodputMem: how long each case sends")
+	lossRounds = flag.Int("lossbench.rounds", 1, "TestLossGoodputMem: rounds of each case (the table shows medians)")
+)
+
+// lossCase is one RC WRITE stream between two goroce devices joined by the
+// in-memory link, with random frame loss in both directions.
+type lossCase struct {
+	loss    float64
+	goodput float64 // message bytes per second
+	ratio   float64 // request frames on the wire per frame a lossless run needs
+	c       roce.Counters
+}
+
+const (
+	lossMsgSize = 65536
+	lossDepth   = 16
+	lossMTU     = 4096
+)
+
+func runLossCase(t *testing.T, loss float64, seed uint64, d time.Duration) lossCase {
+	t.Helper()
+	addrA, addrB := netip.MustParseAddr("10.9.0.1"), netip.MustParseAddr("10.9.0.2")
+	macA, macB := net.HardwareAddr{2, 0, 0, 0, 9, 1}, net.HardwareAddr{2, 0, 0, 0, 9, 2}
+	la, lb := memlink.PairWithOptions(memlink.Options{MTU: 9000, HardwareAddrA: macA, HardwareAddrB: macB,
+		AtoB: faultnet.Config{Seed: seed, Loss: loss}, BtoA: faultnet.Config{Seed: seed + 1, Loss: loss}})
+	da, err := roce.OpenLink(la, roce.Options{Addrs: []netip.Addr{addrA}, Neighbours: map[netip.Addr]net.HardwareAddr{addrB: macB}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer da.Close()
+	db, err := roce.OpenLink(lb, roce.Options{Addrs: []netip.Addr{addrB}, Neighbours: map[netip.Addr]net.HardwareAddr{addrA: macA}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	type end struct {
+		cq *roce.CQ
+		qp *roce.QP
+		mr *roce.MR
+	}
+	mk := func(dev *roce.Device) end {
+		pd, err := dev.AllocPD()
+		if err != nil {
+			t.Fatal(err)
+		}
+		cq, err := dev.CreateCQ(4 * lossDepth)
+		if err != nil {
+			t.Fatal(err)
+		}
+		q, err := pd.CreateQP(&roce.QPInitAttr{Type: roce.RC, SendCQ: cq, RecvCQ: cq,
+			Cap: roce.QPCap{MaxSendWR: lossDepth, MaxRecvWR: 1}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		mr, err := pd.RegisterMR(make([]byte, lossDepth*lossMsgSize), roce.AccessLocalWrite|roce.AccessRemoteWrite)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return end{cq, q, mr}
+	}
+	a, b := mk(da), mk(db)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := a.qp.Connect(ctx, &roce.ConnectAttr{RemoteQPN: b.qp.QPN(), RemoteAddr: addrB, LocalPSN: 1, RemotePSN: 2, PathMTU: ib.MTU4096}); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.qp.Connect(ctx, &roce.ConnectAttr{RemoteQPN: a.qp.QPN(), RemoteAddr: addrA, LocalPSN: 2, RemotePSN: 1, PathMTU: ib.MTU4096}); err != nil {
+		t.Fatal(err)
+	}
+	posted, done := 0, 0
+	post := func(stop bool) {
+		for !stop && posted-done < lossDepth {
+			slot := uint64(posted%lossDepth) * lossMsgSize
+			if err := a.qp.PostSend(&roce.SendWR{ID: uint64(posted), Opcode: roce.WRRDMAWrite, Flags: roce.SendSignaled,
+				SGL: []roce.SGE{a.mr.SGE(int(slot), lossMsgSize)}, RemoteAddr: b.mr.Addr() + slot, RKey: b.mr.RKey()}); err != nil {
+				t.Fatal(err)
+			}
+			posted++
+		}
+	}
+	var wcs [32]roce.WorkCompletion
+	start := time.Now()
+	sent0 := la.TxStats().Pushed
+	for {
+		stop := time.Since(start) >= d
+		post(stop)
+		if stop && done == posted {
+			break
+		}
+		n := a.cq.Poll(wcs[:])
+		for _, wc := range wcs[:n] {
+			if wc.Status != roce.WCSuccess {
+				t.Fatalf("completion %+v", wc)
+			}
+			done++
+		}
+		if n == 0 {
+			if err := a.cq.Wait(ctx); err != nil {
+				t.Fatalf("%d of %d WRITEs done: %v", done, posted, err)
+			}
+		}
+	}
+	el := time.Since(start)
+	// The CM-free connect above sends no frames on A→B, so every frame
+	// pushed is a request packet.
+	sent := la.TxStats().Pushed - sent0
+	needed := uint64(done) * lossMsgSize / lossMTU
+	return lossCase{loss: loss, goodput: float64(done) * lossMsgSize / el.Seconds(),
+		ratio: float64(sent) / float64(needed), c: da.Counters()}
+}
+
+// TestLossGoodputMem measures RC WRITE goodput (64 KiB messages, 16 in
+// flight, path MTU 4096) between two goroce devices over the in-memory link
+// with 1 % random frame loss in both directions, beside the same run without
+// loss, and the request frames put on the wire per frame a lossless run
+// needs. Real time, so CPU-bound: the figures are for this machine.
+//
+//	go test ./bench -run TestLossGoodputMem -count=1 -v -args -lossbench.duration=3s -lossbench.rounds=3
+func TestLossGoodputMem(t *testing.T) {
+	var clean, lossy []float64
+	var lastClean, lastLossy lossCase
+	for r := 0; r < *lossRounds; r++ {
+		lastClean = runLossCase(t, 0, uint64(r)+1, *lossDuration)
+		lastLossy = runLossCase(t, 0.01, uint64(r)+1, *lossDuration)
+		clean = append(clean, lastClean.goodput)
+		lossy = append(lossy, lastLossy.goodput)
+		t.Logf("round %d: lossless %.2f Gb/s (%.2f frames per frame), 1%% loss %.2f Gb/s (%.2f frames per frame; go-back-N %d, timeouts %d, seq NAKs %d), ratio %.2f",
+			r, lastClean.goodput*8/1e9, lastClean.ratio, lastLossy.goodput*8/1e9, lastLossy.ratio,
+			lastLossy.c.CompleterRetryErr, lastLossy.c.Timeouts, lastLossy.c.RcvdSeqErr, lastLossy.goodput/lastClean.goodput)
+		if lastClean.goodput <= 0 || lastLossy.goodput <= 0 {
+			t.Fatal("no goodput")
+		}
+	}
+	mc, ml := median(clean), median(lossy)
+	fmt.Printf("RC WRITE 64 KiB ×%d over memlink, %v per case, median of %d: lossless %.2f Gb/s, 1%% loss %.2f Gb/s, ratio %.2f\n",
+		lossDepth, *lossDuration, *lossRounds, mc*8/1e9, ml*8/1e9, ml/mc)
+}

@@ -1,0 +1,75 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"strconv"
+	"testing"
+
+	"github.com/goroce/goroce/internal/netnstest"
+	"github.com/goroce/goroce/interop/rxelab"
+)
+
+// TestLossGoodputUDP runs rocectl perf write-bw (64 KiB) over the kernel
+// UDP link between two namespaces, once as is and once with 1 % of the
+// RoCEv2 frames dropped at random on the egress of both veth ends (the
+// interop lab's tc-BPF loss injector: the kernel may lack sch_netem), and
+// prints both figures, their ratio and the request frames put on the wire
+// per frame a lossless run needs. The AF_XDP link is left out: its frames
+// bypass tc on the way out and XDP takes them before tc on the way in.
+//
+//	go test ./bench -run TestLossGoodputUDP -count=1 -v -args -lossbench.rounds=3
+func TestLossGoodputUDP(t *testing.T) {
+	iters := 1000
+	if !testing.Short() && *lossRounds > 1 {
+		iters = 3000
+	}
+	var clean, lossy []float64
+	for r := 0; r < *lossRounds; r++ {
+		for _, loss := range []float64{0, 0.01} {
+			a, b := netnstest.NewNamed(t, ""), netnstest.NewNamed(t, "")
+			va, vb := netnstest.NewVeth(t, a, b, netnstest.VethConfig{MTU: vethMTU,
+				Addr: netip.MustParsePrefix("10.99.0.1/24"), PeerAddr: netip.MustParsePrefix("10.99.0.2/24")})
+			p := &netnstest.Pair{A: a, B: b, VethA: va, VethB: vb}
+			var inj *rxelab.LossInjector
+			if loss > 0 {
+				var err error
+				if inj, err = rxelab.NewLoss(a.Name(), []string{va.Name}, loss); err != nil {
+					t.Skipf("no loss injector: %v", err)
+				}
+				injB, err := rxelab.NewLoss(b.Name(), []string{vb.Name}, loss)
+				if err != nil {
+					inj.Close()
+					t.Skipf("no loss injector: %v", err)
+				}
+				defer injB.Close()
+				defer inj.Close()
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), caseTimeout)
+			res, err := rocectlPerf(ctx, p, "write-bw", "udp", "-s", strconv.Itoa(bwSize), "-n", strconv.Itoa(iters), "--report_gbits")
+			cancel()
+			if err != nil {
+				t.Fatalf("loss %v: %v", loss, err)
+			}
+			if res.client.BW == nil || res.client.BW.BWAvg <= 0 {
+				t.Fatalf("loss %v: no bandwidth figure: %+v", loss, res.client)
+			}
+			line := fmt.Sprintf("round %d, loss %.0f %%: %.2f Gb/s (path MTU %d)", r, loss*100, res.client.BW.BWAvg, res.client.MTU)
+			if inj != nil {
+				passed, dropped, err := inj.Counts()
+				if err == nil && res.client.MTU > 0 {
+					need := float64(iters) * float64((bwSize+res.client.MTU-1)/res.client.MTU)
+					line += fmt.Sprintf(", %d frames dropped, %.2f request frames on the wire per frame needed", dropped, float64(passed+dropped)/need)
+				}
+				lossy = append(lossy, res.client.BW.BWAvg)
+			} else {
+				clean = append(clean, res.client.BW.BWAvg)
+			}
+			t.Log(line)
+		}
+	}
+	mc, ml := median(clean), median(lossy)
+	fmt.Printf("rocectl perf write-bw -s %d -n %d over the UDP link between namespaces (veth MTU %d), median of %d: lossless %.2f Gb/s, 1%% loss %.2f Gb/s, ratio %.2f\n",
+		bwSize, iters, vethMTU, *lossRounds, mc, ml, ml/mc)
+}

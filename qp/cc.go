@@ -1,0 +1,273 @@
+package qp
+
+import (
+	"time"
+
+	"github.com/goroce/goroce/ib"
+)
+
+// sendWindow bounds what an RC requester has in flight when loss appears,
+// and recovers from a lost retransmission, NAK or tail packet sooner than
+// the local ACK timeout.
+//
+// Go-back-N makes every loss cost what is in flight behind the lost packet:
+// the responder drops it all and it is sent again, so a window fuller than
+// the path (a standing queue) is resent whole. When a sequence-error NAK or
+// a response gap starts a go-back-N episode, the window falls to what the
+// path holds without a queue, window × minRTT/sRTT (half the window before
+// the first round-trip sample), never below minWindow; it grows by one per
+// window of acknowledged PSNs (additive increase, multiplicative decrease,
+// in the spirit of TCP and DCQCN). A timeout or probe drops it to one PSN,
+// from which it grows back by what each ACK covers (slow start) to where the
+// loss left it. Without loss it stays at the full requester window
+// (RXE_MAX_UNACKED_PSNS), so a lossless stream sends exactly what it sent
+// without it. The PSN sequence stays go-back-N: new PSNs leave in order and
+// a resend starts at the first unacknowledged one, as an rxe responder
+// expects; READ and atomic credits (max_rd_atomic) are counted as before.
+//
+// A responder NAKs a gap once, so a lost NAK, a lost first resend or a lost
+// last packet leaves nothing to provoke another: the requester would wait
+// for the local ACK timeout (67 ms at the usual 14). The probe timer, a few
+// smoothed round trips, resends the first unacknowledged PSN (with AckReq)
+// instead: the responder either accepts it, or, holding it already, ACKs
+// again everything it has. Probes back off, never count as retries and never
+// move the local ACK timeout, which keeps its IB meaning (retry_cnt).
+//
+// No probe is sent while a READ is outstanding. Its responses stream at the
+// responder's pace, not one per round trip, so a gap between them says
+// nothing of loss; and resending a READ request, or anything the probe's
+// go-back-N reaches behind it, makes the responder stream the rest of the
+// READ again (rxe replays a duplicate READ from its PSN). That costs the whole
+// READ, not one packet, and the replay outlives the READ's completion: an
+// application that deregisters or reuses the region once the READ completes
+// turns the replay into a remote access error that moves the responder's
+// QP to the error state, so the connection dies while nothing was lost.
+// A response gap, a NAK or the local ACK timeout recovers a lost READ.
+type sendWindow struct {
+	cwnd     int32 // PSNs that may be outstanding; 0 means maxWindow
+	ssthresh int32 // slow start ends here; 0 means maxWindow
+	acked    int32 // PSNs acknowledged toward the next additive increase
+
+	// One round-trip sample at a time, from a PSN sent once (Karn).
+	sampling  bool
+	samplePSN ib.PSN
+	sampleAt  time.Duration
+	srtt      time.Duration // 0 until the first sample
+	rttvar    time.Duration
+	minRTT    time.Duration // the path without a queue
+
+	probeArmed bool
+	probeAt    time.Duration
+	probes     uint8         // unanswered probes since the last progress
+	since      time.Duration // when the probes' wait began
+
+	// The window and requester position before a probe, restored if the
+	// first ACK after it covers more than the probed PSN: the path was
+	// slow, nothing was lost, and what was in flight need not be resent.
+	undo                   bool
+	undoPSN                ib.PSN
+	undoCwnd, undoSsthresh int32
+	undoReqPSN             ib.PSN
+	undoIdx, undoOff       uint32
+}
+
+const (
+	// maxWindow is rxe's requester bound: a PSN more than
+	// RXE_MAX_UNACKED_PSNS past the first unacknowledged one waits.
+	maxWindow = maxUnackedPSNs + 1
+	// minWindow is the least a loss leaves: small enough to bound the
+	// resend after it (two 64 KiB messages at MTU 4096), large enough that a
+	// software path, whose round trip is mostly scheduling, is not left idle.
+	minWindow = 32
+	// minProbe is the shortest probe timeout, above the scheduling noise
+	// of a software path.
+	minProbe  = 200 * time.Microsecond
+	maxProbes = 5
+	// probeSpan bounds the probes' wait after the last progress; beyond
+	// it the local ACK timeout alone acts, so a dead peer costs a few
+	// packets in its first milliseconds and no timer wake-ups after.
+	probeSpan = 8 * time.Millisecond
+)
+
+// window returns the PSNs that may be outstanding.
+func (w *sendWindow) window() int32 {
+	if w.cwnd == 0 {
+		return maxWindow
+	}
+	return w.cwnd
+}
+
+func (w *sendWindow) threshold() int32 {
+	if w.ssthresh == 0 {
+		return maxWindow
+	}
+	return w.ssthresh
+}
+
+// onSend notes a request packet at psn; fresh says it was never sent before.
+func (w *sendWindow) onSend(now time.Duration, psn ib.PSN, fresh bool) {
+	if fresh && !w.sampling {
+		w.sampling, w.samplePSN, w.sampleAt = true, psn, now
+	}
+}
+
+// onAck grows the window by n acknowledged PSNs, the first unacknowledged
+// PSN now being psn, and takes a round-trip sample. It reports a probe
+// found spurious, whose window it has restored.
+func (w *sendWindow) onAck(now time.Duration, psn ib.PSN, n int32) (spurious bool) {
+	w.probes = 0
+	if w.undo {
+		w.undo = false
+		if ib.PSNDiff(psn, w.undoPSN) > 1 {
+			w.cwnd, w.ssthresh, w.acked = w.undoCwnd, w.undoSsthresh, 0
+			return true
+		}
+	}
+	if w.sampling && ib.PSNDiff(psn, w.samplePSN) > 0 {
+		w.sampling = false
+		w.rttSample(now - w.sampleAt)
+	}
+	c := w.window()
+	if c >= maxWindow {
+		return false
+	}
+	if th := w.threshold(); c < th {
+		c = min(c+n, th) // slow start
+	} else if w.acked += n; w.acked >= c {
+		w.acked -= c
+		c++
+	}
+	w.set(c)
+	return false
+}
+
+func (w *sendWindow) set(c int32) {
+	if c >= maxWindow {
+		w.cwnd, w.ssthresh, w.acked = 0, 0, 0
+		return
+	}
+	w.cwnd = max(c, 1)
+}
+
+// onLoss narrows the window at the start of a go-back-N episode to what
+// the path holds without a queue, window × minRTT/sRTT (half the window
+// before the first round-trip sample), at least minWindow; a timeout or
+// probe drops it to one PSN and slow start brings it back there. A loss
+// during slow start lowers where slow start ends, never raises it.
+func (w *sendWindow) onLoss(timeout bool) {
+	w.sampling = false
+	w.undo = false
+	c := w.window()
+	next := c / 2
+	if w.srtt > 0 && w.minRTT > 0 {
+		next = int32(int64(c) * int64(w.minRTT) / int64(w.srtt))
+	}
+	next = min(max(next, minWindow), max(c, w.threshold()))
+	w.acked = 0
+	if timeout {
+		w.set(1)
+	} else {
+		w.set(min(next, c))
+	}
+	if next < maxWindow {
+		w.ssthresh = next
+	}
+}
+
+func (w *sendWindow) rttSample(r time.Duration) {
+	if r <= 0 {
+		r = 1
+	}
+	if w.minRTT == 0 || r < w.minRTT {
+		w.minRTT = r
+	}
+	if w.srtt == 0 {
+		w.srtt, w.rttvar = r, r/2
+		return
+	}
+	d := w.srtt - r
+	if d < 0 {
+		d = -d
+	}
+	w.rttvar += (d - w.rttvar) / 4
+	w.srtt += (r - w.srtt) / 8
+}
+
+// probeTimeout is the wait for progress before a probe, or 0 for none.
+func (w *sendWindow) probeTimeout(rto time.Duration) time.Duration {
+	if w.srtt == 0 || rto == 0 || w.probes >= maxProbes {
+		return 0
+	}
+	p := max(w.srtt+4*w.rttvar, minProbe) << w.probes
+	if p >= rto/2 {
+		return 0
+	}
+	return p
+}
+
+// armProbe (re)starts the probe timer while PSNs are outstanding.
+func (q *QP) armProbe(now time.Duration) {
+	c := &q.comp
+	c.win.probeArmed = false
+	if q.req.rnrWait || q.req.readsOut > 0 || ib.PSNDiff(q.req.maxPSN, c.psn) <= 0 {
+		return
+	}
+	p := c.win.probeTimeout(q.rto)
+	if p == 0 {
+		return
+	}
+	if c.win.probes == 0 {
+		c.win.since = now
+	}
+	if now+p-c.win.since > probeSpan {
+		return
+	}
+	c.win.probeArmed, c.win.probeAt = true, now+p
+	q.watchTimers(c.win.probeAt)
+}
+
+// probe resends from the first unacknowledged PSN when nothing came back
+// for a probe timeout. It starts a go-back-N episode with a window of one
+// PSN, so a probe that finds the path merely slow costs one packet, and
+// the window it had comes back with the ACK that shows so.
+func (q *QP) probe(now time.Duration) {
+	c := &q.comp
+	c.win.probeArmed = false
+	if q.typ != RC || (q.state != StateRTS && q.state != StateSQD) || q.req.rnrWait || q.req.readsOut > 0 {
+		return
+	}
+	if ib.PSNDiff(q.req.maxPSN, c.psn) <= 0 || q.sqHead == q.sqTail {
+		return
+	}
+	q.e.stats.Probes++
+	// Only the first probe of an episode, taken while no go-back-N is
+	// pending, records what to restore.
+	w := &c.win
+	if !w.undo && w.probes == 0 && !q.req.needRetry {
+		w.undoCwnd, w.undoSsthresh = w.cwnd, w.ssthresh
+		w.undoReqPSN, w.undoIdx, w.undoOff = q.req.psn, q.req.idx, q.req.off
+		w.undo = true
+	}
+	undo := w.undo
+	w.onLoss(true)
+	w.undo, w.undoPSN = undo, c.psn
+	c.win.probes++
+	q.req.needRetry = true
+	c.startedRetry = true
+	c.retryFrom = c.psn
+	q.armProbe(now)
+	q.e.schedule(q)
+}
+
+// resumeAfterProbe puts the requester back where it was before a probe the
+// responder answered with an ACK past the probed PSN: nothing after it was
+// lost, so nothing after it is resent.
+func (q *QP) resumeAfterProbe() {
+	w := &q.comp.win
+	if ib.PSNDiff(w.undoReqPSN, q.comp.psn) < 0 || ib.PSNDiff(w.undoReqPSN, q.req.maxPSN) > 0 {
+		return // acknowledged past it already: syncReq moves the requester
+	}
+	q.req.psn, q.req.idx, q.req.off = w.undoReqPSN, w.undoIdx, w.undoOff
+	q.req.needRetry = false
+	q.comp.startedRetry = false
+}
