@@ -69,7 +69,7 @@ func TestLoss(t *testing.T) {
 		c := goHostCase{fn: 1, sizes: []int{64, 5000, 100000}, rpcs: 4, rpcTimeout: 30 * time.Second}
 		remote := netip.AddrPortFrom(g.Addr, mrsp.ServerPort)
 		for attempt := 1; ; attempt++ {
-			err := goHostAgainstCServer(t, g, dev, remote, c)
+			_, err := goHostAgainstCServer(g, dev, remote, c)
 			if err == nil {
 				t.Logf("verified (attempt %d)", attempt)
 				break
@@ -93,23 +93,29 @@ func TestLoss(t *testing.T) {
 
 // goHostAgainstCServer runs one goroce-host case against a fresh C NAA and
 // reports the server's output with any failure.
-func goHostAgainstCServer(t *testing.T, g *rxelab.Guest, dev *roce.Device, remote netip.AddrPort, c goHostCase) error {
+func goHostAgainstCServer(g *rxelab.Guest, dev *roce.Device, remote netip.AddrPort, c goHostCase) (note string, err error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	job := g.Start(ctx, guestServer)
-	var err error
 	for i := 0; i < 100; i++ {
-		if _, err = runGoHost(ctx, dev, remote, c, cServerPause); !errors.Is(err, mad.RejInvalidServiceID) {
+		// Until the server listens, the guest's CM rejects (INVALID_SERVICE_ID).
+		if note, err = runGoHost(ctx, dev, remote, c, cServerPause); !errors.Is(err, mad.RejInvalidServiceID) {
 			break
 		}
-		time.Sleep(300 * time.Millisecond)
+		select {
+		case <-job.Done():
+			err = fmt.Errorf("naaice_server exited before we connected: %w", err)
+		case <-time.After(300 * time.Millisecond):
+			continue
+		}
+		break
 	}
 	cancel()
 	stdout, stderr, _, _ := job.Wait()
 	if err != nil {
-		return fmt.Errorf("%w\nC NAA output (last 2 KB):\n%s", err, lastBytes(string(stdout)+string(stderr), 2048))
+		return "", fmt.Errorf("%w\ncounters %+v\nC NAA output (last 2 KB):\n%s", err, dev.Counters(), lastBytes(string(stdout)+string(stderr), 2048))
 	}
-	return nil
+	return note, nil
 }
 
 func lastBytes(s string, n int) string {

@@ -12,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/goroce/goroce/cm/mad"
 	nc "github.com/goroce/goroce/naaice"
 	"github.com/goroce/goroce/naaice/mrsp"
 	"github.com/goroce/goroce/roce"
@@ -134,34 +133,22 @@ func TestGoClientCServer(t *testing.T) {
 		{name: "4MiB", fn: 2, sizes: []int{64, 4 << 20}, rpcs: 2},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
-			defer cancel()
-			job := g.Start(ctx, guestServer)
-			defer func() {
-				cancel()
-				stdout, stderr, code, _ := job.Wait()
-				if t.Failed() {
-					t.Logf("naaice_server exit %d\n%s%s", code, stdout, stderr)
+			// The C NAA's lost wake-up (doc.go) can outlast the pause before
+			// an RPC on a loaded machine; that fault alone (every write of
+			// the host acknowledged, no answer) is rerun on a fresh server.
+			c.rpcTimeout = time.Minute
+			for attempt := 1; ; attempt++ {
+				note, err := goHostAgainstCServer(g, dev, remote, c)
+				if err == nil {
+					t.Logf("verified %d RPCs (attempt %d); disconnect: %s", c.rpcs, attempt, note)
+					return
 				}
-			}()
-			var err error
-			var note string
-			for i := 0; i < 100; i++ {
-				// Until the server listens, the guest's CM rejects (INVALID_SERVICE_ID).
-				note, err = runGoHost(ctx, dev, remote, c, cServerPause)
-				if !errors.Is(err, mad.RejInvalidServiceID) {
-					break
+				if attempt < 3 && errors.Is(err, errCServerStalled) {
+					t.Logf("attempt %d: %v; again with a fresh server", attempt, err)
+					continue
 				}
-				select {
-				case <-job.Done():
-					t.Fatal("naaice_server exited before we connected")
-				case <-time.After(300 * time.Millisecond):
-				}
+				t.Fatalf("goroce host: %v", err)
 			}
-			if err != nil {
-				t.Fatalf("goroce host: %v\ncounters %+v", err, dev.Counters())
-			}
-			t.Logf("verified %d RPCs; disconnect: %s", c.rpcs, note)
 		})
 	}
 }
