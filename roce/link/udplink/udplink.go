@@ -81,6 +81,7 @@ type Link struct {
 	rerr      error
 	recvFn    func(fd uintptr) bool // blocking attempt
 	tryRecvFn func(fd uintptr) bool // single non-blocking attempt
+	pollFn    func(fd uintptr)      // PollBatch's attempt (poll.go)
 
 	dlMu        sync.Mutex // orders context interrupts against their cleanup
 	waiting     bool       // a ReadBatch is blocked and may be interrupted
@@ -307,6 +308,7 @@ func (l *Link) initRecv(maxDatagram int) {
 		h.Control = &l.roob[i*oobSize]
 	}
 	l.tryRecvFn = l.tryRecv
+	l.pollFn = l.pollRecv
 	l.recvFn = l.recv
 	l.interruptFn = l.interrupt
 }
