@@ -166,6 +166,8 @@ type Device struct {
 	// Run to completion (poll.go).
 	rxPoll         link.Poller   // the link, if it can be read without blocking
 	busyPollWindow time.Duration // Options.BusyPoll; ≤ 0: no busy poll
+	window         atomic.Int64  // the current busy-poll window (adapts; ns)
+	rxAt           atomic.Int64  // when the receive goroutine last read frames (nowNs)
 	rxLinger       time.Duration // stand-by of the receive goroutine after a poll that found work
 	polling        atomic.Bool   // the poller role
 	pollAt         atomic.Int64  // when a poll last found work (nowNs)
@@ -247,6 +249,7 @@ func newDevice(l link.Link, opts Options, nl *netlinkWatch) (*Device, error) {
 		d.rxPoll = p
 	}
 	d.pollAt.Store(-int64(d.rxLinger)) // no poll yet: nothing to stand by for
+	d.window.Store(int64(opts.BusyPoll))
 	d.rxTimer = time.NewTimer(time.Hour)
 	d.rxTimer.Stop()
 	if d.port == 0 {
@@ -413,6 +416,7 @@ func (d *Device) receiveLoop() {
 			}
 			var n int
 			if n, err = d.rxPoll.PollBatch(d.rxFn); n > 0 {
+				d.rxAt.Store(d.nowNs())
 				d.flush()
 				continue
 			}

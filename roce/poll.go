@@ -30,7 +30,8 @@ import (
 // packets. It watches the link again when
 //   - a poller leaves without its completion (it is about to park, and its
 //     wake-up must come from somewhere),
-//   - a goroutine parks while nobody polls, or
+//   - goroutines are parked and nobody polls (a goroutine that parks while
+//     nobody polls also wakes it), or
 //   - the linger passes without a poll that found work.
 // A goroutine that parks while another polls is served by that poller, or
 // by the next one, or by the receive goroutine once the linger passes.
@@ -74,8 +75,11 @@ func (d *Device) rxStandBy() bool {
 			kicked = false
 			wait = d.rxLinger
 		} else {
+			// A goroutine parked with nobody polling waits for this
+			// one: the linger is for the next wait of a ping-pong, not
+			// for waits already parked.
 			idle := time.Duration(d.nowNs() - d.pollAt.Load())
-			if kicked || idle >= d.rxLinger {
+			if kicked || d.parked.Load() > 0 || idle >= d.rxLinger {
 				return true
 			}
 			wait = d.rxLinger - idle
@@ -98,10 +102,11 @@ func (d *Device) rxStandBy() bool {
 // window passes, ctx ends or the deadline passes. It reports whether cq
 // holds a completion; without the role it returns false at once.
 func (d *Device) busyPoll(cq *CQ, ctx context.Context, deadline time.Time) bool {
-	if !d.polling.CompareAndSwap(false, true) {
+	window := time.Duration(d.window.Load())
+	if window <= 0 || !d.polling.CompareAndSwap(false, true) {
 		return false
 	}
-	end := time.Now().Add(d.busyPollWindow)
+	end := time.Now().Add(window)
 	if !deadline.IsZero() && deadline.Before(end) {
 		end = deadline
 	}
@@ -134,15 +139,20 @@ func (d *Device) busyPoll(cq *CQ, ctx context.Context, deadline time.Time) bool 
 			runtime.Gosched()
 		}
 	}
+	if !got {
+		d.missed()
+	}
 	d.releasePoll(got, !got)
 	return got
 }
 
 // pollOnce is CQ.Poll's share of the work when the CQ is empty: one
 // non-blocking read of the link, with the engine run and a transmit pass
-// on what it found. It does nothing when another goroutine polls.
+// on what it found. It does nothing when another goroutine polls or the
+// busy-poll window is closed (see missed): a caller that spins on Poll
+// then spins on the completion count only, as without busy polling.
 func (d *Device) pollOnce() {
-	if d.rxPoll == nil || d.busyPollWindow <= 0 || !d.polling.CompareAndSwap(false, true) {
+	if d.rxPoll == nil || d.window.Load() <= 0 || !d.polling.CompareAndSwap(false, true) {
 		return
 	}
 	n, _ := d.rxPoll.PollBatch(d.pollFn)
@@ -152,6 +162,32 @@ func (d *Device) pollOnce() {
 	// The caller does not park: it may poll again or go on with other
 	// work, so an empty poll leaves the receive goroutine as it is.
 	d.releasePoll(n > 0, false)
+}
+
+// The busy-poll window adapts to how long completions take. A window that
+// passes without its completion halves the next one, down to nothing, so a
+// host too busy to answer within the window (other processes on every
+// CPU, a slow peer) does not pay for polling that does not pay off: its
+// waiters park at once, as without busy polling. A parked waiter whose
+// completion the receive goroutine read within the configured window
+// (Options.BusyPoll) of the wait's start shows that polling would have
+// caught it, and restores the window.
+
+// missed notes a busy-poll window that passed without its completion.
+func (d *Device) missed() {
+	w := d.window.Load() / 2
+	if w < int64(d.busyPollWindow)/16 {
+		w = 0
+	}
+	d.window.Store(w)
+}
+
+// parkedFor notes that a waiter which started waiting at start (nowNs)
+// parked and got its completion.
+func (d *Device) parkedFor(start int64) {
+	if d.window.Load() < int64(d.busyPollWindow) && d.rxAt.Load()-start <= int64(d.busyPollWindow) {
+		d.window.Store(int64(d.busyPollWindow))
+	}
 }
 
 // releasePoll gives the poller role back. A poll that found work keeps the

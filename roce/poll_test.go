@@ -132,3 +132,43 @@ func TestBusyPollEnds(t *testing.T) {
 		t.Fatalf("Wait on close = %v", err)
 	}
 }
+
+// Windows that pass without their completion close the busy-poll window; a
+// parked waiter whose completion was read within the configured window
+// opens it again.
+func TestBusyPollWindowAdapts(t *testing.T) {
+	da, _ := memPairPoll(t, 64*time.Microsecond)
+	full := int64(64 * time.Microsecond)
+	for i := 0; i < 8; i++ {
+		da.missed()
+	}
+	if w := da.window.Load(); w != 0 {
+		t.Fatalf("window %v after 8 misses, want closed", time.Duration(w))
+	}
+	start := da.nowNs()
+	da.rxAt.Store(start + full + 1)
+	da.parkedFor(start)
+	if w := da.window.Load(); w != 0 {
+		t.Fatalf("window %v after a completion read late, want closed", time.Duration(w))
+	}
+	da.rxAt.Store(start + full/2)
+	da.parkedFor(start)
+	if w := da.window.Load(); w != full {
+		t.Fatalf("window %v after a completion read in time, want %v", time.Duration(w), time.Duration(full))
+	}
+	// A closed window means no polling: a Wait parks and still ends.
+	for i := 0; i < 8; i++ {
+		da.missed()
+	}
+	cq, err := da.CreateCQ(4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wc [1]WorkCompletion
+	if n := cq.Poll(wc[:]); n != 0 {
+		t.Fatalf("Poll = %d", n)
+	}
+	if err := cq.WaitDeadline(time.Now().Add(time.Millisecond)); !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("WaitDeadline = %v", err)
+	}
+}

@@ -240,7 +240,9 @@ func (cq *CQ) wait(ctx context.Context, deadline time.Time) error {
 	if cq.closed.Load() || cq.d.closed.Load() {
 		return ErrClosed
 	}
+	start := int64(-1)
 	if d := cq.d; d.rxPoll != nil {
+		start = d.nowNs()
 		if d.busyPoll(cq, ctx, deadline) {
 			return nil
 		}
@@ -270,6 +272,9 @@ func (cq *CQ) wait(ctx context.Context, deadline time.Time) error {
 			return err
 		}
 		if cq.avail.Load() > 0 {
+			if start >= 0 {
+				cq.d.parkedFor(start)
+			}
 			return nil
 		}
 		if cq.closed.Load() {
