@@ -20,6 +20,7 @@ type counters struct {
 	retryExc, rnrExc     atomic.Uint64
 	cqOverflow           atomic.Uint64
 	timerWakes           atomic.Uint64 // timer goroutine rounds (tests: no polling)
+	polledPkts           atomic.Uint64 // frames a waiting goroutine read (tests: run to completion)
 }
 
 // Counters are the device's hardware counters. The first group has the

@@ -47,7 +47,18 @@ type Options struct {
 	Logger *slog.Logger
 	// TxBatch is the number of packets built per link write (default 32).
 	TxBatch int
-	// CQSpin is how long CQ.Wait polls before it parks (default 20µs).
+	// BusyPoll is how long a goroutine waiting for a completion (CQ.Wait,
+	// WaitDeadline, and the protocol calls built on them) polls before it
+	// parks (default 50µs; negative: park at once). On a link that can be
+	// read without blocking (link.Poller: the AF_XDP, kernel UDP and memory
+	// links) the waiter reads the link itself, runs the engine and
+	// transmits during the window, so a reply that comes within it costs
+	// no goroutine wake-up; one waiter per device polls, the others park.
+	// On other links the first waiter of a CQ watches its CQ.
+	BusyPoll time.Duration
+	// CQSpin is the former name of BusyPoll, used when BusyPoll is 0.
+	//
+	// Deprecated: use BusyPoll.
 	CQSpin time.Duration
 	// Fallback, if set, says why the link is not the one the caller asked
 	// for first (package netdev: why AF_XDP was not used). The device only
@@ -150,8 +161,21 @@ type Device struct {
 	closed  atomic.Bool
 	closeMu sync.Mutex
 	extra   []io.Closer // netlink watchers, owned by the device
-	cqSpin  time.Duration
-	ev      events // asynchronous event subscriptions, guarded by mu
+	ev      events      // asynchronous event subscriptions, guarded by mu
+
+	// Run to completion (poll.go).
+	rxPoll         link.Poller   // the link, if it can be read without blocking
+	busyPollWindow time.Duration // Options.BusyPoll; ≤ 0: no busy poll
+	window         atomic.Int64  // the current busy-poll window (adapts; ns)
+	rxAt           atomic.Int64  // when the receive goroutine last read frames (nowNs)
+	rxLinger       time.Duration // stand-by of the receive goroutine after a poll that found work
+	polling        atomic.Bool   // the poller role
+	pollAt         atomic.Int64  // when a poll last found work (nowNs)
+	parked         atomic.Int32  // goroutines in park
+	rxKick         chan struct{} // the receive goroutine must read the link
+	rxTimer        *time.Timer   // the receive goroutine's stand-by timer
+	pollPkt        ib.Packet
+	pollFn         func(frames [][]byte)
 }
 
 // Headroom budget: Ethernet + VLAN + IPv6 + UDP, rounded up.
@@ -202,19 +226,32 @@ func newDevice(l link.Link, opts Options, nl *netlinkWatch) (*Device, error) {
 	if opts.TxBatch <= 0 {
 		opts.TxBatch = 32
 	}
-	if opts.CQSpin == 0 {
-		opts.CQSpin = 20 * time.Microsecond
+	if opts.BusyPoll == 0 {
+		opts.BusyPoll = opts.CQSpin
+	}
+	if opts.BusyPoll == 0 {
+		opts.BusyPoll = defaultBusyPoll
 	}
 	d := &Device{
-		link:   l,
-		linfo:  l.Info(),
-		opts:   opts,
-		log:    opts.Logger,
-		start:  time.Now(),
-		port:   opts.Port,
-		kick:   make(chan struct{}, 1),
-		cqSpin: opts.CQSpin,
+		link:  l,
+		linfo: l.Info(),
+		opts:  opts,
+		log:   opts.Logger,
+		start: time.Now(),
+		port:  opts.Port,
+		kick:  make(chan struct{}, 1),
+
+		busyPollWindow: opts.BusyPoll,
+		rxLinger:       min(max(4*opts.BusyPoll, minRxLinger), maxRxLinger),
+		rxKick:         make(chan struct{}, 1),
 	}
+	if p, ok := l.(link.Poller); ok && opts.BusyPoll > 0 {
+		d.rxPoll = p
+	}
+	d.pollAt.Store(-int64(d.rxLinger)) // no poll yet: nothing to stand by for
+	d.window.Store(int64(opts.BusyPoll))
+	d.rxTimer = time.NewTimer(time.Hour)
+	d.rxTimer.Stop()
 	if d.port == 0 {
 		d.port = ib.RoCEv2Port
 	}
@@ -260,6 +297,10 @@ func newDevice(l link.Link, opts Options, nl *netlinkWatch) (*Device, error) {
 		d.slots[i].Headroom = txHeadroom
 	}
 	d.rxFn = func(frames [][]byte) { d.receiveBatch(frames, &d.pkt) }
+	d.pollFn = func(frames [][]byte) {
+		d.ctr.polledPkts.Add(uint64(len(frames)))
+		d.receiveBatch(frames, &d.pollPkt)
+	}
 	d.ctx, d.cancel = context.WithCancel(context.Background())
 	if nl != nil {
 		d.extra = append(d.extra, nl)
@@ -365,10 +406,33 @@ func (d *Device) lock() error {
 func (d *Device) receiveLoop() {
 	defer d.wg.Done()
 	for {
-		// Background, not d.ctx: a cancellable context costs the links an
-		// allocation per blocking read (context.AfterFunc); Close unblocks
-		// the read by closing the link instead.
-		_, err := d.link.ReadBatch(context.Background(), d.rxFn)
+		var err error
+		if d.rxPoll != nil {
+			// Run to completion (poll.go): stay out of the way of
+			// waiters that poll the link, and never hold the link
+			// while asleep.
+			if !d.rxStandBy() {
+				return
+			}
+			var n int
+			if n, err = d.rxPoll.PollBatch(d.rxFn); n > 0 {
+				d.rxAt.Store(d.nowNs())
+				d.flush()
+				continue
+			}
+			if err == nil {
+				err = d.rxPoll.WaitReadable(context.Background())
+				if err == nil {
+					continue
+				}
+			}
+		} else {
+			// Background, not d.ctx: a cancellable context costs the
+			// links an allocation per blocking read
+			// (context.AfterFunc); Close unblocks the read by closing
+			// the link instead.
+			_, err = d.link.ReadBatch(context.Background(), d.rxFn)
+		}
 		if err != nil {
 			if d.ctx.Err() != nil || errors.Is(err, link.ErrClosed) {
 				return

@@ -76,21 +76,35 @@
 // completion count; the completion path raises the count and then wakes the
 // longest waiting entry, one per completion. So no wake-up is lost, and as
 // many goroutines wake as there are completions, not all of them. A waiter
-// whose completion another goroutine took parks again. The first waiter of
-// a CQ spins for Options.CQSpin before it parks, for ping-pong latency;
-// further waiters park at once rather than spin on shared CPUs. Parked
+// whose completion another goroutine took parks again. Before it parks, a
+// waiter busy-polls for Options.BusyPoll (see below); further waiters park
+// at once rather than spin on shared CPUs. Parked
 // waiters are recycled entries with their own channel and timer, so waiting
 // allocates nothing. CQ.Ready is a one-value channel for select loops over
 // several CQs: a value goes to one receiver, which polls the CQ empty.
 //
 // Every blocking wait of the device goes through one function,
 // Device.park: "wait for progress on this object, bounded by a context or
-// a deadline". Today progress is made by the receive and timer goroutines
-// and park simply sleeps. A run-to-completion data path plugs in there: the
-// waiting goroutine itself reads the link, runs the engine and transmits
-// for a bounded busy-poll window, and parks only when the window passes
-// without progress, leaving the background goroutines for progress that
-// nobody waits on. Callers of Wait, WaitDeadline and the protocol calls
+// a deadline".
+//
+// # Run to completion
+//
+// On a link that can be read without blocking (link.Poller: the AF_XDP,
+// kernel UDP and memory links), the goroutine that waits does the device's
+// work: CQ.Wait and WaitDeadline first take the device's poller role and,
+// for the busy-poll window (Options.BusyPoll, default 50µs), read the link
+// without blocking, run the engine on what arrived and transmit what that
+// produced, until their CQ holds a completion; CQ.Poll on an empty CQ does
+// one such round. A reply that arrives within the window thus costs no
+// goroutine wake-up, which is what ping-pong latency is made of. One
+// goroutine polls a device at a time; other waiters park at once, and the
+// poller's engine runs wake them, one per completion, as before. When the
+// window passes, the waiter hands the link back to the receive goroutine
+// and parks. The receive goroutine remains for progress nobody waits on: it
+// stands by while waiters poll and for a short linger after a poll that
+// found work, and otherwise sleeps until the link is readable. Busy polling
+// happens only while a goroutine waits, and only for the window, so an idle
+// device uses no CPU. Callers of Wait, WaitDeadline and the protocol calls
 // built on them do not change.
 //
 // # Asynchronous events

@@ -179,10 +179,14 @@ func (d *Device) CreateCQ(cqe int) (*CQ, error) {
 // Poll moves up to len(wc) completions into wc, oldest first, and returns how
 // many (ibv_poll_cq). It never blocks.
 func (cq *CQ) Poll(wc []WorkCompletion) int {
-	if cq.avail.Load() <= 0 {
-		return 0
-	}
 	d := cq.d
+	if cq.avail.Load() <= 0 {
+		// Run to completion: read the link, if nobody else does.
+		d.pollOnce()
+		if cq.avail.Load() <= 0 {
+			return 0
+		}
+	}
 	d.mu.Lock()
 	n := cq.cq.Poll(wc)
 	cq.avail.Add(int64(-n))
@@ -236,9 +240,16 @@ func (cq *CQ) wait(ctx context.Context, deadline time.Time) error {
 	if cq.closed.Load() || cq.d.closed.Load() {
 		return ErrClosed
 	}
-	// Spinning pays off for one latency-bound waiter; a second spinner on
-	// two CPUs would only steal the cycles the device needs.
-	if spin := cq.d.cqSpin; spin > 0 && cq.spinning.CompareAndSwap(false, true) {
+	start := int64(-1)
+	if d := cq.d; d.rxPoll != nil {
+		start = d.nowNs()
+		if d.busyPoll(cq, ctx, deadline) {
+			return nil
+		}
+	} else if spin := d.busyPollWindow; spin > 0 && cq.spinning.CompareAndSwap(false, true) {
+		// Spinning pays off for one latency-bound waiter; a second
+		// spinner on two CPUs would only steal the cycles the device
+		// needs.
 		ok := cq.spin(spin)
 		cq.spinning.Store(false)
 		if ok {
@@ -261,6 +272,9 @@ func (cq *CQ) wait(ctx context.Context, deadline time.Time) error {
 			return err
 		}
 		if cq.avail.Load() > 0 {
+			if start >= 0 {
+				cq.d.parkedFor(start)
+			}
 			return nil
 		}
 		if cq.closed.Load() {

@@ -132,10 +132,14 @@ func (q *waitQueue) wakeAll() {
 // progress on an object it cares about; the caller has queued w on that
 // object's waitQueue and checked for progress after queueing, so a wake-up
 // between the check and the park is kept in w.ch. A run-to-completion data
-// path plugs in here: instead of sleeping at once, the waiting goroutine
-// reads the link, runs the engine and transmits for a bounded busy-poll
-// window, and parks only when that window passes without its wake-up.
+// path has run before: the waiting goroutine read the link, ran the engine
+// and transmitted for a bounded busy-poll window (Device.busyPoll); here it
+// tells the receive goroutine that a parked goroutine needs the link read.
 func (d *Device) park(ctx context.Context, w *waiter, deadline time.Time) error {
+	if d.rxPoll != nil {
+		d.parking()
+		defer d.parked.Add(-1)
+	}
 	var timeout <-chan time.Time
 	if !deadline.IsZero() {
 		dur := time.Until(deadline)

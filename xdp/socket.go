@@ -114,6 +114,7 @@ type Socket struct {
 	zeroCopy   bool
 	needWakeup bool
 	sg         bool
+	busyPoll   bool // SetBusyPoll succeeded
 
 	oversize uint64 // frames dropped by Receive: more segments than asked for
 	received uint64 // frames handed out by Receive

@@ -34,6 +34,27 @@ type Link interface {
 	Close() error
 }
 
+// Poller is implemented by links that can be read without blocking. A
+// device uses it to run to completion: the goroutine waiting for a
+// completion reads the link itself, runs the transport and transmits,
+// instead of sleeping until a receive goroutine wakes it; its receive
+// goroutine waits with WaitReadable and reads with PollBatch, so it never
+// holds the link while it sleeps.
+type Poller interface {
+	// PollBatch is ReadBatch without the wait: it calls fn once with the
+	// frames already queued, up to the same link-defined number, and
+	// returns how many; it returns 0 at once, without calling fn, when
+	// nothing is queued or another goroutine is reading the link (a
+	// ReadBatch blocked waiting for frames included). The frames are valid
+	// only during fn. A closed link returns ErrClosed.
+	PollBatch(fn func(frames [][]byte)) (int, error)
+	// WaitReadable blocks until frames may be queued, ctx is done (its
+	// error) or the link is closed (ErrClosed). It takes nothing and holds
+	// nothing a reader needs, so PollBatch may run while it blocks; it may
+	// return when another goroutine has taken the frames meanwhile.
+	WaitReadable(ctx context.Context) error
+}
+
 // Kinds reported in Info.Kind.
 const (
 	KindAFXDP = "afxdp"

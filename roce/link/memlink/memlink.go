@@ -51,12 +51,18 @@ type Link struct {
 	timer  *time.Timer
 	taken  [][]byte
 
+	waitMu    sync.Mutex // serializes WaitReadable, which owns waitTimer
+	waitTimer *time.Timer
+
 	closeOnce  sync.Once
 	closed     chan struct{}
 	peerClosed chan struct{}
 }
 
-var _ link.Link = (*Link)(nil)
+var (
+	_ link.Link   = (*Link)(nil)
+	_ link.Poller = (*Link)(nil)
+)
 
 // Pair returns two connected ends: frames written on a are read on b
 // through a pipe configured by cfgAtoB, and the reverse through cfgBtoA.
@@ -89,10 +95,12 @@ func PairWithOptions(opts Options) (a, b *Link) {
 	mk := func(name string, mac net.HardwareAddr, rx, tx *queue) *Link {
 		t := time.NewTimer(time.Hour)
 		t.Stop()
+		wt := time.NewTimer(time.Hour)
+		wt.Stop()
 		return &Link{
 			name: name, mac: mac, mtu: opts.MTU, batch: opts.MaxBatch, clock: clk,
 			rx: rx, tx: tx, timer: t, taken: make([][]byte, 0, opts.MaxBatch),
-			closed: make(chan struct{}),
+			waitTimer: wt, closed: make(chan struct{}),
 		}
 	}
 	a, b = mk("mem-a", opts.HardwareAddrA, ba, ab), mk("mem-b", opts.HardwareAddrB, ab, ba)
@@ -142,6 +150,78 @@ func (l *Link) ReadBatch(ctx context.Context, fn func(frames [][]byte)) (int, er
 		case <-timerC:
 		}
 		l.timer.Stop()
+	}
+}
+
+// PollBatch calls fn with up to MaxBatch frames that are due now and
+// returns how many, without waiting: 0 when none is due or another
+// goroutine is reading (a ReadBatch waiting for frames included).
+func (l *Link) PollBatch(fn func(frames [][]byte)) (int, error) {
+	if !l.readMu.TryLock() {
+		select {
+		case <-l.closed:
+			return 0, link.ErrClosed
+		default:
+			return 0, nil
+		}
+	}
+	defer l.readMu.Unlock()
+	select {
+	case <-l.closed:
+		return 0, link.ErrClosed
+	default:
+	}
+	q := l.rx
+	q.mu.Lock()
+	l.taken = q.pipe.Take(l.clock.now(), l.batch, l.taken[:0])
+	q.mu.Unlock()
+	n := len(l.taken)
+	if n == 0 {
+		return 0, nil
+	}
+	fn(l.taken)
+	q.mu.Lock()
+	q.pipe.Release(l.taken)
+	q.mu.Unlock()
+	return n, nil
+}
+
+// WaitReadable blocks until a frame is due, ctx ends or the link closes.
+// It takes nothing, so PollBatch may run meanwhile; it may return after
+// another reader took the frames that woke it.
+func (l *Link) WaitReadable(ctx context.Context) error {
+	l.waitMu.Lock()
+	defer l.waitMu.Unlock()
+	q := l.rx
+	for {
+		select {
+		case <-l.closed:
+			return link.ErrClosed
+		default:
+		}
+		q.mu.Lock()
+		now := l.clock.now()
+		due, pending := q.pipe.NextDue()
+		q.mu.Unlock()
+		if pending && due <= now {
+			return nil
+		}
+		var timerC <-chan time.Time
+		if pending && l.clock.manual == nil {
+			l.waitTimer.Reset(due - now)
+			timerC = l.waitTimer.C
+		}
+		select {
+		case <-ctx.Done():
+			l.waitTimer.Stop()
+			return ctx.Err()
+		case <-l.closed:
+			l.waitTimer.Stop()
+			return link.ErrClosed
+		case <-q.notify:
+		case <-timerC:
+		}
+		l.waitTimer.Stop()
 	}
 }
 

@@ -97,6 +97,7 @@ type Link struct {
 	rerr      error
 	recvFn    func(fd uintptr) bool // blocking attempt
 	tryRecvFn func(fd uintptr) bool // single non-blocking attempt
+	pollFn    func(fd uintptr)      // PollBatch's attempt (poll.go)
 
 	dlMu        sync.Mutex // orders context interrupts against their cleanup
 	waiting     bool       // a ReadBatch is blocked and may be interrupted
@@ -329,6 +330,7 @@ func (l *Link) initRecv(bufSize int) {
 		h.Control = &l.roob[i*oobSize]
 	}
 	l.tryRecvFn = l.tryRecv
+	l.pollFn = l.pollRecv
 	l.recvFn = l.recv
 	l.interruptFn = l.interrupt
 }

@@ -17,7 +17,10 @@ import (
 	"github.com/goroce/goroce/xdp"
 )
 
-var _ link.Link = (*Link)(nil)
+var (
+	_ link.Link   = (*Link)(nil)
+	_ link.Poller = (*Link)(nil)
+)
 
 // ErrClosed is returned by a closed Link.
 var ErrClosed = link.ErrClosed
@@ -47,6 +50,14 @@ type Options struct {
 	Batch int
 	// Attach selects driver or generic XDP (default: driver, then generic).
 	Attach bpf.AttachMode
+	// BusyPoll, if positive, turns on preferred busy polling on every
+	// socket (xdp.Socket.SetBusyPoll, Linux 5.11) for this long per system
+	// call, and PollBatch then busy-polls the device when the rings are
+	// empty. Where the kernel lacks it, the link works without it and
+	// BusyPolling reports why.
+	BusyPoll time.Duration
+	// BusyPollBudget is the most frames one busy poll handles (0: 64).
+	BusyPollBudget int
 }
 
 // ErrTxBusy is returned by WriteBatch (inside a link.FrameError) when the
@@ -79,12 +90,18 @@ type Link struct {
 	efdMu   sync.RWMutex
 	efd     int // eventfd that wakes a blocked ReadBatch
 
+	busyPoll    bool  // every socket busy-polls
+	busyPollErr error // why Options.BusyPoll is not in effect
+
 	rxMu   sync.Mutex
 	rx     []rxQueue
 	pfds   []unix.PollFd // one per socket, then the eventfd
 	frames [][]byte
 
 	txMu sync.Mutex
+
+	waitMu sync.Mutex    // serializes WaitReadable, which owns wpfds
+	wpfds  []unix.PollFd // WaitReadable's copy of pfds
 }
 
 // Open takes over receive queue(s) of ifname: it loads the steering
@@ -150,6 +167,18 @@ func Open(ifname string, opts Options) (_ *Link, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("xdplink: attaching to %s: %w", ifname, err)
 	}
+	if opts.BusyPoll > 0 {
+		l.busyPoll = true
+		for _, s := range l.socks {
+			if err := s.SetBusyPoll(opts.BusyPoll, opts.BusyPollBudget); err != nil {
+				if !errors.Is(err, xdp.ErrNotSupported) {
+					return nil, fmt.Errorf("xdplink: %w", err)
+				}
+				l.busyPoll, l.busyPollErr = false, err
+				break
+			}
+		}
+	}
 	l.efd, err = unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
 	if err != nil {
 		return nil, fmt.Errorf("xdplink: eventfd: %w", err)
@@ -163,6 +192,7 @@ func Open(ifname string, opts Options) (_ *Link, err error) {
 		l.pfds = append(l.pfds, unix.PollFd{Fd: int32(s.FD()), Events: unix.POLLIN})
 	}
 	l.pfds = append(l.pfds, unix.PollFd{Fd: int32(l.efd), Events: unix.POLLIN})
+	l.wpfds = append([]unix.PollFd(nil), l.pfds...)
 	l.frames = make([][]byte, opts.Batch*len(l.socks))
 	return l, nil
 }
@@ -198,8 +228,10 @@ func (l *Link) Close() error {
 	}
 	l.wake()
 	l.rxMu.Lock()
+	l.waitMu.Lock()
 	l.txMu.Lock()
 	defer l.rxMu.Unlock()
+	defer l.waitMu.Unlock()
 	defer l.txMu.Unlock()
 	return l.free()
 }
@@ -226,30 +258,9 @@ func (l *Link) ReadBatch(ctx context.Context, fn func(frames [][]byte)) (int, er
 		if l.closed.Load() {
 			return 0, ErrClosed
 		}
-		k, took := 0, false
-		for i := range l.rx {
-			q := &l.rx[i]
-			q.n = q.sock.Receive(q.descs)
-			if q.n > 0 {
-				took = true
-				k = q.collect(l.frames, k)
-			}
-		}
-		if took {
-			if k > 0 {
-				fn(l.frames[:k])
-			}
-			for i := range l.rx {
-				q := &l.rx[i]
-				if q.n > 0 {
-					q.sock.Release(q.descs[:q.n])
-					q.n = 0
-				}
-			}
-			clear(l.frames[:k])
-			if k > 0 {
-				return k, nil
-			}
+		if k, took := l.receive(fn); k > 0 {
+			return k, nil
+		} else if took {
 			continue
 		}
 		if err := ctx.Err(); err != nil {
@@ -259,6 +270,67 @@ func (l *Link) ReadBatch(ctx context.Context, fn func(frames [][]byte)) (int, er
 			return 0, err
 		}
 	}
+}
+
+// PollBatch hands fn the frames already in the RX rings, up to
+// Options.Batch per queue, without waiting: it returns 0 when the rings are
+// empty or another goroutine is reading (a ReadBatch blocked in poll(2)
+// included). The frames are valid only during fn.
+func (l *Link) PollBatch(fn func(frames [][]byte)) (int, error) {
+	if !l.rxMu.TryLock() {
+		if l.closed.Load() {
+			return 0, ErrClosed
+		}
+		return 0, nil
+	}
+	defer l.rxMu.Unlock()
+	for {
+		if l.closed.Load() {
+			return 0, ErrClosed
+		}
+		k, took := l.receive(fn)
+		if !took && l.busyPoll {
+			// Empty rings: let the kernel run the device's poll in this
+			// thread, then look once more.
+			for i := range l.rx {
+				l.rx[i].sock.BusyPoll()
+			}
+			k, took = l.receive(fn)
+		}
+		if k > 0 || !took {
+			return k, nil
+		}
+		// Only unusable descriptors were taken: look again.
+	}
+}
+
+// receive takes what the RX rings hold, hands the frames to fn and gives
+// the chunks back to the fill rings. It reports how many frames fn got and
+// whether any descriptor was taken. Called with rxMu held.
+func (l *Link) receive(fn func(frames [][]byte)) (k int, took bool) {
+	for i := range l.rx {
+		q := &l.rx[i]
+		q.n = q.sock.Receive(q.descs)
+		if q.n > 0 {
+			took = true
+			k = q.collect(l.frames, k)
+		}
+	}
+	if !took {
+		return 0, false
+	}
+	if k > 0 {
+		fn(l.frames[:k])
+	}
+	for i := range l.rx {
+		q := &l.rx[i]
+		if q.n > 0 {
+			q.sock.Release(q.descs[:q.n])
+			q.n = 0
+		}
+	}
+	clear(l.frames[:k])
+	return k, true
 }
 
 // collect appends the frames of q's n descriptors to frames[k:]: single-chunk
@@ -289,31 +361,52 @@ func (q *rxQueue) collect(frames [][]byte, k int) int {
 	return k
 }
 
+// WaitReadable blocks in poll(2) until an RX ring holds frames, the link is
+// closed or ctx is done. It takes nothing and does not hold the receive
+// state, so PollBatch may run meanwhile.
+func (l *Link) WaitReadable(ctx context.Context) error {
+	l.waitMu.Lock()
+	defer l.waitMu.Unlock()
+	if l.closed.Load() {
+		return ErrClosed
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	return l.pollWait(ctx, l.wpfds)
+}
+
 // wait blocks in poll(2) until a socket is readable, the link is closed or
 // ctx is done.
 func (l *Link) wait(ctx context.Context) error {
+	return l.pollWait(ctx, l.pfds)
+}
+
+func (l *Link) pollWait(ctx context.Context, pfds []unix.PollFd) error {
 	if ctx.Done() != nil {
 		stop := context.AfterFunc(ctx, l.wake)
 		defer stop()
 	}
-	ev := &l.pfds[len(l.pfds)-1]
+	ev := &pfds[len(pfds)-1]
 	for {
-		for i := range l.pfds {
-			l.pfds[i].Revents = 0
+		for i := range pfds {
+			pfds[i].Revents = 0
 		}
-		_, err := unix.Poll(l.pfds, -1)
+		_, err := unix.Poll(pfds, -1)
 		if err == unix.EINTR {
 			continue
 		}
 		if err != nil {
 			return fmt.Errorf("xdplink: poll: %w", err)
 		}
+		// A closed link keeps its wake-up pending, so that ReadBatch and
+		// WaitReadable both return.
+		if l.closed.Load() {
+			return ErrClosed
+		}
 		if ev.Revents != 0 {
 			var b [8]byte
 			unix.Read(l.efd, b[:])
-		}
-		if l.closed.Load() {
-			return ErrClosed
 		}
 		if err := ctx.Err(); err != nil {
 			return err
@@ -405,6 +498,10 @@ func (l *Link) HardwareAddr() net.HardwareAddr { return l.mac }
 
 // Info describes the link: frames are exactly what was on the wire.
 func (l *Link) Info() link.Info { return link.Info{Kind: link.KindAFXDP, Name: l.ifname} }
+
+// BusyPolling reports whether the sockets busy-poll (Options.BusyPoll),
+// and if it was asked for but is not in effect, why.
+func (l *Link) BusyPolling() (bool, error) { return l.busyPoll, l.busyPollErr }
 
 // Socket returns the AF_XDP socket that transmits (the first queue's), for
 // statistics.
