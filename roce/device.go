@@ -176,6 +176,7 @@ type Device struct {
 	rxTimer        *time.Timer   // the receive goroutine's stand-by timer
 	pollPkt        ib.Packet
 	pollFn         func(frames [][]byte)
+	pollEmpty      atomic.Uint32 // pollOnce calls that found nothing: when to yield
 }
 
 // Headroom budget: Ethernet + VLAN + IPv6 + UDP, rounded up.

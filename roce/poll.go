@@ -31,10 +31,12 @@ import (
 //   - a poller leaves without its completion (it is about to park, and its
 //     wake-up must come from somewhere),
 //   - goroutines are parked and nobody polls (a goroutine that parks while
-//     nobody polls also wakes it), or
+//     nobody polls wakes it, and so does a poller that leaves while
+//     goroutines are parked),
+//   - the busy-poll window is closed (see missed), or
 //   - the linger passes without a poll that found work.
-// A goroutine that parks while another polls is served by that poller, or
-// by the next one, or by the receive goroutine once the linger passes.
+// A goroutine that parks while another polls is served by that poller
+// until it leaves, then by the receive goroutine.
 
 // defaultBusyPoll is the busy-poll window when Options.BusyPoll is 0: a few
 // round trips of a kernel UDP ping-pong on a loaded host.
@@ -78,8 +80,10 @@ func (d *Device) rxStandBy() bool {
 			// A goroutine parked with nobody polling waits for this
 			// one: the linger is for the next wait of a ping-pong, not
 			// for waits already parked.
+			// With the window closed (see missed) no waiter reads the
+			// link, CQ.Poll included: nothing to stand by for.
 			idle := time.Duration(d.nowNs() - d.pollAt.Load())
-			if kicked || d.parked.Load() > 0 || idle >= d.rxLinger {
+			if kicked || d.parked.Load() > 0 || idle >= d.rxLinger || d.window.Load() <= 0 {
 				return true
 			}
 			wait = d.rxLinger - idle
@@ -162,6 +166,15 @@ func (d *Device) pollOnce() {
 	// The caller does not park: it may poll again or go on with other
 	// work, so an empty poll leaves the receive goroutine as it is.
 	d.releasePoll(n > 0, false)
+	// A caller that spins on Poll (perftest's loop spins thousands of
+	// times before it waits) would otherwise hold its P through a
+	// syscall per call, and the goroutines that produce what it waits for
+	// (the peer's half of a loopback run, a receive goroutine woken by
+	// the network) could not run: that made the tail on a loaded host.
+	// Yield now and then, as busyPoll does.
+	if n == 0 && d.pollEmpty.Add(1)&3 == 0 {
+		runtime.Gosched()
+	}
 }
 
 // The busy-poll window adapts to how long completions take. A window that
@@ -191,16 +204,19 @@ func (d *Device) parkedFor(start int64) {
 }
 
 // releasePoll gives the poller role back. A poll that found work keeps the
-// receive goroutine standing by for the linger; a poller that is about to
-// park hands the link to it now. Goroutines parked meanwhile are served by
-// the next poller, which runs the engine for every QP, or by the receive
-// goroutine when the linger passes.
+// receive goroutine standing by for the linger, unless goroutines parked
+// meanwhile: their completions may come after this poller leaves, and
+// waiting for the linger (or for the next poller) to read them is what made
+// the tail. A poller that is about to park hands the link over too.
+//
+// parking (the parked side) raises parked before it looks at polling, and
+// this stores polling before it looks at parked, so one of the two kicks.
 func (d *Device) releasePoll(found, parking bool) {
 	if found {
 		d.pollAt.Store(d.nowNs())
 	}
 	d.polling.Store(false)
-	if parking {
+	if parking || d.parked.Load() > 0 {
 		d.kickRx()
 	}
 }
