@@ -261,9 +261,42 @@ func TestManyChannels(t *testing.T) {
 	sdev, cdev := memDevices(t, faultnet.Config{}, faultnet.Config{})
 	const chans, size = 128, 16384
 	r := newRig(t, sdev, cdev, chans*size, nil, nil)
+	manyChannels(t, r, chans, size)
+	// The client counts a connection when its accept returns, which may
+	// be after the server's first request on it completed.
+	deadline := time.Now().Add(10 * time.Second)
+	for r.cli.Stats().Connections.Load() < chans && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if got := r.cli.Stats().Connections.Load(); got != chans {
+		t.Errorf("%d connections, want one per channel", got)
+	}
+}
+
+// TestLossyPath: GET and PUT over a path that drops, duplicates and
+// reorders packets both ways.
+func TestLossyPath(t *testing.T) {
+	imp := func(seed uint64) faultnet.Config {
+		return faultnet.Config{Seed: seed, Loss: 0.02, Duplicate: 0.01, Reorder: 0.02}
+	}
+	sdev, cdev := memDevices(t, imp(1), imp(2))
+	tn := tun(func(t *Tunables) { t.Timeout = 8 }) // ~1 ms: recover quickly
+	r := newRig(t, sdev, cdev, 4<<20, nil, &tn)
+	ctx := ctxT(t, 120*time.Second)
+	for i, size := range []int{1, 4096, 100000, 1 << 20} {
+		r.roundTrip(ctx, size, uint64(100+i))
+	}
+}
+
+// manyChannels allocates every channel of r's server and runs GETs and
+// PUTs on all of them in parallel, each channel on its own slice of one
+// registered client buffer; the data is checked both ways and one channel
+// more than chans is refused.
+func manyChannels(t *testing.T, r *rig, chans int, size uint64) {
+	t.Helper()
 	s := r.srv
 	ctx := ctxT(t, 120*time.Second)
-	cbuf := make([]byte, chans*size)
+	cbuf := make([]byte, uint64(chans)*size)
 	if err := r.cli.Register(cbuf); err != nil {
 		t.Fatal(err)
 	}
@@ -305,29 +338,5 @@ func TestManyChannels(t *testing.T) {
 	}
 	if !bytes.Equal(cbuf, want) || !bytes.Equal(r.sbuf, want) {
 		t.Fatal("data differs")
-	}
-	// The client counts a connection when its accept returns, which may
-	// be after the server's first request on it completed.
-	deadline := time.Now().Add(10 * time.Second)
-	for r.cli.Stats().Connections.Load() < chans && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
-	if got := r.cli.Stats().Connections.Load(); got != chans {
-		t.Errorf("%d connections, want one per channel", got)
-	}
-}
-
-// TestLossyPath: GET and PUT over a path that drops, duplicates and
-// reorders packets both ways.
-func TestLossyPath(t *testing.T) {
-	imp := func(seed uint64) faultnet.Config {
-		return faultnet.Config{Seed: seed, Loss: 0.02, Duplicate: 0.01, Reorder: 0.02}
-	}
-	sdev, cdev := memDevices(t, imp(1), imp(2))
-	tn := tun(func(t *Tunables) { t.Timeout = 8 }) // ~1 ms: recover quickly
-	r := newRig(t, sdev, cdev, 4<<20, nil, &tn)
-	ctx := ctxT(t, 120*time.Second)
-	for i, size := range []int{1, 4096, 100000, 1 << 20} {
-		r.roundTrip(ctx, size, uint64(100+i))
 	}
 }

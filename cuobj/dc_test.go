@@ -8,7 +8,6 @@ import (
 	"net"
 	"net/netip"
 	"runtime"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -152,51 +151,7 @@ func TestDCManyChannels(t *testing.T) {
 	dcCounters(t, sdev, cdev)
 	const chans, size = 128, 16384
 	r := newRig(t, sdev, cdev, chans*size, dcOpts, nil)
-	s := r.srv
-	ctx := ctxT(t, 120*time.Second)
-	cbuf := make([]byte, chans*size)
-	if err := r.cli.Register(cbuf); err != nil {
-		t.Fatal(err)
-	}
-	getTok, _ := r.cli.GetRDMAToken(cbuf, uint64(len(cbuf)), 0, OpGet)
-	putTok, _ := r.cli.GetRDMAToken(cbuf, uint64(len(cbuf)), 0, OpPut)
-	gt, _ := ParseToken(getTok)
-	want := pattern(len(cbuf), 5)
-	copy(r.sbuf, want)
-	var wg sync.WaitGroup
-	errs := make(chan error, chans)
-	for range chans {
-		ch, err := s.AllocateChannel()
-		if err != nil {
-			t.Fatal(err)
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			off := uint64(ch) * size
-			for i := range 4 {
-				if _, err := s.HandleGetObject(ctx, &Request{Local: r.sreg, LocalOffset: off, RemoteAddr: gt.Addr + off, Size: size, Token: getTok, Channel: ch}); err != nil {
-					errs <- fmt.Errorf("channel %d GET %d: %w", ch, i, err)
-					return
-				}
-				if _, err := s.HandlePutObject(ctx, &Request{Local: r.sreg, LocalOffset: off, RemoteAddr: gt.Addr + off, Size: size, Token: putTok, Channel: ch}); err != nil {
-					errs <- fmt.Errorf("channel %d PUT %d: %w", ch, i, err)
-					return
-				}
-			}
-		}()
-	}
-	if _, err := s.AllocateChannel(); !errors.Is(err, ErrNoChannel) {
-		t.Errorf("129th channel: %v", err)
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Fatal(err)
-	}
-	if !bytes.Equal(cbuf, want) || !bytes.Equal(r.sbuf, want) {
-		t.Fatal("data differs")
-	}
+	manyChannels(t, r, chans, size)
 	if r.cli.Stats().Connections.Load() != 0 {
 		t.Error("DC client accepted connections")
 	}
