@@ -10,6 +10,7 @@ import (
 	"net/netip"
 	"os"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -20,7 +21,12 @@ import (
 	"github.com/goroce/goroce/xdp"
 )
 
-var rsLong = flag.Bool("rsbench.long", os.Getenv("GOROCE_RSBENCH_LONG") != "", "rsocket table: 5 s per case instead of 1 s")
+var (
+	rsLong   = flag.Bool("rsbench.long", os.Getenv("GOROCE_RSBENCH_LONG") != "", "rsocket table: 5 s per case instead of 1 s")
+	rsRounds = flag.Int("rsbench.rounds", envInt("GOROCE_RSBENCH_ROUNDS", 1),
+		"rsocket table: rounds per case (rsocket and TCP alternate; the table shows medians)")
+	rsCases = flag.String("rsbench.cases", "throughput,latency", "rsocket table: cases to run")
+)
 
 // rsPair is a stream connection between the two namespaces of a veth
 // pair: client in A, server in B.
@@ -159,39 +165,73 @@ func pingPong(t *testing.T, cp rsPair, d time.Duration) (median, mean float64) {
 
 // TestRsocketTable measures an rsocket (goroce over AF_XDP) against kernel
 // TCP between two namespaces on veth (MTU 9000), side by side in one run:
-// stream throughput with 64 KiB writes and 64-byte ping-pong latency.
+// stream throughput with 64 KiB writes and 64-byte ping-pong latency. With
+// several rounds each round measures both, one after the other, on fresh
+// connections, and the table shows the median of each figure and of the
+// ratios.
 func TestRsocketTable(t *testing.T) {
 	d := time.Second
 	if *rsLong {
 		d = 5 * time.Second
 	}
+	rounds := max(*rsRounds, 1)
 	type row struct {
-		name   string
-		rs, tc float64
+		name          string
+		rs, tc, ratio []float64
 	}
-	var rows []row
-	for _, kind := range []string{"throughput", "latency"} {
-		p := netnstest.NewPair(t, 9000)
-		rs, tc := rsocketPair(t, p), tcpPair(t, p)
-		switch kind {
-		case "throughput":
-			a, b := stream(t, rs, d), stream(t, tc, d)
-			rows = append(rows, row{"stream 64 KiB writes (Gb/s)", a, b})
-		case "latency":
-			am, aa := pingPong(t, rs, d)
-			bm, ba := pingPong(t, tc, d)
-			rows = append(rows, row{"ping-pong 64 B, one-way median (us)", am, bm},
-				row{"ping-pong 64 B, one-way mean (us)", aa, ba})
+	var rows []*row
+	add := func(i int, name string, rs, tc float64) {
+		if i == len(rows) {
+			rows = append(rows, &row{name: name})
+		}
+		r := rows[i]
+		r.rs, r.tc, r.ratio = append(r.rs, rs), append(r.tc, tc), append(r.ratio, rs/tc)
+	}
+	for round := 0; round < rounds; round++ {
+		i := 0
+		for _, kind := range strings.Split(*rsCases, ",") {
+			// A subtest, so that the namespaces and devices of a case are
+			// gone before the next.
+			t.Run(fmt.Sprintf("%s/%d", kind, round), func(t *testing.T) {
+				p := netnstest.NewPair(t, 9000)
+				rs, tc := rsocketPair(t, p), tcpPair(t, p)
+				switch kind {
+				case "throughput":
+					a, b := stream(t, rs, d), stream(t, tc, d)
+					add(i, "stream 64 KiB writes (Gb/s)", a, b)
+					i++
+				case "latency":
+					am, aa := pingPong(t, rs, d)
+					bm, ba := pingPong(t, tc, d)
+					add(i, "ping-pong 64 B, one-way median (us)", am, bm)
+					add(i+1, "ping-pong 64 B, one-way mean (us)", aa, ba)
+					i += 2
+				default:
+					t.Fatalf("unknown case %q", kind)
+				}
+			})
 		}
 	}
 	var out string
-	out += fmt.Sprintf("rsocket (goroce, AF_XDP) vs kernel TCP, two namespaces on veth MTU 9000, %v per case, load %s\n", d, loadAvg())
+	out += fmt.Sprintf("rsocket (goroce, AF_XDP) vs kernel TCP, two namespaces on veth MTU 9000, %v per case, %d round(s), load %s\n",
+		d, rounds, loadAvg())
 	out += fmt.Sprintf("%-38s %10s %10s %7s\n", "metric", "rsocket", "TCP", "ratio")
 	for _, r := range rows {
-		if r.rs <= 0 || r.tc <= 0 {
-			t.Errorf("%s: no figure (%v, %v)", r.name, r.rs, r.tc)
+		rs, tc := median(r.rs), median(r.tc)
+		if rs <= 0 || tc <= 0 {
+			t.Errorf("%s: no figure (%v, %v)", r.name, rs, tc)
 		}
-		out += fmt.Sprintf("%-38s %10.2f %10.2f %7.2f\n", r.name, r.rs, r.tc, r.rs/r.tc)
+		out += fmt.Sprintf("%-38s %10.2f %10.2f %7.2f\n", r.name, rs, tc, median(r.ratio))
+	}
+	if rounds > 1 {
+		out += "ratios per round:\n"
+		for _, r := range rows {
+			out += fmt.Sprintf("%-38s", r.name)
+			for _, x := range r.ratio {
+				out += fmt.Sprintf(" %.2f", x)
+			}
+			out += "\n"
+		}
 	}
 	t.Log("\n" + out)
 }

@@ -94,12 +94,31 @@ type Conn struct {
 	batching bool
 	rwr      roce.RecvWR
 
+	// The CQ has one owner at a time (librdmacm's cq_wait_lock): the
+	// goroutine that waits on it or polls it outside mu. Only the owner
+	// polls, so a completion that wakes it is never taken by another
+	// goroutine while it stays parked; the others wait on their channel
+	// until the owner lets go and wakes them.
+	cqOwned bool // under mu
+	waiting int  // under mu: goroutines on rwake, wwake, cwake or bgwake
+
+	// Reads and Writes take their own completions (run to completion: a
+	// Read waits on the CQ, so the packet that completes it is received by
+	// the reading goroutine). The background loop stands by while they
+	// come and go and takes completions only when none has for a linger.
+	active atomic.Int32  // Reads, Writes and CloseWrites in progress
+	gen    atomic.Uint32 // counts them
+	bgSeen uint32        // gen at the background loop's last look
+
 	blocked      atomic.Int32 // Reads and Writes waiting for the peer
 	kaPending    bool         // a keepalive is posted and not completed (under mu)
 	kaPosted     time.Time
 	deadAfter    time.Duration // this long without a send completion while a keepalive waits: the peer is gone
 	rwake, wwake chan struct{} // buffered 1: progress for the reader / writer
 	cwake        chan struct{} // buffered 1: progress for Close
+	bgwake       chan struct{} // buffered 1: the CQ is free for the background loop
+	bgKick       chan struct{} // buffered 1: Close needs the background loop now
+	closing1     atomic.Bool   // closing, for the background loop
 	closed       chan struct{} // closed by Close
 	ctx          context.Context
 	cancel       context.CancelFunc
@@ -119,7 +138,7 @@ func newConn(ep *endpoint, cmc *cm.Conn, peer wire.ConnData) (*Conn, error) {
 		local: tcpAddr(cmc.LocalAddr()), remote: tcpAddr(cmc.RemoteAddr()),
 		rdl: newDeadline(), wdl: newDeadline(), peerMaps: make([]wire.IOMapEntry, ep.cfg.iomap),
 		rwake: make(chan struct{}, 1), wwake: make(chan struct{}, 1), cwake: make(chan struct{}, 1),
-		closed: make(chan struct{})}
+		bgwake: make(chan struct{}, 1), bgKick: make(chan struct{}, 1), closed: make(chan struct{})}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	c.deadAfter = retryTimeout(c.qp.Attr())
 	stats.conns.Add(1)
@@ -134,26 +153,124 @@ func newConn(ep *endpoint, cmc *cm.Conn, peer wire.ConnData) (*Conn, error) {
 	return c, nil
 }
 
-// waitCQ is the only place a Conn blocks on its CQ.
-func (c *Conn) waitCQ(ctx context.Context) error { return c.ep.cq.Wait(ctx) }
+// progressLinger is how long no Read or Write must have run before the
+// background loop takes completions: long enough that a stream or a
+// ping-pong never hands a completion to it (a goroutine wake per message),
+// short enough that credits and adverts flow soon after the application
+// stops calling.
+const progressLinger = 2 * time.Millisecond
 
-// progressLoop takes completions as they come, so that credits flow and
-// the peer can keep writing while the application is not in Read.
+// progressLoop takes completions nobody else takes, so that receive
+// buffers are reposted and the peer's credits and control messages are
+// applied while the application is elsewhere, and serves Close.
 func (c *Conn) progressLoop() {
 	defer c.wg.Done()
-	for {
-		if err := c.waitCQ(c.ctx); err != nil {
-			if c.ctx.Err() == nil {
-				c.mu.Lock()
-				c.failLocked(err)
-				c.mu.Unlock()
-				c.wake()
+	t := time.NewTimer(progressLinger)
+	t.Stop()
+	for c.standBy(t) {
+		c.mu.Lock()
+		if c.cqOwned {
+			// A Read or Write (or CloseWrite) holds the CQ: it hands it
+			// over when it lets go.
+			c.waiting++
+			c.mu.Unlock()
+			select {
+			case <-c.bgwake:
+			case <-c.ctx.Done():
 			}
+			c.mu.Lock()
+			c.waiting--
+			c.mu.Unlock()
+			continue
+		}
+		c.cqOwned = true
+		c.mu.Unlock()
+		err := c.ep.cq.Wait(c.ctx)
+		c.mu.Lock()
+		c.cqOwned = false
+		if err != nil {
+			if c.ctx.Err() == nil {
+				c.failLocked(err)
+			}
+			c.mu.Unlock()
+			c.wake()
 			return
 		}
-		c.mu.Lock()
 		c.progressLocked()
+		c.wakeWaitersLocked()
 		c.mu.Unlock()
+	}
+}
+
+// standBy returns once no Read or Write has run for a linger, or Close
+// needs the loop; false when the Conn is done.
+func (c *Conn) standBy(t *time.Timer) bool {
+	for {
+		if c.closing1.Load() {
+			return c.ctx.Err() == nil
+		}
+		g := c.gen.Load()
+		if g == c.bgSeen && c.active.Load() == 0 {
+			return true
+		}
+		c.bgSeen = g
+		t.Reset(progressLinger)
+		select {
+		case <-t.C:
+		case <-c.bgKick:
+			t.Stop()
+		case <-c.ctx.Done():
+			t.Stop()
+			return false
+		}
+	}
+}
+
+// enter and leave bracket a Read, Write or CloseWrite: the background loop
+// stands by meanwhile.
+func (c *Conn) enter() {
+	c.active.Add(1)
+	c.gen.Add(1)
+}
+
+func (c *Conn) leave() { c.active.Add(-1) }
+
+// awaitLocked blocks until the connection may have moved: it takes the CQ
+// when nobody holds it and waits on it (busy-polling the link first, so
+// the caller receives what it waits for itself), then applies what came;
+// otherwise it waits on ch for the holder to let go. dl ends the wait
+// (its deadline, or the end of the connection). Called and returns with
+// mu held; the caller looks again at what it waits for.
+func (c *Conn) awaitLocked(dl *deadline, ch chan struct{}) {
+	c.blocked.Add(1)
+	defer c.blocked.Add(-1)
+	if !c.cqOwned {
+		c.cqOwned = true
+		c.mu.Unlock()
+		err := c.ep.cq.Wait(dl)
+		c.mu.Lock()
+		c.cqOwned = false
+		if err != nil && !errors.Is(err, os.ErrDeadlineExceeded) {
+			c.failLocked(err) // the CQ or the device closed
+		}
+		c.progressLocked()
+		c.wakeWaitersLocked()
+		return
+	}
+	c.waiting++
+	c.mu.Unlock()
+	select {
+	case <-ch:
+	case <-dl.wait():
+	case <-c.closed:
+	}
+	c.mu.Lock()
+	c.waiting--
+}
+
+// wakeWaitersLocked wakes the goroutines waiting for the CQ's holder.
+func (c *Conn) wakeWaitersLocked() {
+	if c.waiting > 0 {
 		c.wake()
 	}
 }
@@ -193,8 +310,9 @@ func (c *Conn) watch() {
 			c.mu.Lock()
 			// The DREQ may overtake completions of what the peer wrote
 			// before it: they are in the CQ already (the peer waited for
-			// their ACKs), so take them first.
-			c.progressLocked()
+			// their ACKs), so take them first, even from under a Read
+			// that holds the CQ (peerGoneLocked wakes it).
+			c.takeLocked()
 			c.peerGoneLocked()
 			c.mu.Unlock()
 			c.wake()
@@ -207,7 +325,7 @@ func (c *Conn) watch() {
 }
 
 func (c *Conn) wake() {
-	for _, ch := range [...]chan struct{}{c.rwake, c.wwake, c.cwake} {
+	for _, ch := range [...]chan struct{}{c.rwake, c.wwake, c.cwake, c.bgwake} {
 		select {
 		case ch <- struct{}{}:
 		default:
@@ -219,6 +337,9 @@ func (c *Conn) wake() {
 func (c *Conn) peerGoneLocked() {
 	c.peerEOF = true
 	c.w.Readable, c.w.Writable = false, false
+	// A Read or Write waiting on the CQ returns.
+	c.rdl.terminate()
+	c.wdl.terminate()
 }
 
 // failLocked ends the connection with err: the QP goes to the error state
@@ -246,8 +367,19 @@ func (c *Conn) failLocked(err error) {
 }
 
 // progressLocked polls the CQ and applies every completion, then sends
-// the credits that became due (rs_process_cq, rs_update_credits).
+// the credits that became due (rs_process_cq, rs_update_credits). While
+// another goroutine holds the CQ it leaves the completions to that one.
 func (c *Conn) progressLocked() {
+	if !c.cqOwned {
+		c.takeLocked()
+	}
+	c.creditsLocked()
+}
+
+// takeLocked polls the CQ empty and applies every completion. It polls
+// even while another goroutine holds the CQ only when the connection is
+// about to end, which wakes the holder anyway (terminate).
+func (c *Conn) takeLocked() {
 	total := 0
 	for {
 		n := c.ep.cq.Poll(c.wc[:])
@@ -264,10 +396,9 @@ func (c *Conn) progressLocked() {
 			break
 		}
 	}
-	c.creditsLocked()
 	if total > 0 {
 		// A Read may have taken a Write's completions or the reverse.
-		c.wake()
+		c.wakeWaitersLocked()
 	}
 }
 
@@ -550,49 +681,36 @@ func (c *Conn) writableLocked() error {
 func (c *Conn) Read(p []byte) (int, error) {
 	c.readMu.Lock()
 	defer c.readMu.Unlock()
+	c.enter()
+	defer c.leave()
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	for {
-		if isClosed(c.rdl.wait()) {
-			return 0, c.opError("read", os.ErrDeadlineExceeded)
-		}
-		c.mu.Lock()
 		if c.closing {
-			c.mu.Unlock()
 			return 0, c.opError("read", net.ErrClosed)
+		}
+		if c.rdl.exceeded() {
+			return 0, c.opError("read", os.ErrDeadlineExceeded)
 		}
 		if c.w.Recv.Unread() == 0 {
 			c.progressLocked()
 		}
 		if u := c.w.Recv.Unread(); u > 0 {
 			if len(p) == 0 {
-				c.mu.Unlock()
 				return 0, nil
 			}
-			n := c.copyOutLocked(p, u)
-			c.mu.Unlock()
-			return n, nil
+			return c.copyOutLocked(p, u), nil
 		}
 		if c.err != nil {
-			err := c.err
-			c.mu.Unlock()
-			return 0, c.opError("read", err)
+			return 0, c.opError("read", c.err)
 		}
 		if c.peerEOF || !c.w.Readable {
-			c.mu.Unlock()
 			return 0, io.EOF
 		}
-		c.mu.Unlock()
 		if len(p) == 0 {
 			return 0, nil
 		}
-		c.blocked.Add(1)
-		select {
-		case <-c.rwake:
-		case <-c.rdl.wait():
-			c.blocked.Add(-1)
-			return 0, c.opError("read", os.ErrDeadlineExceeded)
-		case <-c.closed:
-		}
-		c.blocked.Add(-1)
+		c.awaitLocked(c.rdl, c.rwake)
 	}
 }
 
@@ -610,25 +728,25 @@ func (c *Conn) copyOutLocked(p []byte, unread uint32) int {
 	return n
 }
 
-// Write writes p into the peer's receive ring in chunks of 2 KiB doubling
-// to 64 KiB (librdmacm's rsend). It blocks while the peer grants no
-// credits or buffer space.
+// Write writes p into the peer's receive ring, each RDMA WRITE as large as
+// the peer's advertised buffer, the send buffer and RS_MAX_TRANSFER allow.
+// It blocks while the peer grants no credits or buffer space.
 func (c *Conn) Write(p []byte) (int, error) {
 	c.writeMu.Lock()
 	defer c.writeMu.Unlock()
+	c.enter()
+	defer c.leave()
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	done := 0
-	olen := uint32(wire.OlapStartSize)
 	for {
-		if isClosed(c.wdl.wait()) {
-			return done, c.opError("write", os.ErrDeadlineExceeded)
-		}
-		c.mu.Lock()
 		if err := c.writableLocked(); err != nil {
-			c.mu.Unlock()
 			return done, c.opError("write", err)
 		}
+		if c.wdl.exceeded() {
+			return done, c.opError("write", os.ErrDeadlineExceeded)
+		}
 		if done == len(p) {
-			c.mu.Unlock()
 			return done, nil
 		}
 		if c.w.Send.Blocked() != nil {
@@ -636,8 +754,7 @@ func (c *Conn) Write(p []byte) (int, error) {
 		}
 		c.batching = true
 		for c.sendIOMapsLocked() && done < len(p) && c.err == nil && c.w.Send.Blocked() == nil {
-			want := wire.NextChunk(uint64(len(p)-done), &olen)
-			n, err := c.writeChunkLocked(p[done:], want)
+			n, err := c.writeChunkLocked(p[done:], uint32(min(len(p)-done, wire.MaxTransfer)))
 			if err != nil {
 				break
 			}
@@ -645,20 +762,9 @@ func (c *Conn) Write(p []byte) (int, error) {
 		}
 		c.batching = false
 		c.flushLocked()
-		blocked := done < len(p) && c.err == nil
-		c.mu.Unlock()
-		if !blocked {
-			continue
+		if done < len(p) && c.err == nil {
+			c.awaitLocked(c.wdl, c.wwake)
 		}
-		c.blocked.Add(1)
-		select {
-		case <-c.wwake:
-		case <-c.wdl.wait():
-			c.blocked.Add(-1)
-			return done, c.opError("write", os.ErrDeadlineExceeded)
-		case <-c.closed:
-		}
-		c.blocked.Add(-1)
 	}
 }
 
@@ -668,31 +774,27 @@ func (c *Conn) Write(p []byte) (int, error) {
 func (c *Conn) CloseWrite() error {
 	c.writeMu.Lock()
 	defer c.writeMu.Unlock()
+	c.enter()
+	defer c.leave()
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.closing {
-		return c.opError("close", net.ErrClosed)
-	}
-	if c.err != nil || !c.w.Writable {
-		return nil
-	}
 	for {
+		if c.closing {
+			return c.opError("close", net.ErrClosed)
+		}
+		if c.err != nil || !c.w.Writable {
+			return nil
+		}
 		imm, err := c.w.Shutdown(false)
 		if err == nil {
 			c.ctrlLocked(imm)
 			return nil
 		}
 		// All four control slots are in flight: let them complete.
-		c.mu.Unlock()
-		werr := c.waitCQ(c.ctx)
-		c.mu.Lock()
-		if werr != nil {
-			return werr
+		if c.wdl.exceeded() {
+			return c.opError("close", os.ErrDeadlineExceeded)
 		}
-		c.progressLocked()
-		if c.err != nil || c.closing {
-			return nil
-		}
+		c.awaitLocked(c.wdl, c.wwake)
 	}
 }
 
@@ -705,10 +807,17 @@ func (c *Conn) Close() error {
 	c.closeOnce.Do(func() {
 		c.mu.Lock()
 		c.closing = true
+		c.closing1.Store(true)
 		close(c.closed)
+		c.rdl.terminate()
+		c.wdl.terminate()
 		wait := c.err == nil
 		c.mu.Unlock()
 		c.wake()
+		select {
+		case c.bgKick <- struct{}{}:
+		default:
+		}
 		if wait {
 			c.closeWait()
 		}
@@ -749,7 +858,7 @@ func (c *Conn) closeWait() {
 		select {
 		case <-c.cmc.Done():
 			// Take what the peer wrote before its DREQ, as watch does.
-			c.progressLocked()
+			c.takeLocked()
 			c.mu.Unlock()
 			return
 		default:
@@ -764,19 +873,30 @@ func (c *Conn) closeWait() {
 				sent = true
 			}
 		}
+		c.progressLocked()
 		done := sent && c.inflight == 0
 		if last >= 0 && c.inflight < last {
 			t.Reset(c.deadAfter) // the queue moves
 		}
 		last = c.inflight
-		c.mu.Unlock()
 		if done {
+			c.mu.Unlock()
 			return
 		}
+		// The background loop takes the completions.
+		c.waiting++
+		c.mu.Unlock()
+		timeout := false
 		select {
 		case <-c.cwake:
 		case <-c.cmc.Done():
 		case <-t.C:
+			timeout = true
+		}
+		c.mu.Lock()
+		c.waiting--
+		c.mu.Unlock()
+		if timeout {
 			stats.closeTimeouts.Add(1)
 			return
 		}

@@ -30,7 +30,7 @@ func FuzzRecv(f *testing.F) {
 		}
 		// closing: no receive is reposted and a failure starts no DREQ.
 		c := &Conn{ep: ep, w: w, peer: peer, entry: binary.LittleEndian, nextAdv: 1,
-			peerMaps: make([]wire.IOMapEntry, cfg.iomap), closing: true}
+			peerMaps: make([]wire.IOMapEntry, cfg.iomap), closing: true, rdl: newDeadline(), wdl: newDeadline()}
 		for len(in) >= 8 && c.err == nil {
 			imm, n := binary.BigEndian.Uint32(in), binary.BigEndian.Uint32(in[4:])
 			in = in[8:]

@@ -147,19 +147,19 @@ func (c *Conn) findIOMapLocked(off uint64) *wire.IOMapEntry {
 func (c *Conn) IOWrite(p []byte, offset int64) (int, error) {
 	c.writeMu.Lock()
 	defer c.writeMu.Unlock()
+	c.enter()
+	defer c.leave()
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	done := 0
-	olen := uint32(wire.OlapStartSize)
 	for {
-		if isClosed(c.wdl.wait()) {
-			return done, c.opError("iowrite", os.ErrDeadlineExceeded)
-		}
-		c.mu.Lock()
 		if err := c.writableLocked(); err != nil {
-			c.mu.Unlock()
 			return done, c.opError("iowrite", err)
 		}
+		if c.wdl.exceeded() {
+			return done, c.opError("iowrite", os.ErrDeadlineExceeded)
+		}
 		if done == len(p) {
-			c.mu.Unlock()
 			return done, nil
 		}
 		if c.w.Send.Blocked() != nil {
@@ -172,14 +172,12 @@ func (c *Conn) IOWrite(p []byte, offset int64) (int, error) {
 			if e == nil {
 				c.batching = false
 				c.flushLocked()
-				c.mu.Unlock()
 				if done > 0 {
 					return done, nil
 				}
 				return 0, c.opError("iowrite", ErrNoIOMap)
 			}
-			want := wire.NextChunk(uint64(len(p)-done), &olen)
-			want = uint32(min(uint64(want), e.Offset+uint64(e.Length)-off))
+			want := uint32(min(uint64(len(p)-done), wire.MaxTransfer, e.Offset+uint64(e.Length)-off))
 			n, err := c.w.Send.WriteDirect(want)
 			if err != nil {
 				break
@@ -189,16 +187,8 @@ func (c *Conn) IOWrite(p []byte, offset int64) (int, error) {
 		}
 		c.batching = false
 		c.flushLocked()
-		blocked := done < len(p) && c.err == nil
-		c.mu.Unlock()
-		if !blocked {
-			continue
-		}
-		select {
-		case <-c.wwake:
-		case <-c.wdl.wait():
-			return done, c.opError("iowrite", os.ErrDeadlineExceeded)
-		case <-c.closed:
+		if done < len(p) && c.err == nil {
+			c.awaitLocked(c.wdl, c.wwake)
 		}
 	}
 }
