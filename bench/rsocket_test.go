@@ -25,6 +25,7 @@ var (
 	rsLong   = flag.Bool("rsbench.long", os.Getenv("GOROCE_RSBENCH_LONG") != "", "rsocket table: 5 s per case instead of 1 s")
 	rsRounds = flag.Int("rsbench.rounds", envInt("GOROCE_RSBENCH_ROUNDS", 1),
 		"rsocket table: rounds per case (rsocket and TCP alternate; the table shows medians)")
+	rsBusyPoll = flag.Duration("rsbench.busypoll", 0, "rsocket table: roce.Options.BusyPoll (0: the default)")
 	rsCases = flag.String("rsbench.cases", "throughput,latency", "rsocket table: cases to run")
 )
 
@@ -41,7 +42,7 @@ func rsocketPair(t *testing.T, p *netnstest.Pair) rsPair {
 		err := v.NS.Do(func() (err error) {
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
-			d, err = netdev.Open(ctx, v.Name, netdev.Options{Link: netdev.LinkXDP})
+			d, err = netdev.Open(ctx, v.Name, netdev.Options{Link: netdev.LinkXDP, Device: roce.Options{BusyPoll: *rsBusyPoll}})
 			return err
 		})
 		if errors.Is(err, xdp.ErrNotSupported) {

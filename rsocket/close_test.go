@@ -168,7 +168,7 @@ func TestCloseControlSlotsBusy(t *testing.T) {
 	deadline := time.Now().Add(time.Minute)
 	for {
 		a.mu.Lock()
-		busy := a.inflight >= wire.QPCtrlSize
+		busy := a.inflight() >= wire.QPCtrlSize
 		a.mu.Unlock()
 		if busy {
 			break

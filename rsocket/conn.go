@@ -83,7 +83,15 @@ type Conn struct {
 	peerEOF      bool  // the peer sent SHUTDOWN or DISCONNECT, or is gone
 	closing      bool
 	peerDisc     bool // the peer's RS_CTRL_DISCONNECT arrived
-	inflight     int  // send work requests posted and not completed
+	// Send work requests in flight, oldest first: what each one holds
+	// (kind<<kindShift | bytes), indexed by its sequence number, which is
+	// its wr_id. Small data writes go unsignalled while the send queue and
+	// buffer are at least half free; a completion stands for every request
+	// before it, since an RC send queue completes in order (and a failed or
+	// flushed request completes whether signalled or not).
+	sent               []uint64
+	sentHead, sentTail uint64 // sequence numbers
+	unsignaled         int    // data writes posted unsignalled since the last signalled one
 	wc           [32]roce.WorkCompletion
 	// Send work requests are built in place and posted in batches: one
 	// lock and one transmit pass for all the chunks of a Write.
@@ -135,6 +143,7 @@ func newConn(ep *endpoint, cmc *cm.Conn, peer wire.ConnData) (*Conn, error) {
 		return nil, err
 	}
 	c := &Conn{ep: ep, cmc: cmc, qp: cmc.QP(), w: w, peer: peer, entry: peer.EntryOrder(), nextAdv: 1,
+		sent:  make([]uint64, ep.cfg.sq+batchMax),
 		local: tcpAddr(cmc.LocalAddr()), remote: tcpAddr(cmc.RemoteAddr()),
 		rdl: newDeadline(), wdl: newDeadline(), peerMaps: make([]wire.IOMapEntry, ep.cfg.iomap),
 		rwake: make(chan struct{}, 1), wwake: make(chan struct{}, 1), cwake: make(chan struct{}, 1),
@@ -184,8 +193,9 @@ func (c *Conn) progressLoop() {
 			continue
 		}
 		c.cqOwned = true
+		cq := c.ep.cq
 		c.mu.Unlock()
-		err := c.ep.cq.Wait(c.ctx)
+		err := cq.Wait(c.ctx)
 		c.mu.Lock()
 		c.cqOwned = false
 		if err != nil {
@@ -246,10 +256,15 @@ func (c *Conn) awaitLocked(dl *deadline, ch chan struct{}) {
 	defer c.blocked.Add(-1)
 	if !c.cqOwned {
 		c.cqOwned = true
+		cq := c.ep.cq // Close frees it under mu
 		c.mu.Unlock()
-		err := c.ep.cq.Wait(dl)
+		err := cq.Wait(dl)
 		c.mu.Lock()
 		c.cqOwned = false
+		if c.closing {
+			c.wakeWaitersLocked()
+			return
+		}
 		if err != nil && !errors.Is(err, os.ErrDeadlineExceeded) {
 			c.failLocked(err) // the CQ or the device closed
 		}
@@ -369,8 +384,11 @@ func (c *Conn) failLocked(err error) {
 // progressLocked polls the CQ and applies every completion, then sends
 // the credits that became due (rs_process_cq, rs_update_credits). While
 // another goroutine holds the CQ it leaves the completions to that one.
+//
+// It reads only what the CQ holds: a Read or Write that finds nothing
+// waits on the CQ (awaitLocked), and that wait reads the link.
 func (c *Conn) progressLocked() {
-	if !c.cqOwned {
+	if !c.cqOwned && c.ep.cq.Len() > 0 {
 		c.takeLocked()
 	}
 	c.creditsLocked()
@@ -507,8 +525,10 @@ func (c *Conn) onRecv(wc *roce.WorkCompletion) {
 }
 
 func (c *Conn) onSend(wc *roce.WorkCompletion) {
-	kind, n := wc.WRID>>kindShift, uint32(wc.WRID)
-	c.inflight--
+	seq := wc.WRID
+	if seq < c.sentHead || seq >= c.sentTail {
+		return // not a request of ours: the QP is not shared
+	}
 	if c.kaPending {
 		// The queue moves: the peer is alive, however slowly it
 		// recovers from loss.
@@ -522,20 +542,27 @@ func (c *Conn) onSend(wc *roce.WorkCompletion) {
 				Err: fmt.Errorf("%v: %w", wc.Status, syscall.EIO)})
 		}
 	}
-	switch kind {
-	case kindData, kindIOWrite:
-		c.w.Send.DataDone(n)
-	case kindIOMap:
-		c.w.Send.DataDone(wire.IOMapEntryLen)
-	case kindCredit:
-		c.w.Recv.CtrlDone()
-	case kindKeepalive:
-		c.w.Recv.CtrlDone()
-		c.kaPending = false
-	case kindCtrl:
-		c.w.Recv.CtrlDone()
+	for ; c.sentHead <= seq; c.sentHead++ {
+		id := c.sent[c.sentHead%uint64(len(c.sent))]
+		kind, n := id>>kindShift, uint32(id)
+		switch kind {
+		case kindData, kindIOWrite:
+			c.w.Send.DataDone(n)
+		case kindIOMap:
+			c.w.Send.DataDone(wire.IOMapEntryLen)
+		case kindCredit:
+			c.w.Recv.CtrlDone()
+		case kindKeepalive:
+			c.w.Recv.CtrlDone()
+			c.kaPending = false
+		case kindCtrl:
+			c.w.Recv.CtrlDone()
+		}
 	}
 }
+
+// inflight is the number of send work requests posted and not completed.
+func (c *Conn) inflight() int { return int(c.sentTail - c.sentHead) }
 
 // creditsLocked sends the credit messages that are due (rs_give_credits).
 func (c *Conn) creditsLocked() {
@@ -590,7 +617,9 @@ func (c *Conn) resetWR(id uint64, op roce.WROpcode) *roce.SendWR {
 	if c.nb == batchMax {
 		c.flushLocked()
 	}
-	c.batch[c.nb] = roce.SendWR{ID: id, Opcode: op, Flags: roce.SendSignaled}
+	seq := c.sentTail + uint64(c.nb)
+	c.sent[seq%uint64(len(c.sent))] = id
+	c.batch[c.nb] = roce.SendWR{ID: seq, Opcode: op, Flags: roce.SendSignaled}
 	return &c.batch[c.nb]
 }
 
@@ -613,7 +642,7 @@ func (c *Conn) flushLocked() {
 		return
 	}
 	n, err := c.qp.PostSendBatch(c.batch[:c.nb])
-	c.inflight += n
+	c.sentTail += uint64(n)
 	for i := range c.batch[:c.nb] {
 		c.batch[i].SGL, c.batch[i].Inline = nil, nil
 	}
@@ -660,6 +689,18 @@ func (c *Conn) postDataLocked(p []byte, kind uint64, op roce.WROpcode, imm uint3
 	// Inline writes advance the ring too, so that its free space is
 	// always the sender's sbuf_bytes_avail.
 	c.shead = (off + n) % size
+	// A small write goes unsignalled while the queue and the buffer are
+	// at least half free (the sender's counts already exclude it): its
+	// ACK then wakes nobody. Once either is half used every write is
+	// signalled, so a Write blocked on them always has a completion
+	// coming that frees what the unsignalled ones hold.
+	sqe, sbuf := c.w.Send.Avail()
+	if c.unsignaled < c.ep.cfg.sq/4 && 2*int(sbuf) >= size && 2*sqe >= c.ep.cfg.sq-wire.QPCtrlSize {
+		wr.Flags &^= roce.SendSignaled
+		c.unsignaled++
+	} else {
+		c.unsignaled = 0
+	}
 	c.postLocked()
 }
 
@@ -824,7 +865,11 @@ func (c *Conn) Close() error {
 		err := c.cmc.Close()
 		c.cancel()
 		c.wg.Wait()
+		// Under mu: a Read or Write that has not yet seen closing may
+		// still look at the endpoint.
+		c.mu.Lock()
 		c.closeErr = errors.Join(err, c.freeIOMaps(), c.ep.free())
+		c.mu.Unlock()
 		stats.conns.Add(-1)
 	})
 	return c.closeErr
@@ -874,11 +919,11 @@ func (c *Conn) closeWait() {
 			}
 		}
 		c.progressLocked()
-		done := sent && c.inflight == 0
-		if last >= 0 && c.inflight < last {
+		done := sent && c.inflight() == 0
+		if last >= 0 && c.inflight() < last {
 			t.Reset(c.deadAfter) // the queue moves
 		}
-		last = c.inflight
+		last = c.inflight()
 		if done {
 			c.mu.Unlock()
 			return

@@ -32,11 +32,12 @@
 // moves it: it registers a send buffer, a receive ring and a target list
 // (two SGE slots and the iomap table), sends its rs_conn_data in the REQ
 // (after the rdma_cm header) or the REP (at offset 0), creates one RC QP
-// with one CQ, every send signalled, rq_size receives without SGEs posted
-// before the CM lets the peer send, and then:
+// with one CQ, rq_size receives without SGEs posted before the CM lets the
+// peer send, and then:
 //
-//   - Write cuts data as rsend does (2 KiB doubling to 64 KiB, never across
-//     the end of an advertised buffer) and RDMA-WRITEs each chunk WITH IMM
+//   - Write cuts data into chunks of up to RS_MAX_TRANSFER (64 KiB), never
+//     across the end of an advertised buffer or beyond the free send buffer,
+//     and RDMA-WRITEs each chunk WITH IMM
 //     (RS_OP_DATA | length) into the peer's ring, inline up to the inline
 //     size, otherwise from the send ring (two SGEs where it wraps);
 //   - received data is read in place from the ring; consumed halves are
@@ -72,12 +73,24 @@
 //
 // # Goroutines and deadlines
 //
-// Each Conn runs two goroutines: one takes completions as they arrive (so
-// credits and adverts flow while the application is elsewhere), one
-// follows the CM connection and sends keepalives. Read and Write also take
-// completions themselves. Every CQ wait is in waitCQ. Deadlines are
+// Read and Write run to completion: one that must wait takes the Conn's
+// CQ and waits on it itself (busy-polling the link for the device's window
+// before it parks, roce.Options.BusyPoll), so the packet it waits for is
+// received, and its completion applied, by the goroutine that waits, with
+// no goroutine wake on the way (librdmacm's rs_get_comp). One goroutine
+// holds the CQ at a time; a concurrent Read or Write waits until it lets
+// go. Each Conn runs two goroutines besides: one takes completions that
+// nobody waits for, once no Read or Write has run for a couple of
+// milliseconds (so receives are reposted and the peer's credits and
+// adverts applied while the application is elsewhere), and serves Close;
+// one follows the CM connection and sends keepalives. Deadlines are
 // honoured by blocked calls; Close unblocks them with net.ErrClosed.
 // Write and Read allocate nothing.
+//
+// Unlike librdmacm (sq_sig_all), small writes go unsignalled while the
+// send queue and buffer are at least half free, so that in a
+// request/response exchange the ACK of a request raises no completion;
+// that is local to the QP and not seen on the wire.
 //
 // A Read or Write blocked on the peer sends a keepalive every second, and
 // a keepalive (this one or SO_KEEPALIVE's) waiting while the send queue

@@ -73,12 +73,11 @@ func (e *endpoint) privateData() []byte {
 	return cd.AppendTo(nil)
 }
 
-// qpOptions are the QP librdmacm creates (rs_create_ep): RC, every send
-// signalled, two send SGEs (a write may wrap the send buffer), receives
+// qpOptions are the QP librdmacm creates (rs_create_ep): RC, two send SGEs (a write may wrap the send buffer), receives
 // without SGEs (they only take immediates), and the receives posted before
 // the CM lets the peer send.
 func (e *endpoint) qpOptions() cm.QPOptions {
-	return cm.QPOptions{PD: e.pd, SendCQ: e.cq, RecvCQ: e.cq, SigAll: true,
+	return cm.QPOptions{PD: e.pd, SendCQ: e.cq, RecvCQ: e.cq,
 		// Control messages put their 16- or 24-byte SGE inline whatever
 		// RDMA_INLINE says for data.
 		Cap: roce.QPCap{MaxSendWR: e.cfg.sq, MaxRecvWR: e.cfg.rq, MaxSendSGE: 2, MaxRecvSGE: 1,

@@ -64,6 +64,10 @@ func (s *Sender) Blocked() error {
 	return nil
 }
 
+// Avail returns the free send queue entries (QPCtrlSize excluded) and the
+// free send buffer bytes.
+func (s *Sender) Avail() (sqe int, sbuf uint32) { return s.sqeAvail, s.sbufAvail }
+
 // Credits returns how many credit-consuming messages may still be sent.
 func (s *Sender) Credits() uint16 { return s.sseqComp - s.sseqNo }
 
