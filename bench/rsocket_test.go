@@ -26,7 +26,7 @@ var (
 	rsRounds = flag.Int("rsbench.rounds", envInt("GOROCE_RSBENCH_ROUNDS", 1),
 		"rsocket table: rounds per case (rsocket and TCP alternate; the table shows medians)")
 	rsBusyPoll = flag.Duration("rsbench.busypoll", 0, "rsocket table: roce.Options.BusyPoll (0: the default)")
-	rsCases = flag.String("rsbench.cases", "throughput,latency", "rsocket table: cases to run")
+	rsCases    = flag.String("rsbench.cases", "throughput,latency", "rsocket table: cases to run")
 )
 
 // rsPair is a stream connection between the two namespaces of a veth

@@ -92,7 +92,7 @@ type Conn struct {
 	sent               []uint64
 	sentHead, sentTail uint64 // sequence numbers
 	unsignaled         int    // data writes posted unsignalled since the last signalled one
-	wc           [32]roce.WorkCompletion
+	wc                 [32]roce.WorkCompletion
 	// Send work requests are built in place and posted in batches: one
 	// lock and one transmit pass for all the chunks of a Write.
 	batch    [batchMax]roce.SendWR
