@@ -607,6 +607,15 @@ func (d *Device) flush() {
 	}
 }
 
+// flushAll transmits everything the engine has queued, waiting for a
+// transmit pass that is under way instead of leaving the work to it.
+func (d *Device) flushAll() {
+	d.txMu.Lock()
+	d.txPending.Store(false)
+	d.transmit()
+	d.txMu.Unlock()
+}
+
 // transmit runs with txMu held.
 func (d *Device) transmit() {
 	for {

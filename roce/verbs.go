@@ -759,6 +759,12 @@ func (q *QP) PostRecvBatch(wrs []RecvWR) (int, error) {
 // dropped without completions.
 func (q *QP) Close() error {
 	d := q.d
+	// The receive path posts a completion under the device lock and
+	// transmits the ACK after it, so a caller woken by the completion can
+	// get here first. The queued ACK (or NAK) leaves before the QP goes,
+	// as rxe's responder sends it before its QP can be destroyed;
+	// otherwise the peer resends into a QP that no longer exists.
+	d.flushAll()
 	if err := d.lock(); err != nil {
 		return err
 	}
