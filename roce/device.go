@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -418,6 +419,13 @@ func (d *Device) receiveLoop() {
 			var n int
 			if n, err = d.rxPoll.PollBatch(d.rxFn); n > 0 {
 				d.rxAt.Store(d.nowNs())
+				// Let a goroutine those frames woke run first: it sits
+				// in this P's run queue, and the transmit pass and the
+				// WaitReadable below are system calls that keep the P,
+				// so it would wait for them, or for sysmon to retake
+				// the P (up to milliseconds on an idle process). What
+				// it posts then leaves with the ACKs in one pass.
+				runtime.Gosched()
 				d.flush()
 				continue
 			}
@@ -432,7 +440,10 @@ func (d *Device) receiveLoop() {
 			// links an allocation per blocking read
 			// (context.AfterFunc); Close unblocks the read by closing
 			// the link instead.
-			_, err = d.link.ReadBatch(context.Background(), d.rxFn)
+			var n int
+			if n, err = d.link.ReadBatch(context.Background(), d.rxFn); n > 0 {
+				runtime.Gosched() // as above
+			}
 		}
 		if err != nil {
 			if d.ctx.Err() != nil || errors.Is(err, link.ErrClosed) {
