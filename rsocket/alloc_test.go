@@ -50,8 +50,9 @@ func TestKeepalive(t *testing.T) {
 	if n := da.Counters().SentPkts - before; n < 5 {
 		t.Errorf("keepalive side sent %d packets in 300 ms at a 20 ms period", n)
 	}
-	// The other side only ACKs: nothing of its own.
-	if n := db.Counters().SentPkts - idle; n > da.Counters().SentPkts-before {
+	// The other side only ACKs: nothing of its own. Its count may hold the
+	// ACK of a keepalive sent just before the window opened.
+	if n := db.Counters().SentPkts - idle; n > da.Counters().SentPkts-before+1 {
 		t.Errorf("peer sent %d packets", n)
 	}
 	copyBoth(t, c, s, 100000)
