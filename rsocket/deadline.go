@@ -82,12 +82,15 @@ func (d *deadline) terminate() {
 	}
 }
 
-// exceeded reports whether the deadline has passed.
+// exceeded reports whether the deadline has passed: until the connection
+// ends, exactly when the channel is closed.
 func (d *deadline) exceeded() bool {
 	d.mu.Lock()
-	t := d.t
-	d.mu.Unlock()
-	return !t.IsZero() && !time.Now().Before(t)
+	defer d.mu.Unlock()
+	if !d.dead {
+		return isClosed(d.ch)
+	}
+	return !d.t.IsZero() && !time.Now().Before(d.t)
 }
 
 // wait returns a channel closed when the deadline passes or the connection
