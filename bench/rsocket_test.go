@@ -26,6 +26,7 @@ var (
 	rsRounds = flag.Int("rsbench.rounds", envInt("GOROCE_RSBENCH_ROUNDS", 1),
 		"rsocket table: rounds per case (rsocket and TCP alternate; the table shows medians)")
 	rsBusyPoll = flag.Duration("rsbench.busypoll", 0, "rsocket table: roce.Options.BusyPoll (0: the default)")
+	rsBuffer   = flag.Int("rsbench.buffer", 0, "rsocket table: SO_SNDBUF and SO_RCVBUF of both ends (0: librdmacm's defaults, 128 KiB buffers)")
 	rsCases    = flag.String("rsbench.cases", "throughput,latency", "rsocket table: cases to run")
 )
 
@@ -57,7 +58,9 @@ func rsocketPair(t *testing.T, p *netnstest.Pair) rsPair {
 	da, db := open(p.VethA), open(p.VethB)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	l, err := rsocket.Listen(ctx, db, "tcp", ":7471")
+	o := rsocket.Options{SendBuffer: *rsBuffer, ReceiveBuffer: *rsBuffer}
+	lc := rsocket.ListenConfig{Options: o}
+	l, err := lc.Listen(ctx, db, "tcp", ":7471")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -67,7 +70,8 @@ func rsocketPair(t *testing.T, p *netnstest.Pair) rsPair {
 		c, _ := l.AcceptRsocket(ctx)
 		acc <- c
 	}()
-	c, err := rsocket.Dial(ctx, da, "tcp", netip.AddrPortFrom(p.VethB.Addr.Addr(), 7471).String())
+	dl := rsocket.Dialer{Options: o}
+	c, err := dl.Dial(ctx, da, "tcp", netip.AddrPortFrom(p.VethB.Addr.Addr(), 7471).String())
 	if err != nil {
 		t.Fatal(err)
 	}
