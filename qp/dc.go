@@ -452,11 +452,20 @@ func (q *QP) dciPlan() bool {
 		// the same connection number: if the first CONNECT was lost, or the DCT
 		// reclaimed this initiator, the retry recreates the state (a DCT
 		// ignores a CONNECT of the connection it already has).
-		if d.connected && !d.retryConnect {
-			d.retryConnect = true
-			d.ctl = ctlConnect
+		if d.connected {
+			if !d.retryConnect {
+				d.retryConnect = true
+				d.ctl = ctlConnect
+			}
+			return true
 		}
-		return true
+		// A DCI disconnects only with everything acknowledged, so a retry
+		// still pending now is one the last ACK overtook (the timer or a
+		// probe fired, then the ACK came before the resend left): there is
+		// nothing to resend. Left pending, it would take the next request
+		// out under the old connection number and without a CONNECT, to a
+		// DCT that dropped this initiator on the DISCONNECT.
+		q.rewind()
 	}
 	d.retryConnect = false
 	if q.req.idx == q.sqTail {

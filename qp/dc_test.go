@@ -587,3 +587,72 @@ func dcHeaders(b []byte, key uint64, srcQP uint32, flags uint8) {
 		ib.DETH(b[o:]).Encode(&ib.DETHFields{SrcQP: srcQP})
 	}
 }
+
+// A retry the last ACK overtook (the timer fired, then the ACK came before
+// the resend left) must not outlive the DCI's connection: the idle DCI
+// disconnects, and its next request needs a new CONNECT. Before the fix the
+// stale retry took the request out under the old connection number with no
+// CONNECT, the DCT had dropped the initiator on the DISCONNECT, and the
+// request was resent forever (retry_cnt 7) to a target that ignored it.
+func TestDCIRetryOvertakenByACKThenDisconnect(t *testing.T) {
+	f := newDCFix(t, impairments()[0], qptest.DefaultRC, 1, 1, 8, 0)
+	dci, dct := f.dcis[0], f.dcts[0].QP
+	buf := make([]byte, 64)
+	mr, err := f.pd.RegMR(buf, 0x9000, qp.AccessLocalWrite)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dst, err := f.dcts[0].PD.RegMR(make([]byte, 64), 0x5000, qp.AccessLocalWrite|qp.AccessRemoteWrite)
+	if err != nil {
+		t.Fatal(err)
+	}
+	post := func(id uint64) {
+		t.Helper()
+		wr := qp.SendWR{ID: id, Opcode: qp.WRRDMAWrite, Flags: qp.SendSignaled, SGL: []qp.SGE{{Addr: 0x9000, Length: 8, LKey: mr.LKey()}},
+			AH: f.ah, RemoteQPN: dct.QPN(), DCKey: dcKey, RemoteAddr: 0x5000, RKey: dst.RKey()}
+		if err := dci.PostSend(&wr); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Hold the DCT's ACK of the first WRITE.
+	var ack []byte
+	f.net.Drop = func(from string, b []byte) bool {
+		if from == "B" && ack == nil {
+			ack = append([]byte(nil), b...)
+			return true
+		}
+		return false
+	}
+	post(1)
+	if err := f.net.Run(func() bool { return ack != nil }, time.Second); err != nil {
+		t.Fatal(err)
+	}
+	// The retransmit timer fires; the ACK arrives before the resend leaves.
+	f.net.Clock.T += time.Second
+	f.net.A.E.Advance(f.net.Clock.T)
+	var pkt ib.Packet
+	if err := ib.ParseDCIB(ack, &pkt); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.net.A.E.Receive(&pkt, &qp.Source{SGID: f.net.B.GID, DGID: f.net.A.GID}); err != nil {
+		t.Fatal(err)
+	}
+	var got []qp.WorkCompletion
+	if got = pollAll(f.scq, got); len(got) != 1 || got[0].Status != qp.WCSuccess {
+		t.Fatalf("first WRITE: %+v", got)
+	}
+	// Idle past its linger, the DCI decides to disconnect; a new request
+	// comes before the DISCONNECT leaves.
+	f.net.Clock.T += 2 * qp.DCILinger
+	f.net.A.E.Advance(f.net.Clock.T)
+	post(2)
+	if err := f.net.Run(func() bool { got = pollAll(f.scq, got); return len(got) == 2 }, 10*time.Second); err != nil {
+		t.Fatalf("second WRITE: %v; DCT %+v", err, f.net.B.E.Stats().DC)
+	}
+	if got[1].Status != qp.WCSuccess {
+		t.Fatalf("second WRITE: %v", got[1].Status)
+	}
+	if s := f.net.B.E.Stats().DC; s.UnknownInitiator != 0 {
+		t.Errorf("DCT saw requests of an initiator it had dropped: %+v", s)
+	}
+}
