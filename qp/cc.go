@@ -42,9 +42,10 @@ import (
 // (without timestamps, an ACK about a round trip after the probe may be
 // its answer after a lost ACK; TCP's Eifel detection, RFC 4015, tells them
 // apart by timestamps). The probe timeout is then at least 1.25 times the
-// longest stall of the last peakHold, so a path that stalls now and then
-// costs a spurious probe when a stall is longer than those before, not one
-// per stall. A stall raises only this floor, never sRTT, which sizes the
+// longest stall of the last peakHold (up to half the probe span, so that a
+// lost tail is still probed), and a path that stalls now and then costs a
+// spurious probe when a stall is longer than those before, not one per
+// stall. A stall raises only this floor, never sRTT, which sizes the
 // window after a loss.
 //
 // No probe is sent while a READ is outstanding. Its responses stream at the
@@ -108,6 +109,10 @@ const (
 	// peakHold is how long the longest wait the path showed keeps the
 	// probe timeout up before it halves.
 	peakHold = time.Second
+	// maxStallFloor bounds what stalls add to the probe timeout, so that a
+	// lost tail on a path that stalls is still probed within the probe
+	// span rather than left to the local ACK timeout.
+	maxStallFloor = probeSpan / 2
 )
 
 // window returns the PSNs that may be outstanding.
@@ -244,7 +249,7 @@ func (w *sendWindow) probeTimeout(rto time.Duration) time.Duration {
 	if w.srtt == 0 || rto == 0 || w.probes >= maxProbes {
 		return 0
 	}
-	p := max(w.srtt+4*w.rttvar, w.peak+w.peak/4, minProbe) << w.probes
+	p := max(w.srtt+4*w.rttvar, min(w.peak+w.peak/4, maxStallFloor), minProbe) << w.probes
 	if p >= rto/2 {
 		return 0
 	}
