@@ -447,25 +447,25 @@ func (q *QP) dciPlan() bool {
 	if d.ctl != ctlNone || q.req.rnrWait {
 		return true
 	}
+	if q.req.needRetry && ib.PSNDiff(q.req.maxPSN, q.comp.psn) <= 0 {
+		// A retry the last ACK overtook (the timer or a probe fired, then
+		// the ACK came before the resend left) has nothing to resend. Left
+		// pending, it would take the next request out under the current
+		// connection whatever that request needs: after the idle DCI's
+		// DISCONNECT, under the old connection number without a CONNECT, to
+		// a DCT that dropped this initiator; or to the previous target.
+		q.rewind()
+	}
 	if q.req.needRetry {
 		// Resend from the first unacknowledged PSN behind a fresh CONNECT of
 		// the same connection number: if the first CONNECT was lost, or the DCT
 		// reclaimed this initiator, the retry recreates the state (a DCT
 		// ignores a CONNECT of the connection it already has).
-		if d.connected {
-			if !d.retryConnect {
-				d.retryConnect = true
-				d.ctl = ctlConnect
-			}
-			return true
+		if d.connected && !d.retryConnect {
+			d.retryConnect = true
+			d.ctl = ctlConnect
 		}
-		// A DCI disconnects only with everything acknowledged, so a retry
-		// still pending now is one the last ACK overtook (the timer or a
-		// probe fired, then the ACK came before the resend left): there is
-		// nothing to resend. Left pending, it would take the next request
-		// out under the old connection number and without a CONNECT, to a
-		// DCT that dropped this initiator on the DISCONNECT.
-		q.rewind()
+		return true
 	}
 	d.retryConnect = false
 	if q.req.idx == q.sqTail {
