@@ -33,6 +33,21 @@ import (
 // again everything it has. Probes back off, never count as retries and never
 // move the local ACK timeout, which keeps its IB meaning (retry_cnt).
 //
+// A probe must not fire while the path may still answer: rxe and NICs
+// resend only after the local ACK timeout, and a guest or process that is
+// descheduled for milliseconds under load answers late, not never. A
+// spurious probe measures such a stall: the round-trip sample under way
+// when it fired is kept if the ACK that proves the probe spurious came too
+// soon after it to answer it, or later than its answer would have come
+// (without timestamps, an ACK about a round trip after the probe may be
+// its answer after a lost ACK; TCP's Eifel detection, RFC 4015, tells them
+// apart by timestamps). The probe timeout is then at least 1.25 times the
+// longest stall of the last peakHold (up to half the probe span, so that a
+// lost tail is still probed), and a path that stalls now and then costs a
+// spurious probe when a stall is longer than those before, not one per
+// stall. A stall raises only this floor, never sRTT, which sizes the
+// window after a loss.
+//
 // No probe is sent while a READ is outstanding. Its responses stream at the
 // responder's pace, not one per round trip, so a gap between them says
 // nothing of loss; and resending a READ request, or anything the probe's
@@ -50,14 +65,18 @@ type sendWindow struct {
 
 	// One round-trip sample at a time, from a PSN sent once (Karn).
 	sampling  bool
+	sampleOld bool // the sample spans a probe: it only raises peak
 	samplePSN ib.PSN
 	sampleAt  time.Duration
 	srtt      time.Duration // 0 until the first sample
 	rttvar    time.Duration
 	minRTT    time.Duration // the path without a queue
+	peak      time.Duration // the longest recent stall a spurious probe measured
+	peakAt    time.Duration // when peak was set or last aged
 
 	probeArmed bool
 	probeAt    time.Duration
+	probedAt   time.Duration // when the last probe left
 	probes     uint8         // unanswered probes since the last progress
 	since      time.Duration // when the probes' wait began
 
@@ -87,6 +106,13 @@ const (
 	// it the local ACK timeout alone acts, so a dead peer costs a few
 	// packets in its first milliseconds and no timer wake-ups after.
 	probeSpan = 8 * time.Millisecond
+	// peakHold is how long the longest wait the path showed keeps the
+	// probe timeout up before it halves.
+	peakHold = time.Second
+	// maxStallFloor bounds what stalls add to the probe timeout, so that a
+	// lost tail on a path that stalls is still probed within the probe
+	// span rather than left to the local ACK timeout.
+	maxStallFloor = probeSpan / 2
 )
 
 // window returns the PSNs that may be outstanding.
@@ -107,7 +133,7 @@ func (w *sendWindow) threshold() int32 {
 // onSend notes a request packet at psn; fresh says it was never sent before.
 func (w *sendWindow) onSend(now time.Duration, psn ib.PSN, fresh bool) {
 	if fresh && !w.sampling {
-		w.sampling, w.samplePSN, w.sampleAt = true, psn, now
+		w.sampling, w.samplePSN, w.sampleAt, w.sampleOld = true, psn, now, false
 	}
 }
 
@@ -120,12 +146,21 @@ func (w *sendWindow) onAck(now time.Duration, psn ib.PSN, n int32) (spurious boo
 		w.undo = false
 		if ib.PSNDiff(psn, w.undoPSN) > 1 {
 			w.cwnd, w.ssthresh, w.acked = w.undoCwnd, w.undoSsthresh, 0
-			return true
+			spurious = true
+		} else {
+			w.sampling = false // the go-back-N resends the sampled PSN
 		}
 	}
 	if w.sampling && ib.PSNDiff(psn, w.samplePSN) > 0 {
 		w.sampling = false
-		w.rttSample(now - w.sampleAt)
+		if !w.sampleOld {
+			w.rttSample(now - w.sampleAt)
+		} else if d := now - w.probedAt; spurious && (d < w.minRTT || d > w.srtt+4*w.rttvar) {
+			w.notePeak(now, now-w.sampleAt) // the path itself was slow
+		}
+	}
+	if spurious {
+		return true
 	}
 	c := w.window()
 	if c >= maxWindow {
@@ -193,12 +228,28 @@ func (w *sendWindow) rttSample(r time.Duration) {
 	w.srtt += (r - w.srtt) / 8
 }
 
+// notePeak records a stall of d measured at now.
+func (w *sendWindow) notePeak(now, d time.Duration) {
+	w.agePeak(now)
+	if d >= w.peak {
+		w.peak, w.peakAt = d, now
+	}
+}
+
+// agePeak halves the peak for every peakHold without a longer stall.
+func (w *sendWindow) agePeak(now time.Duration) {
+	for w.peak > 0 && now-w.peakAt >= peakHold {
+		w.peak /= 2
+		w.peakAt += peakHold
+	}
+}
+
 // probeTimeout is the wait for progress before a probe, or 0 for none.
 func (w *sendWindow) probeTimeout(rto time.Duration) time.Duration {
 	if w.srtt == 0 || rto == 0 || w.probes >= maxProbes {
 		return 0
 	}
-	p := max(w.srtt+4*w.rttvar, minProbe) << w.probes
+	p := max(w.srtt+4*w.rttvar, min(w.peak+w.peak/4, maxStallFloor), minProbe) << w.probes
 	if p >= rto/2 {
 		return 0
 	}
@@ -212,6 +263,7 @@ func (q *QP) armProbe(now time.Duration) {
 	if q.req.rnrWait || q.req.readsOut > 0 || ib.PSNDiff(q.req.maxPSN, c.psn) <= 0 {
 		return
 	}
+	c.win.agePeak(now)
 	p := c.win.probeTimeout(q.rto)
 	if p == 0 {
 		return
@@ -248,9 +300,14 @@ func (q *QP) probe(now time.Duration) {
 		w.undoReqPSN, w.undoIdx, w.undoOff = q.req.psn, q.req.idx, q.req.off
 		w.undo = true
 	}
-	undo := w.undo
+	undo, sampling := w.undo, w.sampling
+	w.probedAt = now
 	w.onLoss(true)
 	w.undo, w.undoPSN = undo, c.psn
+	if undo && sampling {
+		// Kept if the probe proves spurious (onAck).
+		w.sampling, w.sampleOld = true, true
+	}
 	c.win.probes++
 	q.req.needRetry = true
 	c.startedRetry = true

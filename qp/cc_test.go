@@ -231,3 +231,93 @@ func TestNoProbeOfSlowRead(t *testing.T) {
 		t.Errorf("responder QP in %v", b.QP.State())
 	}
 }
+
+// A path that stalls now and then — a guest or process descheduled for a
+// few milliseconds under load, as an rxe guest on a busy host is — answers
+// late, not never. Once a stall has shown how long the path can take, later
+// stalls no longer than it draw no probe: the probe waits at least the
+// longest round trip the path showed.
+func TestStallsDrawNoProbes(t *testing.T) {
+	const (
+		every = 20 * time.Millisecond // a stall starts every 20 ms …
+		stall = 3 * time.Millisecond  // … and holds B's packets for 3 ms
+		run   = 300 * time.Millisecond
+		msg   = 64 << 10
+		depth = 4
+	)
+	n, err := qptest.NewNet(qptest.Options{PortMTU: ib.MTU4096,
+		AtoB: faultnet.Config{Delay: 20 * time.Microsecond}, BtoA: faultnet.Config{Delay: 20 * time.Microsecond}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, _ := qptest.NewEndpoint(n.A.E, qp.RC, 2*depth)
+	b, _ := qptest.NewEndpoint(n.B.E, qp.RC, 2*depth)
+	p := qptest.DefaultRC
+	p.MTU = ib.MTU4096
+	if err := n.Connect(a.QP, b.QP, p); err != nil {
+		t.Fatal(err)
+	}
+	src, dst := make([]byte, msg), make([]byte, msg)
+	aMR, _ := a.PD.RegMR(src, 0x1000, qp.AccessLocalWrite)
+	bMR, _ := b.PD.RegMR(dst, 0x7000_0000, allAccess)
+	stalled := func() bool { return n.Clock.T%every >= every-stall }
+	var held [][]byte
+	n.Drop = func(from string, pkt []byte) bool {
+		if from == "B" && stalled() {
+			held = append(held, append([]byte(nil), pkt...))
+			return true
+		}
+		return false
+	}
+	var pkt ib.Packet
+	var wcs [16]qp.WorkCompletion
+	posted, done, stalls := 0, 0, 0
+	for n.Clock.T < run {
+		for ; posted-done < depth; posted++ {
+			wr := qp.SendWR{ID: uint64(posted), Opcode: qp.WRRDMAWrite, Flags: qp.SendSignaled,
+				SGL: []qp.SGE{{Addr: 0x1000, Length: msg, LKey: aMR.LKey()}}, RemoteAddr: 0x7000_0000, RKey: bMR.RKey()}
+			if err := a.QP.PostSend(&wr); err != nil {
+				t.Fatal(err)
+			}
+		}
+		moved := n.Step()
+		if len(held) > 0 && !stalled() {
+			// The stall ends: what B sent meanwhile arrives at once, in order.
+			stalls++
+			for _, h := range held {
+				if ib.ParseIB(h, &pkt) == nil {
+					_ = n.A.E.Receive(&pkt, &qp.Source{SGID: n.B.GID, DGID: n.A.GID})
+				}
+			}
+			held, moved = held[:0], true
+		}
+		for k := a.SCQ.Poll(wcs[:]); k > 0; k = a.SCQ.Poll(wcs[:]) {
+			for _, wc := range wcs[:k] {
+				if wc.Status != qp.WCSuccess {
+					t.Fatalf("WRITE %d: %v", wc.WRID, wc.Status)
+				}
+			}
+			done += k
+		}
+		if !moved {
+			n.Clock.T += 10 * time.Microsecond
+			n.A.E.Advance(n.Clock.T)
+			n.B.E.Advance(n.Clock.T)
+		}
+	}
+	st := n.A.E.Stats()
+	t.Logf("%d WRITEs of 64 KiB through %d stalls of %v: %d probes, %d timeouts, B saw %d duplicates",
+		done, stalls, stall, st.Probes, st.Timeouts, n.B.E.Stats().DuplicateRequests)
+	if stalls < 10 || done < 100 {
+		t.Fatalf("the run did not happen as planned")
+	}
+	// The first stall may draw a probe and its back-off; the rest none.
+	if st.Probes > maxProbesPerStall || st.Timeouts != 0 {
+		t.Errorf("%d probes, %d timeouts in %d stalls: want at most %d probes (the first stall's), no timeout",
+			st.Probes, st.Timeouts, stalls, maxProbesPerStall)
+	}
+}
+
+// maxProbesPerStall is what one stall may draw: a probe and its back-off
+// within the stall (probes double their wait).
+const maxProbesPerStall = 4

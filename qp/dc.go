@@ -447,6 +447,15 @@ func (q *QP) dciPlan() bool {
 	if d.ctl != ctlNone || q.req.rnrWait {
 		return true
 	}
+	if q.req.needRetry && ib.PSNDiff(q.req.maxPSN, q.comp.psn) <= 0 {
+		// A retry the last ACK overtook (the timer or a probe fired, then
+		// the ACK came before the resend left) has nothing to resend. Left
+		// pending, it would take the next request out under the current
+		// connection whatever that request needs: after the idle DCI's
+		// DISCONNECT, under the old connection number without a CONNECT, to
+		// a DCT that dropped this initiator; or to the previous target.
+		q.rewind()
+	}
 	if q.req.needRetry {
 		// Resend from the first unacknowledged PSN behind a fresh CONNECT of
 		// the same connection number: if the first CONNECT was lost, or the DCT

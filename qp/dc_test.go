@@ -587,3 +587,88 @@ func dcHeaders(b []byte, key uint64, srcQP uint32, flags uint8) {
 		ib.DETH(b[o:]).Encode(&ib.DETHFields{SrcQP: srcQP})
 	}
 }
+
+// A retry the last ACK overtook (the timer fired, then the ACK came before
+// the resend left) must not outlive what it was for. Before the fix it
+// took the DCI's next request out under the current connection: after the
+// idle DCI's DISCONNECT, under the old connection number with no CONNECT,
+// to a DCT that had dropped the initiator, resent for ever (retry_cnt 7);
+// or, when the next request was for another DCT, to the old one.
+func TestDCIRetryOvertakenByACK(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		linger bool // the DCI disconnects before the next request
+		next   int  // the DCT of the next request
+	}{{"then disconnect", true, 0}, {"then another target", false, 1}} {
+		t.Run(c.name, func(t *testing.T) {
+			f := newDCFix(t, impairments()[0], qptest.DefaultRC, 1, 2, 8, 0)
+			dci := f.dcis[0]
+			mr, err := f.pd.RegMR([]byte("retried"), 0x9000, qp.AccessLocalWrite)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var dst [2][]byte
+			var rkey [2]uint32
+			for i := range dst {
+				dst[i] = make([]byte, 8)
+				m, err := f.dcts[i].PD.RegMR(dst[i], 0x5000, qp.AccessLocalWrite|qp.AccessRemoteWrite)
+				if err != nil {
+					t.Fatal(err)
+				}
+				rkey[i] = m.RKey()
+			}
+			post := func(id uint64, to int) {
+				t.Helper()
+				wr := qp.SendWR{ID: id, Opcode: qp.WRRDMAWrite, Flags: qp.SendSignaled, SGL: []qp.SGE{{Addr: 0x9000, Length: 7, LKey: mr.LKey()}},
+					AH: f.ah, RemoteQPN: f.dcts[to].QP.QPN(), DCKey: dcKey, RemoteAddr: 0x5000, RKey: rkey[to]}
+				if err := dci.PostSend(&wr); err != nil {
+					t.Fatal(err)
+				}
+			}
+			// Hold the DCT's ACK of the first WRITE.
+			var ack []byte
+			f.net.Drop = func(from string, b []byte) bool {
+				if from == "B" && ack == nil {
+					ack = append([]byte(nil), b...)
+					return true
+				}
+				return false
+			}
+			post(1, 0)
+			if err := f.net.Run(func() bool { return ack != nil }, time.Second); err != nil {
+				t.Fatal(err)
+			}
+			// The retransmit timer fires; the ACK arrives before the resend leaves.
+			f.net.Clock.T += time.Second
+			f.net.A.E.Advance(f.net.Clock.T)
+			var pkt ib.Packet
+			if err := ib.ParseDCIB(ack, &pkt); err != nil {
+				t.Fatal(err)
+			}
+			if err := f.net.A.E.Receive(&pkt, &qp.Source{SGID: f.net.B.GID, DGID: f.net.A.GID}); err != nil {
+				t.Fatal(err)
+			}
+			var got []qp.WorkCompletion
+			if got = pollAll(f.scq, got); len(got) != 1 || got[0].Status != qp.WCSuccess {
+				t.Fatalf("first WRITE: %+v", got)
+			}
+			if c.linger {
+				// Idle past its linger, the DCI decides to disconnect; the
+				// next request comes before the DISCONNECT leaves.
+				f.net.Clock.T += 2 * qp.DCILinger
+				f.net.A.E.Advance(f.net.Clock.T)
+			}
+			clear(dst[c.next])
+			post(2, c.next)
+			if err := f.net.Run(func() bool { got = pollAll(f.scq, got); return len(got) == 2 }, 10*time.Second); err != nil {
+				t.Fatalf("second WRITE: %v; DCT side %+v", err, f.net.B.E.Stats().DC)
+			}
+			if got[1].Status != qp.WCSuccess || string(dst[c.next][:7]) != "retried" {
+				t.Fatalf("second WRITE: %v, DCT %d holds %q", got[1].Status, c.next, dst[c.next])
+			}
+			if s := f.net.B.E.Stats().DC; s.UnknownInitiator != 0 || s.Stale != 0 {
+				t.Errorf("DCT side saw requests of an initiator it had dropped or of an old connection: %+v", s)
+			}
+		})
+	}
+}

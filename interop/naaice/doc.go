@@ -11,11 +11,21 @@
 // script installs cmake, make, gcc, libc6-dev, libibverbs-dev,
 // librdmacm-dev and binutils when they are missing.
 //
-// The C software NAA re-arms its completion channel with completions
-// still queued, so a host write that arrives while it handles its own
-// previous completion is never noticed; goroce hosts therefore pause about
-// a second before each RPC against it, and a fresh server runs per case
-// (it leaks a connection slot when a host leaves between RPCs). The lab
+// The C software NAA loses wake-ups (naaice_swnaa_poll_cq_nonblocking):
+// it polls until the CQ is empty or its state changes, leaving the rest
+// queued, then re-arms with ibv_req_notify_cq without polling again. A
+// completion that lands between its last empty poll and the re-arm (its
+// MRSP SEND's or write-back's, when the host's ACK comes just then) raises
+// no event; the NAA wakes only for the host's next WRITE_WITH_IMM, takes
+// the missed completion, sees its state change, and leaves the RPC's own
+// completion queued for ever. Goroce's resends play no part: a duplicate
+// request makes rxe repeat its ACK and no completion, and a new QP sends no
+// probe before its first round-trip sample, so none before the MRSP is
+// done. goroce hosts pause about a second before each RPC against it
+// (which covers a host write that comes while the NAA still waits for its
+// previous completion), a case stalled as above is rerun on a fresh
+// server, and a fresh server runs per case (it leaks a connection slot
+// when a host leaves between RPCs). The lab
 // runs at MTU 1500 (path MTU 1024) so that every frame fits an AF_XDP
 // chunk.
 package naaice

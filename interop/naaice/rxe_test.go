@@ -133,9 +133,10 @@ func TestGoClientCServer(t *testing.T) {
 		{name: "4MiB", fn: 2, sizes: []int{64, 4 << 20}, rpcs: 2},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			// The C NAA's lost wake-up (doc.go) can outlast the pause before
-			// an RPC on a loaded machine; that fault alone (every write of
-			// the host acknowledged, no answer) is rerun on a fresh server.
+			// The C NAA's lost wake-up (doc.go) is not covered by the pause
+			// before an RPC when it missed its own completion before; that
+			// fault alone (every write of the host acknowledged, no answer)
+			// is rerun on a fresh server.
 			c.rpcTimeout = time.Minute
 			for attempt := 1; ; attempt++ {
 				note, err := goHostAgainstCServer(g, dev, remote, c)
