@@ -29,7 +29,7 @@ func fakeRings(nframes, ringSize uint32) *Socket {
 	s.comp.init(mk(fillSize, 8), off, fillSize)
 	s.rx.init(mk(ringSize, 16), off, ringSize)
 	s.tx.init(mk(ringSize, 16), off, ringSize)
-	s.txFree = make([]uint64, 0, nframes-nframes/2)
+	s.txFree = newTxPool(uint64(nframes/2)*fs, fs, int(nframes-nframes/2))
 	return s
 }
 
