@@ -147,7 +147,9 @@ type Device struct {
 	wakeAt    atomic.Int64 // when the timer goroutine will next wake
 	kick      chan struct{}
 	lastTxErr atomic.Pointer[string]
-	lend      txLend // frames built in the link's buffers (txlend.go)
+	lend      txLend      // frames built in the link's buffers (txlend.go)
+	deferred  atomic.Bool // a poller left a transmit pass to its caller (txdefer.go)
+	deferT    *time.Timer // flushes what was deferred if the caller does not
 
 	// Receive goroutine state.
 	pkt ib.Packet
@@ -255,6 +257,8 @@ func newDevice(l link.Link, opts Options, nl *netlinkWatch) (*Device, error) {
 	d.window.Store(int64(opts.BusyPoll))
 	d.rxTimer = time.NewTimer(time.Hour)
 	d.rxTimer.Stop()
+	d.deferT = time.AfterFunc(time.Hour, d.deferredFlush)
+	d.deferT.Stop()
 	if d.port == 0 {
 		d.port = ib.RoCEv2Port
 	}
@@ -606,6 +610,7 @@ func (d *Device) timerLoop() {
 // flush transmits everything the engine has to send. Whoever holds txMu
 // sends; a caller that finds it busy leaves a note so the holder goes again.
 func (d *Device) flush() {
+	d.undefer()
 	d.txPending.Store(true)
 	for {
 		if !d.txMu.TryLock() {

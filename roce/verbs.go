@@ -182,7 +182,7 @@ func (cq *CQ) Poll(wc []WorkCompletion) int {
 	d := cq.d
 	if cq.avail.Load() <= 0 {
 		// Run to completion: read the link, if nobody else does.
-		d.pollOnce()
+		d.pollOnce(cq)
 		if cq.avail.Load() <= 0 {
 			return 0
 		}

@@ -381,6 +381,12 @@ func (l *Link) WaitReadable(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
+	// Frames already queued need no system call to be found.
+	for i := range l.rx {
+		if l.rx[i].sock.RxReady() {
+			return nil
+		}
+	}
 	return l.pollWait(ctx, l.wpfds)
 }
 
