@@ -382,6 +382,8 @@ func (d *Device) QueryPort() PortAttr {
 // Close stops the device's goroutines and closes the link. Objects still
 // open become unusable (their methods return ErrClosed).
 func (d *Device) Close() error {
+	// An ACK a poller left to its caller (txdefer.go) leaves first.
+	d.flushDeferred()
 	d.closeMu.Lock()
 	defer d.closeMu.Unlock()
 	if d.closed.Swap(true) {
@@ -628,6 +630,7 @@ func (d *Device) flush() {
 // flushAll transmits everything the engine has queued, waiting for a
 // transmit pass that is under way instead of leaving the work to it.
 func (d *Device) flushAll() {
+	d.undefer()
 	d.txMu.Lock()
 	d.txPending.Store(false)
 	d.transmit()

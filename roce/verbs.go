@@ -763,7 +763,8 @@ func (q *QP) Close() error {
 	// transmits the ACK after it, so a caller woken by the completion can
 	// get here first. The queued ACK (or NAK) leaves before the QP goes,
 	// as rxe's responder sends it before its QP can be destroyed;
-	// otherwise the peer resends into a QP that no longer exists.
+	// otherwise the peer resends into a QP that no longer exists. So does
+	// an ACK a poller left to its caller (txdefer.go).
 	d.flushAll()
 	if err := d.lock(); err != nil {
 		return err
