@@ -233,8 +233,9 @@ func TestDeferredAck(t *testing.T) {
 	connect(t, a, b, addrA, addrB, ConnectAttr{})
 	ctx, cancel := context.WithTimeout(context.Background(), 30e9)
 	defer cancel()
-	var wc [1]WorkCompletion
+	// Each side's goroutine waits with its own completion slot.
 	waitOne := func(cq *CQ) {
+		var wc [1]WorkCompletion
 		for cq.Poll(wc[:]) == 0 {
 			if err := cq.Wait(ctx); err != nil {
 				t.Fatal(err)
