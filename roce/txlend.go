@@ -42,9 +42,9 @@ func (t *txLend) init(l link.Link, batch int) {
 func (t *txLend) lent() bool { return t.n > 0 }
 
 // take returns the slots for the next transmit pass: lent buffers when
-// the link has them, else the device's own. It asks for twice as many
-// buffers as the last pass filled, so that a pass with one packet to send
-// takes few, while a stream soon asks for a whole batch.
+// the link has them, else the device's own. It asks for as many buffers as
+// produced says, so that a pass with one packet to send takes few (lending
+// costs a little per buffer), while a stream asks for a whole batch.
 func (t *txLend) take(d *Device) []qp.TxPacket {
 	if t.l == nil || t.short {
 		t.short = false
@@ -65,9 +65,15 @@ func (t *txLend) take(d *Device) []qp.TxPacket {
 	return t.slots[:n]
 }
 
-// produced notes that the engine filled n slots.
+// produced notes that the engine filled n slots: a pass that filled all
+// it was lent is a stream, which gets a whole batch at once (each pass is
+// a sendto); otherwise twice what it took.
 func (t *txLend) produced(n int) {
-	if t.l != nil {
+	switch {
+	case t.l == nil:
+	case t.n > 0 && n == t.n:
+		t.want = len(t.bufs)
+	default:
 		t.want = min(max(2*n, 2), len(t.bufs))
 	}
 }
