@@ -215,8 +215,8 @@ func iperf3(ctx context.Context, p *netnstest.Pair, d time.Duration, udpLen int)
 // sockperfResult is what sockperf ping-pong reports: one-way latency (half
 // the round trip), in microseconds.
 type sockperfResult struct {
-	Avg, Median, P99, Min float64
-	Observations          int
+	Avg, Median, P99, P999, Min float64
+	Observations                int
 }
 
 const sockperfPort = 11111
@@ -265,7 +265,7 @@ func parseSockperf(out []byte) (sockperfResult, error) {
 			key string
 			dst *float64
 			ok  *bool
-		}{{"percentile 50.000 =", &res.Median, &haveMed}, {"percentile 99.000 =", &res.P99, nil}, {"<MIN> observation =", &res.Min, nil}} {
+		}{{"percentile 50.000 =", &res.Median, &haveMed}, {"percentile 99.000 =", &res.P99, nil}, {"percentile 99.900 =", &res.P999, nil}, {"<MIN> observation =", &res.Min, nil}} {
 			if _, rest, ok := strings.Cut(l, pc.key); ok {
 				v, err := strconv.ParseFloat(strings.TrimSpace(rest), 64)
 				if err == nil {

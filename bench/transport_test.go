@@ -280,7 +280,7 @@ func TestTransportTable(t *testing.T) {
 			n.mtus = appendOnce(n.mtus, fmt.Sprintf("%s %d", l, r.client.MTU))
 			return map[string]float64{"bw/" + l: r.client.BW.BWAvg}, nil
 		})
-		fs.run(t, "goroce/send-lat/"+l, rounds, skip, []string{"lat/" + l, "latavg/" + l, "latmin/" + l}, func(t *testing.T) (map[string]float64, error) {
+		fs.run(t, "goroce/send-lat/"+l, rounds, skip, []string{"lat/" + l, "latavg/" + l, "latmin/" + l, "latp999/" + l}, func(t *testing.T) (map[string]float64, error) {
 			ctx, cancel := context.WithTimeout(context.Background(), caseTimeout)
 			defer cancel()
 			p := netnstest.NewPair(t, vethMTU)
@@ -293,7 +293,8 @@ func TestTransportTable(t *testing.T) {
 					return nil, fmt.Errorf("%s: no latency figure: %+v", e.Role, e)
 				}
 			}
-			return map[string]float64{"lat/" + l: r.client.Lat.Typical, "latavg/" + l: r.client.Lat.Avg, "latmin/" + l: r.client.Lat.Min}, nil
+			return map[string]float64{"lat/" + l: r.client.Lat.Typical, "latavg/" + l: r.client.Lat.Avg, "latmin/" + l: r.client.Lat.Min,
+				"latp999/" + l: r.client.Lat.P999}, nil
 		})
 		// perftest's bandwidth and latency tests do not look at the bytes
 		// they move; this case does, on the same link and veth.
@@ -343,7 +344,7 @@ func TestTransportTable(t *testing.T) {
 	if _, err := exec.LookPath("sockperf"); err != nil {
 		skip = "sockperf not installed (Debian package sockperf)"
 	}
-	fs.run(t, "sockperf/udp", rounds, skip, []string{"sock/med", "sock/avg", "sock/min"}, func(t *testing.T) (map[string]float64, error) {
+	fs.run(t, "sockperf/udp", rounds, skip, []string{"sock/med", "sock/avg", "sock/min", "sock/p999"}, func(t *testing.T) (map[string]float64, error) {
 		ctx, cancel := context.WithTimeout(context.Background(), caseTimeout)
 		defer cancel()
 		p := netnstest.NewPair(t, vethMTU)
@@ -354,7 +355,7 @@ func TestTransportTable(t *testing.T) {
 		if r.Median <= 0 || r.Avg <= 0 || r.Observations == 0 {
 			return nil, fmt.Errorf("no latency figure: %+v", r)
 		}
-		return map[string]float64{"sock/med": r.Median, "sock/avg": r.Avg, "sock/min": r.Min}, nil
+		return map[string]float64{"sock/med": r.Median, "sock/avg": r.Avg, "sock/min": r.Min, "sock/p999": r.P999}, nil
 	})
 	fs.run(t, "go-ping-pong/udp", rounds, "", []string{"go/med", "go/avg", "go/min"}, func(t *testing.T) (map[string]float64, error) {
 		ctx, cancel := context.WithTimeout(context.Background(), caseTimeout)
@@ -433,6 +434,7 @@ func printTransportTable(fs figures, n notes, plan transportPlan, rounds int) {
 		row("", "latavg/"+l.key, "kernel UDP average (Go ping-pong)", "go/avg")
 		row("send-lat 8 B, "+l.name+" link, minimum (us)", "latmin/"+l.key, "kernel UDP minimum (sockperf)", "sock/min")
 		row("", "latmin/"+l.key, "kernel UDP minimum (Go ping-pong)", "go/min")
+		row("send-lat 8 B, "+l.name+" link, p99.9 (us)", "latp999/"+l.key, "kernel UDP p99.9 (sockperf)", "sock/p999")
 	}
 	w.Flush()
 	fmt.Printf("raw link received frame Gb/s (headers included): AF_XDP %s (%.1f%% of sent frames lost), UDP link %s (%.1f%% lost)\n",

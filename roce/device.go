@@ -147,6 +147,9 @@ type Device struct {
 	wakeAt    atomic.Int64 // when the timer goroutine will next wake
 	kick      chan struct{}
 	lastTxErr atomic.Pointer[string]
+	lend      txLend      // frames built in the link's buffers (txlend.go)
+	deferred  atomic.Bool // a poller left a transmit pass to its caller (txdefer.go)
+	deferT    *time.Timer // flushes what was deferred if the caller does not
 
 	// Receive goroutine state.
 	pkt ib.Packet
@@ -254,6 +257,8 @@ func newDevice(l link.Link, opts Options, nl *netlinkWatch) (*Device, error) {
 	d.window.Store(int64(opts.BusyPoll))
 	d.rxTimer = time.NewTimer(time.Hour)
 	d.rxTimer.Stop()
+	d.deferT = time.AfterFunc(time.Hour, d.deferredFlush)
+	d.deferT.Stop()
 	if d.port == 0 {
 		d.port = ib.RoCEv2Port
 	}
@@ -298,6 +303,7 @@ func newDevice(l link.Link, opts Options, nl *netlinkWatch) (*Device, error) {
 		d.slots[i].Buf = slab[i*txSlotSize : (i+1)*txSlotSize : (i+1)*txSlotSize]
 		d.slots[i].Headroom = txHeadroom
 	}
+	d.lend.init(l, opts.TxBatch)
 	d.rxFn = func(frames [][]byte) { d.receiveBatch(frames, &d.pkt) }
 	d.pollFn = func(frames [][]byte) {
 		d.ctr.polledPkts.Add(uint64(len(frames)))
@@ -376,6 +382,8 @@ func (d *Device) QueryPort() PortAttr {
 // Close stops the device's goroutines and closes the link. Objects still
 // open become unusable (their methods return ErrClosed).
 func (d *Device) Close() error {
+	// An ACK a poller left to its caller (txdefer.go) leaves first.
+	d.flushDeferred()
 	d.closeMu.Lock()
 	defer d.closeMu.Unlock()
 	if d.closed.Swap(true) {
@@ -604,6 +612,7 @@ func (d *Device) timerLoop() {
 // flush transmits everything the engine has to send. Whoever holds txMu
 // sends; a caller that finds it busy leaves a note so the holder goes again.
 func (d *Device) flush() {
+	d.undefer()
 	d.txPending.Store(true)
 	for {
 		if !d.txMu.TryLock() {
@@ -621,6 +630,7 @@ func (d *Device) flush() {
 // flushAll transmits everything the engine has queued, waiting for a
 // transmit pass that is under way instead of leaving the work to it.
 func (d *Device) flushAll() {
+	d.undefer()
 	d.txMu.Lock()
 	d.txPending.Store(false)
 	d.transmit()
@@ -630,33 +640,57 @@ func (d *Device) flushAll() {
 // transmit runs with txMu held.
 func (d *Device) transmit() {
 	for {
+		// The engine writes into buffers the link lends, where frames are
+		// sent from, or else into the device's slots (txlend.go).
+		slots := d.lend.take(d)
+		lent := d.lend.lent()
 		d.mu.Lock()
 		if d.closed.Load() {
 			d.mu.Unlock()
+			d.lend.giveBack()
 			return
 		}
-		n := d.eng.Transmit(d.slots)
+		var short uint64
+		if lent {
+			short = d.eng.Stats().ShortTxBuffer
+		}
+		n := d.eng.Transmit(slots)
+		if lent && d.eng.Stats().ShortTxBuffer != short {
+			d.lend.short = true
+		}
 		if n > 0 {
 			d.noteDeadline()
 		}
 		d.mu.Unlock()
+		d.lend.produced(n)
 		if n == 0 {
+			d.lend.giveBack()
+			if d.lend.short {
+				continue
+			}
 			return
 		}
 		k := 0
 		d.loop = d.loop[:0]
 		for i := 0; i < n; i++ {
-			f, local, ok := d.buildFrame(&d.slots[i])
+			f, local, ok := d.buildFrame(&slots[i])
 			switch {
 			case !ok:
 			case local:
 				d.loop = append(d.loop, f)
 			default:
 				d.frames[k] = f
+				if lent {
+					d.lend.send(i, k)
+				}
 				k++
 			}
 		}
-		d.write(d.frames[:k])
+		if lent {
+			d.writeLent(d.frames[:k])
+		} else {
+			d.write(d.frames[:k])
+		}
 		clear(d.frames[:k])
 		if len(d.loop) > 0 {
 			if tap := d.tap.Load(); tap != nil {
@@ -667,10 +701,12 @@ func (d *Device) transmit() {
 			d.ctr.sentPkts.Add(uint64(len(d.loop)))
 			d.receiveBatch(d.loop, &d.loopPkt)
 			clear(d.loop)
+			d.lend.giveBack()
 			// The receive may have produced responses: go round again.
 			continue
 		}
-		if n < len(d.slots) {
+		d.lend.giveBack()
+		if n < len(slots) && !d.lend.short {
 			return
 		}
 	}
@@ -692,11 +728,7 @@ func (d *Device) write(frames [][]byte) {
 		if errors.Is(err, link.ErrClosed) {
 			return
 		}
-		if c := d.ctr.sendErr.Add(1); c&(c-1) == 0 { // log at powers of two
-			s := err.Error()
-			d.lastTxErr.Store(&s)
-			d.log.Warn("roce: link refused a frame", "err", err, "count", c)
-		}
+		d.noteSendErr(err)
 		// Skip the refused frame (RC recovers by retransmission) and
 		// send the rest.
 		skip := n

@@ -56,9 +56,17 @@
 // A transmit pass also follows every PostSend and Modify. It runs in the
 // calling goroutine: Engine.Transmit into pooled slots with headroom, the
 // Ethernet/IP/UDP headers prepended in place, the ICRC computed, then one
-// link.WriteBatch per batch. Only one goroutine transmits at a time; a caller
+// link.WriteBatch per batch. On a link that lends its transmit buffers
+// (link.TxLender: the UMEM of the AF_XDP link) the slots are those
+// buffers, so a payload is copied once, from the MR to where the frame is
+// sent from. Only one goroutine transmits at a time; a caller
 // that finds a pass under way leaves a note and the running pass goes round
-// again, so no work is stranded and no caller waits for another's I/O.
+// again, so no work is stranded and no caller waits for another's I/O. A
+// poller that reads the packet completing its caller's wait leaves the
+// pass (typically the ACK of that packet) to the caller's next verb, so the
+// ACK and the caller's reply leave in one batch; a timer sends it if the
+// caller does not come back within 20 µs, and QP.Modify, QP.Close and
+// Device.Close send it first.
 //
 // All engine state (QPs, CQs, MRs) is behind one mutex, so every method of
 // every object is safe for concurrent use. The GID table and the neighbour

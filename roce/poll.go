@@ -115,10 +115,11 @@ func (d *Device) busyPoll(cq *CQ, ctx context.Context, deadline time.Time) bool 
 		end = deadline
 	}
 	got := false
+	d.flushDeferred()
 	for i := 0; ; i++ {
 		n, err := d.rxPoll.PollBatch(d.pollFn)
 		if n > 0 {
-			d.flush()
+			d.flushOrDefer(cq)
 		}
 		if cq.avail.Load() > 0 {
 			got = true
@@ -155,13 +156,14 @@ func (d *Device) busyPoll(cq *CQ, ctx context.Context, deadline time.Time) bool 
 // on what it found. It does nothing when another goroutine polls or the
 // busy-poll window is closed (see missed): a caller that spins on Poll
 // then spins on the completion count only, as without busy polling.
-func (d *Device) pollOnce() {
+func (d *Device) pollOnce(cq *CQ) {
+	d.flushDeferred()
 	if d.rxPoll == nil || d.window.Load() <= 0 || !d.polling.CompareAndSwap(false, true) {
 		return
 	}
 	n, _ := d.rxPoll.PollBatch(d.pollFn)
 	if n > 0 {
-		d.flush()
+		d.flushOrDefer(cq)
 	}
 	// The caller does not park: it may poll again or go on with other
 	// work, so an empty poll leaves the receive goroutine as it is.

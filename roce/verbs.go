@@ -182,7 +182,7 @@ func (cq *CQ) Poll(wc []WorkCompletion) int {
 	d := cq.d
 	if cq.avail.Load() <= 0 {
 		// Run to completion: read the link, if nobody else does.
-		d.pollOnce()
+		d.pollOnce(cq)
 		if cq.avail.Load() <= 0 {
 			return 0
 		}
@@ -609,6 +609,10 @@ func (q *QP) SourcePort() uint16 {
 // refuses an MTU whose packets the link cannot carry (ErrMTU).
 func (q *QP) Modify(ctx context.Context, attr *QPAttr, mask AttrMask) error {
 	d := q.d
+	// An ACK a poller left to its caller (txdefer.go) leaves before the
+	// QP changes state: a move to ERR would drop it, and the peer's last
+	// message would never complete.
+	d.flushDeferred()
 	a := *attr
 	if mask&AttrAV != 0 {
 		if err := d.prepareAV(ctx, &a.AV); err != nil {
@@ -763,7 +767,8 @@ func (q *QP) Close() error {
 	// transmits the ACK after it, so a caller woken by the completion can
 	// get here first. The queued ACK (or NAK) leaves before the QP goes,
 	// as rxe's responder sends it before its QP can be destroyed;
-	// otherwise the peer resends into a QP that no longer exists.
+	// otherwise the peer resends into a QP that no longer exists. So does
+	// an ACK a poller left to its caller (txdefer.go).
 	d.flushAll()
 	if err := d.lock(); err != nil {
 		return err

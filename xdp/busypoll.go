@@ -3,6 +3,7 @@ package xdp
 import (
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -77,4 +78,15 @@ func (s *Socket) BusyPoll() {
 		return
 	}
 	_ = kickRx(s.fd)
+}
+
+// RxReady reports whether the RX ring holds descriptors, without taking
+// any. It reads only the ring words the kernel shares, never the socket's
+// cached indices, so it may run while another goroutine receives: a waiter
+// uses it to skip a poll(2) that would return at once.
+func (s *Socket) RxReady() bool {
+	if s.closed {
+		return false
+	}
+	return atomic.LoadUint32(s.rx.producer) != atomic.LoadUint32(s.rx.consumer)
 }

@@ -20,8 +20,10 @@
 // are read in place with Frame and later returned with Release; Transmit
 // copies frames into free TX chunks, which come back through the completion
 // ring; AllocTx, TxBuffer and SubmitTx let a caller build frames in the
-// chunks instead. With multi-buffer (XDP_USE_SG, Linux 6.6) a frame larger than a chunk
-// is carried by several descriptors chained with XDP_PKT_CONTD.
+// chunks instead, and AllocTxSpan and SubmitTxSpans in spans of adjacent
+// chunks, one contiguous buffer per frame wherever it starts. With
+// multi-buffer (XDP_USE_SG, Linux 6.6) a frame larger than a chunk is
+// carried by several descriptors chained with XDP_PKT_CONTD.
 //
 // Kernel features that are missing produce errors matching ErrNotSupported
 // that name the feature and the first kernel version that has it. The

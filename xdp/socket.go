@@ -109,7 +109,7 @@ type Socket struct {
 	rx, tx     descRing
 	maps       [4][]byte
 
-	txFree []uint64 // free TX chunk addresses (a stack)
+	txFree txPool // free TX chunks
 
 	zeroCopy   bool
 	needWakeup bool
@@ -412,10 +412,7 @@ func bindVariant(ifindex int, ifname string, queue int, u *UMEM, first, n uint32
 	}
 	s.fill.cachedProd += nrx
 	s.fill.submit()
-	s.txFree = make([]uint64, 0, ntx)
-	for i := uint32(0); i < ntx; i++ {
-		s.txFree = append(s.txFree, uint64(first+nrx+i)*fs)
-	}
+	s.txFree = newTxPool(uint64(first+nrx)*fs, u.frameSize, int(ntx))
 	s.pfd[0].Fd = int32(fd)
 	return s, nil
 }
@@ -693,10 +690,7 @@ func (s *Socket) reap() {
 	}
 	cons := s.comp.cachedCons
 	for i := uint32(0); i < n; i++ {
-		if len(s.txFree) == cap(s.txFree) {
-			break
-		}
-		s.txFree = append(s.txFree, s.comp.addrs[(cons+i)&s.comp.mask]&s.chunkMask)
+		s.txFree.put(s.comp.addrs[(cons+i)&s.comp.mask])
 	}
 	s.comp.release(n)
 }
@@ -707,7 +701,7 @@ func (s *Socket) TxFree() int {
 		return 0
 	}
 	s.reap()
-	return len(s.txFree)
+	return s.txFree.free
 }
 
 // TxPending returns how many TX chunks are queued or in flight.
@@ -716,7 +710,7 @@ func (s *Socket) TxPending() int {
 		return 0
 	}
 	s.reap()
-	return cap(s.txFree) - len(s.txFree)
+	return s.txFree.n - s.txFree.free
 }
 
 // Transmit copies frames into free TX chunks and queues them. It returns how
@@ -742,16 +736,15 @@ func (s *Socket) Transmit(frames [][]byte) (int, error) {
 		}
 		l := uint32(len(f))
 		segs := (l + s.txCap - 1) / s.txCap
-		if uint32(len(s.txFree)) < segs || s.tx.free(segs) < segs {
+		if uint32(s.txFree.free) < segs || s.tx.free(segs) < segs {
 			s.reap()
-			if uint32(len(s.txFree)) < segs || s.tx.free(segs) < segs {
+			if uint32(s.txFree.free) < segs || s.tx.free(segs) < segs {
 				break
 			}
 		}
 		prod := s.tx.cachedProd
 		for i := uint32(0); i < segs; i++ {
-			a := s.txFree[len(s.txFree)-1]
-			s.txFree = s.txFree[:len(s.txFree)-1]
+			a, _ := s.txFree.get(1)
 			seg := f[i*s.txCap:]
 			if uint32(len(seg)) > s.txCap {
 				seg = seg[:s.txCap]
@@ -784,13 +777,13 @@ func (s *Socket) AllocTx(descs []Desc) int {
 	if s.closed {
 		return 0
 	}
-	if len(s.txFree) < len(descs) {
+	if s.txFree.free < len(descs) {
 		s.reap()
 	}
-	n := min(len(descs), len(s.txFree))
+	n := min(len(descs), s.txFree.free)
 	for i := 0; i < n; i++ {
-		descs[i] = Desc{Addr: s.txFree[len(s.txFree)-1], Len: s.txCap}
-		s.txFree = s.txFree[:len(s.txFree)-1]
+		a, _ := s.txFree.get(1)
+		descs[i] = Desc{Addr: a, Len: s.txCap}
 	}
 	return n
 }
@@ -861,8 +854,8 @@ func (s *Socket) FreeTx(descs []Desc) {
 		return
 	}
 	for _, d := range descs {
-		if s.isTxChunk(d.Addr) && len(s.txFree) < cap(s.txFree) {
-			s.txFree = append(s.txFree, d.Addr)
+		if s.isTxChunk(d.Addr) {
+			s.txFree.put(d.Addr)
 		}
 	}
 }
@@ -912,7 +905,7 @@ func (s *Socket) Complete() (int, error) {
 		err = s.kick()
 	}
 	s.reap()
-	return len(s.txFree), err
+	return s.txFree.free, err
 }
 
 // Poll waits up to timeoutMs (-1: forever) for received frames (POLLIN) or

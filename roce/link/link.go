@@ -55,6 +55,28 @@ type Poller interface {
 	WaitReadable(ctx context.Context) error
 }
 
+// TxLender is implemented by links that lend their transmit buffers (the
+// UMEM of an AF_XDP socket): a frame built in a lent buffer is sent from
+// where it was built, saving the copy WriteBatch makes. A device uses it
+// when the link has it and falls back to WriteBatch when LendTx lends
+// nothing. Lending and writing run under the caller's own serialization:
+// one goroutine at a time, as WriteBatch.
+type TxLender interface {
+	// LendTx sets bufs[:n] to n ≤ len(bufs) transmit buffers of at least
+	// size bytes each and returns n; 0 when the link cannot lend buffers
+	// that large or has none free. Every lent buffer must come back
+	// through WriteLent or ReturnTx.
+	LendTx(bufs [][]byte, size int) int
+	// WriteLent transmits frames[i], built inside the lent buffer bufs[i]
+	// (anywhere in it), and takes back every one of bufs, sent or not. It
+	// sends every frame it can, skipping those it refuses, and returns how
+	// many it queued and the first error (a *FrameError for a refused
+	// frame).
+	WriteLent(bufs, frames [][]byte) (int, error)
+	// ReturnTx takes back lent buffers that carry nothing to send.
+	ReturnTx(bufs [][]byte)
+}
+
 // Kinds reported in Info.Kind.
 const (
 	KindAFXDP = "afxdp"

@@ -49,6 +49,16 @@ type Options struct {
 	// XDP tunes the AF_XDP link (queue, frame size, mode). When the
 	// interface MTU does not fit a 4096-byte UMEM frame, Open turns on
 	// Multibuffer itself.
+	//
+	// XDP.BusyPoll turns on the kernel's preferred busy polling
+	// (SO_PREFER_BUSY_POLL, Linux 5.11): a waiter that finds the RX ring
+	// empty then runs the device's NAPI poll in a recvfrom of its own.
+	// It is off by default (0 or negative): on veth, where the sender's
+	// sendto already runs the receiver's NAPI poll, it did not lower the
+	// send-lat minimum, and on a loaded host it raised the average, the
+	// p99 and the CPU time of a ping-pong two- to fourfold, a system call
+	// per empty poll (see README.md). It may pay off on a NIC whose
+	// interrupts are deferred (napi_defer_hard_irqs, gro_flush_timeout).
 	XDP xdplink.Options
 	// UDPAddr is the local address the kernel UDP link binds (default: the
 	// interface's first IPv4 address, else its first non-link-local IPv6

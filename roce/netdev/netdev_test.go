@@ -118,3 +118,35 @@ func TestLinkKindString(t *testing.T) {
 		}
 	}
 }
+
+// XDP.BusyPoll reaches the AF_XDP sockets; it is off by default.
+func TestXDPBusyPoll(t *testing.T) {
+	netnstest.RequireCaps(t, unix.CAP_NET_RAW, unix.CAP_NET_ADMIN, unix.CAP_BPF)
+	p := readyPair(t, 1500)
+	for _, c := range []struct {
+		bp   time.Duration
+		want bool
+	}{{0, false}, {-1, false}, {50 * time.Microsecond, true}} {
+		opts := netdev.Options{Link: netdev.LinkXDP}
+		opts.XDP.BusyPoll = c.bp
+		d, err := open(t, p.A, p.VethA.Name, opts)
+		if errors.Is(err, xdp.ErrNotSupported) {
+			t.Skipf("AF_XDP unavailable: %v", err)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		xl, ok := d.Link().(*xdplink.Link)
+		if !ok {
+			t.Fatalf("link %T, want AF_XDP", d.Link())
+		}
+		on, why := xl.BusyPolling()
+		switch {
+		case c.want && !on && errors.Is(why, xdp.ErrNotSupported):
+			t.Logf("busy polling unsupported here: %v", why)
+		case on != c.want:
+			t.Errorf("BusyPoll %v: busy polling %v (%v), want %v", c.bp, on, why, c.want)
+		}
+		d.Close()
+	}
+}

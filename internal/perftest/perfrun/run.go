@@ -14,6 +14,7 @@ import (
 	"net/netip"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"strings"
 	"time"
 
@@ -50,7 +51,7 @@ func signalContext(timeout time.Duration) (context.Context, context.CancelFunc) 
 	return ctx, func() { cancel(); stop() }
 }
 
-func openDevice(ctx context.Context, ifname, link string, stderr io.Writer) (*roce.Device, error) {
+func openDevice(ctx context.Context, ifname, link string, xdpBusyPoll time.Duration, stderr io.Writer) (*roce.Device, error) {
 	if ifname == "" {
 		return nil, errors.New("-d <interface> is required")
 	}
@@ -59,7 +60,30 @@ func openDevice(ctx context.Context, ifname, link string, stderr io.Writer) (*ro
 		return nil, err
 	}
 	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	return netdev.Open(ctx, ifname, netdev.Options{Link: kind, Device: roce.Options{Logger: logger}})
+	opts := netdev.Options{Link: kind, Device: roce.Options{Logger: logger}}
+	opts.XDP.BusyPoll = xdpBusyPoll
+	return netdev.Open(ctx, ifname, opts)
+}
+
+// xdpBusyPollUsage documents the --xdp-busy-poll flag.
+const xdpBusyPollUsage = "AF_XDP preferred busy polling per system call (SO_PREFER_BUSY_POLL, Linux 5.11): " +
+	"0: netdev's default, negative: off"
+
+// startCPUProfile writes a CPU profile of the run to path, if set; the
+// returned function ends it.
+func startCPUProfile(path string) (func(), error) {
+	if path == "" {
+		return func() {}, nil
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return func() { pprof.StopCPUProfile(); f.Close() }, nil
 }
 
 // RunPingpong is "rocectl pingpong {rc,ud} [flags] [server]".
@@ -81,6 +105,7 @@ func RunPingpong(args []string, stdout, stderr io.Writer) int {
 	events := fs.Bool("e", false, "sleep on CQ events (default poll)")
 	port := fs.Int("p", DefaultPort, "listen on/connect to TCP `port`")
 	link := fs.String("link", "auto", "packet link: xdp, udp or auto (xdp, falling back to udp)")
+	xdpBusyPoll := fs.Duration("xdp-busy-poll", 0, xdpBusyPollUsage)
 	timeout := fs.Duration("timeout", 0, "give up after this long (0: never)")
 	if len(args) > 0 && (args[0] == "-h" || args[0] == "-help" || args[0] == "--help") {
 		fs.SetOutput(stdout)
@@ -110,7 +135,7 @@ func RunPingpong(args []string, stdout, stderr io.Writer) int {
 	}
 	ctx, cancel := signalContext(*timeout)
 	defer cancel()
-	d, err := openDevice(ctx, *dev, *link, stderr)
+	d, err := openDevice(ctx, *dev, *link, *xdpBusyPoll, stderr)
 	if err != nil {
 		fmt.Fprintln(stderr, "rocectl pingpong:", err)
 		return 1
@@ -153,6 +178,8 @@ type perfFlags struct {
 	json     *bool
 	loopback *bool
 	link     *string
+	xdpBusy  *time.Duration
+	cpuProf  *string
 	atomic   *string
 	conn     *string
 	timeout  *time.Duration
@@ -179,6 +206,8 @@ func newPerfFlags(stderr io.Writer) *perfFlags {
 	f.json = fs.Bool("json", false, "print one JSON object per result instead of perftest's text")
 	f.loopback = fs.Bool("loopback", false, "run both ends in this process over kernel UDP on 127.0.0.1 (no root needed)")
 	f.link = fs.String("link", "auto", "packet link: xdp, udp or auto (xdp, falling back to udp)")
+	f.xdpBusy = fs.Duration("xdp-busy-poll", 0, xdpBusyPollUsage)
+	f.cpuProf = fs.String("cpuprofile", "", "write a CPU profile of the run to `file`")
 	f.atomic = fs.String("A", "FETCH_AND_ADD", "atomic type: CMP_AND_SWAP or FETCH_AND_ADD")
 	f.conn = fs.String("connection", "RC", "connection type: RC, or DC between goroce peers (perftest -c)")
 	fs.StringVar(f.conn, "c", "RC", "short for --connection")
@@ -268,12 +297,18 @@ func RunPerf(args []string, stdout, stderr io.Writer) int {
 	}
 	ctx, cancel := signalContext(*f.timeout)
 	defer cancel()
-	d, err := openDevice(ctx, *f.dev, *f.link, stderr)
+	d, err := openDevice(ctx, *f.dev, *f.link, *f.xdpBusy, stderr)
 	if err != nil {
 		fmt.Fprintln(stderr, "rocectl perf:", err)
 		return 1
 	}
 	defer d.Close()
+	stopProf, err := startCPUProfile(*f.cpuProf)
+	if err != nil {
+		fmt.Fprintln(stderr, "rocectl perf: --cpuprofile:", err)
+		return 1
+	}
+	defer stopProf()
 	var oob OOB
 	switch {
 	case *f.rdmaCM && len(pos) == 1:

@@ -18,8 +18,9 @@ import (
 )
 
 var (
-	_ link.Link   = (*Link)(nil)
-	_ link.Poller = (*Link)(nil)
+	_ link.Link     = (*Link)(nil)
+	_ link.Poller   = (*Link)(nil)
+	_ link.TxLender = (*Link)(nil)
 )
 
 // ErrClosed is returned by a closed Link.
@@ -98,7 +99,9 @@ type Link struct {
 	pfds   []unix.PollFd // one per socket, then the eventfd
 	frames [][]byte
 
-	txMu sync.Mutex
+	txMu     sync.Mutex
+	loans    int        // lent TX spans not yet back (guarded by txMu)
+	loanBack *sync.Cond // on txMu: the last loan came back
 
 	waitMu sync.Mutex    // serializes WaitReadable, which owns wpfds
 	wpfds  []unix.PollFd // WaitReadable's copy of pfds
@@ -137,6 +140,7 @@ func Open(ifname string, opts Options) (_ *Link, err error) {
 		return nil, fmt.Errorf("xdplink: %w: %q", xdp.ErrNoSuchInterface, ifname)
 	}
 	l := &Link{ifname: ifname, mtu: ifi.MTU, mac: ifi.HardwareAddr, efd: -1}
+	l.loanBack = sync.NewCond(&l.txMu)
 	defer func() {
 		if err != nil {
 			l.free()
@@ -219,7 +223,8 @@ func (l *Link) free() error {
 }
 
 // Close detaches the program and frees the socket and its memory. A blocked
-// ReadBatch returns ErrClosed. Closing twice returns ErrClosed.
+// ReadBatch returns ErrClosed. Closing twice returns ErrClosed. Buffers
+// lent by LendTx live in that memory: Close waits until they are back.
 func (l *Link) Close() error {
 	l.closeMu.Lock()
 	defer l.closeMu.Unlock()
@@ -233,6 +238,9 @@ func (l *Link) Close() error {
 	defer l.rxMu.Unlock()
 	defer l.waitMu.Unlock()
 	defer l.txMu.Unlock()
+	for l.loans > 0 {
+		l.loanBack.Wait()
+	}
 	return l.free()
 }
 
@@ -372,6 +380,12 @@ func (l *Link) WaitReadable(ctx context.Context) error {
 	}
 	if err := ctx.Err(); err != nil {
 		return err
+	}
+	// Frames already queued need no system call to be found.
+	for i := range l.rx {
+		if l.rx[i].sock.RxReady() {
+			return nil
+		}
 	}
 	return l.pollWait(ctx, l.wpfds)
 }
@@ -520,3 +534,164 @@ func (l *Link) SteeringStats() (bpf.Stats, error) {
 
 // AttachMode returns how the steering program is attached.
 func (l *Link) AttachMode() bpf.AttachMode { return l.att.Mode() }
+
+// LendTx lends spans of adjacent TX chunks of the transmitting socket's
+// UMEM, enough chunks for size bytes (more than one needs
+// Options.Multibuffer), so that the device builds its frames where they are
+// sent from (link.TxLender). It returns 0 when size needs more chunks than
+// a frame may span or none are free.
+func (l *Link) LendTx(bufs [][]byte, size int) int {
+	fs := l.sock.FrameSize()
+	k := (size + fs - 1) / fs
+	if size <= 0 || k > xdp.MaxSegments || (k > 1 && !l.sock.Multibuffer()) {
+		return 0
+	}
+	l.txMu.Lock()
+	defer l.txMu.Unlock()
+	if l.closed.Load() {
+		return 0
+	}
+	n := 0
+	for n < len(bufs) {
+		b := l.sock.AllocTxSpan(k)
+		if b == nil {
+			if n > 0 {
+				break
+			}
+			// Every chunk is queued or in flight: have the kernel take
+			// what is queued, once, and collect its completions.
+			if free, err := l.sock.Complete(); err != nil || free < k {
+				break
+			}
+			if b = l.sock.AllocTxSpan(k); b == nil {
+				break
+			}
+		}
+		bufs[n] = b
+		n++
+	}
+	l.loans += n
+	return n
+}
+
+// endLoans counts n lent spans back. Called with txMu held.
+func (l *Link) endLoans(n int) {
+	l.loans -= n
+	if l.loans <= 0 {
+		l.loans = 0
+		l.loanBack.Broadcast()
+	}
+}
+
+// ReturnTx takes back lent spans unused.
+func (l *Link) ReturnTx(bufs [][]byte) {
+	l.txMu.Lock()
+	defer l.txMu.Unlock()
+	for _, b := range bufs {
+		l.sock.FreeTxSpan(b)
+	}
+	l.endLoans(len(bufs))
+}
+
+// WriteLent queues frames built in spans from LendTx and takes every span
+// back. A frame the device would drop (see WriteBatch) or the socket
+// refuses is skipped, its span freed, and reported as the first error in a
+// *link.FrameError; the others are sent.
+func (l *Link) WriteLent(bufs, frames [][]byte) (int, error) {
+	l.txMu.Lock()
+	defer l.txMu.Unlock()
+	defer l.endLoans(len(bufs))
+	if len(frames) > len(bufs) {
+		frames = frames[:len(bufs)]
+	}
+	var first error
+	note := func(i int, err error) {
+		if first == nil {
+			first = &link.FrameError{Index: i, Err: err}
+		}
+	}
+	sent := 0
+	for i := 0; i < len(frames); {
+		if l.closed.Load() {
+			for _, b := range bufs[i:] {
+				l.sock.FreeTxSpan(b)
+			}
+			return sent, ErrClosed
+		}
+		// The run of frames the device would take goes in one call.
+		j := i
+		for ; j < len(frames); j++ {
+			if f := frames[j]; len(f) < ethHeaderLen || len(f) > l.mtu+ethHeaderLen+vlanTagLen {
+				break
+			}
+		}
+		n, err := l.submitLent(bufs[i:j], frames[i:j])
+		sent += n
+		i += n
+		switch {
+		case err == nil && i < j:
+			// Cannot happen: submitLent queues everything or errs.
+			continue
+		case err == nil:
+			if j < len(frames) {
+				bad := link.ErrTruncated
+				if len(frames[j]) >= ethHeaderLen {
+					bad = link.ErrTooLarge
+				}
+				note(j, bad)
+				l.sock.FreeTxSpan(bufs[j])
+				i = j + 1
+			}
+		case errors.Is(err, ErrTxBusy):
+			// The ring stayed full: the rest waits no longer.
+			note(i, err)
+			for _, b := range bufs[i:] {
+				l.sock.FreeTxSpan(b)
+			}
+			return sent, first
+		case errors.Is(err, xdp.ErrBadSpan), errors.Is(err, xdp.ErrEmptyFrame):
+			note(i, err)
+			l.sock.FreeTxSpan(bufs[i])
+			i++
+		case errors.Is(err, xdp.ErrFrameTooLarge):
+			note(i, fmt.Errorf("%w: %w", link.ErrTooLarge, err))
+			l.sock.FreeTxSpan(bufs[i])
+			i++
+		default:
+			// The device refused to send (e.g. ENETDOWN); what was
+			// queued goes out once it can.
+			for _, b := range bufs[i:] {
+				l.sock.FreeTxSpan(b)
+			}
+			return sent, err
+		}
+	}
+	return sent, first
+}
+
+// submitLent queues all of frames, waiting as write does when the TX ring
+// is full. It returns how many it queued and why it stopped short.
+func (l *Link) submitLent(bufs, frames [][]byte) (int, error) {
+	sent := 0
+	var deadline time.Time
+	for sent < len(frames) {
+		n, err := l.sock.SubmitTxSpans(bufs[sent:], frames[sent:])
+		sent += n
+		if err != nil {
+			return sent, err
+		}
+		if sent == len(frames) || n > 0 {
+			continue
+		}
+		if _, err := l.sock.Complete(); err != nil {
+			return sent, err
+		}
+		if deadline.IsZero() {
+			deadline = time.Now().Add(txWait)
+		} else if time.Now().After(deadline) {
+			return sent, ErrTxBusy
+		}
+		l.sock.Poll(unix.POLLOUT, 1)
+	}
+	return sent, nil
+}
