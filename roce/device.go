@@ -145,7 +145,7 @@ type Device struct {
 	frames    [][]byte
 	ipID      uint16
 	wakeAt    atomic.Int64 // when the timer goroutine will next wake
-	kick      chan struct{}
+	timer     *time.Timer  // the timer goroutine's; reset under mu
 	lastTxErr atomic.Pointer[string]
 	lend      txLend      // frames built in the link's buffers (txlend.go)
 	deferred  atomic.Bool // a poller left a transmit pass to its caller (txdefer.go)
@@ -244,7 +244,6 @@ func newDevice(l link.Link, opts Options, nl *netlinkWatch) (*Device, error) {
 		log:   opts.Logger,
 		start: time.Now(),
 		port:  opts.Port,
-		kick:  make(chan struct{}, 1),
 
 		busyPollWindow: opts.BusyPoll,
 		rxLinger:       min(max(4*opts.BusyPoll, minRxLinger), maxRxLinger),
@@ -257,8 +256,10 @@ func newDevice(l link.Link, opts Options, nl *netlinkWatch) (*Device, error) {
 	d.window.Store(int64(opts.BusyPoll))
 	d.rxTimer = time.NewTimer(time.Hour)
 	d.rxTimer.Stop()
-	d.deferT = time.AfterFunc(time.Hour, d.deferredFlush)
+	d.deferT = time.NewTimer(time.Hour)
 	d.deferT.Stop()
+	d.timer = time.NewTimer(time.Hour)
+	d.timer.Stop()
 	if d.port == 0 {
 		d.port = ib.RoCEv2Port
 	}
@@ -330,9 +331,10 @@ func newDevice(l link.Link, opts Options, nl *netlinkWatch) (*Device, error) {
 		}
 	}
 	d.wakeAt.Store(int64(never))
-	d.wg.Add(2)
+	d.wg.Add(3)
 	go d.receiveLoop()
 	go d.timerLoop()
+	go d.deferLoop()
 	return d, nil
 }
 
@@ -536,22 +538,30 @@ func (d *Device) receiveBatch(frames [][]byte, p *ib.Packet) {
 	}
 }
 
-// noteDeadline kicks the timer goroutine if a timer armed since it last
-// looked is due before its planned wake-up. Called with d.mu held after
+// noteDeadline moves the timer goroutine's wake-up earlier if a timer
+// armed since it last looked is due before it. Called with d.mu held after
 // engine calls that may arm timers. O(1): the engine keeps the earliest
 // newly armed deadline, so the timer goroutine sleeps until the next
 // deadline instead of polling with a tick, and a device with nothing
-// unacknowledged does not wake at all.
+// unacknowledged does not wake at all. The runtime timer is reset from
+// here rather than by waking the goroutine to reset it: each message of
+// a ping-pong arms a probe while the device's wake-up is unset, and a
+// goroutine wake-up (a context switch on a loaded host) per message was
+// most of the device's wake-ups.
 func (d *Device) noteDeadline() {
 	at, ok := d.eng.TakeArmed()
 	if !ok || int64(at) >= d.wakeAt.Load() {
 		return
 	}
 	d.wakeAt.Store(int64(at))
-	select {
-	case d.kick <- struct{}{}:
-	default:
-	}
+	d.timer.Reset(timerWait(at - time.Since(d.start)))
+}
+
+// timerWait is how long the timer goroutine sleeps for a deadline wait
+// away: not less than a short floor, so a deadline already due does not
+// spin it.
+func timerWait(wait time.Duration) time.Duration {
+	return max(wait, 10*time.Microsecond)
 }
 
 func (d *Device) countDrop(err error) {
@@ -568,19 +578,21 @@ func (d *Device) countDrop(err error) {
 }
 
 // timerLoop is the single timer goroutine: it runs the engine's retransmit
-// and RNR timers against the real clock.
+// and RNR timers against the real clock. It sleeps on d.timer, which
+// noteDeadline resets when a timer is armed earlier than the planned
+// wake-up.
 func (d *Device) timerLoop() {
 	defer d.wg.Done()
-	t := time.NewTimer(time.Hour)
-	defer t.Stop()
+	defer d.timer.Stop()
 	for {
 		d.ctr.timerWakes.Add(1)
 		d.mu.Lock()
 		d.eng.Advance(time.Since(d.start))
 		d.mu.Unlock()
 		d.flush()
-		// Read the deadline and publish it under the lock, so that a timer
-		// armed by another goroutine is either seen here or kicks us.
+		// Read the deadline, publish it and set the timer under the lock,
+		// so that a timer armed by another goroutine either is seen here
+		// or resets the timer after this.
 		d.mu.Lock()
 		next, ok := d.eng.NextDeadline()
 		if !ok {
@@ -588,21 +600,14 @@ func (d *Device) timerLoop() {
 		}
 		d.eng.TakeArmed() // included in next
 		d.wakeAt.Store(int64(next))
-		d.mu.Unlock()
-		wait := next - time.Since(d.start)
-		if wait < 10*time.Microsecond {
-			wait = 10 * time.Microsecond
+		if ok {
+			d.timer.Reset(timerWait(next - time.Since(d.start)))
+		} else {
+			d.timer.Stop()
 		}
-		t.Reset(wait)
+		d.mu.Unlock()
 		select {
-		case <-t.C:
-		case <-d.kick:
-			if !t.Stop() {
-				select {
-				case <-t.C:
-				default:
-				}
-			}
+		case <-d.timer.C:
 		case <-d.ctx.Done():
 			return
 		}

@@ -45,3 +45,35 @@ func TestTimerSleepsUntilDeadline(t *testing.T) {
 		t.Errorf("one packet outstanding, retransmission seconds away: timer goroutine woke %d times in %v", n, window)
 	}
 }
+
+// Arming a timer earlier than the timer goroutine's planned wake-up resets
+// its runtime timer instead of waking it to do so: a ping-pong whose every
+// message arms a probe while nothing else is pending wakes the goroutine
+// about once per message (at the probe deadline, or not at all when the
+// next message has moved it), not twice (a kick at once, then the
+// deadline).
+func TestTimerArmDoesNotWake(t *testing.T) {
+	da, db := memPair(t, faultnet.Config{}, faultnet.Config{}, nil)
+	a, b := newEndpoint(t, da, RC, 4096), newEndpoint(t, db, RC, 4096)
+	connect(t, a, b, addrA, addrB, ConnectAttr{Timeout: 21})
+	const n = 200
+	var w0 uint64
+	for i := range n {
+		if i == 20 { // RTT samples taken: probes are armed from here on
+			w0 = da.ctr.timerWakes.Load()
+		}
+		if err := a.qp.PostSend(&SendWR{ID: uint64(i), Opcode: WRRDMAWrite, Flags: SendSignaled, SGL: []SGE{a.mr.SGE(0, 64)},
+			RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()}); err != nil {
+			t.Fatal(err)
+		}
+		wantOK(t, waitWC(t, a.scq, 5*time.Second), WCRDMAWrite)
+		// Let the probe deadline pass, so each message starts with no
+		// timer pending: the case where a kick used to wake the goroutine.
+		time.Sleep(time.Millisecond)
+	}
+	if w := da.ctr.timerWakes.Load() - w0; w > (n-20)*3/2 {
+		t.Errorf("%d messages, each arming a probe: timer goroutine woke %d times (a wake to arm and one at the deadline would be about %d)", n-20, w, 2*(n-20))
+	} else {
+		t.Logf("%d messages: %d timer wake-ups", n-20, w)
+	}
+}

@@ -45,9 +45,20 @@ func (d *Device) undefer() {
 	}
 }
 
-// deferredFlush is the timer's pass for a caller that did not come back.
-func (d *Device) deferredFlush() {
-	if d.deferred.Load() && !d.closed.Load() {
-		d.flush()
+// deferLoop runs the pass for a caller that did not come back. It is a
+// goroutine of its own, not a time.AfterFunc: an AfterFunc starts a
+// goroutine each time it fires, an allocation on the data path.
+func (d *Device) deferLoop() {
+	defer d.wg.Done()
+	for {
+		select {
+		case <-d.deferT.C:
+			if d.deferred.Load() && !d.closed.Load() {
+				d.flush()
+			}
+		case <-d.ctx.Done():
+			d.deferT.Stop()
+			return
+		}
 	}
 }

@@ -180,6 +180,7 @@ func groFixture(l *Link, from netip.AddrPort, lens []int, seg []int) [][]byte {
 		m.Hdr.SetControllen(off)
 	}
 	l.rn = len(lens)
+	l.rdirty = len(lens) // as recvmmsg would: the next read resets them
 	return bufs
 }
 

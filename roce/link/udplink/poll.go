@@ -57,6 +57,7 @@ func (l *Link) PollBatch(fn func(frames [][]byte)) (int, error) {
 
 func (l *Link) pollRecv(fd uintptr) {
 	l.rn, l.rerr = sys.Recvmmsg(int(fd), l.rmsgs, unix.MSG_DONTWAIT)
+	l.rdirty = max(l.rn, 0)
 }
 
 // WaitReadable blocks in the poller until a datagram is queued on the
