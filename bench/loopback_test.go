@@ -34,7 +34,7 @@ type loPlan struct {
 
 var (
 	loQuick = loPlan{bwIters: 2000, latIters: 2000, tool: time.Second}
-	loLongP = loPlan{bwIters: 40000, latIters: 50000, tool: 3 * time.Second}
+	loLongP = loPlan{bwIters: 20000, latIters: 20000, tool: 3 * time.Second}
 )
 
 // TestLoopbackTable measures the main job, rocectl perf --loopback (both
