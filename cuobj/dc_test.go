@@ -168,7 +168,16 @@ func TestDCLossyPath(t *testing.T) {
 	tn := tun(func(t *Tunables) { t.Timeout = 8 }) // ~1 ms: recover quickly
 	r := newRig(t, sdev, cdev, 4<<20, dcOpts, &tn)
 	ctx := ctxT(t, 120*time.Second)
-	for i, size := range []int{1, 4096, 100000, 1 << 20, 4 << 20} {
+	sizes := []int{1, 4096, 100000, 1 << 20, 4 << 20}
+	if testing.Short() {
+		// The 1 ms retry timeout is the test's, to recover quickly; under
+		// the race detector on a host at load 30 it is far below the
+		// scheduling delays, every late response draws a resend of the
+		// rest of its READ, and 4 MiB took over 120 s. The long run keeps
+		// the 4 MiB case.
+		sizes = sizes[:4]
+	}
+	for i, size := range sizes {
 		r.roundTrip(ctx, size, uint64(100+i))
 	}
 }
