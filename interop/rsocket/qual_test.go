@@ -4,19 +4,16 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"sort"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/goroce/goroce/ib"
 	"github.com/goroce/goroce/internal/pcapdump"
-	"github.com/goroce/goroce/roce"
 )
 
 // TestRstreamModes: the guest's rstream with blocking (-T b), nonblocking
@@ -29,75 +26,6 @@ func TestRstreamModes(t *testing.T) {
 		t.Run("T"+mode+"/goroce-client", func(t *testing.T) { rstreamGuestServer(t, g.Addr, c) })
 		t.Run("T"+mode+"/goroce-server", func(t *testing.T) { rstreamGuestClient(t, lab.PeerAddr, c) })
 	}
-}
-
-// TestDefaultSeries: rstream and riostream without -S/-C/-I run their
-// built-in series (a latency run of 64 B, 4 KiB, 64 KiB and 1 MiB on one
-// connection, then a bandwidth run of each on a second one: about 870 MB
-// in 220,000 round trips), against goroce in both roles; both sides print
-// the same eight result lines, and -T v checks every byte on both sides
-// (it leaves the sizes and counts alone). The series cannot be shortened:
-// any of -S/-C/-I makes a custom run.
-//
-// The time goes to the guest: a TCG guest's qemu is busy for the whole
-// series (its rxe, rsocket and wake-ups cost some 300–700 µs of emulated
-// CPU per round trip, goroce's turnaround 20–70 µs), so the series takes
-// 3 to 10 minutes per role depending on the host's load, and the role
-// makes no difference of its own. Each tool runs on its own guest and
-// the two tools run at once, which uses both cores of the host.
-// The goroce counters are logged at each result line.
-func TestDefaultSeries(t *testing.T) {
-	lab, _, _ := rxeSetup(t)
-	for i, tool := range []string{"rstream", "riostream"} {
-		// A port of its own: both tools' goroce servers listen at once.
-		c := rstreamCase{series: true, verify: true, guest: i, port: strconv.Itoa(7471 + i)}
-		g := lab.Guests[i]
-		t.Run(tool, func(t *testing.T) {
-			t.Parallel()
-			guestServer, guestClient := rstreamGuestServer, rstreamGuestClient
-			if tool == "riostream" {
-				guestServer, guestClient = riostreamGuestServer, riostreamGuestClient
-			}
-			t.Run("goroce-client", func(t *testing.T) { guestServer(t, g.Addr, c) })
-			t.Run("goroce-server", func(t *testing.T) { guestClient(t, lab.PeerAddr, c) })
-		})
-	}
-}
-
-// out is where a run's goroce side prints: buf, and for a series also the
-// test log, each result line with what the device counters did meanwhile.
-func (c rstreamCase) out(t *testing.T, dev *roce.Device, buf *bytes.Buffer) io.Writer {
-	if !c.series {
-		return buf
-	}
-	return io.MultiWriter(buf, &counterLog{t: t, dev: dev, last: dev.Counters(), at: time.Now()})
-}
-
-// counterLog logs each result line written with the time since the
-// previous one and the device counters that changed meanwhile (retransmissions, probes'
-// duplicate ACKs dropped, RNR NAKs, coalesced ACKs).
-type counterLog struct {
-	t    *testing.T
-	dev  *roce.Device
-	last roce.Counters
-	at   time.Time
-}
-
-func (w *counterLog) Write(p []byte) (int, error) {
-	if len(resultLines(string(p))) == 0 {
-		return len(p), nil // the header, or a retried connection's
-	}
-	now, at := w.dev.Counters(), time.Now()
-	a, b := w.last.Map(), now.Map()
-	var d []string
-	for _, n := range roce.CounterNames {
-		if b[n] != a[n] {
-			d = append(d, fmt.Sprintf("%s +%d", n, b[n]-a[n]))
-		}
-	}
-	w.t.Logf("[%6.1fs] %s | device: %s", at.Sub(w.at).Seconds(), strings.TrimSpace(string(p)), strings.Join(d, ", "))
-	w.last, w.at = now, at
-	return len(p), nil
 }
 
 // TestCapture records what goroce sent and received during rstream runs
