@@ -33,9 +33,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	// TestDefaultSeries runs its four runs at once, one guest each; every
-	// other test uses the first guest.
-	code := rxelab.Main(m, rxelab.Config{Guests: 4, MTU: 1500, IPv6: true,
+	code := rxelab.Main(m, rxelab.Config{Guests: 1, MTU: 1500, IPv6: true,
 		Logf: func(format string, args ...any) { fmt.Fprintf(os.Stderr, "rxelab: "+format+"\n", args...) }})
 	labDev.close()
 	os.Exit(code)
@@ -130,8 +128,8 @@ func (c rstreamCase) name() string {
 }
 
 // context bounds a run: a hang guard of 4 minutes, and for the default
-// series (about 870 MB in 220,000 round trips: 3 to 35 minutes of a TCG
-// guest, depending on the host's load) whatever the test binary's -timeout
+// series (about 870 MB in 220,000 round trips: 5 minutes to far more
+// than an hour of a TCG guest, depending on the host's load) whatever the test binary's -timeout
 // leaves, less a margin, so that a slow series fails as itself instead of
 // the binary's alarm stopping every test.
 func (c rstreamCase) context(t *testing.T) (context.Context, context.CancelFunc) {

@@ -4,10 +4,8 @@ import (
 	"bytes"
 	"fmt"
 	"io"
-	"net/netip"
-	"strconv"
+	"os"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -20,47 +18,29 @@ import (
 // in 220,000 round trips), against goroce in both roles; both sides print
 // the same eight result lines, and -T v checks every byte on both sides
 // (it leaves the sizes and counts alone). The series cannot be shortened:
-// any of -S/-C/-I makes a custom run.
+// any of -S/-C/-I makes a custom run. The goroce counters are logged at
+// each result line.
 //
-// The time goes to the guest: a TCG guest's qemu is busy for the whole
-// series (its rxe, rsocket and wake-ups cost some 300–700 µs of emulated
-// CPU per round trip, goroce's turnaround 20–70 µs), and the role makes no
-// difference of its own. So the four runs go at once, each with a guest
-// of its own: on a quiet host they share its cores, and on a loaded one
-// four guests get four shares of the CPU instead of one.
-// The goroce counters are logged at each result line.
+// It runs when GOROCE_RSOCKET_SERIES is set: each of the four runs takes 5
+// to 10 minutes on a host at load 7–17 (rstream: 303 s with goroce as the
+// client, 572 s as the server, the 64-byte latency run alone 134 and 221
+// s), and far longer at load 25–30, too long for every CI run. Half of the
+// time or more is the 64-byte latency run's 100,000 round trips, each
+// about 0.7–2 ms of a TCG guest that is busy for all of it (its qemu's CPU
+// time equals the wall time) against goroce's 20–70 µs. Runs at once on
+// separate guests do not help on two cores: four concurrent 64-byte
+// latency runs took 3 to 7.5 times as long as one, and under load goroce's
+// turnaround (mean 40–66 ms) then exceeded the guests' (16–19 ms).
 func TestDefaultSeries(t *testing.T) {
-	lab, _, _ := rxeSetup(t)
-	if len(lab.Guests) < 4 {
-		t.Fatalf("the lab has %d guests, want 4", len(lab.Guests))
+	if os.Getenv("GOROCE_RSOCKET_SERIES") == "" {
+		t.Skip("set GOROCE_RSOCKET_SERIES=1 (and -timeout 90m) to run rstream's and riostream's default series in both roles: 5 to 10 minutes each on a lightly loaded host")
 	}
-	runs := []struct {
-		name        string
-		run         func(*testing.T, netip.Addr, rstreamCase)
-		guestServer bool
-	}{
-		{"rstream/goroce-client", rstreamGuestServer, true},
-		{"rstream/goroce-server", rstreamGuestClient, false},
-		{"riostream/goroce-client", riostreamGuestServer, true},
-		{"riostream/goroce-server", riostreamGuestClient, false},
-	}
-	var wg sync.WaitGroup
-	for i, r := range runs {
-		// A port of its own: both goroce servers listen at once.
-		c := rstreamCase{series: true, verify: true, guest: i, port: strconv.Itoa(7471 + i)}
-		addr := lab.PeerAddr
-		if r.guestServer {
-			addr = lab.Guests[i].Addr
-		}
-		// Goroutines rather than t.Parallel, which runs only -parallel
-		// (GOMAXPROCS) subtests at once.
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			t.Run(r.name, func(t *testing.T) { r.run(t, addr, c) })
-		}()
-	}
-	wg.Wait()
+	lab, g, _ := rxeSetup(t)
+	c := rstreamCase{series: true, verify: true}
+	t.Run("rstream/goroce-client", func(t *testing.T) { rstreamGuestServer(t, g.Addr, c) })
+	t.Run("rstream/goroce-server", func(t *testing.T) { rstreamGuestClient(t, lab.PeerAddr, c) })
+	t.Run("riostream/goroce-client", func(t *testing.T) { riostreamGuestServer(t, g.Addr, c) })
+	t.Run("riostream/goroce-server", func(t *testing.T) { riostreamGuestClient(t, lab.PeerAddr, c) })
 }
 
 // out is where a run's goroce side prints: buf, and for a series also the
