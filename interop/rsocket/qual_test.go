@@ -28,24 +28,6 @@ func TestRstreamModes(t *testing.T) {
 	}
 }
 
-// TestRstreamSeries: rstream without -S/-C/-I runs its built-in series (a
-// latency run of 64 B, 4 KiB, 64 KiB and 1 MiB on one connection, then a
-// bandwidth run of each on a second one); both sides print the same eight
-// result lines. The series cannot be shortened (any of -S/-C/-I makes a
-// custom run) and moves about 870 MB in 220,000 round trips, too long for
-// every CI run on TCG guests (about 10 and 3 minutes for the two roles on a
-// busy 2-core machine): it runs when GOROCE_RSOCKET_SERIES is set.
-// Package rsocket/rstream runs the same series Go to Go.
-func TestRstreamSeries(t *testing.T) {
-	if os.Getenv("GOROCE_RSOCKET_SERIES") == "" {
-		t.Skip("set GOROCE_RSOCKET_SERIES=1 to run rstream's default series against the guest (many minutes on TCG)")
-	}
-	lab, g, _ := rxeSetup(t)
-	c := rstreamCase{series: true}
-	t.Run("goroce-client", func(t *testing.T) { rstreamGuestServer(t, g.Addr, c) })
-	t.Run("goroce-server", func(t *testing.T) { rstreamGuestClient(t, lab.PeerAddr, c) })
-}
-
 // TestCapture records what goroce sent and received during rstream runs
 // in both roles (rdma_cm handshake and teardown MADs, data and control
 // RDMA WRITEs with immediate, keepalives, ACKs): every frame is RoCEv2 with

@@ -3,9 +3,11 @@ package riostream
 import (
 	"bytes"
 	"context"
+	"errors"
 	"net"
 	"net/netip"
 	"regexp"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -71,5 +73,37 @@ func TestGoToGo(t *testing.T) {
 			t.Fatalf("output\n%s\n%s", cout.String(), sout.String())
 		}
 		t.Logf("\n%s%s", cout.String(), sout.String())
+	}
+}
+
+// TestWaitMarkerYields: a marker that comes late is waited for with a
+// bounded number of looks, not a spin that holds a core for the whole wait.
+func TestWaitMarkerYields(t *testing.T) {
+	var arrived atomic.Bool
+	var looks atomic.Int64
+	time.AfterFunc(300*time.Millisecond, func() { arrived.Store(true) })
+	err := waitMarker(context.Background(), func() bool {
+		looks.Add(1)
+		return arrived.Load()
+	}, func() error { return nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A spin looks millions of times in 300 ms, even on a loaded host; the
+	// backoff looks 64 times per nap of at most a millisecond after 50 µs.
+	if n := looks.Load(); n > 100_000 {
+		t.Fatalf("%d looks while waiting 300 ms: the wait spins", n)
+	}
+	t.Logf("%d looks", looks.Load())
+
+	// A failed connection or a cancelled context ends the wait.
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := waitMarker(ctx, func() bool { return false }, func() error { return nil }); err != context.Canceled {
+		t.Fatalf("cancelled: %v", err)
+	}
+	boom := errors.New("boom")
+	if err := waitMarker(context.Background(), func() bool { return false }, func() error { return boom }); err != boom {
+		t.Fatalf("failed: %v", err)
 	}
 }
