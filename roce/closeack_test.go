@@ -1,6 +1,7 @@
 package roce
 
 import (
+	"context"
 	"testing"
 	"time"
 
@@ -14,6 +15,18 @@ import (
 // is still queued when Close runs. Without the ACK the sender resends into
 // a QP that no longer exists until its retry count runs out.
 func TestCloseSendsQueuedAck(t *testing.T) {
+	queuedAckLeaves(t, func(q *QP) error { return q.Close() })
+}
+
+// The same for a move to ERR, as rdma_cm's disconnect makes it after the
+// last message of a perftest write-lat run.
+func TestModifyToErrSendsQueuedAck(t *testing.T) {
+	queuedAckLeaves(t, func(q *QP) error {
+		return q.Modify(context.Background(), &QPAttr{State: StateErr}, AttrState)
+	})
+}
+
+func queuedAckLeaves(t *testing.T, end func(*QP) error) {
 	da, db := memPair(t, faultnet.Config{}, faultnet.Config{}, nil)
 	a, b := newEndpoint(t, da, RC, 4096), newEndpoint(t, db, RC, 4096)
 	// No retry, after about 4 s: a lost ACK ends in an error, and the
@@ -34,7 +47,7 @@ func TestCloseSendsQueuedAck(t *testing.T) {
 	}
 	wantOK(t, waitWC(t, b.rcq, 5*time.Second), WCRecv)
 	closed := make(chan error, 1)
-	go func() { closed <- b.qp.Close() }()
+	go func() { closed <- end(b.qp) }()
 	// Close may wait for the transmit pass to end; give it the chance
 	// to run first if it does not.
 	select {

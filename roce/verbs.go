@@ -609,10 +609,13 @@ func (q *QP) SourcePort() uint16 {
 // refuses an MTU whose packets the link cannot carry (ErrMTU).
 func (q *QP) Modify(ctx context.Context, attr *QPAttr, mask AttrMask) error {
 	d := q.d
-	// An ACK a poller left to its caller (txdefer.go) leaves before the
-	// QP changes state: a move to ERR would drop it, and the peer's last
-	// message would never complete.
-	d.flushDeferred()
+	// What the engine has queued leaves before the QP changes state: a
+	// move to ERR would drop it, and the peer's last message would never
+	// complete. That is an ACK a poller left to its caller (txdefer.go),
+	// or one the receive path queued with a completion it posted before
+	// its transmit pass, whose waiter (rdma_cm's disconnect after the
+	// last message) can get here first (see Close).
+	d.flushAll()
 	a := *attr
 	if mask&AttrAV != 0 {
 		if err := d.prepareAV(ctx, &a.AV); err != nil {
