@@ -57,6 +57,15 @@ type Options struct {
 	// no goroutine wake-up; one waiter per device polls, the others park.
 	// On other links the first waiter of a CQ watches its CQ.
 	BusyPoll time.Duration
+	// AckWithReply lets the ACK of a message that a waiter's poll read,
+	// and that completed its wait, leave with whatever the waiter posts
+	// next (one link write, on AF_XDP one sendto, for both; at most 20 µs
+	// later). Off by default: a hardware responder acknowledges at once,
+	// and a peer that expects the completion of its request before that
+	// of the reply fails otherwise. rxe's completer and responder run
+	// apart, so an ACK and a reply that arrive together can complete in
+	// either order, which the NAAICE C host takes as an error.
+	AckWithReply bool
 	// CQSpin is the former name of BusyPoll, used when BusyPoll is 0.
 	//
 	// Deprecated: use BusyPoll.
@@ -170,6 +179,7 @@ type Device struct {
 	// Run to completion (poll.go).
 	rxPoll         link.Poller   // the link, if it can be read without blocking
 	busyPollWindow time.Duration // Options.BusyPoll; ≤ 0: no busy poll
+	ackWithReply   atomic.Bool   // Options.AckWithReply
 	window         atomic.Int64  // the current busy-poll window (adapts; ns)
 	rxAt           atomic.Int64  // when the receive goroutine last read frames (nowNs)
 	rxLinger       time.Duration // stand-by of the receive goroutine after a poll that found work
@@ -254,6 +264,7 @@ func newDevice(l link.Link, opts Options, nl *netlinkWatch) (*Device, error) {
 	}
 	d.pollAt.Store(-int64(d.rxLinger)) // no poll yet: nothing to stand by for
 	d.window.Store(int64(opts.BusyPoll))
+	d.ackWithReply.Store(opts.AckWithReply)
 	d.rxTimer = time.NewTimer(time.Hour)
 	d.rxTimer.Stop()
 	d.deferT = time.NewTimer(time.Hour)

@@ -14,7 +14,8 @@ import "time"
 // a poll, a wait) transmits, the ACK and the reply in one batch and one
 // system call, the ACK first as the engine queues it. A timer bounds the
 // delay for a caller that does neither, well below the peer's shortest
-// probe timeout.
+// probe timeout. Only with Options.AckWithReply: by default the pass runs
+// at once, as a hardware responder acknowledges at once.
 
 // deferMax bounds how long a deferred pass waits for its caller.
 const deferMax = 20 * time.Microsecond
@@ -22,7 +23,7 @@ const deferMax = 20 * time.Microsecond
 // flushOrDefer runs the transmit pass after a poll that found frames, or,
 // if the poll completed the wait on cq, leaves it to the caller.
 func (d *Device) flushOrDefer(cq *CQ) {
-	if cq == nil || cq.avail.Load() <= 0 {
+	if cq == nil || cq.avail.Load() <= 0 || !d.ackWithReply.Load() {
 		d.flush()
 		return
 	}

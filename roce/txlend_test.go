@@ -228,6 +228,9 @@ func TestDeferredAck(t *testing.T) {
 	ma, mb := memlink.PairWithOptions(memlink.Options{HardwareAddrA: macA, HardwareAddrB: macB})
 	la, lb := &countLink{Link: ma}, &countLink{Link: mb}
 	da, db := openPair(t, la, lb, addrA, addrB, nil)
+	// Options.AckWithReply, which openPair does not take.
+	da.ackWithReply.Store(true)
+	db.ackWithReply.Store(true)
 	a := newEndpoint(t, da, RC, 4096)
 	b := newEndpoint(t, db, RC, 4096)
 	connect(t, a, b, addrA, addrB, ConnectAttr{})

@@ -16,9 +16,22 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// cHostMRSPRace is what the C host logs when a lost ACK lets the NAA's MRSP
-// answer complete before its own SEND.
-const cHostMRSPRace = "not handled for state: NAAICE_MRSP_SENDING"
+// cHostAnswerRaces are what the C host logs when a lost ACK lets the NAA's
+// answer complete before the host's own request: its MRSP SEND, or the
+// last RDMA WRITE of its data.
+var cHostAnswerRaces = []string{
+	"not handled for state: NAAICE_MRSP_SENDING",
+	"IBV_WC_RECV_RDMA_WITH_IMM, not handled for state: NAAICE_DATA_SENDING",
+}
+
+func cHostAnswerRace(out string) bool {
+	for _, s := range cHostAnswerRaces {
+		if strings.Contains(out, s) {
+			return true
+		}
+	}
+	return false
+}
 
 // TestLoss drops 1 % of the RoCEv2 frames both ways between goroce and
 // the guest (bridge egress towards rxeh0 and towards the guest's tap) while
@@ -40,9 +53,12 @@ func TestLoss(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 		defer cancel()
 		// The C host has a fault of its own under loss: when the ACK of its
-		// MRSP SEND is lost, the NAA's answer completes before the SEND does
-		// and the host gives up ("IBV_WC_RECV, not handled for state:
-		// NAAICE_MRSP_SENDING"). A user reruns the client; so does the test,
+		// MRSP SEND or of its last data WRITE is lost, the NAA's answer
+		// completes before that request does and the host gives up
+		// ("IBV_WC_RECV, not handled for state: NAAICE_MRSP_SENDING", or
+		// "IBV_WC_RECV_RDMA_WITH_IMM, not handled for state:
+		// NAAICE_DATA_SENDING"); an rxe NAA's answer would overtake the
+		// resent request the same way. A user reruns the client; so does the test,
 		// for that fault only, and it still needs one verified run.
 		for attempt := 1; ; attempt++ {
 			stdout, stderr, code, err := g.Exec(ctx, guestVerify, lab.PeerAddr.String(), "1", "10", "64 5000 100000")
@@ -51,8 +67,8 @@ func TestLoss(t *testing.T) {
 				break
 			}
 			out := string(stdout) + string(stderr)
-			if attempt < 5 && ctx.Err() == nil && strings.Contains(out, cHostMRSPRace) {
-				t.Logf("attempt %d: the C host's MRSP race under loss (its answer overtook its SEND completion); again", attempt)
+			if attempt < 5 && ctx.Err() == nil && cHostAnswerRace(out) {
+				t.Logf("attempt %d: the C host's answer race under loss (the NAA's answer overtook the completion of its request); again", attempt)
 				continue
 			}
 			t.Fatalf("naaice_verify: exit %d (%v)\n%s\nserver counters %+v", code, err, out, srv.Counters())
