@@ -2,10 +2,7 @@ package udplink
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"os"
-	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -70,38 +67,9 @@ func (l *Link) WaitReadable(ctx context.Context) error {
 	if l.closed.Load() {
 		return link.ErrClosed
 	}
-	if ctx.Done() == nil {
-		if err := l.rc.Read(peekReadable); err != nil {
-			return l.mapErr(err)
-		}
-		return nil
-	}
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	l.dlMu.Lock()
-	l.waiting = true
-	l.dlMu.Unlock()
-	stop := context.AfterFunc(ctx, l.interruptFn)
-	err := l.rc.Read(peekReadable)
-	stop()
-	l.dlMu.Lock()
-	l.waiting = false
-	if l.deadlineSet {
-		_ = l.conn.SetReadDeadline(time.Time{})
-		l.deadlineSet = false
-	}
-	l.dlMu.Unlock()
-	if err != nil {
-		if errors.Is(err, os.ErrDeadlineExceeded) {
-			if cerr := ctx.Err(); cerr != nil {
-				return cerr
-			}
-			return nil // a stale interrupt: the caller looks again
-		}
-		return l.mapErr(err)
-	}
-	return nil
+	// A stale interrupt returns nil too: the caller looks again.
+	_, err := l.readCtx(ctx, peekReadable)
+	return err
 }
 
 // peekReadable reports whether a datagram is queued on fd (or the socket

@@ -424,20 +424,32 @@ func (l *Link) ReadBatch(ctx context.Context, fn func(frames [][]byte)) (int, er
 // wait blocks in the poller until recvmmsg succeeds or fails for a reason
 // other than EAGAIN, ctx ends or the link is closed.
 func (l *Link) wait(ctx context.Context) error {
+	stale, err := l.readCtx(ctx, l.recvFn)
+	if stale {
+		l.rerr = unix.EAGAIN // a stale interrupt: try again
+	}
+	return err
+}
+
+// readCtx runs a raw read of the socket (fn as in syscall.RawConn.Read),
+// ending it early when ctx ends by a read-deadline interrupt. It reports
+// stale when a deadline ended the read while ctx had not: a late interrupt
+// of an earlier call, after which the caller looks again.
+func (l *Link) readCtx(ctx context.Context, fn func(fd uintptr) bool) (stale bool, err error) {
 	if ctx.Done() == nil {
-		if err := l.rc.Read(l.recvFn); err != nil {
-			return l.mapErr(err)
+		if err := l.rc.Read(fn); err != nil {
+			return false, l.mapErr(err)
 		}
-		return nil
+		return false, nil
 	}
 	if err := ctx.Err(); err != nil {
-		return err
+		return false, err
 	}
 	l.dlMu.Lock()
 	l.waiting = true
 	l.dlMu.Unlock()
 	stop := context.AfterFunc(ctx, l.interruptFn)
-	err := l.rc.Read(l.recvFn)
+	err = l.rc.Read(fn)
 	stop()
 	// An interrupt that already started (this call's, or a late one from
 	// an earlier call) either set the deadline before this point, and it
@@ -452,14 +464,13 @@ func (l *Link) wait(ctx context.Context) error {
 	if err != nil {
 		if errors.Is(err, os.ErrDeadlineExceeded) {
 			if cerr := ctx.Err(); cerr != nil {
-				return cerr
+				return false, cerr
 			}
-			l.rerr = unix.EAGAIN // a stale interrupt: try again
-			return nil
+			return true, nil
 		}
-		return l.mapErr(err)
+		return false, l.mapErr(err)
 	}
-	return nil
+	return false, nil
 }
 
 func (l *Link) mapErr(err error) error {
