@@ -88,6 +88,16 @@ type sendWindow struct {
 	undoCwnd, undoSsthresh int32
 	undoReqPSN             ib.PSN
 	undoIdx, undoOff       uint32
+
+	// A probe of a single PSN is answered by an ACK of that PSN alone,
+	// whether the original or the probe reached the responder. The
+	// responder ACKs a duplicate again (C9-105), so a second ACK of the
+	// same PSN shows that both did: the probe was spurious, and the wait
+	// to the first ACK (dupStall) was a stall of the path (RFC 3708 does
+	// the same with D-SACK).
+	dupWatch bool
+	dupPSN   ib.PSN
+	dupStall time.Duration
 }
 
 const (
@@ -142,12 +152,16 @@ func (w *sendWindow) onSend(now time.Duration, psn ib.PSN, fresh bool) {
 // found spurious, whose window it has restored.
 func (w *sendWindow) onAck(now time.Duration, psn ib.PSN, n int32) (spurious bool) {
 	w.probes = 0
+	w.dupWatch = false
 	if w.undo {
 		w.undo = false
 		if ib.PSNDiff(psn, w.undoPSN) > 1 {
 			w.cwnd, w.ssthresh, w.acked = w.undoCwnd, w.undoSsthresh, 0
 			spurious = true
 		} else {
+			if w.sampling && w.sampleOld && w.samplePSN == w.undoPSN {
+				w.dupWatch, w.dupPSN, w.dupStall = true, w.undoPSN, now-w.sampleAt
+			}
 			w.sampling = false // the go-back-N resends the sampled PSN
 		}
 	}
@@ -192,6 +206,7 @@ func (w *sendWindow) set(c int32) {
 func (w *sendWindow) onLoss(timeout bool) {
 	w.sampling = false
 	w.undo = false
+	w.dupWatch = false
 	c := w.window()
 	next := c / 2
 	if w.srtt > 0 && w.minRTT > 0 {
@@ -226,6 +241,18 @@ func (w *sendWindow) rttSample(r time.Duration) {
 	}
 	w.rttvar += (d - w.rttvar) / 4
 	w.srtt += (r - w.srtt) / 8
+}
+
+// onDupAck takes an ACK of psn that acknowledges nothing new: if it is the
+// second ACK of a probed single PSN, the probe was spurious and the wait
+// for the first one was a stall.
+func (w *sendWindow) onDupAck(now time.Duration, psn ib.PSN) (spurious bool) {
+	if !w.dupWatch || psn != w.dupPSN {
+		return false
+	}
+	w.dupWatch = false
+	w.notePeak(now, w.dupStall)
+	return true
 }
 
 // notePeak records a stall of d measured at now.

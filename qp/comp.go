@@ -32,6 +32,11 @@ func (q *QP) complete(p *ib.Packet, now time.Duration) error {
 	if ib.PSNDiff(psn, q.req.maxPSN) >= 0 {
 		return ErrDropped
 	}
+	if low == opAck && ib.PSNDiff(psn, before) < 0 && len(p.AETH) >= ib.AETHSize &&
+		p.AETH.Syndrome().Type() == ib.SyndromeACK && q.comp.win.onDupAck(now, psn) {
+		q.e.stats.SpuriousProbes++
+		return ErrDropped // acknowledged already
+	}
 	progress, lost := false, false
 	// Responses past the oldest WQE acknowledge it (SEND/WRITE) or show that its
 	// response was lost (READ/atomic).
@@ -59,6 +64,7 @@ func (q *QP) complete(p *ib.Packet, now time.Duration) error {
 	}
 	if d := ib.PSNDiff(q.comp.psn, before); d > 0 {
 		if q.comp.win.onAck(now, q.comp.psn, d) {
+			q.e.stats.SpuriousProbes++
 			q.resumeAfterProbe()
 		}
 		q.armProbe(now)

@@ -86,7 +86,10 @@ type Stats struct {
 	// Probes counts resends from the first unacknowledged PSN after a
 	// probe timeout (a few round trips without progress; cc.go), each of
 	// which would otherwise have waited for the local ACK timeout.
-	Probes                   uint64
+	Probes uint64
+	// SpuriousProbes counts probes found needless: the path had stalled,
+	// nothing was lost, and the probe timeout rises above such stalls.
+	SpuriousProbes           uint64
 	RNRNAKsRcvd, RNRNAKsSent uint64
 	SeqNAKsRcvd, SeqNAKsSent uint64
 	DuplicateRequests        uint64

@@ -33,6 +33,8 @@ var help = map[string]string{
 	"link_err":               "Link read errors.",
 	"timeouts":               "Retransmit timer expiries.",
 	"cq_overflow":            "Completions lost to full completion queues.",
+	"probes":                 "Resends of the first unacknowledged PSN after a few round trips without progress.",
+	"spurious_probes":        "Probes found needless: the path had stalled and nothing was lost.",
 }
 
 // Collector is a prometheus.Collector for one device.
