@@ -269,6 +269,9 @@ func (cq *CQ) wait(ctx context.Context, deadline time.Time) error {
 			if cq.avail.Load() > 0 {
 				return nil
 			}
+			if err == errRepark {
+				continue
+			}
 			return err
 		}
 		if cq.avail.Load() > 0 {

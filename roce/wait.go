@@ -2,11 +2,16 @@ package roce
 
 import (
 	"context"
+	"errors"
 	"os"
 	"sync"
 	"sync/atomic"
 	"time"
 )
+
+// errRepark is park's answer when the context's Done channel closed but its
+// Err is nil: the wait goes on.
+var errRepark = errors.New("roce: park again")
 
 // waiter is one parked goroutine. Entries are recycled through a free list,
 // so a wait allocates nothing once the list has warmed up.
@@ -160,7 +165,14 @@ func (d *Device) park(ctx context.Context, w *waiter, deadline time.Time) error 
 	case <-w.ch:
 		return nil
 	case <-ctx.Done():
-		return ctx.Err()
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		// Done closed while Err says the context goes on: a context
+		// whose Done channel is replaced when its deadline is reset (as
+		// net.Pipe's deadlines are) ends this park, not the wait. The
+		// entry is still queued, so the caller must take it off.
+		return errRepark
 	case <-timeout:
 		return os.ErrDeadlineExceeded
 	case <-d.ctx.Done():

@@ -349,3 +349,62 @@ func TestCQWakesOnePerCompletion(t *testing.T) {
 	cancel()
 	wg.Wait()
 }
+
+// resetCtx is a context whose first Done channel is already closed while
+// Err stays nil, as a reusable deadline's is after it passed and was reset
+// to later (rsocket's, net.Pipe's).
+type resetCtx struct {
+	calls  atomic.Int32
+	closed chan struct{}
+	open   chan struct{}
+}
+
+func (c *resetCtx) Deadline() (time.Time, bool) { return time.Time{}, false }
+func (c *resetCtx) Value(any) any               { return nil }
+func (c *resetCtx) Err() error                  { return nil }
+func (c *resetCtx) Done() <-chan struct{} {
+	if c.calls.Add(1) == 1 {
+		return c.closed
+	}
+	return c.open
+}
+
+// A Done channel that closes while Err stays nil ends a park, not the
+// Wait: the waiter is queued once again (not twice, which corrupted the
+// queue and left a waker blocked on a full token channel), and a
+// completion still wakes it.
+func TestCQWaitResetContext(t *testing.T) {
+	da, _ := memPairSpin(t, -1)
+	cq, err := da.CreateCQ(16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := &resetCtx{closed: make(chan struct{}), open: make(chan struct{})}
+	close(ctx.closed)
+	res := make(chan error, 1)
+	go func() { res <- cq.Wait(ctx) }()
+	deadline := time.Now().Add(10 * time.Second)
+	for ctx.calls.Load() < 2 {
+		if time.Now().After(deadline) {
+			t.Fatalf("Wait looked at Done %d times", ctx.calls.Load())
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if n := cq.waiters.n.Load(); n != 1 {
+		t.Fatalf("%d entries queued for one waiter", n)
+	}
+	da.mu.Lock()
+	cq.cq.Notify()
+	da.mu.Unlock()
+	select {
+	case err := <-res:
+		if err != nil {
+			t.Fatalf("Wait: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("a completion did not end the Wait")
+	}
+	if n := cq.waiters.n.Load(); n != 0 {
+		t.Fatalf("%d entries left queued", n)
+	}
+}
