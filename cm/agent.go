@@ -217,6 +217,7 @@ func (a *agent) run() {
 		case <-sent:
 		case <-timer.C:
 		case <-a.kick:
+		case <-a.dev.Done():
 		}
 		if !timer.Stop() {
 			select {
@@ -224,7 +225,13 @@ func (a *agent) run() {
 			default:
 			}
 		}
-		if err := a.step(wcs); errors.Is(err, roce.ErrClosed) {
+		err := a.step(wcs)
+		select {
+		case <-a.dev.Done():
+			err = roce.ErrClosed // the device closed: nothing will come
+		default:
+		}
+		if errors.Is(err, roce.ErrClosed) {
 			a.mu.Lock()
 			for _, s := range a.ids {
 				s.end(errDeviceClosed)

@@ -97,14 +97,19 @@ func TestClosedObjects(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer l.Close()
+	// The server keeps its side open, so that the only end the client can
+	// see is its own device closing, not the peer's DREQ.
+	accepted := make(chan *Conn, 1)
 	go func() {
-		if c, err := l.Accept(ctx); err == nil {
-			c.Close()
-		}
+		c, _ := l.Accept(ctx)
+		accepted <- c
 	}()
 	c, err := Dial(ctx, da, addr, DialOptions{})
 	if err != nil {
 		t.Fatal(err)
+	}
+	if sc := <-accepted; sc != nil {
+		defer sc.Close()
 	}
 	if err := da.Close(); err != nil {
 		t.Fatal(err)
