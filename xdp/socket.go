@@ -36,8 +36,10 @@ func (m Mode) String() string {
 	return fmt.Sprintf("Mode(%d)", int(m))
 }
 
-// busyWait bounds how long Open retries a queue that is still busy.
-const busyWait = time.Second
+// busyWait bounds how long Open retries a queue that is still busy. The
+// kernel frees a closed socket's queue in deferred work, which a loaded host
+// ran more than a second late.
+const busyWait = 5 * time.Second
 
 // DefaultRingSize is the default number of RX and TX descriptors.
 const DefaultRingSize = 2048
