@@ -213,6 +213,12 @@ func pump[T any](w *netlinkWatch, ctx context.Context, ch <-chan T, handle func(
 const nudValid = netlink.NUD_REACHABLE | netlink.NUD_STALE | netlink.NUD_DELAY | netlink.NUD_PROBE |
 	netlink.NUD_PERMANENT | netlink.NUD_NOARP
 
+// resolveRounds is how many rounds of the kernel's probes (3 ARP or ND
+// solicitations 1 s apart by default) a resolution runs before it fails: a
+// caller would retry a resolution that failed once, as ping does at its next
+// packet, and a host that answered none of them in two rounds is down.
+const resolveRounds = 2
+
 // resolve returns the MAC of the next hop towards dst, asking the kernel to
 // resolve it (ARP or ND) if it has no entry, and waiting until ctx ends.
 // The next hop (dst itself, or its gateway) is returned too.
@@ -241,6 +247,7 @@ func (w *netlinkWatch) resolve(ctx context.Context, dst netip.Addr) ([6]byte, ne
 	}
 	var triggered time.Time
 	delay := time.Millisecond
+	rounds := 0
 	for {
 		list, err := w.h.NeighList(w.ifindex, fam)
 		if err != nil {
@@ -263,13 +270,18 @@ func (w *netlinkWatch) resolve(ctx context.Context, dst netip.Addr) ([6]byte, ne
 			}
 		}
 		if failed && !triggered.IsZero() && time.Since(triggered) > 50*time.Millisecond {
-			return zero, nh, fmt.Errorf("%w: %v: the kernel's resolution failed (no answer to ARP/ND via %s)", ErrNoNeighbour, nh, w.ifname)
+			if rounds >= resolveRounds {
+				return zero, nh, fmt.Errorf("%w: %v: the kernel's resolution failed %d times (no answer to ARP/ND via %s)", ErrNoNeighbour, nh, rounds, w.ifname)
+			}
+			triggered = time.Time{} // one more round of the kernel's probes
 		}
 		// Ask once, and again only if the entry vanished (garbage
-		// collected) rather than interrupting the kernel's own probes.
+		// collected) or failed, rather than interrupting the kernel's own
+		// probes.
 		if triggered.IsZero() || (!found && time.Since(triggered) > time.Second) {
 			w.trigger(nh, fam)
 			triggered = time.Now()
+			rounds++
 		}
 		t := time.NewTimer(delay)
 		select {

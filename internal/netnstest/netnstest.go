@@ -323,8 +323,9 @@ func NewVeth(t testing.TB, a, b *NS, cfg VethConfig) (end, peer *Veth) {
 }
 
 // WaitReady waits until the link is operationally up (veth carrier follows
-// the peer) and its configured address is no longer tentative, so that the first
-// packet a test sends is not lost to link or address setup.
+// the peer) and its configured address (with an IPv6 one, the link-local
+// address too) is no longer tentative, so that the first packet a test sends
+// is not lost to link or address setup.
 func (v *Veth) WaitReady(timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
 	for {
@@ -339,10 +340,16 @@ func (v *Veth) WaitReady(timeout time.Duration) error {
 				return fmt.Errorf("netnstest: list addresses of %s: %w", v.Name, err)
 			}
 			for _, a := range addrs {
-				// Only the configured address: the automatic link-local one
-				// stays tentative for seconds of DAD.
+				// The configured address; and on an IPv6 link the automatic
+				// link-local one too, which stays tentative for 1–2 s of DAD:
+				// until it is usable the kernel answers no neighbour
+				// solicitation on the link (the first ones went unanswered
+				// for 2 s, and under load all three of a resolution).
+				// IPv4 tests do not wait for it.
 				ip, _ := netip.AddrFromSlice(a.IP)
-				if ip.Unmap() == v.Addr.Addr() && a.Flags&unix.IFA_F_TENTATIVE != 0 {
+				ip = ip.Unmap()
+				own := ip == v.Addr.Addr() || (v.Addr.Addr().Is6() && ip.IsLinkLocalUnicast())
+				if own && a.Flags&unix.IFA_F_TENTATIVE != 0 {
 					ready = false
 				}
 			}
