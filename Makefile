@@ -12,20 +12,27 @@ INTEROP_PKGS = $$($(GO) list ./interop/... 2>/dev/null)
 # multi-MiB lossy runs: the first run covers them, and instrumented they alone take minutes.
 RACE_PKGS  = $$($(GO) list ./... | grep -v -e /interop -e '/bench$$')
 RACE       = $(GO) test -race -short -count=1 -timeout $(TIMEOUT) $(RACE_PKGS)
+# rstream's and riostream's default series against goroce in both roles: the tools' own sizes and
+# counts, 220,000 round trips per run, which an emulated (TCG) guest needs 15 to 25 minutes of one
+# core for, so it runs last, alone.
+SERIES     = GOROCE_RSOCKET_SERIES=1 $(GO) test -count=1 -timeout $(SERIES_TIMEOUT) -v -run '^TestDefaultSeries$$' ./interop/rsocket
+SERIES_TIMEOUT ?= 80m
 
-.PHONY: all build test unit race interop bench fuzz lint lint-fast fmt demo clean
+.PHONY: all build test unit race interop series bench fuzz lint lint-fast fmt demo clean
 
 all: build test
 
 build:
 	$(GO) build ./...
 
-## test: build, vet, every unit and netns test, again with -race, then the rxe interop suite.
+## test: build, vet, every unit and netns test, again with -race, then the rxe interop suite and
+## the rsocket tools' default series.
 test: build
 	$(GO) vet ./...
 	$(GO) test -count=1 -timeout $(TIMEOUT) $(UNIT_PKGS)
 	$(RACE)
 	@if [ -n "$(INTEROP_PKGS)" ]; then $(GO) test -count=1 -timeout $(TIMEOUT) -v $(INTEROP_PKGS); fi
+	$(SERIES)
 
 unit:
 	$(GO) test -count=1 -timeout $(TIMEOUT) $(UNIT_PKGS)
@@ -34,9 +41,13 @@ unit:
 race:
 	$(RACE)
 
-## interop: only the tests against real rdma_rxe peers in qemu guests.
+## interop: only the tests against real rdma_rxe peers in qemu guests (the default series aside).
 interop:
 	$(GO) test -count=1 -timeout $(TIMEOUT) -v $(INTEROP_PKGS)
+
+## series: rstream's and riostream's default series against goroce in both roles, in rdma_rxe guests.
+series:
+	$(SERIES)
 
 ## bench: Go benchmarks of every package, then the side-by-side link table (see bench/README.md).
 bench:

@@ -21,19 +21,19 @@ import (
 // any of -S/-C/-I makes a custom run. The goroce counters are logged at
 // each result line.
 //
-// It runs when GOROCE_RSOCKET_SERIES is set: each of the four runs takes 5
-// to 10 minutes on a host at load 7–17 (rstream: 303 s with goroce as the
-// client, 572 s as the server, the 64-byte latency run alone 134 and 221
-// s), and far longer at load 25–30, too long for every CI run. Half of the
-// time or more is the 64-byte latency run's 100,000 round trips, each
-// about 0.7–2 ms of a TCG guest that is busy for all of it (its qemu's CPU
-// time equals the wall time) against goroce's 20–70 µs. Runs at once on
-// separate guests do not help on two cores: four concurrent 64-byte
-// latency runs took 3 to 7.5 times as long as one, and under load goroce's
-// turnaround (mean 40–66 ms) then exceeded the guests' (16–19 ms).
+// It runs when GOROCE_RSOCKET_SERIES is set, as `make test` (and so CI)
+// and `make series` do, in a go test run of its own after the rest of the
+// interop suite: the four runs take 15 to 25 minutes on a quiet host and far
+// longer at load 25–30. Most of that is the 64-byte latency runs' 100,000
+// round trips, each about 0.7–2 ms of a TCG guest that is busy for all of
+// it (its qemu's CPU time equals the wall time) against goroce's 20–70 µs.
+// Runs at once on separate guests do not help on two cores: four
+// concurrent 64-byte latency runs took 3 to 7.5 times as long as one, and
+// under load goroce's turnaround (mean 40–66 ms) then exceeded the guests'
+// (16–19 ms).
 func TestDefaultSeries(t *testing.T) {
 	if os.Getenv("GOROCE_RSOCKET_SERIES") == "" {
-		t.Skip("set GOROCE_RSOCKET_SERIES=1 (and -timeout 90m) to run rstream's and riostream's default series in both roles: 5 to 10 minutes each on a lightly loaded host")
+		t.Skip("rstream's and riostream's default series run on their own in `make test` and `make series` (GOROCE_RSOCKET_SERIES=1, -timeout 80m): 15 to 25 minutes of an emulated guest")
 	}
 	lab, g, _ := rxeSetup(t)
 	c := rstreamCase{series: true, verify: true}
