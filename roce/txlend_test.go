@@ -223,16 +223,29 @@ func (l *countLink) counts() (writes, frames int) {
 // A poller that reads the SEND completing its caller's wait leaves the
 // ACK to the caller's next post, so the ACK and the reply leave in one
 // link write; a caller that posts nothing still has its ACK sent (the
-// timer), long before the peer would probe.
+// timer), long before the peer would probe. Options.AckWithReply asks
+// for it for the whole device, CQ.SetAckWithReply for the waiters of one
+// CQ.
 func TestDeferredAck(t *testing.T) {
+	t.Run("device", func(t *testing.T) { testDeferredAck(t, false) })
+	t.Run("cq", func(t *testing.T) { testDeferredAck(t, true) })
+}
+
+func testDeferredAck(t *testing.T, perCQ bool) {
 	ma, mb := memlink.PairWithOptions(memlink.Options{HardwareAddrA: macA, HardwareAddrB: macB})
 	la, lb := &countLink{Link: ma}, &countLink{Link: mb}
 	da, db := openPair(t, la, lb, addrA, addrB, nil)
-	// Options.AckWithReply, which openPair does not take.
-	da.ackWithReply.Store(true)
-	db.ackWithReply.Store(true)
 	a := newEndpoint(t, da, RC, 4096)
 	b := newEndpoint(t, db, RC, 4096)
+	if perCQ {
+		for _, cq := range []*CQ{a.rcq, a.scq, b.rcq, b.scq} {
+			cq.SetAckWithReply(true)
+		}
+	} else {
+		// Options.AckWithReply, which openPair does not take.
+		da.ackWithReply.Store(true)
+		db.ackWithReply.Store(true)
+	}
 	connect(t, a, b, addrA, addrB, ConnectAttr{})
 	ctx, cancel := context.WithTimeout(context.Background(), 30e9)
 	defer cancel()

@@ -146,6 +146,9 @@ type CQ struct {
 	waiters  waitQueue
 	spinning atomic.Bool
 	closed   atomic.Bool
+	// ackWithReply is Options.AckWithReply for the waiters of this CQ
+	// (SetAckWithReply).
+	ackWithReply atomic.Bool
 }
 
 // CreateCQ creates a completion queue with room for cqe entries.
@@ -201,6 +204,14 @@ func (cq *CQ) Poll(wc []WorkCompletion) int {
 	}
 	return n
 }
+
+// SetAckWithReply gives this CQ's waiters Options.AckWithReply whatever
+// the device's option says: the ACK of a message whose completion ends a
+// wait on this CQ leaves with what the waiter posts next (at most 20 µs
+// later). For a consumer whose peers handle a reply's completion before
+// that of their request as well as after it, such as rsockets, whose
+// completions only move independent counters.
+func (cq *CQ) SetAckWithReply(on bool) { cq.ackWithReply.Store(on) }
 
 // Len returns the number of completions waiting.
 func (cq *CQ) Len() int { return int(cq.avail.Load()) }
