@@ -309,3 +309,26 @@ func testDeferredAck(t *testing.T, perCQ bool) {
 	waitOne(b.rcq)
 	wantOK(t, waitWC(t, a.scq, 10e9), WCSend)
 }
+
+// A pass of an answer and the ACK that leaves with it, or of a credit
+// message beside them, is not taken for a stream's (which asks for a
+// whole batch next); a pass that fills what it was lent is.
+func TestTxLendWant(t *testing.T) {
+	ma, _ := memlink.PairWithOptions(memlink.Options{})
+	var tl txLend
+	tl.init(newLendLink(ma, 64, 256), 64)
+	for _, c := range []struct{ lent, produced, want int }{
+		{tl.want, 1, lendMin},
+		{lendMin, 2, lendMin},
+		{lendMin, 3, 6},
+		{6, 2, lendMin},
+		{lendMin, lendMin, 64},
+		{64, 0, lendMin},
+	} {
+		tl.n = c.lent
+		tl.produced(c.produced)
+		if tl.want != c.want {
+			t.Errorf("lent %d, produced %d: want %d next, got %d", c.lent, c.produced, c.want, tl.want)
+		}
+	}
+}
