@@ -740,6 +740,17 @@ func (q *QP) PostSendBatch(wrs []SendWR) (int, error) {
 	return n, nil
 }
 
+// SetReplyBeforeAck lets the QP's requests leave before the ACKs it has
+// queued, in turn with them, instead of after them (qp.QP.SetReplyBeforeAck):
+// with CQ.SetAckWithReply, a reply then reaches the peer ahead of the ACK
+// that leaves with it, one frame sooner. Only for peers that do not need
+// their message's completion before the reply's.
+func (q *QP) SetReplyBeforeAck(on bool) {
+	q.d.mu.Lock()
+	q.q.SetReplyBeforeAck(on)
+	q.d.mu.Unlock()
+}
+
 // PostRecv posts a receive work request. For UD QPs the first GRHSize bytes of
 // the buffer receive the datagram's network header.
 func (q *QP) PostRecv(wr *RecvWR) error {
