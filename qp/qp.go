@@ -107,6 +107,10 @@ type QP struct {
 	inTimers  bool
 	destroyed bool
 
+	// replyFirst: requests go before queued single-packet responses
+	// (SetReplyBeforeAck).
+	replyFirst bool
+
 	// Asynchronous events (events.go).
 	ctx       any
 	failure   *QPError
@@ -884,8 +888,16 @@ func (q *QP) produceBody(now time.Duration, t *TxPacket) int {
 	// before anything the application posted after seeing the completion
 	// (a reply overtaking the ACK shows the peer the reply first). Only a
 	// multi-packet READ response stream alternates with this QP's requests,
-	// so that neither holds the other up.
-	if q.reqTurn && !q.resp.singleAtHead() {
+	// so that neither holds the other up; with SetReplyBeforeAck every
+	// response does, the request first.
+	if q.replyFirst && q.reqTurn {
+		if n, ok := q.request(now, buf, t); ok {
+			t.Len = n
+			// A response passed over has the next turn.
+			q.reqTurn = q.resp.outLen == 0
+			return produced
+		}
+	} else if q.reqTurn && !q.resp.singleAtHead() {
 		if n, ok := q.request(now, buf, t); ok {
 			t.Len = n
 			q.reqTurn = false
@@ -903,6 +915,17 @@ func (q *QP) produceBody(now time.Duration, t *TxPacket) int {
 		return produced
 	}
 	return idle
+}
+
+// SetReplyBeforeAck lets the QP's requests leave before its queued ACKs
+// (and other single-packet responses), turn about with them, instead of
+// after them. For a consumer whose peers do not need to see a message
+// acknowledged before the reply to it (rsockets): the ACK and the reply
+// of a request/response exchange leave in one transmit pass, and the
+// reply, sent first, reaches the peer one frame sooner.
+func (q *QP) SetReplyBeforeAck(on bool) {
+	q.replyFirst = on
+	q.reqTurn = on
 }
 
 func (q *QP) mayHaveWork() bool {

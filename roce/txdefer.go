@@ -14,8 +14,9 @@ import "time"
 // a poll, a wait) transmits, the ACK and the reply in one batch and one
 // system call, the ACK first as the engine queues it. A timer bounds the
 // delay for a caller that does neither, well below the peer's shortest
-// probe timeout. Only with Options.AckWithReply: by default the pass runs
-// at once, as a hardware responder acknowledges at once.
+// probe timeout. Only with Options.AckWithReply, or for waiters of a CQ
+// that asked for it (CQ.SetAckWithReply): by default the pass runs at
+// once, as a hardware responder acknowledges at once.
 
 // deferMax bounds how long a deferred pass waits for its caller.
 const deferMax = 20 * time.Microsecond
@@ -23,7 +24,7 @@ const deferMax = 20 * time.Microsecond
 // flushOrDefer runs the transmit pass after a poll that found frames, or,
 // if the poll completed the wait on cq, leaves it to the caller.
 func (d *Device) flushOrDefer(cq *CQ) {
-	if cq == nil || cq.avail.Load() <= 0 || !d.ackWithReply.Load() {
+	if cq == nil || cq.avail.Load() <= 0 || !(d.ackWithReply.Load() || cq.ackWithReply.Load()) {
 		d.flush()
 		return
 	}

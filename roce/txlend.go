@@ -21,7 +21,7 @@ type txLend struct {
 	sendBufs [][]byte      // the buffers of the frames to send, in order
 	ret      [][]byte      // scratch for giving back
 	n        int           // buffers lent for this pass
-	want     int           // buffers to ask for: twice the last pass's packets
+	want     int           // buffers to ask for: twice the last pass's packets, at least lendMin
 	short    bool          // a lent buffer was too short: one pass in the device's slots
 }
 
@@ -35,8 +35,16 @@ func (t *txLend) init(l link.Link, batch int) {
 	t.slots = make([]qp.TxPacket, batch)
 	t.sendBufs = make([][]byte, batch)
 	t.ret = make([][]byte, 0, batch)
-	t.want = min(2, batch)
+	t.want = min(lendMin, batch)
 }
+
+// lendMin is the fewest buffers a pass asks for. A pass that fills all it
+// was lent counts as a stream's, so this must hold more than an answer
+// and the ACK leaving with it (CQ.SetAckWithReply) with a credit message
+// beside them: with 2, every such pass was followed by an empty one that
+// borrowed a whole batch and gave it back (1 us of each message of an
+// rsocket ping-pong).
+const lendMin = 4
 
 // lent reports whether this pass runs in lent buffers.
 func (t *txLend) lent() bool { return t.n > 0 }
@@ -74,7 +82,7 @@ func (t *txLend) produced(n int) {
 	case t.n > 0 && n == t.n:
 		t.want = len(t.bufs)
 	default:
-		t.want = min(max(2*n, 2), len(t.bufs))
+		t.want = min(max(2*n, lendMin), len(t.bufs))
 	}
 }
 

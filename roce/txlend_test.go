@@ -223,16 +223,29 @@ func (l *countLink) counts() (writes, frames int) {
 // A poller that reads the SEND completing its caller's wait leaves the
 // ACK to the caller's next post, so the ACK and the reply leave in one
 // link write; a caller that posts nothing still has its ACK sent (the
-// timer), long before the peer would probe.
+// timer), long before the peer would probe. Options.AckWithReply asks
+// for it for the whole device, CQ.SetAckWithReply for the waiters of one
+// CQ.
 func TestDeferredAck(t *testing.T) {
+	t.Run("device", func(t *testing.T) { testDeferredAck(t, false) })
+	t.Run("cq", func(t *testing.T) { testDeferredAck(t, true) })
+}
+
+func testDeferredAck(t *testing.T, perCQ bool) {
 	ma, mb := memlink.PairWithOptions(memlink.Options{HardwareAddrA: macA, HardwareAddrB: macB})
 	la, lb := &countLink{Link: ma}, &countLink{Link: mb}
 	da, db := openPair(t, la, lb, addrA, addrB, nil)
-	// Options.AckWithReply, which openPair does not take.
-	da.ackWithReply.Store(true)
-	db.ackWithReply.Store(true)
 	a := newEndpoint(t, da, RC, 4096)
 	b := newEndpoint(t, db, RC, 4096)
+	if perCQ {
+		for _, cq := range []*CQ{a.rcq, a.scq, b.rcq, b.scq} {
+			cq.SetAckWithReply(true)
+		}
+	} else {
+		// Options.AckWithReply, which openPair does not take.
+		da.ackWithReply.Store(true)
+		db.ackWithReply.Store(true)
+	}
 	connect(t, a, b, addrA, addrB, ConnectAttr{})
 	ctx, cancel := context.WithTimeout(context.Background(), 30e9)
 	defer cancel()
@@ -295,4 +308,27 @@ func TestDeferredAck(t *testing.T) {
 	}
 	waitOne(b.rcq)
 	wantOK(t, waitWC(t, a.scq, 10e9), WCSend)
+}
+
+// A pass of an answer and the ACK that leaves with it, or of a credit
+// message beside them, is not taken for a stream's (which asks for a
+// whole batch next); a pass that fills what it was lent is.
+func TestTxLendWant(t *testing.T) {
+	ma, _ := memlink.PairWithOptions(memlink.Options{})
+	var tl txLend
+	tl.init(newLendLink(ma, 64, 256), 64)
+	for _, c := range []struct{ lent, produced, want int }{
+		{tl.want, 1, lendMin},
+		{lendMin, 2, lendMin},
+		{lendMin, 3, 6},
+		{6, 2, lendMin},
+		{lendMin, lendMin, 64},
+		{64, 0, lendMin},
+	} {
+		tl.n = c.lent
+		tl.produced(c.produced)
+		if tl.want != c.want {
+			t.Errorf("lent %d, produced %d: want %d next, got %d", c.lent, c.produced, c.want, tl.want)
+		}
+	}
 }

@@ -146,6 +146,9 @@ type CQ struct {
 	waiters  waitQueue
 	spinning atomic.Bool
 	closed   atomic.Bool
+	// ackWithReply is Options.AckWithReply for the waiters of this CQ
+	// (SetAckWithReply).
+	ackWithReply atomic.Bool
 }
 
 // CreateCQ creates a completion queue with room for cqe entries.
@@ -201,6 +204,14 @@ func (cq *CQ) Poll(wc []WorkCompletion) int {
 	}
 	return n
 }
+
+// SetAckWithReply gives this CQ's waiters Options.AckWithReply whatever
+// the device's option says: the ACK of a message whose completion ends a
+// wait on this CQ leaves with what the waiter posts next (at most 20 µs
+// later). For a consumer whose peers handle a reply's completion before
+// that of their request as well as after it, such as rsockets, whose
+// completions only move independent counters.
+func (cq *CQ) SetAckWithReply(on bool) { cq.ackWithReply.Store(on) }
 
 // Len returns the number of completions waiting.
 func (cq *CQ) Len() int { return int(cq.avail.Load()) }
@@ -730,6 +741,17 @@ func (q *QP) PostSendBatch(wrs []SendWR) (int, error) {
 		return n, fmt.Errorf("roce: post send on QP %d: %w", q.qpn, err)
 	}
 	return n, nil
+}
+
+// SetReplyBeforeAck lets the QP's requests leave before the ACKs it has
+// queued, in turn with them, instead of after them (qp.QP.SetReplyBeforeAck):
+// with CQ.SetAckWithReply, a reply then reaches the peer ahead of the ACK
+// that leaves with it, one frame sooner. Only for peers that do not need
+// their message's completion before the reply's.
+func (q *QP) SetReplyBeforeAck(on bool) {
+	q.d.mu.Lock()
+	q.q.SetReplyBeforeAck(on)
+	q.d.mu.Unlock()
 }
 
 // PostRecv posts a receive work request. For UD QPs the first GRHSize bytes of

@@ -90,7 +90,15 @@
 // Unlike librdmacm (sq_sig_all), small writes go unsignalled while the
 // send queue and buffer are at least half free, so that in a
 // request/response exchange the ACK of a request raises no completion;
-// that is local to the QP and not seen on the wire.
+// that is local to the QP and not seen on the wire. For the same exchange
+// the connection's CQ lets the ACK of the message that ends a Read's wait
+// leave with what the connection sends next (roce.CQ.SetAckWithReply): a
+// response and the ACK of its request go out in one link write, one
+// sendto on AF_XDP, instead of the ACK's own write running first; the
+// QP puts the response ahead of the ACK in that write
+// (roce.QP.SetReplyBeforeAck), so it reaches the peer one frame sooner.
+// The frames are those of an immediate ACK; only their batching and order
+// change.
 //
 // A Read or Write blocked on the peer sends a keepalive every second, and
 // a keepalive (this one or SO_KEEPALIVE's) waiting while the send queue

@@ -1,0 +1,90 @@
+package rsocket
+
+import (
+	"io"
+	"net"
+	"net/netip"
+	"sync"
+	"testing"
+
+	"github.com/goroce/goroce/roce"
+	"github.com/goroce/goroce/roce/link/memlink"
+)
+
+// countLink counts link writes and the frames they carry.
+type countLink struct {
+	*memlink.Link
+	mu             sync.Mutex
+	writes, frames int
+}
+
+func (l *countLink) WriteBatch(frames [][]byte) (int, error) {
+	l.mu.Lock()
+	l.writes++
+	l.frames += len(frames)
+	l.mu.Unlock()
+	return l.Link.WriteBatch(frames)
+}
+
+func (l *countLink) counts() (writes, frames int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.writes, l.frames
+}
+
+// TestAckWithReply: in a request/response exchange the ACK of a request
+// leaves with the response, in one link write (on AF_XDP one sendto), not
+// in a write of its own before it (the connection's CQ asks for
+// roce.CQ.SetAckWithReply; the devices do not).
+func TestAckWithReply(t *testing.T) {
+	ma, mb := memlink.PairWithOptions(memlink.Options{})
+	la, lb := &countLink{Link: ma}, &countLink{Link: mb}
+	da, err := roce.OpenLink(la, roce.Options{Addrs: []netip.Addr{addrA}, Neighbours: map[netip.Addr]net.HardwareAddr{addrB: mb.HardwareAddr()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { da.Close() })
+	db, err := roce.OpenLink(lb, roce.Options{Addrs: []netip.Addr{addrB}, Neighbours: map[netip.Addr]net.HardwareAddr{addrA: ma.HardwareAddr()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	c, s, _ := connPair(t, da, db, nil, nil)
+	const rounds = 300
+	done := make(chan error, 1)
+	go func() {
+		b := make([]byte, 64)
+		for i := 0; i < rounds; i++ {
+			if _, err := io.ReadFull(s, b); err != nil {
+				done <- err
+				return
+			}
+			if _, err := s.Write(b); err != nil {
+				done <- err
+				return
+			}
+		}
+		done <- nil
+	}()
+	b := make([]byte, 64)
+	w0, f0 := lb.counts()
+	for i := 0; i < rounds; i++ {
+		if _, err := c.Write(b); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := io.ReadFull(c, b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	w1, f1 := lb.counts()
+	w, f := w1-w0, f1-f0
+	t.Logf("server: %d frames in %d link writes over %d round trips", f, w, rounds)
+	// Each response carries the ACK of its request; a wait that parked
+	// (a loaded host) may still send them apart now and then.
+	if f < 2*rounds-rounds/10 || 4*w > 5*rounds {
+		t.Errorf("server sent %d frames in %d writes over %d round trips: want about 2 frames per write", f, w, rounds)
+	}
+}
