@@ -17,6 +17,14 @@
 // TCP and UDP throughput (iperf3) and kernel UDP latency (sockperf). An RC
 // ping-pong of 64 KiB messages checks the bytes that cross.
 //
+// TestLoopbackTable measures the main job, rocectl perf --loopback, beside
+// iperf3 TCP and sockperf on loopback.
+//
+// TestGoalsTable measures every performance goal in one run by taking the
+// cases of the tables above and of the loss benchmarks in turns, adds the
+// allocations, CPU time per packet and idle cost measured in its own
+// process, and prints goal, figure, baseline, ratio, target and met.
+//
 // See README.md for the commands. Everything needs root (namespaces, veth,
 // XDP).
 package bench

@@ -54,57 +54,9 @@ func TestLoopbackTable(t *testing.T) {
 		plan = loLongP
 	}
 	rounds := max(*loRounds, 1)
-	_, noIperf := exec.LookPath("iperf3")
-	_, noSockperf := exec.LookPath("sockperf")
 	fs := figures{}
-	add := func(k string, v float64) { fs.get(k).samples = append(fs.get(k).samples, v) }
-	fail := func(k string, err error) {
-		fs.get(k).err = err
-		t.Errorf("%s: %v", k, err)
-	}
 	loadStart := loadAvg()
-	for r := 0; r < rounds; r++ {
-		ctx, cancel := context.WithTimeout(context.Background(), caseTimeout)
-		if noIperf == nil {
-			if gbps, cpu, err := iperf3Lo(ctx, ns, plan.tool); err != nil {
-				fail("tcp", err)
-			} else {
-				add("tcp", gbps)
-				add("tcp-cpu", cpu)
-			}
-		}
-		if res, cpu, err := rocectlLo(ctx, ns, "write-bw", "-s", strconv.Itoa(bwSize), "-n", strconv.Itoa(plan.bwIters), "--report_gbits"); err != nil {
-			fail("bw", err)
-		} else if res.BW == nil || res.BW.BWAvg <= 0 {
-			fail("bw", fmt.Errorf("no bandwidth in %+v", res))
-		} else {
-			add("bw", res.BW.BWAvg)
-			add("bw-cpu", cpu/(float64(bwSize)*float64(plan.bwIters)/1e9))
-		}
-		if noSockperf == nil {
-			if med, p999, err := sockperfLo(ctx, ns, plan.tool); err != nil {
-				fail("udp-lat", err)
-			} else {
-				add("udp-lat", med)
-				add("udp-p999", p999)
-			}
-		}
-		if res, _, err := rocectlLo(ctx, ns, "send-lat", "-s", strconv.Itoa(latSize), "-n", strconv.Itoa(plan.latIters)); err != nil {
-			fail("lat", err)
-		} else if res.Lat == nil || res.Lat.Typical <= 0 {
-			fail("lat", fmt.Errorf("no latency in %+v", res))
-		} else {
-			add("lat", res.Lat.Typical)
-			add("lat-p999", res.Lat.P999)
-		}
-		cancel()
-	}
-	if noIperf != nil {
-		fs.get("tcp").skip = "iperf3 not installed"
-	}
-	if noSockperf != nil {
-		fs.get("udp-lat").skip = "sockperf not installed"
-	}
+	runTurns(t, rounds, loopbackCases(ns, plan, fs))
 	fmt.Printf("rocectl perf --loopback (two devices in one process, kernel UDP on 127.0.0.1 and 127.0.0.2) beside the kernel on loopback\n")
 	fmt.Printf("load average at start %s, at end %s; %d round(s), cases taking turns, medians\n", loadStart, loadAvg(), rounds)
 	fmt.Printf("write-bw -s %d -n %d --report_gbits; send-lat -s %d -n %d (t_typical, p99.9); iperf3 TCP %v; sockperf ping-pong UDP %d B %v\n",
@@ -130,6 +82,61 @@ func TestLoopbackTable(t *testing.T) {
 		if f := fs.get(k); f.skip == "" && f.err == nil && len(f.samples) > 0 {
 			t.Logf("%s samples %v", k, f.samples)
 		}
+	}
+}
+
+// loopbackCases are TestLoopbackTable's cases, in the order they take
+// turns, all in ns: iperf3 TCP, rocectl perf write-bw --loopback (64 KiB),
+// sockperf's UDP ping-pong and rocectl perf send-lat --loopback (8 B).
+// Figures go to fs: tcp, tcp-cpu, bw, bw-cpu (CPU seconds per GB), udp-lat,
+// udp-p999, lat and lat-p999 (microseconds, one way).
+func loopbackCases(ns *netnstest.NS, plan loPlan, fs figures) []benchCase {
+	noTool := func(name string) string {
+		if _, err := exec.LookPath(name); err != nil {
+			return name + " not installed"
+		}
+		return ""
+	}
+	ctx := func() (context.Context, context.CancelFunc) {
+		return context.WithTimeout(context.Background(), caseTimeout)
+	}
+	return []benchCase{
+		{name: "lo/iperf3-tcp", fs: fs, keys: []string{"tcp", "tcp-cpu"}, skip: noTool("iperf3"), fn: func(t *testing.T) (map[string]float64, error) {
+			ctx, cancel := ctx()
+			defer cancel()
+			gbps, cpu, err := iperf3Lo(ctx, ns, plan.tool)
+			return map[string]float64{"tcp": gbps, "tcp-cpu": cpu}, err
+		}},
+		{name: "lo/write-bw", fs: fs, keys: []string{"bw", "bw-cpu"}, fn: func(t *testing.T) (map[string]float64, error) {
+			ctx, cancel := ctx()
+			defer cancel()
+			res, cpu, err := rocectlLo(ctx, ns, "write-bw", "-s", strconv.Itoa(bwSize), "-n", strconv.Itoa(plan.bwIters), "--report_gbits")
+			if err == nil && (res.BW == nil || res.BW.BWAvg <= 0) {
+				err = fmt.Errorf("no bandwidth in %+v", res)
+			}
+			if err != nil {
+				return nil, err
+			}
+			return map[string]float64{"bw": res.BW.BWAvg, "bw-cpu": cpu / (float64(bwSize) * float64(plan.bwIters) / 1e9)}, nil
+		}},
+		{name: "lo/sockperf-udp", fs: fs, keys: []string{"udp-lat", "udp-p999"}, skip: noTool("sockperf"), fn: func(t *testing.T) (map[string]float64, error) {
+			ctx, cancel := ctx()
+			defer cancel()
+			med, p999, err := sockperfLo(ctx, ns, plan.tool)
+			return map[string]float64{"udp-lat": med, "udp-p999": p999}, err
+		}},
+		{name: "lo/send-lat", fs: fs, keys: []string{"lat", "lat-p999"}, fn: func(t *testing.T) (map[string]float64, error) {
+			ctx, cancel := ctx()
+			defer cancel()
+			res, _, err := rocectlLo(ctx, ns, "send-lat", "-s", strconv.Itoa(latSize), "-n", strconv.Itoa(plan.latIters))
+			if err == nil && (res.Lat == nil || res.Lat.Typical <= 0) {
+				err = fmt.Errorf("no latency in %+v", res)
+			}
+			if err != nil {
+				return nil, err
+			}
+			return map[string]float64{"lat": res.Lat.Typical, "lat-p999": res.Lat.P999}, nil
+		}},
 	}
 }
 

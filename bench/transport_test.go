@@ -152,31 +152,107 @@ func (fs figures) get(k string) *fig {
 // the case's figures by name (keys lists them all, for marking them failed
 // or skipped). A non-empty skip skips the case with that reason.
 func (fs figures) run(t *testing.T, name string, rounds int, skip string, keys []string, fn func(t *testing.T) (map[string]float64, error)) {
+	c := benchCase{name: name, fs: fs, keys: keys, skip: skip, fn: fn}
 	t.Run(name, func(t *testing.T) {
-		if skip != "" {
-			for _, k := range keys {
-				fs.get(k).skip = skip
-			}
-			t.Skip(skip)
-		}
 		for i := 0; i < rounds; i++ {
-			v, err := fn(t)
-			for _, k := range keys {
-				if _, ok := v[k]; !ok && err == nil {
-					err = fmt.Errorf("no %s figure", k)
-				}
-			}
-			if err != nil {
-				for _, k := range keys {
-					fs.get(k).err = err
-				}
-				t.Fatalf("round %d: %v", i+1, err)
-			}
-			for _, k := range keys {
-				fs.get(k).samples = append(fs.get(k).samples, v[k])
-			}
+			c.measure(t, i)
 		}
 	})
+}
+
+// benchCase is one measurement of a table: fn measures it once and returns
+// its figures by name, which go to fs (keys lists them all, for marking
+// them failed or skipped). A non-empty skip skips the case with that
+// reason, as does fn returning a skipError; a once case is measured in the
+// first round only.
+type benchCase struct {
+	name string
+	fs   figures
+	keys []string
+	skip string
+	once bool
+	fn   func(t *testing.T) (map[string]float64, error)
+}
+
+// skipError is what a case's fn returns when what it measures is absent
+// here (a tool, a kernel feature): the case is skipped, saying why.
+type skipError string
+
+func (e skipError) Error() string { return string(e) }
+
+// measure runs round i of c in t, which it ends (Skip, Fatal) when the
+// case is skipped or fails.
+func (c *benchCase) measure(t *testing.T, i int) {
+	if c.skip != "" {
+		for _, k := range c.keys {
+			c.fs.get(k).skip = c.skip
+		}
+		t.Skip(c.skip)
+	}
+	// fn may skip by itself (a helper finding a capability absent).
+	defer func() {
+		if t.Skipped() {
+			for _, k := range c.keys {
+				if f := c.fs.get(k); f.skip == "" {
+					f.skip = "skipped"
+				}
+			}
+		}
+	}()
+	v, err := c.fn(t)
+	if s, ok := err.(skipError); ok {
+		c.skip = string(s)
+		for _, k := range c.keys {
+			c.fs.get(k).skip = c.skip
+		}
+		t.Skip(c.skip)
+	}
+	for _, k := range c.keys {
+		if _, ok := v[k]; !ok && err == nil {
+			err = fmt.Errorf("no %s figure", k)
+		}
+	}
+	if err != nil {
+		for _, k := range c.keys {
+			c.fs.get(k).err = err
+		}
+		t.Fatalf("round %d: %v", i+1, err)
+	}
+	for _, k := range c.keys {
+		c.fs.get(k).samples = append(c.fs.get(k).samples, v[k])
+	}
+}
+
+// runTurns measures every case rounds times, the cases taking turns: all
+// of them once, then all again, so that a change of the machine's load
+// hits both sides of a ratio alike. Each measurement is a subtest named
+// after its case; a case that is skipped or fails is not measured again.
+func runTurns(t *testing.T, rounds int, cases []benchCase) {
+	done := make([]bool, len(cases))
+	for r := 0; r < rounds; r++ {
+		for i := range cases {
+			c := &cases[i]
+			if done[i] || (c.once && r > 0) {
+				continue
+			}
+			ok := t.Run(c.name, func(t *testing.T) {
+				defer func() { done[i] = done[i] || t.Skipped() || t.Failed() }()
+				c.measure(t, r)
+			})
+			done[i] = done[i] || !ok
+		}
+	}
+}
+
+// pickCases returns the cases of cs named in names, in the order of cs.
+func pickCases(cs []benchCase, names ...string) []benchCase {
+	var out []benchCase
+	for _, c := range cs {
+		if slices.Contains(names, c.name) {
+			out = append(out, c)
+		}
+	}
+	return out
 }
 
 // notes are the run's facts the table prints under it.
@@ -220,27 +296,43 @@ func TestTransportTable(t *testing.T) {
 	rounds := max(*transRounds, 1)
 	fs := figures{}
 	n := notes{loadStart: loadAvg()}
+	runTurns(t, rounds, transportCases(plan, fs, &n, xdpProbe(t)))
+	n.loadEnd = loadAvg()
+	printTransportTable(fs, n, plan, rounds)
+}
 
-	// Raw link ceilings at the size of a full-MTU RoCE packet; the AF_XDP
-	// one also tells whether AF_XDP works here at all.
-	xdpMissing := ""
+// xdpProbe tells whether the AF_XDP link works here: "" if it does, else
+// why not (a missing AF_XDP is a skip, not a failure). It runs as a
+// subtest outside the figures.
+func xdpProbe(t *testing.T) string {
+	missing := ""
+	t.Run("ceiling/probe", func(t *testing.T) {
+		if r := measure(t, link.KindAFXDP, roceFrame, 50*time.Millisecond); r.note != "" {
+			missing = "AF_XDP link unavailable here: " + r.note
+			t.Skip(missing)
+		}
+	})
+	return missing
+}
+
+// transportCases are TestTransportTable's cases, in the order they take
+// turns: the raw link ceilings at the size of a full-MTU RoCE packet,
+// goroce over each link (write-bw, send-lat, the data check), iperf3 TCP
+// and UDP, sockperf and the Go ping-pong, each on a fresh veth pair.
+// Figures go to fs, the run's facts to n; a non-empty xdpMissing (from
+// xdpProbe) skips the AF_XDP cases with that reason.
+func transportCases(plan transportPlan, fs figures, n *notes, xdpMissing string) []benchCase {
+	var cs []benchCase
+	add := func(name, skip string, keys []string, fn func(t *testing.T) (map[string]float64, error)) {
+		cs = append(cs, benchCase{name: name, fs: fs, keys: keys, skip: skip, fn: fn})
+	}
 	for _, kind := range []string{link.KindAFXDP, link.KindUDP} {
 		l := goroceLink(kind)
-		if kind == link.KindAFXDP {
-			// Probe once outside the figures: a missing AF_XDP is a skip,
-			// not a failure.
-			t.Run("ceiling/probe", func(t *testing.T) {
-				if r := measure(t, kind, roceFrame, 50*time.Millisecond); r.note != "" {
-					xdpMissing = "AF_XDP link unavailable here: " + r.note
-					t.Skip(xdpMissing)
-				}
-			})
-		}
 		skip := ""
 		if kind == link.KindAFXDP {
 			skip = xdpMissing
 		}
-		fs.run(t, "ceiling/"+kind, rounds, skip, []string{"ceil/" + l, "ceilframe/" + l, "ceilloss/" + l},
+		add("ceiling/"+kind, skip, []string{"ceil/" + l, "ceilframe/" + l, "ceilloss/" + l},
 			func(t *testing.T) (map[string]float64, error) {
 				r := measure(t, kind, roceFrame, plan.link)
 				switch {
@@ -266,7 +358,7 @@ func TestTransportTable(t *testing.T) {
 		if l == "xdp" {
 			skip = xdpMissing
 		}
-		fs.run(t, "goroce/write-bw/"+l, rounds, skip, []string{"bw/" + l}, func(t *testing.T) (map[string]float64, error) {
+		add("goroce/write-bw/"+l, skip, []string{"bw/" + l}, func(t *testing.T) (map[string]float64, error) {
 			ctx, cancel := context.WithTimeout(context.Background(), caseTimeout)
 			defer cancel()
 			p := netnstest.NewPair(t, vethMTU)
@@ -280,7 +372,7 @@ func TestTransportTable(t *testing.T) {
 			n.mtus = appendOnce(n.mtus, fmt.Sprintf("%s %d", l, r.client.MTU))
 			return map[string]float64{"bw/" + l: r.client.BW.BWAvg}, nil
 		})
-		fs.run(t, "goroce/send-lat/"+l, rounds, skip, []string{"lat/" + l, "latavg/" + l, "latmin/" + l, "latp999/" + l}, func(t *testing.T) (map[string]float64, error) {
+		add("goroce/send-lat/"+l, skip, []string{"lat/" + l, "latavg/" + l, "latmin/" + l, "latp999/" + l}, func(t *testing.T) (map[string]float64, error) {
 			ctx, cancel := context.WithTimeout(context.Background(), caseTimeout)
 			defer cancel()
 			p := netnstest.NewPair(t, vethMTU)
@@ -297,8 +389,8 @@ func TestTransportTable(t *testing.T) {
 				"latp999/" + l: r.client.Lat.P999}, nil
 		})
 		// perftest's bandwidth and latency tests do not look at the bytes
-		// they move; this case does, on the same link and veth.
-		fs.run(t, "goroce/data-check/"+l, 1, skip, nil, func(t *testing.T) (map[string]float64, error) {
+		// they move; this case does, on the same link and veth, once.
+		add("goroce/data-check/"+l, skip, nil, func(t *testing.T) (map[string]float64, error) {
 			ctx, cancel := context.WithTimeout(context.Background(), caseTimeout)
 			defer cancel()
 			p := netnstest.NewPair(t, vethMTU)
@@ -315,6 +407,7 @@ func TestTransportTable(t *testing.T) {
 			}
 			return nil, nil
 		})
+		cs[len(cs)-1].once = true
 	}
 
 	for _, c := range []struct {
@@ -325,7 +418,7 @@ func TestTransportTable(t *testing.T) {
 		if _, err := exec.LookPath("iperf3"); err != nil {
 			skip = "iperf3 not installed (Debian package iperf3)"
 		}
-		fs.run(t, c.name, rounds, skip, []string{c.key, c.key + "loss"}, func(t *testing.T) (map[string]float64, error) {
+		add(c.name, skip, []string{c.key, c.key + "loss"}, func(t *testing.T) (map[string]float64, error) {
 			ctx, cancel := context.WithTimeout(context.Background(), caseTimeout)
 			defer cancel()
 			p := netnstest.NewPair(t, vethMTU)
@@ -344,7 +437,7 @@ func TestTransportTable(t *testing.T) {
 	if _, err := exec.LookPath("sockperf"); err != nil {
 		skip = "sockperf not installed (Debian package sockperf)"
 	}
-	fs.run(t, "sockperf/udp", rounds, skip, []string{"sock/med", "sock/avg", "sock/min", "sock/p999"}, func(t *testing.T) (map[string]float64, error) {
+	add("sockperf/udp", skip, []string{"sock/med", "sock/avg", "sock/min", "sock/p999"}, func(t *testing.T) (map[string]float64, error) {
 		ctx, cancel := context.WithTimeout(context.Background(), caseTimeout)
 		defer cancel()
 		p := netnstest.NewPair(t, vethMTU)
@@ -357,7 +450,7 @@ func TestTransportTable(t *testing.T) {
 		}
 		return map[string]float64{"sock/med": r.Median, "sock/avg": r.Avg, "sock/min": r.Min, "sock/p999": r.P999}, nil
 	})
-	fs.run(t, "go-ping-pong/udp", rounds, "", []string{"go/med", "go/avg", "go/min"}, func(t *testing.T) (map[string]float64, error) {
+	add("go-ping-pong/udp", "", []string{"go/med", "go/avg", "go/min", "go/p999"}, func(t *testing.T) (map[string]float64, error) {
 		ctx, cancel := context.WithTimeout(context.Background(), caseTimeout)
 		defer cancel()
 		p := netnstest.NewPair(t, vethMTU)
@@ -370,10 +463,9 @@ func TestTransportTable(t *testing.T) {
 		if r.Median <= 0 || r.Avg <= 0 || r.Samples == 0 {
 			return nil, fmt.Errorf("no latency figure: %+v", r)
 		}
-		return map[string]float64{"go/med": r.Median, "go/avg": r.Avg, "go/min": r.Min}, nil
+		return map[string]float64{"go/med": r.Median, "go/avg": r.Avg, "go/min": r.Min, "go/p999": r.P999}, nil
 	})
-	n.loadEnd = loadAvg()
-	printTransportTable(fs, n, plan, rounds)
+	return cs
 }
 
 func appendOnce(s []string, v string) []string {

@@ -36,8 +36,8 @@ type udpPingConfig struct {
 
 // udpPingResult is one-way latency (half the round trip) in microseconds.
 type udpPingResult struct {
-	Median, Avg, P99, Min float64
-	Samples               int
+	Median, Avg, P99, P999, Min float64
+	Samples                     int
 }
 
 // udpEchoMain echoes every datagram back to its sender until killed.
@@ -137,6 +137,7 @@ func udpPing(cfg udpPingConfig) (udpPingResult, error) {
 	res.Min = us(rtts[0])
 	res.Median = us(rtts[len(rtts)/2])
 	res.P99 = us(rtts[len(rtts)*99/100])
+	res.P999 = us(rtts[len(rtts)*999/1000])
 	res.Avg = us(sum / time.Duration(len(rtts)))
 	res.Samples = len(rtts)
 	return res, nil

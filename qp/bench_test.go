@@ -4,105 +4,41 @@ import (
 	"runtime"
 	"testing"
 
-	"github.com/goroce/goroce/ib"
 	"github.com/goroce/goroce/qp"
 	"github.com/goroce/goroce/qp/qptest"
 )
 
-// wire connects two engines directly (no impairment) to measure engine cost.
-type wire struct {
-	a, b     *qp.Engine
-	ea, eb   *qptest.Endpoint
-	slots    []qp.TxPacket
-	pkt      ib.Packet
-	srcA     qp.Source // what B sees as the source of A's packets
-	srcB     qp.Source
-	wcs      [8]qp.WorkCompletion
-	aMR, bMR *qp.MR
-	sendWR   qp.SendWR
-	recvWR   qp.RecvWR
-	sendSGE  [1]qp.SGE
-	recvSGE  [1]qp.SGE
-	packets  int
-}
-
-func newWire(tb testing.TB, op qp.WROpcode, size int) *wire {
-	n, err := qptest.NewNet(qptest.Options{PortMTU: ib.MTU4096})
+// newWire joins two engines directly (no impairment) to measure engine cost.
+func newWire(tb testing.TB, op qp.WROpcode, size int) *qptest.Wire {
+	w, err := qptest.NewWire(op, size)
 	if err != nil {
 		tb.Fatal(err)
 	}
-	w := &wire{a: n.A.E, b: n.B.E,
-		srcA: qp.Source{SGID: n.A.GID, DGID: n.B.GID}, srcB: qp.Source{SGID: n.B.GID, DGID: n.A.GID}}
-	w.ea, _ = qptest.NewEndpoint(w.a, qp.RC, 64)
-	w.eb, _ = qptest.NewEndpoint(w.b, qp.RC, 64)
-	prm := qptest.DefaultRC
-	prm.MTU = ib.MTU4096
-	if err := n.Connect(w.ea.QP, w.eb.QP, prm); err != nil {
-		tb.Fatal(err)
-	}
-	w.aMR, _ = w.ea.PD.RegMR(make([]byte, 1<<20), 0x10000, qp.AccessLocalWrite)
-	w.bMR, _ = w.eb.PD.RegMR(make([]byte, 1<<20), 0x10000, allAccess)
-	w.slots = make([]qp.TxPacket, 16)
-	for i := range w.slots {
-		w.slots[i] = qp.TxPacket{Buf: make([]byte, 4096+256), Headroom: 64}
-	}
-	w.sendSGE[0] = qp.SGE{Addr: 0x10000, Length: uint32(size), LKey: w.aMR.LKey()}
-	w.recvSGE[0] = qp.SGE{Addr: 0x10000, Length: uint32(size), LKey: w.bMR.LKey()}
-	w.sendWR = qp.SendWR{Opcode: op, Flags: qp.SendSignaled, SGL: w.sendSGE[:], RemoteAddr: 0x10000, RKey: w.bMR.RKey()}
-	w.recvWR = qp.RecvWR{SGL: w.recvSGE[:]}
 	return w
 }
 
-func (w *wire) move(from, to *qp.Engine, src *qp.Source) int {
-	total := 0
-	for {
-		n := from.Transmit(w.slots)
-		for i := 0; i < n; i++ {
-			if err := ib.ParseIB(w.slots[i].Payload(), &w.pkt); err != nil {
-				panic(err)
-			}
-			to.Receive(&w.pkt, src)
-		}
-		total += n
-		if n < len(w.slots) {
-			return total
-		}
-	}
-}
-
-// one runs one message: post, requests A→B, responses B→A, completions.
-func (w *wire) one(tb testing.TB) {
-	if w.sendWR.Opcode == qp.WRSend {
-		if err := w.eb.QP.PostRecv(&w.recvWR); err != nil {
-			tb.Fatal(err)
-		}
-	}
-	if err := w.ea.QP.PostSend(&w.sendWR); err != nil {
+// one runs one message on w.
+func one(tb testing.TB, w *qptest.Wire) {
+	if err := w.One(); err != nil {
 		tb.Fatal(err)
 	}
-	w.packets += w.move(w.a, w.b, &w.srcA)
-	w.packets += w.move(w.b, w.a, &w.srcB)
-	if n := w.ea.SCQ.Poll(w.wcs[:]); n != 1 || w.wcs[0].Status != qp.WCSuccess {
-		tb.Fatalf("completion %d %+v", n, w.wcs[0])
-	}
-	w.eb.RCQ.Poll(w.wcs[:])
 }
 
 func benchOp(b *testing.B, op qp.WROpcode, size int) {
 	w := newWire(b, op, size)
 	for i := 0; i < 100; i++ {
-		w.one(b)
+		one(b, w)
 	}
-	w.packets = 0
+	w.Packets = 0
 	b.ReportAllocs()
 	b.SetBytes(int64(size))
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		w.one(b)
+		one(b, w)
 	}
 	b.StopTimer()
-	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(w.packets), "ns/pkt")
-	b.ReportMetric(float64(w.packets)/float64(b.N), "pkts/op")
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(w.Packets), "ns/pkt")
+	b.ReportMetric(float64(w.Packets)/float64(b.N), "pkts/op")
 }
 
 func BenchmarkRCSend64(b *testing.B)   { benchOp(b, qp.WRSend, 64) }
@@ -122,9 +58,9 @@ func TestSteadyStateAllocs(t *testing.T) {
 	}{{qp.WRSend, 64}, {qp.WRSend, 20000}, {qp.WRRDMAWrite, 20000}, {qp.WRRDMARead, 20000}, {qp.WRAtomicFetchAndAdd, 8}} {
 		w := newWire(t, c.op, c.size)
 		for i := 0; i < 10; i++ {
-			w.one(t)
+			one(t, w)
 		}
-		if a := testing.AllocsPerRun(200, func() { w.one(t) }); a != 0 {
+		if a := testing.AllocsPerRun(200, func() { one(t, w) }); a != 0 {
 			t.Errorf("op %d size %d: %v allocations per message", c.op, c.size, a)
 		}
 	}
