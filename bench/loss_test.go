@@ -157,9 +157,9 @@ func (a rcEnd) writeStream(ctx context.Context, b rcEnd, stop func(posted int) b
 func lossMemRound(t *testing.T, r int, d time.Duration) (clean, lossy lossCase) {
 	clean = runLossCase(t, 0, uint64(r)+1, d)
 	lossy = runLossCase(t, 0.01, uint64(r)+1, d)
-	t.Logf("round %d: lossless %.2f Gb/s (%.2f frames per frame), 1%% loss %.2f Gb/s (%.2f frames per frame; go-back-N %d, timeouts %d, seq NAKs %d), ratio %.2f",
+	t.Logf("round %d: lossless %.2f Gb/s (%.2f frames per frame), 1%% loss %.2f Gb/s (%.2f frames per frame; go-back-N %d, timeouts %d, seq NAKs %d, probes %d of which spurious %d), ratio %.2f",
 		r, clean.goodput*8/1e9, clean.ratio, lossy.goodput*8/1e9, lossy.ratio,
-		lossy.c.CompleterRetryErr, lossy.c.Timeouts, lossy.c.RcvdSeqErr, lossy.goodput/clean.goodput)
+		lossy.c.CompleterRetryErr, lossy.c.Timeouts, lossy.c.RcvdSeqErr, lossy.c.Probes, lossy.c.SpuriousProbes, lossy.goodput/clean.goodput)
 	if clean.goodput <= 0 || lossy.goodput <= 0 {
 		t.Fatal("no goodput")
 	}

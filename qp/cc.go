@@ -299,7 +299,13 @@ func (q *QP) armProbe(now time.Duration) {
 		c.win.since = now
 	}
 	if now+p-c.win.since > probeSpan {
-		return
+		// The last probe goes at the end of the span, so that a path
+		// whose stalls raised the probe timeout near the span still gets
+		// a second probe before the local ACK timeout.
+		if c.win.probes == 0 || now-c.win.since >= probeSpan {
+			return
+		}
+		p = c.win.since + probeSpan - now
 	}
 	c.win.probeArmed, c.win.probeAt = true, now+p
 	q.watchTimers(c.win.probeAt)

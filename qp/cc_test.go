@@ -336,3 +336,101 @@ func testStallsDrawNoProbes(t *testing.T, msg, depth int) {
 // maxProbesPerStall is what one stall may draw: a probe and its back-off
 // within the stall (probes double their wait).
 const maxProbesPerStall = 4
+
+// A path whose stalls raised the probe timeout near the probe span still
+// gets a second probe before the local ACK timeout: a lost packet whose
+// first probe is lost too is recovered by the probe at the span's end, not
+// by the 67 ms timeout.
+func TestLostProbeProbedAgain(t *testing.T) {
+	const stall = 3500 * time.Microsecond // raises the floor to its cap (4 ms)
+	n, err := qptest.NewNet(qptest.Options{PortMTU: ib.MTU4096,
+		AtoB: faultnet.Config{Delay: 20 * time.Microsecond}, BtoA: faultnet.Config{Delay: 20 * time.Microsecond}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, _ := qptest.NewEndpoint(n.A.E, qp.RC, 4)
+	b, _ := qptest.NewEndpoint(n.B.E, qp.RC, 4)
+	if err := n.Connect(a.QP, b.QP, qptest.DefaultRC); err != nil {
+		t.Fatal(err)
+	}
+	src, dst := make([]byte, 64), make([]byte, 64)
+	aMR, _ := a.PD.RegMR(src, 0x1000, qp.AccessLocalWrite)
+	bMR, _ := b.PD.RegMR(dst, 0x7000_0000, allAccess)
+	var (
+		holdB    bool     // B's packets wait (a stall)
+		held     [][]byte // what B sent meanwhile
+		dropA    int      // A's next packets to lose
+		pkt      ib.Packet
+		wcs      [4]qp.WorkCompletion
+		stallEnd time.Duration
+	)
+	n.Drop = func(from string, p []byte) bool {
+		switch {
+		case from == "B" && holdB:
+			held = append(held, append([]byte(nil), p...))
+			return true
+		case from == "A" && dropA > 0:
+			dropA--
+			return true
+		}
+		return false
+	}
+	write := func(id int) {
+		wr := qp.SendWR{ID: uint64(id), Opcode: qp.WRRDMAWrite, Flags: qp.SendSignaled,
+			SGL: []qp.SGE{{Addr: 0x1000, Length: 64, LKey: aMR.LKey()}}, RemoteAddr: 0x7000_0000, RKey: bMR.RKey()}
+		if err := a.QP.PostSend(&wr); err != nil {
+			t.Fatal(err)
+		}
+		for start := n.Clock.T; ; {
+			moved := n.Step()
+			if holdB && n.Clock.T >= stallEnd {
+				holdB = false
+				for _, h := range held {
+					if ib.ParseIB(h, &pkt) == nil {
+						_ = n.A.E.Receive(&pkt, &qp.Source{SGID: n.B.GID, DGID: n.A.GID})
+					}
+				}
+				held, moved = held[:0], true
+			}
+			if k := a.SCQ.Poll(wcs[:]); k > 0 {
+				if wcs[0].Status != qp.WCSuccess {
+					t.Fatalf("WRITE %d: %v", id, wcs[0].Status)
+				}
+				return
+			}
+			if n.Clock.T-start > time.Second {
+				t.Fatalf("WRITE %d: no completion in a second", id)
+			}
+			if !moved {
+				n.Clock.T += 10 * time.Microsecond
+				n.A.E.Advance(n.Clock.T)
+				n.B.E.Advance(n.Clock.T)
+			}
+		}
+	}
+	id := 0
+	for ; id < 50; id++ { // round-trip samples
+		write(id)
+	}
+	for i := 0; i < 3; i++ { // stalls the probes learn to wait out
+		holdB, stallEnd = true, n.Clock.T+stall
+		write(id)
+		id++
+		for j := 0; j < 20; j++ {
+			write(id)
+			id++
+		}
+	}
+	before := n.A.E.Stats()
+	dropA = 2 // the WRITE and its first probe
+	write(id)
+	st := n.A.E.Stats()
+	t.Logf("stalls: %d probes (%d spurious); the lost WRITE: %d probes, %d timeouts",
+		before.Probes, before.SpuriousProbes, st.Probes-before.Probes, st.Timeouts-before.Timeouts)
+	if before.SpuriousProbes == 0 {
+		t.Fatal("the stalls raised no probe floor: the run did not happen as planned")
+	}
+	if st.Timeouts != before.Timeouts {
+		t.Errorf("the lost WRITE waited for the local ACK timeout (%d probes)", st.Probes-before.Probes)
+	}
+}
