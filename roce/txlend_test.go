@@ -199,27 +199,6 @@ func TestTxLendTooSmall(t *testing.T) {
 	}
 }
 
-// countLink counts the link writes and the frames they carry.
-type countLink struct {
-	*memlink.Link
-	mu             sync.Mutex
-	writes, frames int
-}
-
-func (l *countLink) WriteBatch(frames [][]byte) (int, error) {
-	l.mu.Lock()
-	l.writes++
-	l.frames += len(frames)
-	l.mu.Unlock()
-	return l.Link.WriteBatch(frames)
-}
-
-func (l *countLink) counts() (writes, frames int) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.writes, l.frames
-}
-
 // A poller that reads the SEND completing its caller's wait leaves the
 // ACK to the caller's next post, so the ACK and the reply leave in one
 // link write; a caller that posts nothing still has its ACK sent (the
@@ -233,7 +212,7 @@ func TestDeferredAck(t *testing.T) {
 
 func testDeferredAck(t *testing.T, perCQ bool) {
 	ma, mb := memlink.PairWithOptions(memlink.Options{HardwareAddrA: macA, HardwareAddrB: macB})
-	la, lb := &countLink{Link: ma}, &countLink{Link: mb}
+	la, lb := ma, mb
 	da, db := openPair(t, la, lb, addrA, addrB, nil)
 	a := newEndpoint(t, da, RC, 4096)
 	b := newEndpoint(t, db, RC, 4096)
@@ -272,7 +251,7 @@ func testDeferredAck(t *testing.T, perCQ bool) {
 			t.Fatal(err)
 		}
 	}
-	w0, f0 := lb.counts()
+	w0, f0 := lb.Writes()
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -293,7 +272,7 @@ func testDeferredAck(t *testing.T, perCQ bool) {
 		waitOne(a.scq)
 	}
 	<-done
-	w1, f1 := lb.counts()
+	w1, f1 := lb.Writes()
 	t.Logf("B: %d frames in %d link writes over %d round trips", f1-f0, w1-w0, rounds)
 	if w1-w0 >= f1-f0 {
 		t.Errorf("B never sent its ACK and its reply in one write (%d frames, %d writes)", f1-f0, w1-w0)

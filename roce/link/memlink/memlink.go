@@ -46,6 +46,9 @@ type Link struct {
 	batch  int
 	clock  clock
 	rx, tx *queue
+	// writes and written count WriteBatch calls that took frames and the
+	// frames they took, under tx.mu (Writes).
+	writes, written uint64
 
 	readMu sync.Mutex // serializes readers, which share timer and taken
 	timer  *time.Timer
@@ -260,11 +263,23 @@ func (l *Link) WriteBatch(frames [][]byte) (int, error) {
 		}
 		n++
 	}
+	if n > 0 {
+		l.writes++
+		l.written += uint64(n)
+	}
 	q.mu.Unlock()
 	if n > 0 {
 		notify(q.notify)
 	}
 	return n, err
+}
+
+// Writes returns how many WriteBatch calls took frames, and how many frames
+// they took: what a transmit batches into one write (on AF_XDP, one sendto).
+func (l *Link) Writes() (writes, frames uint64) {
+	l.tx.mu.Lock()
+	defer l.tx.mu.Unlock()
+	return l.writes, l.written
 }
 
 // NextDue reports when the next frame towards this end becomes readable,
