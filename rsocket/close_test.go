@@ -18,18 +18,16 @@ import (
 
 // ackDropper loses every RC ACKNOWLEDGE written through it while drop is
 // set, and the next dropReq RC requests (frames to a QP other than QP1
-// that are not ACKs).
+// that are not ACKs). It notes the PSN of the last ACK it let through.
 type ackDropper struct {
 	link.Link
 	drop             atomic.Bool
 	dropReq          atomic.Int64
 	dropped, reqLost atomic.Int64
+	lastAck          atomic.Int64 // PSN of the last ACK let through, -1 before one
 }
 
 func (l *ackDropper) WriteBatch(frames [][]byte) (int, error) {
-	if !l.drop.Load() && l.dropReq.Load() <= 0 {
-		return l.Link.WriteBatch(frames)
-	}
 	var p ib.Packet
 	kept := make([][]byte, 0, len(frames))
 	for _, f := range frames {
@@ -39,6 +37,7 @@ func (l *ackDropper) WriteBatch(frames [][]byte) (int, error) {
 					l.dropped.Add(1)
 					continue
 				}
+				l.lastAck.Store(int64(p.BTH.PSN()))
 			} else if p.BTH.DestQP() != 1 && l.dropReq.Add(-1) >= 0 {
 				l.reqLost.Add(1)
 				continue
@@ -52,12 +51,32 @@ func (l *ackDropper) WriteBatch(frames [][]byte) (int, error) {
 	return len(frames), nil
 }
 
-// ackDropPair is devPair with B's ACKs going through an ackDropper.
-func ackDropPair(t *testing.T) (*roce.Device, *roce.Device, *ackDropper) {
+// reqTracker notes the PSN of the last RC request written through it.
+type reqTracker struct {
+	link.Link
+	lastReq atomic.Int64 // -1 before one
+}
+
+func (l *reqTracker) WriteBatch(frames [][]byte) (int, error) {
+	var p ib.Packet
+	for _, f := range frames {
+		if ib.Parse(f, &p) == nil && p.BTH.Opcode() != ib.RCAck && p.BTH.DestQP() != 1 {
+			l.lastReq.Store(int64(p.BTH.PSN()))
+		}
+	}
+	return l.Link.WriteBatch(frames)
+}
+
+// ackDropPair is devPair with B's ACKs going through an ackDropper and
+// A's requests through a reqTracker.
+func ackDropPair(t *testing.T) (*roce.Device, *roce.Device, *ackDropper, *reqTracker) {
 	t.Helper()
 	la, lb := memlink.PairWithOptions(memlink.Options{AtoB: faultnet.Config{}, BtoA: faultnet.Config{}})
 	drop := &ackDropper{Link: lb}
-	da, err := roce.OpenLink(la, roce.Options{Addrs: []netip.Addr{addrA}, Neighbours: map[netip.Addr]net.HardwareAddr{addrB: lb.HardwareAddr()}})
+	drop.lastAck.Store(-1)
+	track := &reqTracker{Link: la}
+	track.lastReq.Store(-1)
+	da, err := roce.OpenLink(track, roce.Options{Addrs: []netip.Addr{addrA}, Neighbours: map[netip.Addr]net.HardwareAddr{addrB: lb.HardwareAddr()}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -67,7 +86,7 @@ func ackDropPair(t *testing.T) (*roce.Device, *roce.Device, *ackDropper) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { db.Close() })
-	return da, db, drop
+	return da, db, drop, track
 }
 
 // waitClosed runs close with a hang guard.
@@ -92,7 +111,7 @@ func waitClosed(t *testing.T, what string, close func() error) {
 // and keep its QP until that is acknowledged, although it lost its first
 // transmission.
 func TestCloseSecondCloserDisconnects(t *testing.T) {
-	da, db, drop := ackDropPair(t)
+	da, db, drop, track := ackDropPair(t)
 	a, b, _ := connPair(t, da, db, nil, nil)
 	if _, err := a.Write([]byte("hello")); err != nil {
 		t.Fatal(err)
@@ -100,6 +119,24 @@ func TestCloseSecondCloserDisconnects(t *testing.T) {
 	buf := make([]byte, 16)
 	if _, err := io.ReadFull(b, buf[:5]); err != nil {
 		t.Fatal(err)
+	}
+	// Neither Close may give up on its peer (after retryTimeout, 2 s
+	// here) before the exchange below is over: on a busy machine B's
+	// Close can start later than that after A's, and A's DREQ would then
+	// end B's Close before it sent anything.
+	for _, c := range []*Conn{a, b} {
+		c.mu.Lock()
+		c.deadAfter = time.Minute
+		c.mu.Unlock()
+	}
+	// The ACK of that write must reach A before the ACKs are lost: B may
+	// send it a little later (with its next verb, or 20 µs on), and a
+	// write whose ACKs are all lost draws a probe that narrows A's window
+	// to the one PSN probed, so A's DISCONNECT would never leave.
+	for deadline := time.Now().Add(time.Minute); drop.lastAck.Load() != track.lastReq.Load(); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("A's last request (PSN %d) not acknowledged after a minute (last ACK %d)", track.lastReq.Load(), drop.lastAck.Load())
+		}
 	}
 	drop.drop.Store(true)
 	aClosed := make(chan error, 1)
@@ -154,7 +191,7 @@ func TestCloseAfterPeerShutdown(t *testing.T) {
 // still send DISCONNECT once a slot frees (as rshutdown waits for one):
 // the peer sees it, not only the DREQ.
 func TestCloseControlSlotsBusy(t *testing.T) {
-	da, db, drop := ackDropPair(t)
+	da, db, drop, _ := ackDropPair(t)
 	// A writes, B reads and returns credits; B's ACKs are A's business,
 	// so here the dropper sits on B's link and B is the writer: A's
 	// credit writes wait for ACKs that B's link drops.
