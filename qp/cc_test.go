@@ -434,3 +434,36 @@ func TestLostProbeProbedAgain(t *testing.T) {
 		t.Errorf("the lost WRITE waited for the local ACK timeout (%d probes)", st.Probes-before.Probes)
 	}
 }
+
+// A loss among the resent packets of a go-back-N is a new gap: the
+// responder NAKs it, and the requester goes back again at once, without
+// waiting for a probe or the local ACK timeout. (rxe's requester ignores
+// NAKs until a WQE completes and leaves such a gap to its timer.)
+func TestGapInResendNAKed(t *testing.T) {
+	const first = 0x100
+	lost := ib.PSN(first).Add(500)
+	for _, c := range []struct {
+		name string
+		drop map[ib.PSN]int
+	}{
+		// The original and the resend of lost+1: the resent lost is taken,
+		// then lost+2 shows the next gap.
+		{"next lost", map[ib.PSN]int{lost: 1, lost.Add(1): 2}},
+		{"later lost", map[ib.PSN]int{lost: 1, lost.Add(7): 2}},
+		{"twice", map[ib.PSN]int{lost: 1, lost.Add(3): 2, lost.Add(9): 3}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			r := lossRun{Rate: 10e9, Delay: 10 * time.Microsecond, Msgs: 80, Depth: 16, checkData: true,
+				drop: dropPSNs(c.drop)}
+			r.psnA = first
+			r.run(t)
+			t.Logf("%v", &r)
+			if r.Timeouts != 0 || r.Probes != 0 {
+				t.Errorf("%d timeouts, %d probes: want each gap repaired by its NAK", r.Timeouts, r.Probes)
+			}
+			if r.Retries != r.SeqNAKs {
+				t.Errorf("%d go-back-N for %d sequence NAKs", r.Retries, r.SeqNAKs)
+			}
+		})
+	}
+}

@@ -82,7 +82,7 @@ func (q *QP) complete(p *ib.Packet, now time.Duration) error {
 		q.e.schedule(q)
 	}
 	if lost {
-		q.retry(now, false, psn)
+		q.retry(now, false)
 	}
 	return err
 }
@@ -141,7 +141,7 @@ func (q *QP) completeReadResp(p *ib.Packet, now time.Duration, w *sendWQE, psn i
 	}
 	if d > 0 {
 		// A response packet is missing: go back and re-request from it.
-		q.retry(now, false, psn)
+		q.retry(now, false)
 		return ErrDropped
 	}
 	k := uint32(ib.PSNDiff(psn, w.firstPSN))
@@ -250,11 +250,10 @@ func (q *QP) completeAck(p *ib.Packet, now time.Duration, w *sendWQE, psn ib.PSN
 		if q.req.rnrWait {
 			return ErrDropped
 		}
-		from := q.comp.psn
 		if d > 0 {
 			q.comp.psn = psn
 		}
-		q.retryAt(now, false, psn, from)
+		q.retry(now, false)
 		return nil
 	}
 	return ErrDropped
@@ -310,13 +309,13 @@ func (q *QP) completeHead(st WCStatus) {
 	}
 }
 
-// retry starts a go-back-N retransmission, once per episode unless the timer fired.
-func (q *QP) retry(now time.Duration, timer bool, psn ib.PSN) {
-	q.retryAt(now, timer, psn, q.comp.psn)
-}
-
-func (q *QP) retryAt(now time.Duration, timer bool, psn, from ib.PSN) {
-	if q.comp.startedRetry && !timer && ib.PSNDiff(from, q.comp.retryFrom) <= 0 {
+// retry starts a go-back-N retransmission from the first unacknowledged
+// PSN, once per gap unless the timer fired. A NAK past the PSN the current
+// go-back-N started from is a new gap, a loss among the resent packets, and
+// starts another at once; rxe's completer ignores it until a WQE completes
+// and leaves the gap to its retransmit timer.
+func (q *QP) retry(now time.Duration, timer bool) {
+	if q.comp.startedRetry && !timer && ib.PSNDiff(q.comp.psn, q.comp.retryFrom) <= 0 {
 		// Already retrying from this point; a second NAK for the same gap changes nothing.
 		return
 	}
@@ -352,7 +351,7 @@ func (q *QP) timeout(now time.Duration) {
 		return
 	}
 	q.e.stats.Timeouts++
-	q.retry(now, true, q.comp.psn)
+	q.retry(now, true)
 }
 
 // syncReq moves the requester forward when acknowledgements overtook it
