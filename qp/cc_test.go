@@ -34,6 +34,19 @@ func dropFrom(side string, times map[ib.PSN]int) func(from string, b []byte) boo
 	}
 }
 
+// chosenDrops streams msgs 64 KiB WRITEs from A's PSN first over a 10
+// Gb/s path, 10 µs each way, losing A's packets as drop lists, and logs
+// the run.
+func chosenDrops(t *testing.T, first uint32, msgs int, drop map[ib.PSN]int) *lossRun {
+	t.Helper()
+	r := &lossRun{Rate: 10e9, Delay: 10 * time.Microsecond, Msgs: msgs, Depth: 16, checkData: true,
+		drop: dropPSNs(drop)}
+	r.psnA = first
+	r.run(t)
+	t.Logf("%v", r)
+	return r
+}
+
 // One lost packet narrows the window of a requester that had filled the
 // path's queue, and lossless traffic afterwards opens it again to the full
 // window; the loss is repaired by one go-back-N, without a timeout.
@@ -87,11 +100,7 @@ func TestProbeRepairsSilentLoss(t *testing.T) {
 		{"tail resend lost", map[ib.PSN]int{ib.PSN(first).Add(40*16 - 1): 2}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			r := lossRun{Rate: 10e9, Delay: 10 * time.Microsecond, Msgs: 40, Depth: 16, checkData: true,
-				drop: dropPSNs(c.drop)}
-			r.psnA = first
-			r.run(t)
-			t.Logf("%v", &r)
+			r := chosenDrops(t, first, 40, c.drop)
 			if r.Timeouts != 0 || r.Probes == 0 {
 				t.Errorf("%d timeouts, %d probes: want the probe to repair the loss", r.Timeouts, r.Probes)
 			}
@@ -453,11 +462,7 @@ func TestGapInResendNAKed(t *testing.T) {
 		{"twice", map[ib.PSN]int{lost: 1, lost.Add(3): 2, lost.Add(9): 3}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			r := lossRun{Rate: 10e9, Delay: 10 * time.Microsecond, Msgs: 80, Depth: 16, checkData: true,
-				drop: dropPSNs(c.drop)}
-			r.psnA = first
-			r.run(t)
-			t.Logf("%v", &r)
+			r := chosenDrops(t, first, 80, c.drop)
 			if r.Timeouts != 0 || r.Probes != 0 {
 				t.Errorf("%d timeouts, %d probes: want each gap repaired by its NAK", r.Timeouts, r.Probes)
 			}
