@@ -11,6 +11,8 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -234,6 +236,19 @@ func TestPerfFlags(t *testing.T) {
 		if code != c.code || !strings.Contains(out.String()+errOut.String(), c.want) {
 			t.Errorf("perf %q: exit %d, want %d and %q\nstdout %s\nstderr %s", c.args, code, c.code, c.want, out.String(), errOut.String())
 		}
+	}
+}
+
+// --cpuprofile profiles the main job too (--loopback runs apart from the
+// path that opens a device).
+func TestLoopbackCPUProfile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "cpu.prof")
+	var out, errOut bytes.Buffer
+	if code := RunPerf([]string{"write-bw", "-n", "20", "-s", "1024", "--loopback", "--cpuprofile", path}, &out, &errOut); code != 0 {
+		t.Fatalf("exit %d\nstdout %s\nstderr %s", code, out.String(), errOut.String())
+	}
+	if fi, err := os.Stat(path); err != nil || fi.Size() == 0 {
+		t.Fatalf("no profile written: %v", err)
 	}
 }
 

@@ -289,6 +289,12 @@ func RunPerf(args []string, stdout, stderr io.Writer) int {
 		}
 		ctx, cancel := signalContext(timeout)
 		defer cancel()
+		stopProf, err := startCPUProfile(*f.cpuProf)
+		if err != nil {
+			fmt.Fprintln(stderr, "rocectl perf: --cpuprofile:", err)
+			return 1
+		}
+		defer stopProf()
 		if _, _, err := Loopback(ctx, cfg, stdout, *f.json); err != nil {
 			fmt.Fprintln(stderr, "rocectl perf:", err)
 			return 1
