@@ -55,7 +55,7 @@ func TestPairBothWays(t *testing.T) {
 	for _, f := range frames {
 		clear(f)
 	}
-	got := readN(t, b, 100, time.Second)
+	got := readN(t, b, 100, 10*time.Second)
 	for i, v := range got {
 		if v != i {
 			t.Fatalf("frame %d is %d", i, v)
@@ -64,7 +64,7 @@ func TestPairBothWays(t *testing.T) {
 	if n, err := b.WriteBatch([][]byte{frame(7, 100)}); n != 1 || err != nil {
 		t.Fatal(n, err)
 	}
-	if got := readN(t, a, 1, time.Second); got[0] != 7 {
+	if got := readN(t, a, 1, 10*time.Second); got[0] != 7 {
 		t.Fatal(got)
 	}
 	if a.Info().Kind != link.KindMem || a.MTU() != 1500 || a.HardwareAddr().String() == b.HardwareAddr().String() {
@@ -88,7 +88,7 @@ func TestRealTimeDelay(t *testing.T) {
 	a, b := Pair(faultnet.Config{Delay: delay}, faultnet.Config{})
 	start := time.Now()
 	a.WriteBatch([][]byte{frame(1, 64)})
-	readN(t, b, 1, time.Second)
+	readN(t, b, 1, 10*time.Second)
 	if el := time.Since(start); el < delay {
 		t.Fatalf("frame arrived after %v, before its %v delay", el, delay)
 	}
@@ -236,8 +236,8 @@ func TestWriteFromCallback(t *testing.T) {
 	case <-time.After(time.Second):
 		t.Fatal("deadlock writing from the read callback")
 	}
-	readN(t, a, 1, time.Second)
-	readN(t, b, 1, time.Second)
+	readN(t, a, 1, 10*time.Second)
+	readN(t, b, 1, 10*time.Second)
 }
 
 func TestConcurrent(t *testing.T) {
