@@ -4,6 +4,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"os/exec"
 	"runtime"
 	"strings"
 	"testing"
@@ -69,6 +70,12 @@ func roleEnv(kind string, v *netnstest.Veth, peer *netnstest.Veth, size int, d t
 	}
 }
 
+// side is where a role process runs and the environment it gets.
+type side struct {
+	start func(*exec.Cmd) error
+	env   []string
+}
+
 // measure runs one sender process in A and one receiver process in B of a
 // fresh veth pair.
 func measure(t *testing.T, kind string, size int, d time.Duration) row {
@@ -79,13 +86,31 @@ func measure(t *testing.T, kind string, size int, d time.Duration) row {
 // taken on the same veth right after (each process detaches its link, and
 // with it any XDP program, when it exits).
 func measureOn(t *testing.T, p *netnstest.Pair, kind string, size int, d time.Duration) row {
+	return measureSides(t, kind, size,
+		side{p.A.Start, roleEnv(kind, p.VethA, p.VethB, size, d)},
+		side{p.B.Start, roleEnv(kind, p.VethB, p.VethA, size, d)})
+}
+
+// measureLo runs a UDP-link sender on 127.0.0.1 and a receiver on
+// 127.0.0.2, both in ns: the loopback's own frame ceiling.
+func measureLo(t *testing.T, ns *netnstest.NS, size int, d time.Duration) row {
+	env := func(local, remote string) []string {
+		return []string{envKind + "=" + link.KindUDP, envIf + "=lo", envLocal + "=" + local, envRemote + "=" + remote,
+			envDstMAC + "=00:00:00:00:00:00", envSize + "=" + fmt.Sprint(size), envDuration + "=" + d.String()}
+	}
+	return measureSides(t, link.KindUDP, size, side{ns.Start, env("127.0.0.1", "127.0.0.2")}, side{ns.Start, env("127.0.0.2", "127.0.0.1")})
+}
+
+// measureSides runs a receiver process, then a sender, and collects both
+// results.
+func measureSides(t *testing.T, kind string, size int, tx, rx side) row {
 	r := row{kind: kind, size: sizeName(size)}
-	recv, err := startRole(p.B.Start, "recv", roleEnv(kind, p.VethB, p.VethA, size, d)...)
+	recv, err := startRole(rx.start, "recv", rx.env...)
 	if err != nil {
 		r.note = err.Error()
 		return r
 	}
-	sender, err := startRole(p.A.Start, "send", roleEnv(kind, p.VethA, p.VethB, size, d)...)
+	sender, err := startRole(tx.start, "send", tx.env...)
 	if err != nil {
 		recv.finish()
 		r.note = err.Error()

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -74,6 +75,8 @@ func TestLoopbackTable(t *testing.T) {
 		fmt.Fprintf(w, "%s\t%s\t%s\t%s\n", name, fs.get(a), fs.get(b), ratio)
 	}
 	row("write-bw 64 KiB vs iperf3 TCP (Gb/s)", "bw", "tcp", true)
+	row("write-bw 64 KiB vs raw UDP-link frames (payload Gb/s)", "bw", "ceil", true)
+	row("raw UDP-link frames vs iperf3 TCP (Gb/s)", "ceil", "tcp", true)
 	row("CPU seconds per GB (both ends)", "bw-cpu", "tcp-cpu", false)
 	row("send-lat 8 B vs sockperf UDP, median (us)", "lat", "udp-lat", false)
 	row("send-lat 8 B vs sockperf UDP, p99.9 (us)", "lat-p999", "udp-p999", false)
@@ -118,6 +121,20 @@ func loopbackCases(ns *netnstest.NS, plan loPlan, fs figures) []benchCase {
 				return nil, err
 			}
 			return map[string]float64{"bw": res.BW.BWAvg, "bw-cpu": cpu / (float64(bwSize) * float64(plan.bwIters) / 1e9)}, nil
+		}},
+		{name: "lo/ceiling-udp", fs: fs, keys: []string{"ceil", "ceilloss"}, fn: func(t *testing.T) (map[string]float64, error) {
+			r := measureLo(t, ns, roceFrame, plan.tool)
+			switch {
+			case r.note != "":
+				return nil, errors.New(r.note)
+			case r.rx.Frames == 0 || r.tx.Elapsed <= 0:
+				return nil, fmt.Errorf("sent %d, received %d frames (tx err %q, rx err %q)", r.tx.Frames, r.rx.Frames, r.tx.Err, r.rx.Err)
+			}
+			pps, _ := rate(r.rx.Frames, roceFrame, r.tx.Elapsed)
+			return map[string]float64{
+				"ceil":     pps * roceMTU * 8 / 1e9,
+				"ceilloss": 100 * (1 - float64(r.rx.Frames)/float64(max(r.tx.Frames, 1))),
+			}, nil
 		}},
 		{name: "lo/sockperf-udp", fs: fs, keys: []string{"udp-lat", "udp-p999"}, skip: noTool("sockperf"), fn: func(t *testing.T) (map[string]float64, error) {
 			ctx, cancel := ctx()

@@ -18,6 +18,15 @@ import (
 // the link splits into frames again. Each datagram stays exactly as the
 // transport built it: the run is the frames' payloads side by side, cut
 // at the segment size, so the ICRC the transport computed still holds.
+//
+// A coalesced buffer is one run of payloads, but the device wants each
+// datagram behind its own headers. Rather than copy every segment after
+// the first behind a header, the link lays its receive buffers out for
+// the segment size it sees most (spread): one iovec per segment with a
+// header's room between them, so the kernel itself leaves each segment
+// where its frame can be built in place. A buffer of another segment size
+// still arrives whole, across the same iovecs, and its segments are
+// gathered into the arena.
 
 const (
 	// gsoMaxSegments is UDP_MAX_SEGMENTS of Linux 4.18 (later kernels
@@ -33,6 +42,15 @@ const (
 	// get their own synthesized header (UDP_GRO_CNT_MAX is 64; a local
 	// sender's run may have up to UDP_MAX_SEGMENTS, 128 on newer kernels).
 	groArenaSegments = 128
+	// spreadMinSegment is the smallest segment size receive buffers are
+	// laid out for: smaller ones would need more iovecs than a buffer
+	// should carry, for little gain.
+	spreadMinSegment = 1024
+	// spreadMaxIovs is the most iovecs of a spread receive buffer.
+	spreadMaxIovs = (groBufSize + spreadMinSegment - 1) / spreadMinSegment
+	// spreadWindow is how many coalesced datagrams pass between decisions
+	// to lay the buffers out for another segment size.
+	spreadWindow = 256
 )
 
 // offload is the GSO/GRO state of a Link.
@@ -42,13 +60,23 @@ type offload struct {
 	maxDatagram int
 
 	runs  []gsoRun // per send message: the frames it carries
-	arena []byte   // frames split from coalesced buffers, with headers
+	arena []byte   // frames gathered from coalesced buffers, with headers
+
+	// The receive buffers' layout: 0, one iovec; else one iovec of spread
+	// bytes per segment, hsize bytes apart (receive side, under readMu).
+	spread     int
+	hsize      int
+	spreadIovs []unix.Iovec
+	hits       int // coalesced datagrams of size spread since the last decision
+	misses     int // those of another size at least spreadMinSegment
+	missSeg    int // the size of the last of those
 
 	gsoSends     atomic.Uint64
 	gsoDatagrams atomic.Uint64
 	gsoFallbacks atomic.Uint64
 	groBuffers   atomic.Uint64
 	groDatagrams atomic.Uint64
+	groCopied    atomic.Uint64
 }
 
 // gsoRun is one send message: frames [first, first+count) of the chunk
@@ -89,10 +117,24 @@ func (l *Link) recvBufSize(maxDatagram int) int {
 	return maxDatagram
 }
 
+// spreadSlack is what a receive buffer needs beyond recvBufSize for the
+// spread layouts: the header gaps, and the last iovec's room past 64 KiB.
+func (l *Link) spreadSlack() int {
+	if !l.off.gro {
+		return 0
+	}
+	return l.off.maxDatagram + spreadMaxIovs*(link.EthernetSize+link.IPv6Size+link.UDPSize)
+}
+
 // initOffload allocates the per-message state the offloads need.
 func (l *Link) initOffload() {
 	l.off.runs = make([]gsoRun, l.batch)
 	if l.off.gro {
+		l.off.hsize = link.EthernetSize + link.IPv4Size + link.UDPSize
+		if l.v6 {
+			l.off.hsize = link.EthernetSize + link.IPv6Size + link.UDPSize
+		}
+		l.off.spreadIovs = make([]unix.Iovec, l.batch*spreadMaxIovs)
 		l.off.arena = make([]byte, l.batch*(groBufSize+groArenaSegments*headroom))
 		// Room for every segment of a full batch of runs, so that splitting
 		// never grows the slice.
@@ -226,13 +268,14 @@ func groSegment(oob []byte) int {
 }
 
 // deliverGRO is deliver for buffers that may hold coalesced runs: each
-// segment becomes its own frame with its own synthesized header. The
-// first stays in place, in front of the buffer's headroom; the others are
-// copied into the arena behind their headers.
+// segment becomes its own frame with its own synthesized header, in place
+// where the receive layout left room for one, else gathered into the
+// arena behind it.
 func (l *Link) deliverGRO(fn func(frames [][]byte)) int {
 	frames := l.frames[:0]
 	arena := l.off.arena
 	p := 0
+	copied := 0
 	for i := 0; i < l.rn; i++ {
 		m := &l.rmsgs[i]
 		if m.Hdr.Flags&unix.MSG_TRUNC != 0 {
@@ -248,8 +291,10 @@ func (l *Link) deliverGRO(fn func(frames [][]byte)) int {
 		if seg <= 0 || seg >= plen {
 			seg = plen
 		} else {
+			count := (plen + seg - 1) / seg
 			l.off.groBuffers.Add(1)
-			l.off.groDatagrams.Add(uint64((plen + seg - 1) / seg))
+			l.off.groDatagrams.Add(uint64(count))
+			l.tallySpread(seg, count)
 		}
 		hs := h.HeaderSize()
 		buf := l.rbufs[i]
@@ -259,9 +304,9 @@ func (l *Link) deliverGRO(fn func(frames [][]byte)) int {
 				l.truncated.Add(1)
 				continue
 			}
-			if off == 0 {
-				h.Put(buf[headroom-hs:headroom], n)
-				frames = append(frames, buf[headroom-hs:headroom+n])
+			if at, ok := l.inPlace(off, n, hs); ok {
+				h.Put(buf[at-hs:at], n)
+				frames = append(frames, buf[at-hs:at+n])
 				continue
 			}
 			if p+hs+n > len(arena) {
@@ -270,16 +315,101 @@ func (l *Link) deliverGRO(fn func(frames [][]byte)) int {
 				break
 			}
 			h.Put(arena[p:p+hs], n)
-			copy(arena[p+hs:p+hs+n], buf[headroom+off:headroom+off+n])
+			l.gather(arena[p+hs:p+hs+n], buf, off)
 			frames = append(frames, arena[p:p+hs+n])
 			p += hs + n
+			copied++
 		}
 	}
-	l.frames = frames
-	if len(frames) == 0 {
-		return 0
+	if copied > 0 {
+		l.off.groCopied.Add(uint64(copied))
 	}
-	fn(frames)
-	clear(frames)
+	l.frames = frames
+	if len(frames) > 0 {
+		fn(frames)
+		clear(frames)
+	}
+	l.adaptSpread()
 	return len(frames)
+}
+
+// inPlace reports where in its receive buffer the n-byte segment at
+// offset off of the received run begins, when it lies whole there with
+// room for an hs-byte header in front.
+func (l *Link) inPlace(off, n, hs int) (int, bool) {
+	s := l.off.spread
+	if s == 0 {
+		return headroom, off == 0
+	}
+	return headroom + off/s*(l.off.hsize+s), off%s == 0 && n <= s && (off == 0 || hs <= l.off.hsize)
+}
+
+// gather copies the received run from offset off into dst, across the
+// iovecs of the receive layout.
+func (l *Link) gather(dst, buf []byte, off int) {
+	s := l.off.spread
+	if s == 0 {
+		copy(dst, buf[headroom+off:])
+		return
+	}
+	for len(dst) > 0 {
+		r := off % s
+		at := headroom + off/s*(l.off.hsize+s) + r
+		c := copy(dst, buf[at:at+min(s-r, len(dst))])
+		dst, off = dst[c:], off+c
+	}
+}
+
+// tallySpread counts count coalesced datagrams of size seg for the choice
+// of layout.
+func (l *Link) tallySpread(seg, count int) {
+	switch {
+	case seg == l.off.spread:
+		l.off.hits += count
+	case seg >= spreadMinSegment && seg <= l.off.maxDatagram:
+		l.off.misses += count
+		l.off.missSeg = seg
+	}
+}
+
+// adaptSpread lays the receive buffers out for the segment size most
+// datagrams came in, judged every spreadWindow datagrams (at once for the
+// first coalesced run of a spreadable size).
+func (l *Link) adaptSpread() {
+	o := &l.off
+	if o.hits+o.misses < spreadWindow && (o.spread != 0 || o.misses == 0) {
+		return
+	}
+	if o.misses > o.hits {
+		l.setSpread(o.missSeg)
+	}
+	o.hits, o.misses = 0, 0
+}
+
+// setSpread lays every receive buffer out for segments of s bytes (0, or
+// less than spreadMinSegment: one iovec for the whole buffer).
+func (l *Link) setSpread(s int) {
+	if s < spreadMinSegment {
+		s = 0
+	}
+	l.off.spread = s
+	k := 0
+	if s > 0 {
+		k = (groBufSize + s - 1) / s
+	}
+	for i := range l.rmsgs {
+		h := &l.rmsgs[i].Hdr
+		if s == 0 {
+			h.Iov = &l.riovs[i]
+			h.SetIovlen(1)
+			continue
+		}
+		iovs := l.off.spreadIovs[i*spreadMaxIovs : i*spreadMaxIovs+k]
+		for j := range iovs {
+			iovs[j].Base = &l.rbufs[i][headroom+j*(l.off.hsize+s)]
+			iovs[j].SetLen(s)
+		}
+		h.Iov = &iovs[0]
+		h.SetIovlen(k)
+	}
 }

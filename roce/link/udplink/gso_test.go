@@ -160,7 +160,7 @@ func groFixture(l *Link, from netip.AddrPort, lens []int, seg []int) [][]byte {
 	var bufs [][]byte
 	for i, n := range lens {
 		p := payload(i, n)
-		copy(l.rbufs[i][headroom:], p)
+		scatter(&l.rmsgs[i].Hdr, p)
 		bufs = append(bufs, p)
 		m := &l.rmsgs[i]
 		m.Len = uint32(n)
@@ -184,6 +184,20 @@ func groFixture(l *Link, from netip.AddrPort, lens []int, seg []int) [][]byte {
 	return bufs
 }
 
+// scatter writes p across the iovecs of m, as the kernel fills a receive.
+func scatter(m *unix.Msghdr, p []byte) {
+	for _, iov := range unsafe.Slice(m.Iov, m.Iovlen) {
+		if len(p) == 0 {
+			return
+		}
+		c := copy(unsafe.Slice(iov.Base, iov.Len), p)
+		p = p[c:]
+	}
+	if len(p) > 0 {
+		panic("scatter: more data than the receive buffer holds")
+	}
+}
+
 func TestGROSplit(t *testing.T) {
 	l := listenOpts(t, "127.0.0.1", Options{MaxDatagram: 4200})
 	requireOffloads(t, l)
@@ -203,47 +217,106 @@ func TestGROSplit(t *testing.T) {
 		// that fits is kept.
 		{"over MaxDatagram", []int{9000, 100}, []int{5000, 0}, [][]int{{4000}, {100}}, 1},
 		{"full run", []int{64 * 1000}, []int{1000}, [][]int{sizesOf(64, 1000)}, 0},
+		{"full run of 1024", []int{64 * 1024}, []int{1024}, [][]int{sizesOf(64, 1024)}, 0},
+		{"runs of two sizes", []int{4136 * 3, 1024*5 + 7}, []int{4136, 1024}, [][]int{{4136, 4136, 4136}, {1024, 1024, 1024, 1024, 1024, 7}}, 0},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			before := l.Stats().Truncated
-			bufs := groFixture(l, from, tc.lens, tc.seg)
-			var want [][]byte
-			for i, segs := range tc.want {
-				off := 0
-				if tc.truncated > 0 && i == 0 {
-					off = tc.seg[0] // the dropped segment
-				}
-				for _, s := range segs {
-					want = append(want, bufs[i][off:off+s])
-					off += s
-				}
-			}
-			var got [][]byte
-			n := l.deliver(func(frames [][]byte) {
-				for _, f := range frames {
-					got = append(got, append([]byte(nil), f...))
+		// Every case under every receive layout: one iovec, and spread for
+		// 1024, 4136 and 4200-byte segments (in place when they match,
+		// gathered across the iovecs when they do not).
+		for _, spread := range []int{0, 1024, 4136, 4200} {
+			t.Run(fmt.Sprintf("%s/spread%d", tc.name, spread), func(t *testing.T) {
+				l.setSpread(spread)
+				testGROSplit(t, l, from, tc.lens, tc.seg, tc.want, tc.truncated)
+				if spread != 0 && l.off.spread != spread {
+					t.Fatalf("layout changed to %d after fewer than %d datagrams", l.off.spread, spreadWindow)
 				}
 			})
-			if n != len(want) || len(got) != len(want) {
-				t.Fatalf("delivered %d frames, want %d", len(got), len(want))
+		}
+	}
+}
+
+// testGROSplit delivers buffers of lens with segment sizes seg from the
+// receive layout l has now and checks the frames against want (per
+// buffer, the segment sizes delivered). With a layout for the one segment
+// size of every coalesced buffer (and no lone datagram longer), nothing
+// may be copied; with none, every segment but each buffer's first is.
+func testGROSplit(t *testing.T, l *Link, from netip.AddrPort, lens, seg []int, wantSegs [][]int, truncated uint64) {
+	l.off.hits, l.off.misses = 0, 0
+	spread := l.off.spread
+	before, copiedBefore := l.Stats().Truncated, l.Stats().GROCopied
+	bufs := groFixture(l, from, lens, seg)
+	var want [][]byte
+	firsts, matched := 0, true
+	for i, segs := range wantSegs {
+		off := 0
+		if truncated > 0 && i == 0 {
+			off = seg[0] // the dropped segment
+		}
+		if off == 0 {
+			firsts++
+		}
+		coalesced := seg[i] > 0 && seg[i] < lens[i]
+		if coalesced && seg[i] != spread || !coalesced && lens[i] > spread {
+			matched = false // a segment size of its own, or one datagram across iovecs
+		}
+		for _, s := range segs {
+			want = append(want, bufs[i][off:off+s])
+			off += s
+		}
+	}
+	var got [][]byte
+	n := l.deliver(func(frames [][]byte) {
+		for _, f := range frames {
+			got = append(got, append([]byte(nil), f...))
+		}
+	})
+	if n != len(want) || len(got) != len(want) {
+		t.Fatalf("delivered %d frames, want %d", len(got), len(want))
+	}
+	for i, f := range got {
+		pf, err := link.ParseFrame(f)
+		if err != nil || pf.End != len(f) {
+			t.Fatalf("frame %d: %v, end %d of %d", i, err, pf.End, len(f))
+		}
+		if pf.Src != from.Addr() || pf.SrcPort != from.Port() || pf.Dst != l.addr || pf.DstPort != l.port {
+			t.Fatalf("frame %d: %v:%d -> %v:%d", i, pf.Src, pf.SrcPort, pf.Dst, pf.DstPort)
+		}
+		if ip := f[pf.IPOffset:pf.UDPOffset]; link.IPv4Checksum(ip) != 0 {
+			t.Fatalf("frame %d: IPv4 checksum", i)
+		}
+		if !bytes.Equal(f[pf.Payload:pf.End], want[i]) {
+			t.Fatalf("frame %d: payload of %d bytes differs from the %d-byte segment", i, pf.End-pf.Payload, len(want[i]))
+		}
+	}
+	if d := l.Stats().Truncated - before; d != truncated {
+		t.Fatalf("truncated %d, want %d", d, truncated)
+	}
+	copied := l.Stats().GROCopied - copiedBefore
+	switch {
+	case spread == 0 && copied != uint64(len(want)-firsts):
+		t.Fatalf("one iovec: %d segments copied, want %d", copied, len(want)-firsts)
+	case spread > 0 && matched && truncated == 0 && copied != 0:
+		t.Fatalf("layout for the segment size: %d segments copied, want none", copied)
+	}
+}
+
+// TestGROInPlace sends runs of one size over loopback: after the first
+// coalesced buffer the receive layout fits them, and the segments stay
+// where the kernel put them.
+func TestGROInPlace(t *testing.T) {
+	for _, addr := range []string{"127.0.0.1", "::1"} {
+		t.Run(addr, func(t *testing.T) {
+			s, r := listenOpts(t, addr, Options{}), listenOpts(t, addr, Options{})
+			requireOffloads(t, r)
+			for range 10 {
+				exchange(t, s, []*Link{r}, sizesOf(64, 4096+28+4))
 			}
-			for i, f := range got {
-				pf, err := link.ParseFrame(f)
-				if err != nil || pf.End != len(f) {
-					t.Fatalf("frame %d: %v, end %d of %d", i, err, pf.End, len(f))
-				}
-				if pf.Src != from.Addr() || pf.SrcPort != from.Port() || pf.Dst != l.addr || pf.DstPort != l.port {
-					t.Fatalf("frame %d: %v:%d -> %v:%d", i, pf.Src, pf.SrcPort, pf.Dst, pf.DstPort)
-				}
-				if ip := f[pf.IPOffset:pf.UDPOffset]; link.IPv4Checksum(ip) != 0 {
-					t.Fatalf("frame %d: IPv4 checksum", i)
-				}
-				if !bytes.Equal(f[pf.Payload:pf.End], want[i]) {
-					t.Fatalf("frame %d: payload of %d bytes differs from the %d-byte segment", i, pf.End-pf.Payload, len(want[i]))
-				}
+			st := r.Stats()
+			if st.GRODatagrams < 320 {
+				t.Skipf("only %d of 640 datagrams arrived coalesced: the kernel kept few runs whole", st.GRODatagrams)
 			}
-			if d := l.Stats().Truncated - before; d != tc.truncated {
-				t.Fatalf("truncated %d, want %d", d, tc.truncated)
+			if st.GROCopied > 64 || r.off.spread != 4096+28+4 {
+				t.Fatalf("%d of %d coalesced datagrams copied, layout for %d-byte segments", st.GROCopied, st.GRODatagrams, r.off.spread)
 			}
 		})
 	}
@@ -409,4 +482,48 @@ func TestNoAllocOffloads(t *testing.T) {
 			})
 		}
 	}
+}
+
+// FuzzGROLayout delivers one received buffer of plen bytes cut at seg from
+// a receive layout for spread-byte segments: the frames must be the run's
+// segments in order, whatever the three sizes.
+func FuzzGROLayout(f *testing.F) {
+	f.Add(uint16(4112*15), uint16(4112), uint16(4112))
+	f.Add(uint16(4128*2), uint16(4128), uint16(4112))
+	f.Add(uint16(4128), uint16(0), uint16(4112))
+	f.Add(uint16(65000), uint16(1024), uint16(1025))
+	f.Add(uint16(3000), uint16(1000), uint16(0))
+	l := listenOpts(f, "127.0.0.1", Options{MaxDatagram: 4200})
+	requireOffloads(f, l)
+	from := netip.MustParseAddrPort("127.0.0.9:7000")
+	f.Fuzz(func(t *testing.T, plen, seg, spread uint16) {
+		n := min(int(plen), groBufSize-8)
+		if n == 0 {
+			return
+		}
+		l.setSpread(int(spread))
+		l.off.hits, l.off.misses = 0, 0
+		bufs := groFixture(l, from, []int{n}, []int{int(seg)})
+		cut := int(seg)
+		if cut <= 0 || cut >= n {
+			cut = n
+		}
+		off := 0
+		l.deliver(func(frames [][]byte) {
+			for _, fr := range frames {
+				pf, err := link.ParseFrame(fr)
+				if err != nil {
+					t.Fatal(err)
+				}
+				for off < n && min(cut, n-off) > l.off.maxDatagram {
+					off += cut // dropped as too long
+				}
+				want := bufs[0][off : off+min(cut, n-off)]
+				if !bytes.Equal(fr[pf.Payload:pf.End], want) {
+					t.Fatalf("segment at %d differs", off)
+				}
+				off += cut
+			}
+		})
+	})
 }

@@ -68,6 +68,7 @@ type Stats struct {
 	GSOFallbacks uint64 // runs the kernel refused, resent one datagram at a time
 	GROBuffers   uint64 // received buffers holding a coalesced run
 	GRODatagrams uint64 // datagrams split out of them
+	GROCopied    uint64 // of those, datagrams copied behind a header (the rest stayed where the kernel put them)
 }
 
 // Link is a link.Link over a kernel UDP socket.
@@ -321,7 +322,7 @@ func (l *Link) initRecv(bufSize int) {
 	l.rbufs = make([][]byte, n)
 	l.frames = make([][]byte, 0, n)
 	for i := range l.rbufs {
-		l.rbufs[i] = make([]byte, headroom+bufSize)
+		l.rbufs[i] = make([]byte, headroom+bufSize+l.spreadSlack())
 		l.riovs[i].Base = &l.rbufs[i][headroom]
 		l.riovs[i].SetLen(bufSize)
 		h := &l.rmsgs[i].Hdr
@@ -731,6 +732,7 @@ func (l *Link) Stats() Stats {
 		GSOFallbacks: l.off.gsoFallbacks.Load(),
 		GROBuffers:   l.off.groBuffers.Load(),
 		GRODatagrams: l.off.groDatagrams.Load(),
+		GROCopied:    l.off.groCopied.Load(),
 	}
 }
 
