@@ -80,6 +80,7 @@ func TestLoopbackTable(t *testing.T) {
 	row("CPU seconds per GB (both ends)", "bw-cpu", "tcp-cpu", false)
 	row("send-lat 8 B vs sockperf UDP, median (us)", "lat", "udp-lat", false)
 	row("send-lat 8 B vs sockperf UDP, p99.9 (us)", "lat-p999", "udp-p999", false)
+	row("send-lat 8 B vs sockperf UDP, minimum (us)", "lat-min", "udp-min", false)
 	w.Flush()
 	for _, k := range []string{"bw", "tcp", "lat", "udp-lat"} {
 		if f := fs.get(k); f.skip == "" && f.err == nil && len(f.samples) > 0 {
@@ -90,9 +91,13 @@ func TestLoopbackTable(t *testing.T) {
 
 // loopbackCases are TestLoopbackTable's cases, in the order they take
 // turns, all in ns: iperf3 TCP, rocectl perf write-bw --loopback (64 KiB),
-// sockperf's UDP ping-pong and rocectl perf send-lat --loopback (8 B).
-// Figures go to fs: tcp, tcp-cpu, bw, bw-cpu (CPU seconds per GB), udp-lat,
-// udp-p999, lat and lat-p999 (microseconds, one way).
+// the UDP link's own ceiling (a sender process blasting full-MTU RoCE
+// frames from 127.0.0.1 to a receiver process on 127.0.0.2, with GSO and
+// GRO as the device uses them, no transport), sockperf's UDP ping-pong and
+// rocectl perf send-lat --loopback (8 B). Figures go to fs: tcp, tcp-cpu,
+// bw, bw-cpu (CPU seconds per GB), ceil (payload Gb/s of the frames
+// received), ceilloss (percent of sent frames lost), udp-lat, udp-p999,
+// udp-min, lat, lat-p999 and lat-min (microseconds, one way).
 func loopbackCases(ns *netnstest.NS, plan loPlan, fs figures) []benchCase {
 	noTool := func(name string) string {
 		if _, err := exec.LookPath(name); err != nil {
@@ -136,13 +141,13 @@ func loopbackCases(ns *netnstest.NS, plan loPlan, fs figures) []benchCase {
 				"ceilloss": 100 * (1 - float64(r.rx.Frames)/float64(max(r.tx.Frames, 1))),
 			}, nil
 		}},
-		{name: "lo/sockperf-udp", fs: fs, keys: []string{"udp-lat", "udp-p999"}, skip: noTool("sockperf"), fn: func(t *testing.T) (map[string]float64, error) {
+		{name: "lo/sockperf-udp", fs: fs, keys: []string{"udp-lat", "udp-p999", "udp-min"}, skip: noTool("sockperf"), fn: func(t *testing.T) (map[string]float64, error) {
 			ctx, cancel := ctx()
 			defer cancel()
-			med, p999, err := sockperfLo(ctx, ns, plan.tool)
-			return map[string]float64{"udp-lat": med, "udp-p999": p999}, err
+			med, p999, minimum, err := sockperfLo(ctx, ns, plan.tool)
+			return map[string]float64{"udp-lat": med, "udp-p999": p999, "udp-min": minimum}, err
 		}},
-		{name: "lo/send-lat", fs: fs, keys: []string{"lat", "lat-p999"}, fn: func(t *testing.T) (map[string]float64, error) {
+		{name: "lo/send-lat", fs: fs, keys: []string{"lat", "lat-p999", "lat-min"}, fn: func(t *testing.T) (map[string]float64, error) {
 			ctx, cancel := ctx()
 			defer cancel()
 			res, _, err := rocectlLo(ctx, ns, "send-lat", "-s", strconv.Itoa(latSize), "-n", strconv.Itoa(plan.latIters))
@@ -152,7 +157,7 @@ func loopbackCases(ns *netnstest.NS, plan loPlan, fs figures) []benchCase {
 			if err != nil {
 				return nil, err
 			}
-			return map[string]float64{"lat": res.Lat.Typical, "lat-p999": res.Lat.P999}, nil
+			return map[string]float64{"lat": res.Lat.Typical, "lat-p999": res.Lat.P999, "lat-min": res.Lat.Min}, nil
 		}},
 	}
 }
@@ -224,27 +229,27 @@ func iperf3Lo(ctx context.Context, ns *netnstest.NS, d time.Duration) (gbps, cpu
 
 // sockperfLo runs a sockperf UDP ping-pong over 127.0.0.1 in ns for d and
 // returns its one-way median and p99.9 in microseconds.
-func sockperfLo(ctx context.Context, ns *netnstest.NS, d time.Duration) (med, p999 float64, err error) {
+func sockperfLo(ctx context.Context, ns *netnstest.NS, d time.Duration) (med, p999, minimum float64, err error) {
 	port := strconv.Itoa(sockperfPort)
 	srv, err := startServerProto(ctx, ns, exec.CommandContext(ctx, "sockperf", "sr", "-i", "127.0.0.1", "-p", port), "udp", sockperfPort)
 	if err != nil {
-		return 0, 0, err
+		return 0, 0, 0, err
 	}
 	defer srv.kill()
 	secs := strconv.Itoa(max(int(d.Round(time.Second)/time.Second), 1))
 	out, err := runClient(ns, exec.CommandContext(ctx, "sockperf", "pp", "-i", "127.0.0.1", "-p", port, "-m", strconv.Itoa(sockperfMinSize), "-t", secs))
 	if err != nil {
-		return 0, 0, err
+		return 0, 0, 0, err
 	}
 	res, err := parseSockperf(out)
 	if err != nil {
-		return 0, 0, err
+		return 0, 0, 0, err
 	}
 	p999, ok := sockperfPercentile(out, "99.900")
 	if !ok {
-		return 0, 0, fmt.Errorf("no p99.9 in sockperf output %q", out)
+		return 0, 0, 0, fmt.Errorf("no p99.9 in sockperf output %q", out)
 	}
-	return res.Median, p999, nil
+	return res.Median, p999, res.Min, nil
 }
 
 // sockperfPercentile reads "percentile <p> = <value>" from sockperf's

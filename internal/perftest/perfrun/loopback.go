@@ -23,6 +23,9 @@ import (
 // frames addressed to one of its own GIDs internally, as rxe does.
 // The client's output goes to out; both sides' results are returned, and
 // the received data is checked against the pattern the other end sends.
+// Both ends being goroce devices, each ACK leaves with the reply that
+// follows it (roce.Options.AckWithReply): the peer that takes them is
+// this process, which completes them in the order they come.
 func Loopback(ctx context.Context, cfg PerfConfig, out io.Writer, asJSON bool) (client, server []PerfResult, err error) {
 	lo, lo2 := netip.MustParseAddr("127.0.0.1"), netip.MustParseAddr("127.0.0.2")
 	la, err := udplink.ListenOptions(netip.AddrPortFrom(lo, 0), udplink.Options{EphemeralPort: true})
@@ -35,14 +38,14 @@ func Loopback(ctx context.Context, cfg PerfConfig, out io.Writer, asJSON bool) (
 		return nil, nil, err
 	}
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	da, err := roce.OpenLink(la, roce.Options{Addrs: []netip.Addr{lo}, Port: lb.LocalAddr().Port(), Logger: quiet})
+	da, err := roce.OpenLink(la, roce.Options{Addrs: []netip.Addr{lo}, Port: lb.LocalAddr().Port(), Logger: quiet, AckWithReply: true})
 	if err != nil {
 		la.Close()
 		lb.Close()
 		return nil, nil, err
 	}
 	defer da.Close()
-	db, err := roce.OpenLink(lb, roce.Options{Addrs: []netip.Addr{lo2}, Port: la.LocalAddr().Port(), Logger: quiet})
+	db, err := roce.OpenLink(lb, roce.Options{Addrs: []netip.Addr{lo2}, Port: la.LocalAddr().Port(), Logger: quiet, AckWithReply: true})
 	if err != nil {
 		lb.Close()
 		return nil, nil, err
