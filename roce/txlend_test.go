@@ -212,8 +212,7 @@ func TestDeferredAck(t *testing.T) {
 
 func testDeferredAck(t *testing.T, perCQ bool) {
 	ma, mb := memlink.PairWithOptions(memlink.Options{HardwareAddrA: macA, HardwareAddrB: macB})
-	la, lb := ma, mb
-	da, db := openPair(t, la, lb, addrA, addrB, nil)
+	da, db := openPair(t, ma, mb, addrA, addrB, nil)
 	a := newEndpoint(t, da, RC, 4096)
 	b := newEndpoint(t, db, RC, 4096)
 	if perCQ {
@@ -251,7 +250,7 @@ func testDeferredAck(t *testing.T, perCQ bool) {
 			t.Fatal(err)
 		}
 	}
-	w0, f0 := lb.Writes()
+	w0, f0 := mb.Writes()
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -272,7 +271,7 @@ func testDeferredAck(t *testing.T, perCQ bool) {
 		waitOne(a.scq)
 	}
 	<-done
-	w1, f1 := lb.Writes()
+	w1, f1 := mb.Writes()
 	t.Logf("B: %d frames in %d link writes over %d round trips", f1-f0, w1-w0, rounds)
 	if w1-w0 >= f1-f0 {
 		t.Errorf("B never sent its ACK and its reply in one write (%d frames, %d writes)", f1-f0, w1-w0)

@@ -16,13 +16,12 @@ import (
 // roce.CQ.SetAckWithReply; the devices do not).
 func TestAckWithReply(t *testing.T) {
 	ma, mb := memlink.PairWithOptions(memlink.Options{})
-	la, lb := ma, mb
-	da, err := roce.OpenLink(la, roce.Options{Addrs: []netip.Addr{addrA}, Neighbours: map[netip.Addr]net.HardwareAddr{addrB: mb.HardwareAddr()}})
+	da, err := roce.OpenLink(ma, roce.Options{Addrs: []netip.Addr{addrA}, Neighbours: map[netip.Addr]net.HardwareAddr{addrB: mb.HardwareAddr()}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { da.Close() })
-	db, err := roce.OpenLink(lb, roce.Options{Addrs: []netip.Addr{addrB}, Neighbours: map[netip.Addr]net.HardwareAddr{addrA: ma.HardwareAddr()}})
+	db, err := roce.OpenLink(mb, roce.Options{Addrs: []netip.Addr{addrB}, Neighbours: map[netip.Addr]net.HardwareAddr{addrA: ma.HardwareAddr()}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -45,7 +44,7 @@ func TestAckWithReply(t *testing.T) {
 		done <- nil
 	}()
 	b := make([]byte, 64)
-	w0, f0 := lb.Writes()
+	w0, f0 := mb.Writes()
 	for i := 0; i < rounds; i++ {
 		if _, err := c.Write(b); err != nil {
 			t.Fatal(err)
@@ -57,7 +56,7 @@ func TestAckWithReply(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
-	w1, f1 := lb.Writes()
+	w1, f1 := mb.Writes()
 	w, f := w1-w0, f1-f0
 	t.Logf("server: %d frames in %d link writes over %d round trips", f, w, rounds)
 	// A response carries the ACK of its request when it comes within the
