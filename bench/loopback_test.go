@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -128,18 +127,11 @@ func loopbackCases(ns *netnstest.NS, plan loPlan, fs figures) []benchCase {
 			return map[string]float64{"bw": res.BW.BWAvg, "bw-cpu": cpu / (float64(bwSize) * float64(plan.bwIters) / 1e9)}, nil
 		}},
 		{name: "lo/ceiling-udp", fs: fs, keys: []string{"ceil", "ceilloss"}, fn: func(t *testing.T) (map[string]float64, error) {
-			r := measureLo(t, ns, roceFrame, plan.tool)
-			switch {
-			case r.note != "":
-				return nil, errors.New(r.note)
-			case r.rx.Frames == 0 || r.tx.Elapsed <= 0:
-				return nil, fmt.Errorf("sent %d, received %d frames (tx err %q, rx err %q)", r.tx.Frames, r.rx.Frames, r.tx.Err, r.rx.Err)
+			payload, _, loss, err := ceilingFigures(measureLo(t, ns, roceFrame, plan.tool))
+			if err != nil {
+				return nil, err
 			}
-			pps, _ := rate(r.rx.Frames, roceFrame, r.tx.Elapsed)
-			return map[string]float64{
-				"ceil":     pps * roceMTU * 8 / 1e9,
-				"ceilloss": 100 * (1 - float64(r.rx.Frames)/float64(max(r.tx.Frames, 1))),
-			}, nil
+			return map[string]float64{"ceil": payload, "ceilloss": loss}, nil
 		}},
 		{name: "lo/sockperf-udp", fs: fs, keys: []string{"udp-lat", "udp-p999", "udp-min"}, skip: noTool("sockperf"), fn: func(t *testing.T) (map[string]float64, error) {
 			ctx, cancel := ctx()

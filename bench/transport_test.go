@@ -335,21 +335,14 @@ func transportCases(plan transportPlan, fs figures, n *notes, xdpMissing string)
 		add("ceiling/"+kind, skip, []string{"ceil/" + l, "ceilframe/" + l, "ceilloss/" + l},
 			func(t *testing.T) (map[string]float64, error) {
 				r := measure(t, kind, roceFrame, plan.link)
-				switch {
-				case r.note != "":
-					return nil, errors.New(r.note)
-				case r.rx.Frames == 0 || r.tx.Elapsed <= 0:
-					return nil, fmt.Errorf("sent %d, received %d frames (tx err %q, rx err %q)", r.tx.Frames, r.rx.Frames, r.tx.Err, r.rx.Err)
+				payload, frameGbps, loss, err := ceilingFigures(r)
+				if err != nil {
+					return nil, err
 				}
 				if kind == link.KindAFXDP {
 					n.xdpMode = r.mode
 				}
-				pps, frameGbps := rate(r.rx.Frames, roceFrame, r.tx.Elapsed)
-				return map[string]float64{
-					"ceil/" + l:      pps * roceMTU * 8 / 1e9,
-					"ceilframe/" + l: frameGbps,
-					"ceilloss/" + l:  100 * (1 - float64(r.rx.Frames)/float64(max(r.tx.Frames, 1))),
-				}, nil
+				return map[string]float64{"ceil/" + l: payload, "ceilframe/" + l: frameGbps, "ceilloss/" + l: loss}, nil
 			})
 	}
 
@@ -537,4 +530,18 @@ func printTransportTable(fs figures, n notes, plan transportPlan, rounds int) {
 	fmt.Println("latencies are one-way (half the round trip), as perftest and sockperf report them")
 	fmt.Printf("data check (RC ping-pong, %d B x %d, messages matching what the peer sent/received): %s\n",
 		bwSize, plan.checkIters, strings.Join(n.checks, "; "))
+}
+
+// ceilingFigures are a raw link run's figures at full-MTU RoCE frames:
+// the payload and frame Gb/s received over the sender's interval, and the
+// percent of sent frames lost.
+func ceilingFigures(r row) (payloadGbps, frameGbps, loss float64, err error) {
+	switch {
+	case r.note != "":
+		return 0, 0, 0, errors.New(r.note)
+	case r.rx.Frames == 0 || r.tx.Elapsed <= 0:
+		return 0, 0, 0, fmt.Errorf("sent %d, received %d frames (tx err %q, rx err %q)", r.tx.Frames, r.rx.Frames, r.tx.Err, r.rx.Err)
+	}
+	pps, frameGbps := rate(r.rx.Frames, roceFrame, r.tx.Elapsed)
+	return pps * roceMTU * 8 / 1e9, frameGbps, 100 * (1 - float64(r.rx.Frames)/float64(max(r.tx.Frames, 1))), nil
 }
