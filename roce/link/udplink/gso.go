@@ -341,7 +341,16 @@ func (l *Link) inPlace(off, n, hs int) (int, bool) {
 	if s == 0 {
 		return headroom, off == 0
 	}
-	return headroom + off/s*(l.off.hsize+s), off%s == 0 && n <= s && (off == 0 || hs <= l.off.hsize)
+	return l.at(off), off%s == 0 && n <= s && (off == 0 || hs <= l.off.hsize)
+}
+
+// at is where byte off of the received run lies in its receive buffer.
+func (l *Link) at(off int) int {
+	s := l.off.spread
+	if s == 0 {
+		return headroom + off
+	}
+	return headroom + off/s*(l.off.hsize+s) + off%s
 }
 
 // gather copies the received run from offset off into dst, across the
@@ -349,13 +358,12 @@ func (l *Link) inPlace(off, n, hs int) (int, bool) {
 func (l *Link) gather(dst, buf []byte, off int) {
 	s := l.off.spread
 	if s == 0 {
-		copy(dst, buf[headroom+off:])
+		copy(dst, buf[l.at(off):])
 		return
 	}
 	for len(dst) > 0 {
-		r := off % s
-		at := headroom + off/s*(l.off.hsize+s) + r
-		c := copy(dst, buf[at:at+min(s-r, len(dst))])
+		at := l.at(off)
+		c := copy(dst, buf[at:at+min(s-off%s, len(dst))])
 		dst, off = dst[c:], off+c
 	}
 }
