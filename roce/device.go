@@ -161,11 +161,11 @@ type Device struct {
 	deferT    *time.Timer // flushes what was deferred if the caller does not
 
 	// Receive goroutine state.
-	pkt ib.Packet
+	pkt rxState
 	// Loopback: frames to one of our own GIDs never reach the link (as
 	// rxe_loopback); the transmit pass delivers them. Guarded by txMu.
 	loop    [][]byte
-	loopPkt ib.Packet
+	loopPkt rxState
 	rxFn    func(frames [][]byte)
 
 	ctx     context.Context
@@ -188,7 +188,7 @@ type Device struct {
 	parked         atomic.Int32  // goroutines in park
 	rxKick         chan struct{} // the receive goroutine must read the link
 	rxTimer        *time.Timer   // the receive goroutine's stand-by timer
-	pollPkt        ib.Packet
+	pollPkt        rxState
 	pollFn         func(frames [][]byte)
 	pollEmpty      atomic.Uint32 // pollOnce calls that found nothing: when to yield
 }
@@ -483,20 +483,51 @@ func (d *Device) receiveLoop() {
 	}
 }
 
+// rxState is what one receiving context (the receive goroutine, a polling
+// waiter, the loopback pass of a transmit) keeps from frame to frame.
+type rxState struct {
+	pkt   ib.Packet
+	frame link.Parser
+	// src is the source of the frame the parser last walked whole; frames
+	// that repeat its headers share it. dgidOK is whether its DGID was in
+	// gids, the table it was looked up in.
+	src    qp.Source
+	gids   *gidTable
+	dgidOK bool
+}
+
 // receiveBatch handles one batch of received frames: parse, check, and feed
 // the engine under one lock acquisition.
-func (d *Device) receiveBatch(frames [][]byte, p *ib.Packet) {
+func (d *Device) receiveBatch(frames [][]byte, rx *rxState) {
 	gt := d.gids.Load()
 	tap := d.tap.Load()
+	p := &rx.pkt
+	src := &rx.src
 	locked := false
+	// Counted once per batch: the counters are shared with the goroutines
+	// that transmit.
+	d.ctr.rcvdPkts.Add(uint64(len(frames)))
+	var requests uint64
 	for _, f := range frames {
-		d.ctr.rcvdPkts.Add(1)
 		if tap != nil {
 			tap.write(f)
 		}
 		// The link's header walk, then the IB packet: this accepts any UDP
 		// port (the link already filtered it), unlike ib.Parse.
-		fr, err := link.ParseFrame(f)
+		fr, same, err := rx.frame.Parse(f)
+		if err == nil && (!same || rx.gids != gt) {
+			// Another sender, or the first frame: its source, and
+			// rxe_chk_dgid's verdict (only packets to one of our GIDs).
+			*src = qp.Source{
+				SGID:         ib.GIDFromAddr(fr.Src),
+				DGID:         ib.GIDFromAddr(fr.Dst),
+				SrcPort:      fr.SrcPort,
+				TrafficClass: fr.TOS,
+				HopLimit:     fr.TTL,
+				FlowLabel:    fr.FlowLabel,
+			}
+			rx.gids, rx.dgidOK = gt, gt.has(src.DGID)
+		}
 		if err != nil || fr.End-fr.Payload < ib.BTHSize+ib.ICRCSize {
 			d.ctr.badFrame.Add(1)
 			continue
@@ -512,20 +543,11 @@ func (d *Device) receiveBatch(frames [][]byte, p *ib.Packet) {
 				continue
 			}
 		}
-		src := qp.Source{
-			SGID:          ib.GIDFromAddr(fr.Src),
-			DGID:          ib.GIDFromAddr(fr.Dst),
-			SrcPort:       fr.SrcPort,
-			TrafficClass:  fr.TOS,
-			HopLimit:      fr.TTL,
-			FlowLabel:     fr.FlowLabel,
-			NetworkHeader: f[fr.IPOffset:fr.UDPOffset],
-		}
-		// rxe_chk_dgid: only packets to one of our GIDs.
-		if !gt.has(src.DGID) {
+		if !rx.dgidOK {
 			d.ctr.badDGID.Add(1)
 			continue
 		}
+		src.NetworkHeader = f[fr.IPOffset:fr.UDPOffset]
 		if p.BTH.Opcode().Transport() == ib.TransportDC {
 			d.learnDCPeer(f, fr.Src)
 		}
@@ -533,13 +555,18 @@ func (d *Device) receiveBatch(frames [][]byte, p *ib.Packet) {
 			d.mu.Lock()
 			locked = true
 		}
-		if err := d.eng.Receive(p, &src); err != nil {
+		err = d.eng.Receive(p, src)
+		src.NetworkHeader = nil // the frame is the link's once the batch ends
+		if err != nil {
 			d.countDrop(err)
 			continue
 		}
 		if p.Info.IsRequest {
-			d.ctr.rdmaRecvs.Add(1)
+			requests++
 		}
+	}
+	if requests > 0 {
+		d.ctr.rdmaRecvs.Add(requests)
 	}
 	if locked {
 		// A received NAK may have armed a timer (RNR) without anything

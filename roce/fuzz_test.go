@@ -58,9 +58,9 @@ func FuzzReceive(f *testing.F) {
 		a.qp.PostRecv(&RecvWR{SGL: []SGE{a.mr.SGE(0, 4096)}})
 		u.qp.PostRecv(&RecvWR{SGL: []SGE{u.mr.SGE(0, 4096)}})
 	}
-	var pkt ib.Packet
+	var rx rxState
 	f.Fuzz(func(t *testing.T, frame []byte) {
-		da.receiveBatch([][]byte{frame}, &pkt)
+		da.receiveBatch([][]byte{frame}, &rx)
 		da.flush()
 		var wc [16]WorkCompletion
 		a.scq.Poll(wc[:])
