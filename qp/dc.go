@@ -361,7 +361,7 @@ func (e *Engine) receiveDC(p *ib.Packet, src *Source) error {
 	if p.BTH.TVer() != 0 {
 		return ErrBadHeader
 	}
-	q := e.qps[p.BTH.DestQP()]
+	q := e.lookupQP(p.BTH.DestQP())
 	if q == nil || q.dc == nil {
 		e.stats.DC.UnknownTarget++
 		if op == ib.DCConnect && p.DCCETH.Flags()&ib.DCCDisconnect == 0 {

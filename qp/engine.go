@@ -109,6 +109,7 @@ type Engine struct {
 	portMTU ib.MTU
 
 	qps     map[uint32]*QP
+	rxQP    *QP // the QP of the last packet received (lookupQP)
 	qpList  []*QP
 	nextQPN uint32
 
@@ -295,7 +296,7 @@ func (e *Engine) Receive(p *ib.Packet, src *Source) error {
 		}
 		return err
 	}
-	q := e.qps[p.BTH.DestQP()]
+	q := e.lookupQP(p.BTH.DestQP())
 	if q == nil {
 		e.stats.RxDropped++
 		return ErrUnknownQP
@@ -305,6 +306,20 @@ func (e *Engine) Receive(p *ib.Packet, src *Source) error {
 		e.stats.RxDropped++
 	}
 	return err
+}
+
+// lookupQP returns the QP numbered qpn, or nil. Received packets come in
+// runs to one QP, so the QP of the last packet is tried before the map;
+// Destroy forgets it, so a QPN reused by a new QP is looked up afresh.
+func (e *Engine) lookupQP(qpn uint32) *QP {
+	if q := e.rxQP; q != nil && q.qpn == qpn && !q.destroyed {
+		return q
+	}
+	q := e.qps[qpn]
+	if q != nil {
+		e.rxQP = q
+	}
+	return q
 }
 
 // NextDeadline returns the earliest pending timer of any QP.

@@ -256,6 +256,9 @@ func (q *QP) Destroy() error {
 	q.destroyDC()
 	q.e.ready.remove(q)
 	delete(q.e.qps, q.qpn)
+	if q.e.rxQP == q {
+		q.e.rxQP = nil
+	}
 	for i, x := range q.e.qpList {
 		if x == q {
 			// slices.Delete clears the vacated last slot, which would
