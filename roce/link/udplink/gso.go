@@ -296,7 +296,8 @@ func (l *Link) deliverGRO(fn func(frames [][]byte)) int {
 			l.off.groDatagrams.Add(uint64(count))
 			l.tallySpread(seg, count)
 		}
-		hs := h.HeaderSize()
+		l.rxh.set(&h)
+		hs := l.rxh.size()
 		buf := l.rbufs[i]
 		for off := 0; off < plen; off += seg {
 			n := min(seg, plen-off)
@@ -305,7 +306,7 @@ func (l *Link) deliverGRO(fn func(frames [][]byte)) int {
 				continue
 			}
 			if at, ok := l.inPlace(off, n, hs); ok {
-				h.Put(buf[at-hs:at], n)
+				l.rxh.put(buf[at-hs:at], n)
 				frames = append(frames, buf[at-hs:at+n])
 				continue
 			}
@@ -314,7 +315,7 @@ func (l *Link) deliverGRO(fn func(frames [][]byte)) int {
 				l.truncated.Add(uint64((plen - off + seg - 1) / seg))
 				break
 			}
-			h.Put(arena[p:p+hs], n)
+			l.rxh.put(arena[p:p+hs], n)
 			l.gather(arena[p+hs:p+hs+n], buf, off)
 			frames = append(frames, arena[p:p+hs+n])
 			p += hs + n

@@ -100,6 +100,7 @@ type Link struct {
 	tryRecvFn func(fd uintptr) bool // single non-blocking attempt
 	pollFn    func(fd uintptr)      // PollBatch's attempt (poll.go)
 	rdirty    int                   // leading rmsgs entries the last recvmmsg wrote
+	rxh       rxHeader              // the synthesized header (synth.go)
 
 	dlMu        sync.Mutex // orders context interrupts against their cleanup
 	waiting     bool       // a ReadBatch is blocked and may be interrupted
@@ -498,9 +499,10 @@ func (l *Link) deliver(fn func(frames [][]byte)) int {
 		if !l.synthAddrs(i, &h) {
 			continue
 		}
-		hs := h.HeaderSize()
+		l.rxh.set(&h)
+		hs := l.rxh.size()
 		buf := l.rbufs[i]
-		h.Put(buf[headroom-hs:headroom], plen)
+		l.rxh.put(buf[headroom-hs:headroom], plen)
 		frames = append(frames, buf[headroom-hs:headroom+plen])
 	}
 	l.frames = frames
