@@ -132,3 +132,24 @@ func TestZeroAllocs(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkParseDCIB decodes the IB packets a device receives most: the
+// middle and first packets of an RDMA WRITE and the ACKs.
+func BenchmarkParseDCIB(b *testing.B) {
+	for _, op := range []Opcode{RCWriteMiddle, RCWriteFirst, RCAck} {
+		b.Run(op.String(), func(b *testing.B) {
+			n := 0
+			if DCInfo(op).Payload {
+				n = 1024
+			}
+			frame := frameFor(b, fullSpec(op, false, false, n))
+			var p Packet
+			b.ReportAllocs()
+			for b.Loop() {
+				if err := ParseDCIB(frame[42:], &p); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

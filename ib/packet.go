@@ -1,6 +1,9 @@
 package ib
 
-import "encoding/binary"
+import (
+	"encoding/binary"
+	"math/bits"
+)
 
 // Packet holds views of every header of one decoded RoCEv2 packet. All
 // slices alias the decoded buffer; headers the packet does not carry are nil.
@@ -42,7 +45,14 @@ type Packet struct {
 
 // Reset clears every view so the packet holds nothing. An error returned by
 // an earlier Parse into p stays readable.
-func (p *Packet) Reset() { *p = Packet{err: p.err} }
+func (p *Packet) Reset() {
+	// Cleared in place, not by assigning a composite literal: that builds
+	// the whole zero Packet on the stack and copies it over, which was
+	// most of the cost of decoding a small packet.
+	err := p.err
+	*p = Packet{}
+	p.err = err
+}
 
 // fail resets p, records a parse error in it and reports false; Parse returns a pointer
 // to the recorded error so that rejecting a packet does not allocate.
@@ -199,44 +209,23 @@ func (p *Packet) parseIB(b []byte, base int, tbl *[256]OpcodeInfo) bool {
 	if !info.Valid {
 		return p.fail("bth", base+bthOpcode, ErrUnsupported, "undefined opcode")
 	}
-	for i, h := range headerOrder {
-		if info.Headers&h == 0 {
-			continue
+	if info.HeaderLen > len(b) {
+		// Some header does not fit: the first in wire order is the error.
+		for i, h := range headerOrder {
+			if info.Headers&h == 0 {
+				continue
+			}
+			if e := int(info.offsets[i]) + h.Size(); e > len(b) {
+				return p.fail(h.Layer(), base+int(info.offsets[i]), ErrTruncated, "no room for header the opcode requires")
+			}
 		}
+	}
+	// Every header fits: visit only those the opcode has, in any order.
+	for m := info.Headers; m != 0; m &= m - 1 {
+		i := headerIndex[bits.TrailingZeros16(uint16(m))]
 		o := int(info.offsets[i])
-		e := o + h.Size()
-		if e > len(b) {
-			return p.fail(h.Layer(), base+o, ErrTruncated, "no room for header the opcode requires")
-		}
-		v := b[o:e:e]
-		switch h {
-		case HdrRDETH:
-			p.RDETH = v
-		case HdrDETH:
-			p.DETH = v
-		case HdrRETH:
-			p.RETH = v
-		case HdrAtomicETH:
-			p.AtomicETH = v
-		case HdrAETH:
-			p.AETH = v
-		case HdrAtomicAckETH:
-			p.AtomicAckETH = v
-		case HdrImmDt:
-			p.ImmDt = v
-		case HdrIETH:
-			p.IETH = v
-		case HdrFETH:
-			p.FETH = v
-		case HdrXRCETH:
-			p.XRCETH = v
-		case HdrCNPReserved:
-			p.CNPReserved = v
-		case HdrDCETH:
-			p.DCETH = v
-		case HdrDCCETH:
-			p.DCCETH = v
-		}
+		e := o + int(headerSizes[i])
+		p.setHeader(headerOrder[i], b[o:e:e])
 	}
 	hl := info.HeaderLen
 	if len(b)-hl < ICRCSize {
@@ -260,6 +249,48 @@ func (p *Packet) parseIB(b []byte, base int, tbl *[256]OpcodeInfo) bool {
 	p.Info = *info
 	return true
 }
+
+// setHeader sets the view of extended header h to v.
+func (p *Packet) setHeader(h HeaderMask, v []byte) {
+	switch h {
+	case HdrRDETH:
+		p.RDETH = v
+	case HdrDETH:
+		p.DETH = v
+	case HdrRETH:
+		p.RETH = v
+	case HdrAtomicETH:
+		p.AtomicETH = v
+	case HdrAETH:
+		p.AETH = v
+	case HdrAtomicAckETH:
+		p.AtomicAckETH = v
+	case HdrImmDt:
+		p.ImmDt = v
+	case HdrIETH:
+		p.IETH = v
+	case HdrFETH:
+		p.FETH = v
+	case HdrXRCETH:
+		p.XRCETH = v
+	case HdrCNPReserved:
+		p.CNPReserved = v
+	case HdrDCETH:
+		p.DCETH = v
+	case HdrDCCETH:
+		p.DCCETH = v
+	}
+}
+
+// headerIndex maps a HeaderMask bit number to the header's position in
+// headerOrder; headerSizes holds the sizes in that order.
+var headerIndex, headerSizes = func() (idx, size [NumHeaders]uint8) {
+	for i, h := range headerOrder {
+		idx[bits.TrailingZeros16(uint16(h))] = uint8(i)
+		size[i] = uint8(h.Size())
+	}
+	return
+}()
 
 // VerifyICRC checks the ICRC of a packet decoded by Parse. It returns
 // ErrBadICRC on mismatch and a *ParseError if p holds no IP header (ParseIB).
