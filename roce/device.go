@@ -138,8 +138,9 @@ type Device struct {
 	portUp atomic.Bool  // interface operationally up (or no interface)
 
 	// mu guards the engine and every engine object.
-	mu  sync.Mutex
-	eng *qp.Engine
+	mu    sync.Mutex
+	eng   *qp.Engine
+	clock monoClock // the engine's; guarded by mu
 
 	gids  atomic.Pointer[gidTable]
 	neigh *neighbours
@@ -202,10 +203,26 @@ const (
 // never is the timer goroutine's wake-up time when no timer is pending.
 const never = time.Duration(1<<62 - 1)
 
-// monoClock is the engine's clock: time since the device opened.
-type monoClock struct{ start time.Time }
+// monoClock is the engine's clock: time since the device opened. While
+// hold is set (under the engine lock, for one receive batch) it reads the
+// time once and gives that to every packet of the batch: they all arrived
+// before the batch was read, and a clock read per response packet was a
+// measurable share of receiving.
+type monoClock struct {
+	start      time.Time
+	hold, have bool
+	held       time.Duration
+}
 
-func (c monoClock) Now() time.Duration { return time.Since(c.start) }
+func (c *monoClock) Now() time.Duration {
+	if !c.hold {
+		return time.Since(c.start)
+	}
+	if !c.have {
+		c.held, c.have = time.Since(c.start), true
+	}
+	return c.held
+}
 
 // OpenLink opens a device over an open link: the in-memory pair of package
 // memlink, an AF_XDP socket or a kernel UDP socket (netdev.Open picks one
@@ -281,7 +298,8 @@ func newDevice(l link.Link, opts Options, nl *netlinkWatch) (*Device, error) {
 	}
 	d.netMTU.Store(int64(mtu))
 	d.portUp.Store(true)
-	eng, err := qp.New(qp.Config{Clock: monoClock{d.start}, PortMTU: ib.ActiveMTU(mtu)})
+	d.clock.start = d.start
+	eng, err := qp.New(qp.Config{Clock: &d.clock, PortMTU: ib.ActiveMTU(mtu)})
 	if err != nil {
 		return nil, err
 	}
@@ -554,6 +572,7 @@ func (d *Device) receiveBatch(frames [][]byte, rx *rxState) {
 		if !locked {
 			d.mu.Lock()
 			locked = true
+			d.clock.hold = true
 		}
 		err = d.eng.Receive(p, src)
 		src.NetworkHeader = nil // the frame is the link's once the batch ends
@@ -569,6 +588,7 @@ func (d *Device) receiveBatch(frames [][]byte, rx *rxState) {
 		d.ctr.rdmaRecvs.Add(requests)
 	}
 	if locked {
+		d.clock.hold, d.clock.have = false, false
 		// A received NAK may have armed a timer (RNR) without anything
 		// to transmit.
 		d.noteDeadline()
