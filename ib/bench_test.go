@@ -153,3 +153,24 @@ func BenchmarkParseDCIB(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkICRCHeaders is the ICRC of packets as a sender seals them: the
+// masked IPv4 or IPv6, UDP and BTH headers, then a payload.
+func BenchmarkICRCHeaders(b *testing.B) {
+	for _, v6 := range []bool{false, true} {
+		for _, n := range []int{0, 4096} {
+			b.Run(fmt.Sprintf("v6=%v/%dB", v6, n), func(b *testing.B) {
+				frame := frameFor(b, fullSpec(RCWriteMiddle, v6, false, n))
+				ip := IPv4Size
+				if v6 {
+					ip = IPv6Size
+				}
+				h, rest := frame[EthernetSize:EthernetSize+ip], frame[EthernetSize+ip:len(frame)-ICRCSize]
+				b.ReportAllocs()
+				for b.Loop() {
+					_ = ICRC(h, rest)
+				}
+			})
+		}
+	}
+}

@@ -31,6 +31,18 @@ func ICRCSplit(ipHeader, udpHeader, ibPacket []byte) uint32 {
 // icrc computes the ICRC over ipHeader and the concatenation a‖b (UDP header
 // onwards).
 func icrc(ipHeader, a, b []byte) uint32 {
+	if len(a) >= UDPSize+BTHSize {
+		if crc, ok := icrcHeaders(ipHeader, a); ok {
+			c := ^crc
+			if len(a) > UDPSize+BTHSize {
+				c = crc32.Update(c, crc32.IEEETable, a[UDPSize+BTHSize:])
+			}
+			if len(b) > 0 {
+				c = crc32.Update(c, crc32.IEEETable, b)
+			}
+			return c
+		}
+	}
 	// The masked headers are fed from stack copies through a local table-driven
 	// CRC: handing a stack slice to crc32.Update would move it to the heap
 	// (the IEEE implementation is called through a function variable).
@@ -65,6 +77,56 @@ func icrc(ipHeader, a, b []byte) uint32 {
 		c = crc32.Update(c, crc32.IEEETable, b[kb:])
 	}
 	return c
+}
+
+// Masks of the variant fields, as little-endian words of the header bytes
+// they cover.
+const (
+	maskV4Word0  = 0xff << (8 * ipv4TOS)                            // IPv4 bytes 0-7
+	maskV4Word1  = 0xff<<(8*(ipv4TTL-8)) | 0xffff<<(8*(ipv4Csum-8)) // IPv4 bytes 8-15
+	maskV6Word0  = 0x0f | 0xffffff<<8 | 0xff<<(8*ipv6Hop)           // IPv6 bytes 0-7
+	maskUDPWord0 = 0xffff << (8 * udpCsum)                          // UDP header
+	maskUDPAt4   = 0xffff << (8 * (udpCsum - 4))                    // UDP bytes 4-7, BTH bytes 0-3
+	maskBTHWord0 = 0xff << (8 * bthQPN)                             // BTH bytes 0-7
+	maskBTHAt4   = 0xff << (8 * (bthQPN - 4))                       // BTH bytes 4-11
+)
+
+// icrcHeaders returns the raw CRC state after the masked IP header and the
+// first 20 bytes of a (UDP header and BTH), read a word at a time from
+// where they lie with the masks applied in registers. It reports false for
+// an IP header too short for its version, which icrc then takes byte by
+// byte as it is.
+func icrcHeaders(ip, a []byte) (uint32, bool) {
+	le := binary.LittleEndian
+	crc := uint32(icrcSeed)
+	switch {
+	case len(ip) >= IPv6Size && ip[0]>>4 == ipv6Version:
+		crc = crcWord(crc, le.Uint64(ip[0:])|maskV6Word0)
+		crc = crcWord(crc, le.Uint64(ip[8:]))
+		crc = crcWord(crc, le.Uint64(ip[16:]))
+		crc = crcWord(crc, le.Uint64(ip[24:]))
+		crc = crcWord(crc, le.Uint64(ip[32:]))
+		crc = crcWord(crc, le.Uint64(a[0:])|maskUDPWord0)
+		crc = crcWord(crc, le.Uint64(a[8:])|maskBTHWord0)
+		return crcUpdateRaw(crc, a[16:20]), true
+	case len(ip) >= IPv4Size && ip[0]>>4 != ipv6Version:
+		crc = crcWord(crc, le.Uint64(ip[0:])|maskV4Word0)
+		crc = crcWord(crc, le.Uint64(ip[8:])|maskV4Word1)
+		crc = crcWord(crc, uint64(le.Uint32(ip[16:]))|uint64(le.Uint32(a[0:]))<<32)
+		crc = crcWord(crc, le.Uint64(a[4:])|maskUDPAt4)
+		crc = crcWord(crc, le.Uint64(a[12:])|maskBTHAt4)
+		return crc, true
+	}
+	return 0, false
+}
+
+// crcWord advances a raw CRC-32 state over the 8 bytes of w (little-endian:
+// the first byte in the low bits), one slicing-by-8 step.
+func crcWord(crc uint32, w uint64) uint32 {
+	t := &slicing8
+	crc ^= uint32(w)
+	return t[0][byte(w>>56)] ^ t[1][byte(w>>48)] ^ t[2][byte(w>>40)] ^ t[3][byte(w>>32)] ^
+		t[4][crc>>24] ^ t[5][byte(crc>>16)] ^ t[6][byte(crc>>8)] ^ t[7][byte(crc)]
 }
 
 // crcUpdateRaw advances a raw (non-inverted) reflected CRC-32 state over b
