@@ -305,7 +305,11 @@ func (l *Link) deliverGRO(fn func(frames [][]byte)) int {
 				l.truncated.Add(1)
 				continue
 			}
-			if at, ok := l.inPlace(off, n, hs); ok {
+			at, ok := l.inPlace(off, n, hs)
+			if !ok {
+				at, ok = l.pullTail(buf, off, n, seg, hs)
+			}
+			if ok {
 				l.rxh.put(buf[at-hs:at], n)
 				frames = append(frames, buf[at-hs:at+n])
 				continue
@@ -343,6 +347,33 @@ func (l *Link) inPlace(off, n, hs int) (int, bool) {
 		return headroom, off == 0
 	}
 	return l.at(off), off%s == 0 && n <= s && (off == 0 || hs <= l.off.hsize)
+}
+
+// pullTail makes whole in its receive buffer the n-byte segment at offset
+// off of a run cut at seg bytes, a little more than the layout's spread:
+// the segment begins in the iovec of its index, and its last bytes, which
+// the kernel put at the start of the next iovec, are moved into the header
+// gap behind its own when they fit there. The first two segments of a
+// run 16 bytes longer than the spread do (a message's first packet carries
+// a RETH, and a run that it leads is cut at its size). Segments are taken
+// in order: the bytes moved belonged to no earlier frame, and the next
+// segment's header lands only on bytes already moved. It reports where the
+// segment begins.
+func (l *Link) pullTail(buf []byte, off, n, seg, hs int) (int, bool) {
+	s := l.off.spread
+	if s == 0 || seg <= s || hs > l.off.hsize || off/s != off/seg {
+		return 0, false
+	}
+	at := l.at(off)
+	if first := s - off%s; n > first {
+		rest := n - first
+		if rest > l.off.hsize {
+			return 0, false
+		}
+		from := l.at(off + first)
+		copy(buf[at+first:at+n], buf[from:from+rest])
+	}
+	return at, true
 }
 
 // at is where byte off of the received run lies in its receive buffer.

@@ -527,3 +527,56 @@ func FuzzGROLayout(f *testing.F) {
 		})
 	})
 }
+
+// TestGROPullTail: a run cut a little above the receive layout's segment
+// size (a message's first packet, with its RETH, leads a run of the
+// others) keeps the segments whose tails fit in the header gap where they
+// are, and gathers the rest; every frame carries its own segment.
+func TestGROPullTail(t *testing.T) {
+	l := listenOpts(t, "127.0.0.1", Options{MaxDatagram: 4200})
+	requireOffloads(t, l)
+	from := netip.MustParseAddrPort("127.0.0.9:7000")
+	for _, tc := range []struct {
+		lens   []int // segment sizes of the run
+		copied uint64
+	}{
+		{[]int{4128, 4112}, 0},
+		{[]int{4128, 4128}, 0},
+		{[]int{4128, 4128, 4112}, 0},
+		{[]int{4128, 4128, 4128}, 1}, // the third tail (48 bytes) does not fit the 42-byte gap
+		{[]int{4128, 4128, 10}, 0},
+		{[]int{4150, 4150}, 1}, // 76 bytes past the spread: the second does not fit
+	} {
+		l.setSpread(4112)
+		l.off.hits, l.off.misses = 0, 0
+		plen := 0
+		for _, n := range tc.lens {
+			plen += n
+		}
+		before := l.Stats().GROCopied
+		bufs := groFixture(l, from, []int{plen}, []int{tc.lens[0]})
+		var got [][]byte
+		l.deliver(func(frames [][]byte) {
+			for _, f := range frames {
+				pf, err := link.ParseFrame(f)
+				if err != nil || pf.End != len(f) {
+					t.Fatalf("%v: frame %d: %v", tc.lens, len(got), err)
+				}
+				got = append(got, append([]byte(nil), f[pf.Payload:pf.End]...))
+			}
+		})
+		if len(got) != len(tc.lens) {
+			t.Fatalf("%v: %d frames", tc.lens, len(got))
+		}
+		off := 0
+		for i, n := range tc.lens {
+			if !bytes.Equal(got[i], bufs[0][off:off+n]) {
+				t.Fatalf("%v: segment %d differs", tc.lens, i)
+			}
+			off += n
+		}
+		if c := l.Stats().GROCopied - before; c != tc.copied {
+			t.Fatalf("%v: %d segments copied, want %d", tc.lens, c, tc.copied)
+		}
+	}
+}
