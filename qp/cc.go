@@ -182,6 +182,11 @@ func (w *sendWindow) onAck(now time.Duration, psn ib.PSN, n int32) (spurious boo
 			spurious = true
 		} else {
 			w.sampling = false // the go-back-N resends the sampled PSN
+			if ib.PSNDiff(w.probeMax, w.undoPSN) > 1 {
+				// The probe found a loss: the responder took the
+				// probed PSN and held nothing after it.
+				w.peak /= 2
+			}
 		}
 		w.dupCounted = spurious
 	}
