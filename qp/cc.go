@@ -54,6 +54,9 @@ import (
 // a lost ACK for a stall would raise the floor by the probe's own wait, and
 // each later lost ACK by a quarter more: on a lossy path the floor would
 // climb to its cap and every lost ACK would idle the path for milliseconds.
+// A probe that finds a loss (the responder takes the probed PSN while more
+// was in flight) halves the floor: on a path that loses packets each
+// probe's wait idles it, while a probe during a stall costs one packet.
 //
 // No probe is sent while a READ is outstanding. Its responses stream at the
 // responder's pace, not one per round trip, so a gap between them says

@@ -575,3 +575,120 @@ func TestLostAckIsNoStall(t *testing.T) {
 		t.Errorf("longest wait %v, %d timeouts: want every lost ACK repaired within %v", gap, st.Timeouts, maxGap)
 	}
 }
+
+// On a path that both stalls and loses packets, the stalls must not make
+// every loss wait the longest of them: stalls raise the probe timeout to
+// its cap, then each loss a probe repairs (here a lost packet whose NAK is
+// lost too, so nothing but a probe recovers it) halves what the stalls
+// added, and the next loss is repaired sooner.
+func TestLossLowersStallFloor(t *testing.T) {
+	const (
+		msg   = 64 << 10
+		stall = 3500 * time.Microsecond // raises the floor to its cap (4 ms)
+	)
+	n, err := qptest.NewNet(qptest.Options{PortMTU: ib.MTU4096,
+		AtoB: faultnet.Config{Delay: 20 * time.Microsecond}, BtoA: faultnet.Config{Delay: 20 * time.Microsecond}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, _ := qptest.NewEndpoint(n.A.E, qp.RC, 2)
+	b, _ := qptest.NewEndpoint(n.B.E, qp.RC, 2)
+	p := qptest.DefaultRC
+	p.MTU = ib.MTU4096
+	if err := n.Connect(a.QP, b.QP, p); err != nil {
+		t.Fatal(err)
+	}
+	src, dst := make([]byte, msg), make([]byte, msg)
+	aMR, _ := a.PD.RegMR(src, 0x1000, qp.AccessLocalWrite)
+	bMR, _ := b.PD.RegMR(dst, 0x7000_0000, allAccess)
+	var (
+		holdB    bool // B's packets wait (a stall)
+		held     [][]byte
+		stallEnd time.Duration
+		dropA    int // A's packets to pass before the next loss, -1 for none
+		dropB    bool
+		pkt      ib.Packet
+		wcs      [2]qp.WorkCompletion
+	)
+	dropA = -1
+	n.Drop = func(from string, b []byte) bool {
+		switch {
+		case from == "B" && holdB:
+			held = append(held, append([]byte(nil), b...))
+			return true
+		case from == "B" && dropB:
+			dropB = false // the NAK
+			return true
+		case from == "A" && dropA == 0:
+			dropA, dropB = -1, true
+			return true
+		case from == "A" && dropA > 0:
+			dropA--
+		}
+		return false
+	}
+	id := 0
+	// write sends one WRITE and returns how long it took.
+	write := func() time.Duration {
+		wr := qp.SendWR{ID: uint64(id), Opcode: qp.WRRDMAWrite, Flags: qp.SendSignaled,
+			SGL: []qp.SGE{{Addr: 0x1000, Length: msg, LKey: aMR.LKey()}}, RemoteAddr: 0x7000_0000, RKey: bMR.RKey()}
+		id++
+		if err := a.QP.PostSend(&wr); err != nil {
+			t.Fatal(err)
+		}
+		for start := n.Clock.T; ; {
+			moved := n.Step()
+			if holdB && n.Clock.T >= stallEnd {
+				holdB = false
+				for _, h := range held {
+					if ib.ParseIB(h, &pkt) == nil {
+						_ = n.A.E.Receive(&pkt, &qp.Source{SGID: n.B.GID, DGID: n.A.GID})
+					}
+				}
+				held, moved = held[:0], true
+			}
+			if k := a.SCQ.Poll(wcs[:]); k > 0 {
+				if wcs[0].Status != qp.WCSuccess {
+					t.Fatalf("WRITE %d: %v", wr.ID, wcs[0].Status)
+				}
+				return n.Clock.T - start
+			}
+			if n.Clock.T-start > time.Second {
+				t.Fatalf("WRITE %d: no completion in a second", wr.ID)
+			}
+			if !moved {
+				n.Clock.T += 10 * time.Microsecond
+				n.A.E.Advance(n.Clock.T)
+				n.B.E.Advance(n.Clock.T)
+			}
+		}
+	}
+	for i := 0; i < 50; i++ { // round-trip samples
+		write()
+	}
+	for i := 0; i < 3; i++ { // stalls the probes learn to wait out
+		holdB, stallEnd = true, n.Clock.T+stall
+		write()
+		for j := 0; j < 20; j++ {
+			write()
+		}
+	}
+	before := n.A.E.Stats()
+	if before.SpuriousProbes == 0 {
+		t.Fatal("the stalls raised no probe floor: the run did not happen as planned")
+	}
+	var took []time.Duration
+	for i := 0; i < 6; i++ {
+		dropA = 5 // the sixth packet of the next WRITE and its NAK
+		took = append(took, write())
+		for j := 0; j < 5; j++ {
+			write()
+		}
+	}
+	st := n.A.E.Stats()
+	t.Logf("stalls: %d probes (%d spurious); the losses: %d probes, %d timeouts, each repaired in %v",
+		before.Probes, before.SpuriousProbes, st.Probes-before.Probes, st.Timeouts-before.Timeouts, took)
+	if st.Timeouts != before.Timeouts || took[0] < 2*time.Millisecond || took[len(took)-1] > time.Millisecond {
+		t.Errorf("the losses were repaired in %v: want the first after the stall floor (over 2 ms), the last within 1 ms, no timeout", took)
+	}
+}
