@@ -2,6 +2,7 @@ package roce
 
 import (
 	"context"
+	"errors"
 	"os"
 	"time"
 
@@ -14,8 +15,11 @@ import (
 // poller then sleeps in whole milliseconds, a shorter wait rounded up to
 // one. On memlink under 1 % loss that made each probe cost over a
 // millisecond of an idle path. A timerfd in the runtime's poller ends that
-// sleep when it expires. Where no timerfd can be made the runtime timer
-// serves.
+// sleep when it expires. The poller is not asked while every P has a
+// goroutine to run, though (a busy poller yields to itself), so the read
+// also has a deadline, a runtime timer, which the scheduler runs then: the
+// goroutine wakes by whichever comes first. Where no timerfd can be made
+// the runtime timer alone serves.
 type wakeTimer struct {
 	fd   int      // the timerfd, -1 once closed or if none
 	f    *os.File // fd, read through the runtime's poller
@@ -51,6 +55,7 @@ func (w *wakeTimer) reset(d time.Duration) {
 	}
 	w.spec.Value = unix.NsecToTimespec(int64(d))
 	_ = unix.TimerfdSettime(w.fd, 0, &w.spec, nil)
+	_ = w.f.SetReadDeadline(time.Now().Add(d))
 }
 
 func (w *wakeTimer) disarm() {
@@ -63,6 +68,7 @@ func (w *wakeTimer) disarm() {
 	}
 	w.spec.Value = unix.Timespec{}
 	_ = unix.TimerfdSettime(w.fd, 0, &w.spec, nil)
+	_ = w.f.SetReadDeadline(time.Time{})
 }
 
 // wait blocks until the timer expires or ctx ends, and reports whether it
@@ -76,8 +82,14 @@ func (w *wakeTimer) wait(ctx context.Context) bool {
 			return false
 		}
 	}
+	// reset and disarm replace the deadline the device's Close set: a
+	// Close before this check is seen here, one after it ends the read.
+	if ctx.Err() != nil {
+		return false
+	}
+	// A timerfd read, or the deadline passed (os.ErrDeadlineExceeded).
 	_, err := w.f.Read(w.buf[:])
-	return err == nil && ctx.Err() == nil
+	return ctx.Err() == nil && (err == nil || errors.Is(err, os.ErrDeadlineExceeded))
 }
 
 // close releases the timerfd; reset and disarm do nothing after it.
