@@ -16,6 +16,7 @@ type completer struct {
 	startedRetry bool
 	retryFrom    ib.PSN // comp.psn when the current retry started
 	armed        bool   // retransmit timer
+	lateOnce     bool   // the timer fired late and was given a grace (advance)
 	deadline     time.Duration
 	win          sendWindow // congestion window and probe timer (cc.go)
 }
