@@ -40,11 +40,15 @@ import (
 // but so is one sent after a lost ACK, and the timing of that ACK does not
 // tell them apart: after a wait the answer to a single packet may come
 // sooner than a streaming round trip or later than one (TCP's Eifel
-// detection, RFC 4015, uses timestamps). Only the responder's second ACK of
-// the same PSN shows a stall: it ACKs the probe, a duplicate, again
+// detection, RFC 4015, uses timestamps). On a lossy path only the
+// responder's second ACK of the same PSN shows a stall: it ACKs the probe, a duplicate, again
 // (C9-105), so two ACKs of a PSN mean that the original's ACK and the
 // probe's both came (RFC 3708 does the same with D-SACK). After a lost ACK
-// only the probe's comes. The wait to the first ACK, from the round-trip
+// only the probe's comes. A goroce responder that reads a backlog at once
+// sends a single ACK for both, though, so on a path that lost nothing in
+// the last peakHold, where a lost ACK is unlikely, an ACK that came too
+// soon after the probe to answer it or later than a round trip after it
+// counts as well. The wait to the first ACK, from the round-trip
 // sample under way when the probe fired, is then a stall of the path; the
 // probe timeout is at least 1.25 times the longest stall of the last
 // peakHold (up to half the probe span, so that a lost tail is still
@@ -109,7 +113,10 @@ type sendWindow struct {
 	dupPSN     ib.PSN
 	dupEnd     ib.PSN
 	dupStall   time.Duration
-	probeMax   ib.PSN // the requester's maxPSN when the last probe left
+	probeMax   ib.PSN        // the requester's maxPSN when the last probe left
+	probedAt   time.Duration // when the last probe left
+	lost       bool          // a loss was seen, the last at lossAt
+	lossAt     time.Duration
 }
 
 const (
@@ -177,18 +184,27 @@ func (w *sendWindow) onAck(now time.Duration, psn ib.PSN, n int32) (spurious boo
 		// Both a spurious probe (the first ACK after it covers more than
 		// the probed PSN) and one that repaired a loss of a single PSN in
 		// flight may be answered by this ACK: a second ACK of it tells.
-		if w.sampling && w.sampleOld && ib.PSNDiff(psn, w.samplePSN) > 0 {
+		spans := w.sampling && w.sampleOld && ib.PSNDiff(psn, w.samplePSN) > 0
+		if spans {
 			w.dupWatch, w.dupPSN, w.dupEnd, w.dupStall = true, acked, w.probeMax, now-w.sampleAt
 		}
 		if ib.PSNDiff(psn, w.undoPSN) > 1 {
 			w.cwnd, w.ssthresh, w.acked = w.undoCwnd, w.undoSsthresh, 0
 			spurious = true
+			// On a path that lost nothing lately a lost ACK is
+			// unlikely, and a responder that coalesces its ACKs (a
+			// goroce one reading a backlog at once) gives no second
+			// ACK: the timing of this one then tells a stall.
+			if d := now - w.probedAt; spans && !w.lossRecent(now) && (d < w.minRTT || d > w.srtt+4*w.rttvar) {
+				w.notePeak(now, w.dupStall)
+			}
 		} else {
 			w.sampling = false // the go-back-N resends the sampled PSN
 			if ib.PSNDiff(w.probeMax, w.undoPSN) > 1 {
 				// The probe found a loss: the responder took the
 				// probed PSN and held nothing after it.
 				w.peak /= 2
+				w.lost, w.lossAt = true, now
 			}
 		}
 		w.dupCounted = spurious
@@ -229,7 +245,10 @@ func (w *sendWindow) set(c int32) {
 // before the first round-trip sample), at least minWindow; a timeout or
 // probe drops it to one PSN and slow start brings it back there. A loss
 // during slow start lowers where slow start ends, never raises it.
-func (w *sendWindow) onLoss(timeout bool) {
+func (w *sendWindow) onLoss(now time.Duration, timeout bool) {
+	if !timeout {
+		w.lost, w.lossAt = true, now
+	}
 	w.sampling = false
 	w.undo = false
 	w.dupWatch = false
@@ -280,6 +299,11 @@ func (w *sendWindow) onDupAck(now time.Duration, psn ib.PSN) (spurious bool) {
 	w.dupWatch = false
 	w.notePeak(now, w.dupStall)
 	return !w.dupCounted
+}
+
+// lossRecent reports a loss within the last peakHold.
+func (w *sendWindow) lossRecent(now time.Duration) bool {
+	return w.lost && now-w.lossAt < peakHold
 }
 
 // notePeak records a stall of d measured at now.
@@ -361,8 +385,8 @@ func (q *QP) probe(now time.Duration) {
 		w.undo = true
 	}
 	undo, sampling := w.undo, w.sampling
-	w.probeMax = q.req.maxPSN
-	w.onLoss(true)
+	w.probeMax, w.probedAt = q.req.maxPSN, now
+	w.onLoss(now, true)
 	w.undo, w.undoPSN = undo, c.psn
 	if undo && sampling {
 		// Kept if the probe proves spurious (onAck).

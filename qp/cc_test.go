@@ -473,16 +473,17 @@ func TestGapInResendNAKed(t *testing.T) {
 	}
 }
 
-// A lost ACK is not a stall. A 64 KiB WRITE at a time: when its ACK is
-// lost the requester has nothing more to send and probes; the responder,
-// holding the message, answers with an ACK of it all, so the probe proves
-// spurious. Here each probe's answer also comes late, 150 µs on a 40 µs
-// round trip, as on a software path whose processes went idle during the
-// wait (memlink: the runtime wakes a goroutine about 1 ms after a shorter
-// timer). Taken for a stall, each lost ACK would raise the probe timeout
-// by its own wait and a quarter more, up to half the probe span: every
-// later lost ACK would idle the path for 4 ms. Only the responder's second
-// ACK of a PSN (the original's and the probe's) shows a stall.
+// On a lossy path a lost ACK is not a stall. A 64 KiB WRITE at a time:
+// when its ACK is lost the requester has nothing more to send and probes;
+// the responder, holding the message, answers with an ACK of it all, so
+// the probe proves spurious. Here each probe's answer also comes late,
+// 150 µs on a 40 µs round trip, as on a software path whose processes went
+// idle during the wait (memlink: the runtime wakes a goroutine about 1 ms
+// after a shorter timer), and data packets are lost too. Taken for a
+// stall, each lost ACK would raise the probe timeout by its own wait and a
+// quarter more, up to half the probe span: every later lost ACK would idle
+// the path for 4 ms. Only the responder's second ACK of a PSN (the
+// original's and the probe's) shows a stall there.
 func TestLostAckIsNoStall(t *testing.T) {
 	const (
 		msg    = 64 << 10
@@ -508,13 +509,17 @@ func TestLostAckIsNoStall(t *testing.T) {
 	bMR, _ := b.PD.RegMR(dst, 0x7000_0000, allAccess)
 	var (
 		nextLoss = every
-		holdNext bool // B's next packet, the probe's answer, comes late
+		nextData = every / 2 // and a data packet between them
+		holdNext bool        // B's next packet, the probe's answer, comes late
 		held     []byte
 		heldTill time.Duration
 		pkt      ib.Packet
 	)
 	n.Drop = func(from string, b []byte) bool {
 		switch {
+		case from == "A" && n.Clock.T >= nextData:
+			nextData += every
+			return true
 		case from != "B":
 		case holdNext:
 			holdNext, held, heldTill = false, append(held[:0], b...), n.Clock.T+late

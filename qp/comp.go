@@ -335,7 +335,7 @@ func (q *QP) retry(now time.Duration, timer bool) {
 	q.req.needRetry = true
 	q.comp.startedRetry = true
 	q.comp.retryFrom = q.comp.psn
-	q.comp.win.onLoss(timer)
+	q.comp.win.onLoss(now, timer)
 	if q.rto > 0 {
 		q.armRTO(now)
 	}
