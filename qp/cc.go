@@ -35,18 +35,32 @@ import (
 //
 // A probe must not fire while the path may still answer: rxe and NICs
 // resend only after the local ACK timeout, and a guest or process that is
-// descheduled for milliseconds under load answers late, not never. A
-// spurious probe measures such a stall: the round-trip sample under way
-// when it fired is kept if the ACK that proves the probe spurious came too
-// soon after it to answer it, or later than its answer would have come
-// (without timestamps, an ACK about a round trip after the probe may be
-// its answer after a lost ACK; TCP's Eifel detection, RFC 4015, tells them
-// apart by timestamps). The probe timeout is then at least 1.25 times the
-// longest stall of the last peakHold (up to half the probe span, so that a
-// lost tail is still probed), and a path that stalls now and then costs a
-// spurious probe when a stall is longer than those before, not one per
-// stall. A stall raises only this floor, never sRTT, which sizes the
-// window after a loss.
+// descheduled for milliseconds under load answers late, not never. A probe
+// that finds nothing lost is answered by an ACK of what the responder holds,
+// but so is one sent after a lost ACK, and the timing of that ACK does not
+// tell them apart: after a wait the answer to a single packet may come
+// sooner than a streaming round trip or later than one (TCP's Eifel
+// detection, RFC 4015, uses timestamps). On a lossy path only the
+// responder's second ACK of the same PSN shows a stall: it ACKs the probe, a duplicate, again
+// (C9-105), so two ACKs of a PSN mean that the original's ACK and the
+// probe's both came (RFC 3708 does the same with D-SACK). After a lost ACK
+// only the probe's comes. A goroce responder that reads a backlog at once
+// sends a single ACK for both, though, so on a path that lost nothing in
+// the last peakHold, where a lost ACK is unlikely, an ACK that came too
+// soon after the probe to answer it or later than a round trip after it
+// counts as well. The wait to the first ACK, from the round-trip
+// sample under way when the probe fired, is then a stall of the path; the
+// probe timeout is at least 1.25 times the longest stall of the last
+// peakHold (up to half the probe span, so that a lost tail is still
+// probed), and a path that stalls now and then costs a spurious probe when
+// a stall is longer than those before, not one per stall. A stall raises
+// only this floor, never sRTT, which sizes the window after a loss. Taking
+// a lost ACK for a stall would raise the floor by the probe's own wait, and
+// each later lost ACK by a quarter more: on a lossy path the floor would
+// climb to its cap and every lost ACK would idle the path for milliseconds.
+// A probe that finds a loss (the responder takes the probed PSN while more
+// was in flight) halves the floor: on a path that loses packets each
+// probe's wait idles it, while a probe during a stall costs one packet.
 //
 // No probe is sent while a READ is outstanding. Its responses stream at the
 // responder's pace, not one per round trip, so a gap between them says
@@ -76,7 +90,6 @@ type sendWindow struct {
 
 	probeArmed bool
 	probeAt    time.Duration
-	probedAt   time.Duration // when the last probe left
 	probes     uint8         // unanswered probes since the last progress
 	since      time.Duration // when the probes' wait began
 
@@ -89,15 +102,21 @@ type sendWindow struct {
 	undoReqPSN             ib.PSN
 	undoIdx, undoOff       uint32
 
-	// A probe of a single PSN is answered by an ACK of that PSN alone,
-	// whether the original or the probe reached the responder. The
-	// responder ACKs a duplicate again (C9-105), so a second ACK of the
-	// same PSN shows that both did: the probe was spurious, and the wait
-	// to the first ACK (dupStall) was a stall of the path (RFC 3708 does
-	// the same with D-SACK).
-	dupWatch bool
-	dupPSN   ib.PSN
-	dupStall time.Duration
+	// After an ACK that a probe's answer may be, a second ACK of the PSN
+	// it acknowledged (dupPSN) shows that the original's ACK and the
+	// probe's both came: the wait to the first (dupStall) was a stall of
+	// the path. The watch ends with an ACK of a PSN first sent after the
+	// probe (dupEnd or later), which the responder sends after the
+	// probe's. dupCounted says the probe was counted spurious already.
+	dupWatch   bool
+	dupCounted bool
+	dupPSN     ib.PSN
+	dupEnd     ib.PSN
+	dupStall   time.Duration
+	probeMax   ib.PSN        // the requester's maxPSN when the last probe left
+	probedAt   time.Duration // when the last probe left
+	lost       bool          // a loss was seen, the last at lossAt
+	lossAt     time.Duration
 }
 
 const (
@@ -152,25 +171,48 @@ func (w *sendWindow) onSend(now time.Duration, psn ib.PSN, fresh bool) {
 // found spurious, whose window it has restored.
 func (w *sendWindow) onAck(now time.Duration, psn ib.PSN, n int32) (spurious bool) {
 	w.probes = 0
-	w.dupWatch = false
+	acked := psn.Add(ib.PSNMask)
+	if w.dupWatch {
+		if ib.PSNDiff(psn, w.dupEnd) > 0 {
+			w.dupWatch = false // past the probe's answer
+		} else {
+			w.dupPSN = acked // the rest of a burst the stall held
+		}
+	}
 	if w.undo {
 		w.undo = false
+		// Both a spurious probe (the first ACK after it covers more than
+		// the probed PSN) and one that repaired a loss of a single PSN in
+		// flight may be answered by this ACK: a second ACK of it tells.
+		spans := w.sampling && w.sampleOld && ib.PSNDiff(psn, w.samplePSN) > 0
+		if spans {
+			w.dupWatch, w.dupPSN, w.dupEnd, w.dupStall = true, acked, w.probeMax, now-w.sampleAt
+		}
 		if ib.PSNDiff(psn, w.undoPSN) > 1 {
 			w.cwnd, w.ssthresh, w.acked = w.undoCwnd, w.undoSsthresh, 0
 			spurious = true
-		} else {
-			if w.sampling && w.sampleOld && w.samplePSN == w.undoPSN {
-				w.dupWatch, w.dupPSN, w.dupStall = true, w.undoPSN, now-w.sampleAt
+			// On a path that lost nothing lately a lost ACK is
+			// unlikely, and a responder that coalesces its ACKs (a
+			// goroce one reading a backlog at once) gives no second
+			// ACK: the timing of this one then tells a stall.
+			if d := now - w.probedAt; spans && !w.lossRecent(now) && (d < w.minRTT || d > w.srtt+4*w.rttvar) {
+				w.notePeak(now, w.dupStall)
 			}
+		} else {
 			w.sampling = false // the go-back-N resends the sampled PSN
+			if ib.PSNDiff(w.probeMax, w.undoPSN) > 1 {
+				// The probe found a loss: the responder took the
+				// probed PSN and held nothing after it.
+				w.peak /= 2
+				w.lost, w.lossAt = true, now
+			}
 		}
+		w.dupCounted = spurious
 	}
 	if w.sampling && ib.PSNDiff(psn, w.samplePSN) > 0 {
 		w.sampling = false
 		if !w.sampleOld {
 			w.rttSample(now - w.sampleAt)
-		} else if d := now - w.probedAt; spurious && (d < w.minRTT || d > w.srtt+4*w.rttvar) {
-			w.notePeak(now, now-w.sampleAt) // the path itself was slow
 		}
 	}
 	if spurious {
@@ -203,7 +245,10 @@ func (w *sendWindow) set(c int32) {
 // before the first round-trip sample), at least minWindow; a timeout or
 // probe drops it to one PSN and slow start brings it back there. A loss
 // during slow start lowers where slow start ends, never raises it.
-func (w *sendWindow) onLoss(timeout bool) {
+func (w *sendWindow) onLoss(now time.Duration, timeout bool) {
+	if !timeout {
+		w.lost, w.lossAt = true, now
+	}
 	w.sampling = false
 	w.undo = false
 	w.dupWatch = false
@@ -244,15 +289,21 @@ func (w *sendWindow) rttSample(r time.Duration) {
 }
 
 // onDupAck takes an ACK of psn that acknowledges nothing new: if it is the
-// second ACK of a probed single PSN, the probe was spurious and the wait
-// for the first one was a stall.
+// second ACK of the PSN the first ACK after a probe acknowledged, the wait
+// for that first ACK was a stall. It reports a probe found spurious only
+// now, one whose first ACK covered no more than the probed PSN.
 func (w *sendWindow) onDupAck(now time.Duration, psn ib.PSN) (spurious bool) {
 	if !w.dupWatch || psn != w.dupPSN {
 		return false
 	}
 	w.dupWatch = false
 	w.notePeak(now, w.dupStall)
-	return true
+	return !w.dupCounted
+}
+
+// lossRecent reports a loss within the last peakHold.
+func (w *sendWindow) lossRecent(now time.Duration) bool {
+	return w.lost && now-w.lossAt < peakHold
 }
 
 // notePeak records a stall of d measured at now.
@@ -334,8 +385,8 @@ func (q *QP) probe(now time.Duration) {
 		w.undo = true
 	}
 	undo, sampling := w.undo, w.sampling
-	w.probedAt = now
-	w.onLoss(true)
+	w.probeMax, w.probedAt = q.req.maxPSN, now
+	w.onLoss(now, true)
 	w.undo, w.undoPSN = undo, c.psn
 	if undo && sampling {
 		// Kept if the probe proves spurious (onAck).

@@ -472,3 +472,228 @@ func TestGapInResendNAKed(t *testing.T) {
 		})
 	}
 }
+
+// On a lossy path a lost ACK is not a stall. A 64 KiB WRITE at a time:
+// when its ACK is lost the requester has nothing more to send and probes;
+// the responder, holding the message, answers with an ACK of it all, so
+// the probe proves spurious. Here each probe's answer also comes late,
+// 150 µs on a 40 µs round trip, as on a software path whose processes went
+// idle during the wait (memlink: the runtime wakes a goroutine about 1 ms
+// after a shorter timer), and data packets are lost too. Taken for a
+// stall, each lost ACK would raise the probe timeout by its own wait and a
+// quarter more, up to half the probe span: every later lost ACK would idle
+// the path for 4 ms. Only the responder's second ACK of a PSN (the
+// original's and the probe's) shows a stall there.
+func TestLostAckIsNoStall(t *testing.T) {
+	const (
+		msg    = 64 << 10
+		every  = 5 * time.Millisecond // an ACK is lost every 5 ms …
+		late   = 150 * time.Microsecond
+		run    = 200 * time.Millisecond
+		maxGap = time.Millisecond // … and each costs about 350 µs
+	)
+	n, err := qptest.NewNet(qptest.Options{PortMTU: ib.MTU4096,
+		AtoB: faultnet.Config{Delay: 20 * time.Microsecond}, BtoA: faultnet.Config{Delay: 20 * time.Microsecond}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, _ := qptest.NewEndpoint(n.A.E, qp.RC, 2)
+	b, _ := qptest.NewEndpoint(n.B.E, qp.RC, 2)
+	p := qptest.DefaultRC
+	p.MTU = ib.MTU4096
+	if err := n.Connect(a.QP, b.QP, p); err != nil {
+		t.Fatal(err)
+	}
+	src, dst := make([]byte, msg), make([]byte, msg)
+	aMR, _ := a.PD.RegMR(src, 0x1000, qp.AccessLocalWrite)
+	bMR, _ := b.PD.RegMR(dst, 0x7000_0000, allAccess)
+	var (
+		nextLoss = every
+		nextData = every / 2 // and a data packet between them
+		holdNext bool        // B's next packet, the probe's answer, comes late
+		held     []byte
+		heldTill time.Duration
+		pkt      ib.Packet
+	)
+	n.Drop = func(from string, b []byte) bool {
+		switch {
+		case from == "A" && n.Clock.T >= nextData:
+			nextData += every
+			return true
+		case from != "B":
+		case holdNext:
+			holdNext, held, heldTill = false, append(held[:0], b...), n.Clock.T+late
+			return true
+		case n.Clock.T >= nextLoss:
+			nextLoss += every
+			holdNext = true
+			return true
+		}
+		return false
+	}
+	var wcs [4]qp.WorkCompletion
+	posted, done, episodes := 0, 0, 0
+	var last, gap time.Duration
+	for n.Clock.T < run {
+		if posted == done {
+			wr := qp.SendWR{ID: uint64(posted), Opcode: qp.WRRDMAWrite, Flags: qp.SendSignaled,
+				SGL: []qp.SGE{{Addr: 0x1000, Length: msg, LKey: aMR.LKey()}}, RemoteAddr: 0x7000_0000, RKey: bMR.RKey()}
+			if err := a.QP.PostSend(&wr); err != nil {
+				t.Fatal(err)
+			}
+			posted++
+		}
+		moved := n.Step()
+		if held != nil && n.Clock.T >= heldTill {
+			if ib.ParseIB(held, &pkt) == nil {
+				_ = n.A.E.Receive(&pkt, &qp.Source{SGID: n.B.GID, DGID: n.A.GID})
+			}
+			held, moved = nil, true
+			episodes++
+		}
+		for k := a.SCQ.Poll(wcs[:]); k > 0; k = a.SCQ.Poll(wcs[:]) {
+			for _, wc := range wcs[:k] {
+				if wc.Status != qp.WCSuccess {
+					t.Fatalf("WRITE %d: %v", wc.WRID, wc.Status)
+				}
+			}
+			done += k
+			gap, last = max(gap, n.Clock.T-last), n.Clock.T
+		}
+		if !moved {
+			step := 10 * time.Microsecond
+			if held != nil {
+				step = min(step, heldTill-n.Clock.T)
+			}
+			n.Clock.T += step
+			n.A.E.Advance(n.Clock.T)
+			n.B.E.Advance(n.Clock.T)
+		}
+	}
+	st := n.A.E.Stats()
+	t.Logf("%d WRITEs, %d lost ACKs: %d probes (%d found spurious), %d timeouts; longest wait for a completion %v",
+		done, episodes, st.Probes, st.SpuriousProbes, st.Timeouts, gap)
+	if episodes < int(run/every)/2 || done < 1000 {
+		t.Fatalf("the run did not happen as planned")
+	}
+	if gap > maxGap || st.Timeouts != 0 {
+		t.Errorf("longest wait %v, %d timeouts: want every lost ACK repaired within %v", gap, st.Timeouts, maxGap)
+	}
+}
+
+// On a path that both stalls and loses packets, the stalls must not make
+// every loss wait the longest of them: stalls raise the probe timeout to
+// its cap, then each loss a probe repairs (here a lost packet whose NAK is
+// lost too, so nothing but a probe recovers it) halves what the stalls
+// added, and the next loss is repaired sooner.
+func TestLossLowersStallFloor(t *testing.T) {
+	const (
+		msg   = 64 << 10
+		stall = 3500 * time.Microsecond // raises the floor to its cap (4 ms)
+	)
+	n, err := qptest.NewNet(qptest.Options{PortMTU: ib.MTU4096,
+		AtoB: faultnet.Config{Delay: 20 * time.Microsecond}, BtoA: faultnet.Config{Delay: 20 * time.Microsecond}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, _ := qptest.NewEndpoint(n.A.E, qp.RC, 2)
+	b, _ := qptest.NewEndpoint(n.B.E, qp.RC, 2)
+	p := qptest.DefaultRC
+	p.MTU = ib.MTU4096
+	if err := n.Connect(a.QP, b.QP, p); err != nil {
+		t.Fatal(err)
+	}
+	src, dst := make([]byte, msg), make([]byte, msg)
+	aMR, _ := a.PD.RegMR(src, 0x1000, qp.AccessLocalWrite)
+	bMR, _ := b.PD.RegMR(dst, 0x7000_0000, allAccess)
+	var (
+		holdB    bool // B's packets wait (a stall)
+		held     [][]byte
+		stallEnd time.Duration
+		dropA    int // A's packets to pass before the next loss, -1 for none
+		dropB    bool
+		pkt      ib.Packet
+		wcs      [2]qp.WorkCompletion
+	)
+	dropA = -1
+	n.Drop = func(from string, b []byte) bool {
+		switch {
+		case from == "B" && holdB:
+			held = append(held, append([]byte(nil), b...))
+			return true
+		case from == "B" && dropB:
+			dropB = false // the NAK
+			return true
+		case from == "A" && dropA == 0:
+			dropA, dropB = -1, true
+			return true
+		case from == "A" && dropA > 0:
+			dropA--
+		}
+		return false
+	}
+	id := 0
+	// write sends one WRITE and returns how long it took.
+	write := func() time.Duration {
+		wr := qp.SendWR{ID: uint64(id), Opcode: qp.WRRDMAWrite, Flags: qp.SendSignaled,
+			SGL: []qp.SGE{{Addr: 0x1000, Length: msg, LKey: aMR.LKey()}}, RemoteAddr: 0x7000_0000, RKey: bMR.RKey()}
+		id++
+		if err := a.QP.PostSend(&wr); err != nil {
+			t.Fatal(err)
+		}
+		for start := n.Clock.T; ; {
+			moved := n.Step()
+			if holdB && n.Clock.T >= stallEnd {
+				holdB = false
+				for _, h := range held {
+					if ib.ParseIB(h, &pkt) == nil {
+						_ = n.A.E.Receive(&pkt, &qp.Source{SGID: n.B.GID, DGID: n.A.GID})
+					}
+				}
+				held, moved = held[:0], true
+			}
+			if k := a.SCQ.Poll(wcs[:]); k > 0 {
+				if wcs[0].Status != qp.WCSuccess {
+					t.Fatalf("WRITE %d: %v", wr.ID, wcs[0].Status)
+				}
+				return n.Clock.T - start
+			}
+			if n.Clock.T-start > time.Second {
+				t.Fatalf("WRITE %d: no completion in a second", wr.ID)
+			}
+			if !moved {
+				n.Clock.T += 10 * time.Microsecond
+				n.A.E.Advance(n.Clock.T)
+				n.B.E.Advance(n.Clock.T)
+			}
+		}
+	}
+	for i := 0; i < 50; i++ { // round-trip samples
+		write()
+	}
+	for i := 0; i < 3; i++ { // stalls the probes learn to wait out
+		holdB, stallEnd = true, n.Clock.T+stall
+		write()
+		for j := 0; j < 20; j++ {
+			write()
+		}
+	}
+	before := n.A.E.Stats()
+	if before.SpuriousProbes == 0 {
+		t.Fatal("the stalls raised no probe floor: the run did not happen as planned")
+	}
+	var took []time.Duration
+	for i := 0; i < 6; i++ {
+		dropA = 5 // the sixth packet of the next WRITE and its NAK
+		took = append(took, write())
+		for j := 0; j < 5; j++ {
+			write()
+		}
+	}
+	st := n.A.E.Stats()
+	t.Logf("stalls: %d probes (%d spurious); the losses: %d probes, %d timeouts, each repaired in %v",
+		before.Probes, before.SpuriousProbes, st.Probes-before.Probes, st.Timeouts-before.Timeouts, took)
+	if st.Timeouts != before.Timeouts || took[0] < 2*time.Millisecond || took[len(took)-1] > time.Millisecond {
+		t.Errorf("the losses were repaired in %v: want the first after the stall floor (over 2 ms), the last within 1 ms, no timeout", took)
+	}
+}

@@ -16,6 +16,7 @@ type completer struct {
 	startedRetry bool
 	retryFrom    ib.PSN // comp.psn when the current retry started
 	armed        bool   // retransmit timer
+	lateOnce     bool   // the timer fired late and was given a grace (advance)
 	deadline     time.Duration
 	win          sendWindow // congestion window and probe timer (cc.go)
 }
@@ -334,7 +335,7 @@ func (q *QP) retry(now time.Duration, timer bool) {
 	q.req.needRetry = true
 	q.comp.startedRetry = true
 	q.comp.retryFrom = q.comp.psn
-	q.comp.win.onLoss(timer)
+	q.comp.win.onLoss(now, timer)
 	if q.rto > 0 {
 		q.armRTO(now)
 	}

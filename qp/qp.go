@@ -949,6 +949,7 @@ func (q *QP) fillAV(t *TxPacket, av *AddressVector) {
 // armRTO (re)starts the retransmit timer.
 func (q *QP) armRTO(now time.Duration) {
 	q.comp.armed = true
+	q.comp.lateOnce = false
 	q.comp.deadline = now + q.rto
 	q.watchTimers(q.comp.deadline)
 }
@@ -991,8 +992,19 @@ func (q *QP) advance(now time.Duration) {
 		q.e.schedule(q)
 	}
 	if q.comp.armed && now >= q.comp.deadline {
-		q.comp.armed = false
-		q.timeout(now)
+		// A retransmit timer run an eighth of its timeout late was held
+		// up by this process, not by the path: what the peer sent in the
+		// meantime may be waiting to be read. It gets that long again,
+		// once, so that a stalled process does not take its own delay
+		// for a lost ACK (a go-back-N from a window of one).
+		if grace := q.rto / 8; now-q.comp.deadline > grace && !q.comp.lateOnce {
+			q.comp.lateOnce = true
+			q.comp.deadline = now + grace
+			q.watchTimers(q.comp.deadline)
+		} else {
+			q.comp.armed = false
+			q.timeout(now)
+		}
 	}
 	if q.comp.win.probeArmed && now >= q.comp.win.probeAt {
 		q.probe(now)

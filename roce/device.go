@@ -155,7 +155,7 @@ type Device struct {
 	frames    [][]byte
 	ipID      uint16
 	wakeAt    atomic.Int64 // when the timer goroutine will next wake
-	timer     *time.Timer  // the timer goroutine's; reset under mu
+	timer     *wakeTimer   // the timer goroutine's; reset under mu
 	lastTxErr atomic.Pointer[string]
 	lend      txLend      // frames built in the link's buffers (txlend.go)
 	deferred  atomic.Bool // a poller left a transmit pass to its caller (txdefer.go)
@@ -286,8 +286,6 @@ func newDevice(l link.Link, opts Options, nl *netlinkWatch) (*Device, error) {
 	d.rxTimer.Stop()
 	d.deferT = time.NewTimer(time.Hour)
 	d.deferT.Stop()
-	d.timer = time.NewTimer(time.Hour)
-	d.timer.Stop()
 	if d.port == 0 {
 		d.port = ib.RoCEv2Port
 	}
@@ -359,6 +357,7 @@ func newDevice(l link.Link, opts Options, nl *netlinkWatch) (*Device, error) {
 			return nil, err
 		}
 	}
+	d.timer = newWakeTimer(d.ctx)
 	d.wakeAt.Store(int64(never))
 	d.wg.Add(3)
 	go d.receiveLoop()
@@ -612,7 +611,7 @@ func (d *Device) noteDeadline() {
 		return
 	}
 	d.wakeAt.Store(int64(at))
-	d.timer.Reset(timerWait(at - time.Since(d.start)))
+	d.timer.reset(timerWait(at - time.Since(d.start)))
 }
 
 // timerWait is how long the timer goroutine sleeps for a deadline wait
@@ -641,7 +640,11 @@ func (d *Device) countDrop(err error) {
 // wake-up.
 func (d *Device) timerLoop() {
 	defer d.wg.Done()
-	defer d.timer.Stop()
+	defer func() {
+		d.mu.Lock()
+		d.timer.close()
+		d.mu.Unlock()
+	}()
 	for {
 		d.ctr.timerWakes.Add(1)
 		d.mu.Lock()
@@ -659,14 +662,12 @@ func (d *Device) timerLoop() {
 		d.eng.TakeArmed() // included in next
 		d.wakeAt.Store(int64(next))
 		if ok {
-			d.timer.Reset(timerWait(next - time.Since(d.start)))
+			d.timer.reset(timerWait(next - time.Since(d.start)))
 		} else {
-			d.timer.Stop()
+			d.timer.disarm()
 		}
 		d.mu.Unlock()
-		select {
-		case <-d.timer.C:
-		case <-d.ctx.Done():
+		if !d.timer.wait(d.ctx) {
 			return
 		}
 	}
