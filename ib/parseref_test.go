@@ -126,8 +126,9 @@ func FuzzParseIBReference(f *testing.F) {
 }
 
 // plainICRC is the ICRC by its definition: CRC-32 over eight 0xFF bytes,
-// the IP header, UDP header and IB packet with the variant fields set to
-// ones, computed over one buffer by the standard library.
+// the IP header (cut to its fixed size), UDP header and IB packet with the
+// variant fields set to ones, computed over one buffer by the standard
+// library. TestICRCMatchesPlain and FuzzICRC check ICRC against it.
 func plainICRC(ip, rest []byte) uint32 {
 	h := bytes.Clone(ip)
 	if len(h) > 0 && h[0]>>4 == 6 {

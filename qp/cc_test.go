@@ -269,18 +269,7 @@ func testStallsDrawNoProbes(t *testing.T, msg, depth int) {
 		stall = 3 * time.Millisecond  // … and holds B's packets for 3 ms
 		run   = 300 * time.Millisecond
 	)
-	n, err := qptest.NewNet(qptest.Options{PortMTU: ib.MTU4096,
-		AtoB: faultnet.Config{Delay: 20 * time.Microsecond}, BtoA: faultnet.Config{Delay: 20 * time.Microsecond}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	a, _ := qptest.NewEndpoint(n.A.E, qp.RC, 2*depth)
-	b, _ := qptest.NewEndpoint(n.B.E, qp.RC, 2*depth)
-	p := qptest.DefaultRC
-	p.MTU = ib.MTU4096
-	if err := n.Connect(a.QP, b.QP, p); err != nil {
-		t.Fatal(err)
-	}
+	n, a, b := slowRC(t, ib.MTU4096, ib.MTU4096, 2*depth)
 	src, dst := make([]byte, msg), make([]byte, msg)
 	aMR, _ := a.PD.RegMR(src, 0x1000, qp.AccessLocalWrite)
 	bMR, _ := b.PD.RegMR(dst, 0x7000_0000, allAccess)
@@ -293,7 +282,6 @@ func testStallsDrawNoProbes(t *testing.T, msg, depth int) {
 		}
 		return false
 	}
-	var pkt ib.Packet
 	var wcs [16]qp.WorkCompletion
 	posted, done, stalls := 0, 0, 0
 	for n.Clock.T < run {
@@ -308,12 +296,7 @@ func testStallsDrawNoProbes(t *testing.T, msg, depth int) {
 		if len(held) > 0 && !stalled() {
 			// The stall ends: what B sent meanwhile arrives at once, in order.
 			stalls++
-			for _, h := range held {
-				if ib.ParseIB(h, &pkt) == nil {
-					_ = n.A.E.Receive(&pkt, &qp.Source{SGID: n.B.GID, DGID: n.A.GID})
-				}
-			}
-			held, moved = held[:0], true
+			held, moved = deliverToA(n, held), true
 		}
 		for k := a.SCQ.Poll(wcs[:]); k > 0; k = a.SCQ.Poll(wcs[:]) {
 			for _, wc := range wcs[:k] {
@@ -352,16 +335,7 @@ const maxProbesPerStall = 4
 // by the 67 ms timeout.
 func TestLostProbeProbedAgain(t *testing.T) {
 	const stall = 3500 * time.Microsecond // raises the floor to its cap (4 ms)
-	n, err := qptest.NewNet(qptest.Options{PortMTU: ib.MTU4096,
-		AtoB: faultnet.Config{Delay: 20 * time.Microsecond}, BtoA: faultnet.Config{Delay: 20 * time.Microsecond}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	a, _ := qptest.NewEndpoint(n.A.E, qp.RC, 4)
-	b, _ := qptest.NewEndpoint(n.B.E, qp.RC, 4)
-	if err := n.Connect(a.QP, b.QP, qptest.DefaultRC); err != nil {
-		t.Fatal(err)
-	}
+	n, a, b := slowRC(t, ib.MTU4096, 0, 4)
 	src, dst := make([]byte, 64), make([]byte, 64)
 	aMR, _ := a.PD.RegMR(src, 0x1000, qp.AccessLocalWrite)
 	bMR, _ := b.PD.RegMR(dst, 0x7000_0000, allAccess)
@@ -369,7 +343,6 @@ func TestLostProbeProbedAgain(t *testing.T) {
 		holdB    bool     // B's packets wait (a stall)
 		held     [][]byte // what B sent meanwhile
 		dropA    int      // A's next packets to lose
-		pkt      ib.Packet
 		wcs      [4]qp.WorkCompletion
 		stallEnd time.Duration
 	)
@@ -394,12 +367,7 @@ func TestLostProbeProbedAgain(t *testing.T) {
 			moved := n.Step()
 			if holdB && n.Clock.T >= stallEnd {
 				holdB = false
-				for _, h := range held {
-					if ib.ParseIB(h, &pkt) == nil {
-						_ = n.A.E.Receive(&pkt, &qp.Source{SGID: n.B.GID, DGID: n.A.GID})
-					}
-				}
-				held, moved = held[:0], true
+				held, moved = deliverToA(n, held), true
 			}
 			if k := a.SCQ.Poll(wcs[:]); k > 0 {
 				if wcs[0].Status != qp.WCSuccess {
@@ -492,18 +460,7 @@ func TestLostAckIsNoStall(t *testing.T) {
 		run    = 200 * time.Millisecond
 		maxGap = time.Millisecond // … and each costs about 350 µs
 	)
-	n, err := qptest.NewNet(qptest.Options{PortMTU: ib.MTU4096,
-		AtoB: faultnet.Config{Delay: 20 * time.Microsecond}, BtoA: faultnet.Config{Delay: 20 * time.Microsecond}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	a, _ := qptest.NewEndpoint(n.A.E, qp.RC, 2)
-	b, _ := qptest.NewEndpoint(n.B.E, qp.RC, 2)
-	p := qptest.DefaultRC
-	p.MTU = ib.MTU4096
-	if err := n.Connect(a.QP, b.QP, p); err != nil {
-		t.Fatal(err)
-	}
+	n, a, b := slowRC(t, ib.MTU4096, ib.MTU4096, 2)
 	src, dst := make([]byte, msg), make([]byte, msg)
 	aMR, _ := a.PD.RegMR(src, 0x1000, qp.AccessLocalWrite)
 	bMR, _ := b.PD.RegMR(dst, 0x7000_0000, allAccess)
@@ -591,18 +548,7 @@ func TestLossLowersStallFloor(t *testing.T) {
 		msg   = 64 << 10
 		stall = 3500 * time.Microsecond // raises the floor to its cap (4 ms)
 	)
-	n, err := qptest.NewNet(qptest.Options{PortMTU: ib.MTU4096,
-		AtoB: faultnet.Config{Delay: 20 * time.Microsecond}, BtoA: faultnet.Config{Delay: 20 * time.Microsecond}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	a, _ := qptest.NewEndpoint(n.A.E, qp.RC, 2)
-	b, _ := qptest.NewEndpoint(n.B.E, qp.RC, 2)
-	p := qptest.DefaultRC
-	p.MTU = ib.MTU4096
-	if err := n.Connect(a.QP, b.QP, p); err != nil {
-		t.Fatal(err)
-	}
+	n, a, b := slowRC(t, ib.MTU4096, ib.MTU4096, 2)
 	src, dst := make([]byte, msg), make([]byte, msg)
 	aMR, _ := a.PD.RegMR(src, 0x1000, qp.AccessLocalWrite)
 	bMR, _ := b.PD.RegMR(dst, 0x7000_0000, allAccess)
@@ -612,7 +558,6 @@ func TestLossLowersStallFloor(t *testing.T) {
 		stallEnd time.Duration
 		dropA    int // A's packets to pass before the next loss, -1 for none
 		dropB    bool
-		pkt      ib.Packet
 		wcs      [2]qp.WorkCompletion
 	)
 	dropA = -1
@@ -645,12 +590,7 @@ func TestLossLowersStallFloor(t *testing.T) {
 			moved := n.Step()
 			if holdB && n.Clock.T >= stallEnd {
 				holdB = false
-				for _, h := range held {
-					if ib.ParseIB(h, &pkt) == nil {
-						_ = n.A.E.Receive(&pkt, &qp.Source{SGID: n.B.GID, DGID: n.A.GID})
-					}
-				}
-				held, moved = held[:0], true
+				held, moved = deliverToA(n, held), true
 			}
 			if k := a.SCQ.Poll(wcs[:]); k > 0 {
 				if wcs[0].Status != qp.WCSuccess {
@@ -696,4 +636,38 @@ func TestLossLowersStallFloor(t *testing.T) {
 	if st.Timeouts != before.Timeouts || took[0] < 2*time.Millisecond || took[len(took)-1] > time.Millisecond {
 		t.Errorf("the losses were repaired in %v: want the first after the stall floor (over 2 ms), the last within 1 ms, no timeout", took)
 	}
+}
+
+// slowRC connects an RC pair of depth work requests over a fake path of
+// 20 µs each way, as the window tests run it: port MTU portMTU (0 for the
+// engine's default) and path MTU pathMTU (0 for qptest.DefaultRC's).
+func slowRC(t *testing.T, portMTU, pathMTU ib.MTU, depth int) (*qptest.Net, *qptest.Endpoint, *qptest.Endpoint) {
+	t.Helper()
+	n, err := qptest.NewNet(qptest.Options{PortMTU: portMTU,
+		AtoB: faultnet.Config{Delay: 20 * time.Microsecond}, BtoA: faultnet.Config{Delay: 20 * time.Microsecond}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, _ := qptest.NewEndpoint(n.A.E, qp.RC, depth)
+	b, _ := qptest.NewEndpoint(n.B.E, qp.RC, depth)
+	p := qptest.DefaultRC
+	if pathMTU != 0 {
+		p.MTU = pathMTU
+	}
+	if err := n.Connect(a.QP, b.QP, p); err != nil {
+		t.Fatal(err)
+	}
+	return n, a, b
+}
+
+// deliverToA hands A, in order, the packets B sent while they were held
+// (a stall), and returns held emptied for reuse.
+func deliverToA(n *qptest.Net, held [][]byte) [][]byte {
+	var pkt ib.Packet
+	for _, h := range held {
+		if ib.ParseIB(h, &pkt) == nil {
+			_ = n.A.E.Receive(&pkt, &qp.Source{SGID: n.B.GID, DGID: n.A.GID})
+		}
+	}
+	return held[:0]
 }

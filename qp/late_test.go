@@ -4,8 +4,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/goroce/goroce/ib"
-	"github.com/goroce/goroce/internal/faultnet"
 	"github.com/goroce/goroce/qp"
 	"github.com/goroce/goroce/qp/qptest"
 )
@@ -16,16 +14,7 @@ import (
 // timeout more, so the ACK already received completes the WRITE without a
 // timeout; a WRITE that was really lost still times out, that much later.
 func TestLateTimerAwaitsInput(t *testing.T) {
-	n, err := qptest.NewNet(qptest.Options{
-		AtoB: faultnet.Config{Delay: 20 * time.Microsecond}, BtoA: faultnet.Config{Delay: 20 * time.Microsecond}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	a, _ := qptest.NewEndpoint(n.A.E, qp.RC, 4)
-	b, _ := qptest.NewEndpoint(n.B.E, qp.RC, 4)
-	if err := n.Connect(a.QP, b.QP, qptest.DefaultRC); err != nil {
-		t.Fatal(err)
-	}
+	n, a, b := slowRC(t, 0, 0, 4)
 	rto := 4096 * time.Nanosecond << qptest.DefaultRC.Timeout
 	src, dst := make([]byte, 64), make([]byte, 64)
 	aMR, _ := a.PD.RegMR(src, 0x1000, qp.AccessLocalWrite)
@@ -33,7 +22,6 @@ func TestLateTimerAwaitsInput(t *testing.T) {
 	var (
 		held  [][]byte // B's packets, not yet read by A
 		loseA bool
-		pkt   ib.Packet
 		wcs   [4]qp.WorkCompletion
 	)
 	n.Drop = func(from string, p []byte) bool {
@@ -56,14 +44,7 @@ func TestLateTimerAwaitsInput(t *testing.T) {
 		n.A.E.Advance(n.Clock.T)
 		n.B.E.Advance(n.Clock.T)
 	}
-	read := func() {
-		for _, h := range held {
-			if ib.ParseIB(h, &pkt) == nil {
-				_ = n.A.E.Receive(&pkt, &qp.Source{SGID: n.B.GID, DGID: n.A.GID})
-			}
-		}
-		held = held[:0]
-	}
+	read := func() { held = deliverToA(n, held) }
 	post(1)
 	for i := 0; i < 100 && len(held) == 0; i++ {
 		n.Step()
