@@ -80,18 +80,21 @@ func udpSpoofEnv(t *testing.T, a, b, thirdA, thirdB netip.Prefix) *spoofEnv {
 				ns = p.VethA.NS
 				s.Src = thirdA.Addr()
 			}
-			pkt := make([]byte, s.IBLen())
-			if _, err := ib.BuildIB(pkt, s); err != nil {
-				t.Fatal(err)
-			}
-			// The UDP link synthesises frames and does not check the
-			// ICRC (the kernel checked the UDP datagram), so zeros do.
+			// The frame's ICRC covers the UDP source port, so the
+			// frame is built once the socket has its port: over IPv6
+			// the device checks the ICRC of what the UDP link receives.
 			err := ns.Do(func() error {
 				c, err := net.ListenUDP("udp", net.UDPAddrFromAddrPort(netip.AddrPortFrom(s.Src, 0)))
 				if err != nil {
 					return err
 				}
 				defer c.Close()
+				s.SrcPort = uint16(c.LocalAddr().(*net.UDPAddr).Port)
+				frame := make([]byte, s.Len())
+				if _, err := ib.Build(frame, s); err != nil {
+					return err
+				}
+				pkt := frame[len(frame)-s.IBLen():]
 				_, err = c.WriteToUDPAddrPort(pkt, netip.AddrPortFrom(s.Dst, ib.RoCEv2Port))
 				return err
 			})

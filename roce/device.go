@@ -315,7 +315,7 @@ func newDevice(l link.Link, opts Options, nl *netlinkWatch) (*Device, error) {
 		d.info.Name = opts.Interface
 	}
 	d.neigh = newNeighbours(opts.Neighbours, nl, d.linfo.Synthetic)
-	d.gids.Store(buildGIDTable(nil, d.mac, opts.Addrs))
+	d.gids.Store(buildGIDTable(nil, d.mac, d.servedAddrs(opts.Addrs)))
 	if opts.Capture != nil {
 		tap, err := newPcapTap(opts.Capture)
 		if err != nil {
@@ -342,7 +342,7 @@ func newDevice(l link.Link, opts Options, nl *netlinkWatch) (*Device, error) {
 		d.extra = append(d.extra, nl)
 		if err := nl.watchAddrs(d.ctx, func(addrs []netip.Addr) {
 			old := d.gids.Load()
-			d.gids.Store(buildGIDTable(old, d.mac, addrs))
+			d.gids.Store(buildGIDTable(old, d.mac, d.servedAddrs(addrs)))
 			d.log.Debug("roce: GID table updated", "interface", nl.ifname, "addrs", addrs)
 		}); err != nil {
 			d.cancel()
@@ -553,7 +553,7 @@ func (d *Device) receiveBatch(frames [][]byte, rx *rxState) {
 			d.ctr.badFrame.Add(1)
 			continue
 		}
-		if !d.linfo.Synthetic {
+		if !d.linfo.UncheckedICRC {
 			crc := ib.ICRC(f[fr.IPOffset:fr.UDPOffset], f[fr.UDPOffset:fr.End-ib.ICRCSize])
 			if crc != ib.GetICRC(f[fr.End-ib.ICRCSize:fr.End]) {
 				d.ctr.icrcErr.Add(1)

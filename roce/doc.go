@@ -44,7 +44,8 @@
 // subscription: addresses, link, neighbours):
 //
 //   - the receive goroutine: link.ReadBatch → ib.Parse → ICRC check (skipped
-//     when the link synthesizes headers, Info.Synthetic) → destination GID
+//     where the link cannot know every header field it covers,
+//     Info.UncheckedICRC: the kernel UDP link over IPv4) → destination GID
 //     check → Engine.Receive for the whole batch under one lock acquisition,
 //     then a transmit pass;
 //   - the timer goroutine: Engine.Advance with the real monotonic clock at the

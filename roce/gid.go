@@ -5,6 +5,7 @@ import (
 	"net/netip"
 
 	"github.com/goroce/goroce/ib"
+	"github.com/goroce/goroce/roce/link"
 )
 
 // gidTableLen is the size rxe advertises (RXE_PORT_GID_TBL_LEN).
@@ -116,6 +117,23 @@ func buildGIDTable(old *gidTable, mac [6]byte, addrs []netip.Addr) *gidTable {
 		t.v6 = def.Addr()
 	}
 	return t
+}
+
+// servedAddrs returns the addresses of addrs the device's link can send
+// from (link.AddrServer), in their order; all of them for a link that
+// serves every address.
+func (d *Device) servedAddrs(addrs []netip.Addr) []netip.Addr {
+	s, ok := d.link.(link.AddrServer)
+	if !ok {
+		return addrs
+	}
+	out := make([]netip.Addr, 0, len(addrs))
+	for _, a := range addrs {
+		if s.ServesAddr(a) {
+			out = append(out, a)
+		}
+	}
+	return out
 }
 
 // defaultGID is fe80::EUI-64(MAC) (rdma core: make_default_gid).

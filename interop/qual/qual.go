@@ -32,6 +32,9 @@ type SharedDevice struct {
 	// Capture, if set before the first Setup, receives the device's pcap
 	// capture (roce.Options.Capture).
 	Capture io.Writer
+	// UDP, if set before the first Setup, opens the device on the kernel
+	// UDP link (netdev.LinkUDP) instead of AF_XDP.
+	UDP bool
 
 	once sync.Once
 	dev  *roce.Device
@@ -58,35 +61,63 @@ type Env struct {
 	Dev *roce.Device
 	// GIDIndex is the guest's GID index of its IPv4 address.
 	GIDIndex int
+	// OurGIDIndex is the GID index goroce's side uses: -1, the first IPv4
+	// GID, unless the Env came from IPv6.
+	OurGIDIndex int
+}
+
+// IPv6 returns e with both sides on their IPv6 GIDs (the out-of-band
+// exchange stays on IPv4). It fails the test if the lab runs without IPv6.
+func (e *Env) IPv6(t *testing.T) *Env {
+	t.Helper()
+	if !e.Guest.Addr6.IsValid() || !e.Lab.PeerAddr6.IsValid() {
+		t.Fatalf("the lab runs without IPv6")
+	}
+	theirs, ok := e.Guest.GIDIndex(e.Guest.Addr6)
+	if !ok {
+		t.Fatalf("guest %s has no GID for %v: %v", e.Guest.Name, e.Guest.Addr6, e.Guest.GIDs)
+	}
+	ours, err := e.Dev.GIDIndex(e.Lab.PeerAddr6)
+	if err != nil {
+		t.Fatalf("goroce has no GID for %v: %v", e.Lab.PeerAddr6, err)
+	}
+	e6 := *e
+	e6.GIDIndex, e6.OurGIDIndex = theirs, ours
+	return &e6
 }
 
 // Setup returns the lab (started on first use) and the shared device,
-// opened over AF_XDP in the peer netns on first use.
+// opened in the peer netns on first use, over AF_XDP or, with Shared.UDP,
+// over the kernel UDP link.
 func Setup(t *testing.T) *Env {
 	t.Helper()
 	lab := rxelab.Get(t)
+	kind := netdev.LinkXDP
+	if Shared.UDP {
+		kind = netdev.LinkUDP
+	}
 	Shared.once.Do(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
 		logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 		Shared.err = lab.InPeerNS(func() error {
 			var err error
-			Shared.dev, err = netdev.Open(ctx, lab.PeerIf, netdev.Options{Link: netdev.LinkXDP, Device: roce.Options{Logger: logger, Capture: Shared.Capture}})
+			Shared.dev, err = netdev.Open(ctx, lab.PeerIf, netdev.Options{Link: kind, Device: roce.Options{Logger: logger, Capture: Shared.Capture}})
 			return err
 		})
 	})
 	if Shared.err != nil {
-		if errors.Is(Shared.err, roce.ErrNotSupported) {
+		if kind == netdev.LinkXDP && errors.Is(Shared.err, roce.ErrNotSupported) {
 			t.Skipf("AF_XDP on %s: %v", lab.PeerIf, Shared.err)
 		}
-		t.Fatalf("opening goroce on %s over AF_XDP: %v", lab.PeerIf, Shared.err)
+		t.Fatalf("opening goroce on %s over %v: %v", lab.PeerIf, kind, Shared.err)
 	}
 	g := lab.Guests[0]
 	idx, ok := g.GIDIndex(g.Addr)
 	if !ok {
 		t.Fatalf("guest %s has no GID for %v: %v", g.Name, g.Addr, g.GIDs)
 	}
-	return &Env{Lab: lab, Guest: g, Dev: Shared.dev, GIDIndex: idx}
+	return &Env{Lab: lab, Guest: g, Dev: Shared.dev, GIDIndex: idx, OurGIDIndex: -1}
 }
 
 // Listen opens the out-of-band listener on rxeh0's address in the peer
@@ -217,9 +248,9 @@ func (c PingpongCase) toolArgs(e *Env, server string) []string {
 	return args
 }
 
-func (c PingpongCase) config() perfrun.PingpongConfig {
+func (c PingpongCase) config(e *Env) perfrun.PingpongConfig {
 	m, _ := ib.MTUFromBytes(c.MTU)
-	return perfrun.PingpongConfig{Type: c.Type, Size: c.Size, Iters: c.Iters, MTU: m, Events: c.Events, GIDIndex: -1}
+	return perfrun.PingpongConfig{Type: c.Type, Size: c.Size, Iters: c.Iters, MTU: m, Events: c.Events, GIDIndex: e.OurGIDIndex}
 }
 
 // PingpongGoroceServer runs the case with goroce as server and the guest tool as client.
@@ -230,7 +261,7 @@ func PingpongGoroceServer(t *testing.T, e *Env, c PingpongCase) {
 	t0 := time.Now()
 	_, wait := e.Start(ctx, c.toolArgs(e, e.Lab.PeerAddr.String())...)
 	var out bytes.Buffer
-	res, err := perfrun.Pingpong(ctx, e.Dev, oob, c.config(), &out)
+	res, err := perfrun.Pingpong(ctx, e.Dev, oob, c.config(e), &out)
 	tool := wait()
 	if err != nil || !tool.OK() {
 		t.Fatalf("goroce server: %v\n%s\nour output:\n%s\nguest %s\n%s", err, out.String(), out.String(), tool, e.counters())
@@ -246,7 +277,7 @@ func PingpongGoroceClient(t *testing.T, e *Env, c PingpongCase) {
 	t0 := time.Now()
 	job, wait := e.Start(ctx, c.toolArgs(e, "")...)
 	var out bytes.Buffer
-	res, err := perfrun.Pingpong(ctx, e.Dev, e.Dialer(job.Done()), c.config(), &out)
+	res, err := perfrun.Pingpong(ctx, e.Dev, e.Dialer(job.Done()), c.config(e), &out)
 	if err != nil {
 		cancel()
 	}
@@ -350,10 +381,10 @@ func (c PerfCase) toolArgs(e *Env, server string) []string {
 	return args
 }
 
-func (c PerfCase) config() perfrun.PerfConfig {
+func (c PerfCase) config(e *Env) perfrun.PerfConfig {
 	m, _ := ib.MTUFromBytes(c.MTU)
 	return perfrun.PerfConfig{Verb: c.Verb, Latency: c.Latency, Size: c.Size, Iters: c.Iters, MTU: m,
-		GIDIndex: -1, Gbits: c.Gbits}
+		GIDIndex: e.OurGIDIndex, Gbits: c.Gbits}
 }
 
 // PerfGoroceServer runs the case with goroce as server and the guest tool as client.
@@ -367,7 +398,7 @@ func PerfGoroceServer(t *testing.T, e *Env, c PerfCase) {
 	t0 := time.Now()
 	_, wait := e.Start(ctx, c.toolArgs(e, e.Lab.PeerAddr.String())...)
 	var out bytes.Buffer
-	res, err := perfrun.Perf(ctx, e.Dev, oob, c.config(), &out, false)
+	res, err := perfrun.Perf(ctx, e.Dev, oob, c.config(e), &out, false)
 	if err != nil {
 		cancel()
 	}
@@ -390,7 +421,7 @@ func PerfGoroceClient(t *testing.T, e *Env, c PerfCase) {
 	if c.RDMACM {
 		oob = perfrun.OOB{RDMACM: &perfrun.RDMACM{Peer: netip.AddrPortFrom(e.Guest.Addr, rxelab.OOBPort)}}
 	}
-	res, err := perfrun.Perf(ctx, e.Dev, oob, c.config(), &out, false)
+	res, err := perfrun.Perf(ctx, e.Dev, oob, c.config(e), &out, false)
 	if err != nil {
 		cancel()
 	}

@@ -10,7 +10,8 @@
 //   - AF_XDP (xdplink) puts the frames on the wire unchanged.
 //   - The kernel UDP link (udplink) sends only the UDP payload and lets the
 //     kernel build the headers; on receive it synthesizes Ethernet, IP and
-//     UDP headers from what recvmsg reports. Info.Synthetic says so, and
+//     UDP headers from what recvmsg reports. Info.Synthetic says so,
+//     Info.UncheckedICRC says whether the ICRC can still be checked, and
 //     Info.FixedSourcePort and Info.IPIDZero say which header fields the
 //     transport must use so that the ICRC it computes matches the wire.
 //   - The memory link (memlink) passes frames through a faultnet pipe.

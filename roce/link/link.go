@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 
 	"github.com/goroce/goroce/internal/errclosed"
 )
@@ -55,6 +56,19 @@ type Poller interface {
 	WaitReadable(ctx context.Context) error
 }
 
+// AddrServer is implemented by links that send from only some of an
+// interface's addresses: the kernel UDP link sends from the one address its
+// socket is bound to, or from any address of the socket's family when it is
+// bound to the wildcard. A device lists in its GID table only the
+// addresses its link serves (and, at index 0, the default GID, as every
+// RoCE device does), so that no QP is given a source GID whose frames the
+// link would refuse.
+type AddrServer interface {
+	// ServesAddr reports whether frames from addr can be sent and
+	// received.
+	ServesAddr(addr netip.Addr) bool
+}
+
 // TxLender is implemented by links that lend their transmit buffers (the
 // UMEM of an AF_XDP socket): a frame built in a lent buffer is sent from
 // where it was built, saving the copy WriteBatch makes. A device uses it
@@ -95,6 +109,11 @@ type Info struct {
 	// was on the wire, so the ICRC of a received frame cannot be checked
 	// over the IP header.
 	Synthetic bool
+	// UncheckedICRC is true when the ICRC of received frames cannot be
+	// checked: their headers are synthesized and lack a field the ICRC
+	// covers (the kernel UDP link over IPv4 does not learn the IP ID).
+	// Over IPv6 every covered field is known, and the ICRC is checked.
+	UncheckedICRC bool
 	// FixedSourcePort, if non-zero, is the UDP source port every sent
 	// frame actually carries (kernel UDP link bound to 4791); the
 	// transport must build frames, and their ICRC, with it.

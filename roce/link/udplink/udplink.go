@@ -209,6 +209,10 @@ func (l *Link) setsockopts(fd, bufSize int) error {
 			{unix.IPPROTO_IPV6, unix.IPV6_DONTFRAG, 1, "IPV6_DONTFRAG"},
 			{unix.IPPROTO_IPV6, unix.IPV6_RECVPKTINFO, 1, "IPV6_RECVPKTINFO"},
 			{unix.IPPROTO_IPV6, unix.IPV6_RECVTCLASS, 1, "IPV6_RECVTCLASS"},
+			// rxe sends every datagram with UDP checksum 0, IPv6 too
+			// (its tunnel socket takes zero checksums); without this
+			// the kernel drops them all. The ICRC still checks them.
+			{unix.IPPROTO_UDP, unix.UDP_NO_CHECK6_RX, 1, "UDP_NO_CHECK6_RX"},
 		}
 	} else {
 		opts = []opt{
@@ -723,6 +727,17 @@ func (l *Link) prepare(k, j int, frame []byte, f *link.Frame) {
 // LocalAddr returns the bound address and port.
 func (l *Link) LocalAddr() netip.AddrPort { return netip.AddrPortFrom(l.addr, l.port) }
 
+// ServesAddr reports whether addr is the link's address, or of its family
+// when the link is bound to the wildcard address (link.AddrServer). A
+// socket bound to one family neither sends from nor receives on the other.
+func (l *Link) ServesAddr(addr netip.Addr) bool {
+	addr = addr.Unmap().WithZone("")
+	if l.wildcard {
+		return addr.Is6() == l.v6
+	}
+	return addr == l.addr
+}
+
 // Stats returns the drop and offload counters.
 func (l *Link) Stats() Stats {
 	return Stats{
@@ -748,7 +763,7 @@ func (l *Link) HardwareAddr() net.HardwareAddr { return l.mac }
 
 // Info reports a synthetic kernel UDP link.
 func (l *Link) Info() link.Info {
-	return link.Info{Kind: link.KindUDP, Name: l.name, Synthetic: true, FixedSourcePort: l.port, IPIDZero: !l.v6}
+	return link.Info{Kind: link.KindUDP, Name: l.name, Synthetic: true, UncheckedICRC: !l.v6, FixedSourcePort: l.port, IPIDZero: !l.v6}
 }
 
 // Close closes the socket; blocked ReadBatch calls return link.ErrClosed,

@@ -200,6 +200,35 @@ func TestWildcardSourceAddress(t *testing.T) {
 	})
 }
 
+// TestServesAddr: a link bound to one address serves that address only; a
+// wildcard link serves its family. ServesAddr agrees with what WriteBatch
+// accepts as a source.
+func TestServesAddr(t *testing.T) {
+	one, any4 := listen(t, "127.0.0.1"), listen(t, "0.0.0.0")
+	peer := listen(t, "127.0.0.1")
+	for _, c := range []struct {
+		l    *Link
+		addr string
+		want bool
+	}{
+		{one, "127.0.0.1", true}, {one, "::ffff:127.0.0.1", true}, {one, "127.0.0.2", false}, {one, "::1", false},
+		{any4, "127.0.0.2", true}, {any4, "192.0.2.1", true}, {any4, "::1", false},
+	} {
+		a := netip.MustParseAddr(c.addr)
+		if got := c.l.ServesAddr(a); got != c.want {
+			t.Errorf("%v.ServesAddr(%v) = %v, want %v", c.l.LocalAddr(), a, got, c.want)
+		}
+		if !a.Unmap().Is4() || (c.l == any4 && c.want) {
+			continue // a wildcard's sends from a non-local address fail in the kernel, not here
+		}
+		from := netip.AddrPortFrom(a.Unmap(), c.l.LocalAddr().Port())
+		_, err := c.l.WriteBatch([][]byte{mkframe(from, peer.LocalAddr(), 0, payload(0, 40))})
+		if refused := errors.Is(err, link.ErrSourceAddr); refused == c.want {
+			t.Errorf("%v: send from %v: %v", c.l.LocalAddr(), a, err)
+		}
+	}
+}
+
 func TestContextCancel(t *testing.T) {
 	a, b := listen(t, "127.0.0.1"), listen(t, "127.0.0.1")
 	for i := 0; i < 3; i++ {
