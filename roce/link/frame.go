@@ -150,9 +150,10 @@ type Header struct {
 }
 
 // HeaderSize returns the size of the prefix Put writes for this header
-// (Ethernet + IPv4 or IPv6 + UDP).
+// (Ethernet + IPv4 or IPv6 + UDP; an IPv4-mapped source is IPv4, as Put
+// writes it).
 func (h *Header) HeaderSize() int {
-	if h.SrcAddr.Is4() {
+	if h.SrcAddr.Unmap().Is4() {
 		return EthernetSize + IPv4Size + UDPSize
 	}
 	return EthernetSize + IPv6Size + UDPSize

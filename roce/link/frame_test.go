@@ -19,6 +19,9 @@ func synth(t testing.TB, src, dst string, payload []byte) []byte {
 	}
 	b := make([]byte, h.HeaderSize()+len(payload))
 	n := h.Put(b, len(payload))
+	if n != h.HeaderSize() {
+		t.Fatalf("%s: Put wrote %d header bytes, HeaderSize says %d", src, n, h.HeaderSize())
+	}
 	copy(b[n:], payload)
 	return b
 }
@@ -28,13 +31,15 @@ func TestPutParseRoundTrip(t *testing.T) {
 	for _, tc := range []struct{ src, dst string }{
 		{"192.0.2.1", "192.0.2.2"},
 		{"2001:db8::1", "2001:db8::2"},
+		{"::ffff:192.0.2.1", "::ffff:192.0.2.2"}, // IPv4-mapped: written as IPv4
 	} {
 		b := synth(t, tc.src, tc.dst, payload)
 		f, err := ParseFrame(b)
 		if err != nil {
 			t.Fatalf("%s: %v", tc.src, err)
 		}
-		if f.Src.String() != tc.src || f.Dst.String() != tc.dst || f.SrcPort != 49152 || f.DstPort != 4791 ||
+		src, dst := netip.MustParseAddr(tc.src).Unmap(), netip.MustParseAddr(tc.dst).Unmap()
+		if f.Src != src || f.Dst != dst || f.SrcPort != 49152 || f.DstPort != 4791 ||
 			f.TOS != 2 || f.TTL != 64 || string(b[f.Payload:f.End]) != string(payload) {
 			t.Fatalf("%s: parsed %+v", tc.src, f)
 		}
