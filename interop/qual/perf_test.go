@@ -20,14 +20,7 @@ func TestPerftest(t *testing.T) {
 	e := Setup(t)
 	var cases []PerfCase
 	for _, mtu := range []int{1024, 2048} {
-		for v := perftest.Send; v <= perftest.Atomic; v++ {
-			size := 0
-			if v != perftest.Atomic {
-				size = 16384
-			}
-			cases = append(cases, PerfCase{Verb: v, MTU: mtu, Size: size, Iters: 200})
-			cases = append(cases, PerfCase{Verb: v, Latency: true, MTU: mtu, Iters: 100})
-		}
+		cases = append(cases, PerfVerbs(mtu, 16384, 200, 100)...)
 	}
 	cases = append(cases, PerfCase{Verb: perftest.Write, MTU: 2048, Size: 65536, Iters: 100, Gbits: true})
 	// -R: the exchange and the test QP over rdma_cm.
@@ -36,8 +29,5 @@ func TestPerftest(t *testing.T) {
 		PerfCase{Verb: perftest.Send, Latency: true, MTU: 1024, Iters: 100, RDMACM: true},
 		PerfCase{Verb: perftest.Send, MTU: 1024, Size: 16384, Iters: 200, RDMACM: true},
 		PerfCase{Verb: perftest.Read, MTU: 2048, Size: 16384, Iters: 200, RDMACM: true})
-	for _, c := range cases {
-		t.Run("goroce-server/"+c.Name(), func(t *testing.T) { PerfGoroceServer(t, e, c) })
-		t.Run("goroce-client/"+c.Name(), func(t *testing.T) { PerfGoroceClient(t, e, c) })
-	}
+	PerfBothRoles(t, e, cases)
 }

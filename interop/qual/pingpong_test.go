@@ -23,10 +23,7 @@ func TestRCPingpong(t *testing.T) {
 		}
 		cases = append(cases, PingpongCase{Type: roce.RC, Size: 4096, MTU: mtu, Events: true, Iters: 50})
 	}
-	for _, c := range cases {
-		t.Run("goroce-server/"+c.Name(), func(t *testing.T) { PingpongGoroceServer(t, e, c) })
-		t.Run("goroce-client/"+c.Name(), func(t *testing.T) { PingpongGoroceClient(t, e, c) })
-	}
+	PingpongBothRoles(t, e, cases)
 }
 
 // TestUDPingpong is TestRCPingpong for ibv_ud_pingpong (UD SENDs with GRH,
@@ -38,8 +35,5 @@ func TestUDPingpong(t *testing.T) {
 		cases = append(cases, PingpongCase{Type: roce.UD, Size: size, Iters: 50})
 	}
 	cases = append(cases, PingpongCase{Type: roce.UD, Size: 1024, Events: true, Iters: 50})
-	for _, c := range cases {
-		t.Run("goroce-server/"+c.Name(), func(t *testing.T) { PingpongGoroceServer(t, e, c) })
-		t.Run("goroce-client/"+c.Name(), func(t *testing.T) { PingpongGoroceClient(t, e, c) })
-	}
+	PingpongBothRoles(t, e, cases)
 }

@@ -253,6 +253,42 @@ func (c PingpongCase) config(e *Env) perfrun.PingpongConfig {
 	return perfrun.PingpongConfig{Type: c.Type, Size: c.Size, Iters: c.Iters, MTU: m, Events: c.Events, GIDIndex: e.OurGIDIndex}
 }
 
+// PerfVerbs returns a bandwidth and a latency case of every perftest verb
+// (send, write, read, atomic) at path MTU mtu: bandwidth messages of size
+// bytes (atomics: the tool's own 8) and bwIters iterations, latency runs of
+// latIters.
+func PerfVerbs(mtu, size, bwIters, latIters int) []PerfCase {
+	var cases []PerfCase
+	for v := perftest.Send; v <= perftest.Atomic; v++ {
+		n := 0
+		if v != perftest.Atomic {
+			n = size
+		}
+		cases = append(cases, PerfCase{Verb: v, MTU: mtu, Size: n, Iters: bwIters},
+			PerfCase{Verb: v, Latency: true, MTU: mtu, Iters: latIters})
+	}
+	return cases
+}
+
+// PingpongBothRoles runs each case twice, as the subtests
+// "goroce-server/NAME" and "goroce-client/NAME".
+func PingpongBothRoles(t *testing.T, e *Env, cases []PingpongCase) {
+	bothRoles(t, e, cases, PingpongGoroceServer, PingpongGoroceClient)
+}
+
+// PerfBothRoles is PingpongBothRoles for perftest cases.
+func PerfBothRoles(t *testing.T, e *Env, cases []PerfCase) {
+	bothRoles(t, e, cases, PerfGoroceServer, PerfGoroceClient)
+}
+
+func bothRoles[C interface{ Name() string }](t *testing.T, e *Env, cases []C, server, client func(*testing.T, *Env, C)) {
+	t.Helper()
+	for _, c := range cases {
+		t.Run("goroce-server/"+c.Name(), func(t *testing.T) { server(t, e, c) })
+		t.Run("goroce-client/"+c.Name(), func(t *testing.T) { client(t, e, c) })
+	}
+}
+
 // PingpongGoroceServer runs the case with goroce as server and the guest tool as client.
 func PingpongGoroceServer(t *testing.T, e *Env, c PingpongCase) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)

@@ -8,7 +8,6 @@ import (
 	"os"
 	"testing"
 
-	"github.com/goroce/goroce/internal/perftest"
 	"github.com/goroce/goroce/interop/qual"
 	"github.com/goroce/goroce/interop/rxelab"
 	"github.com/goroce/goroce/roce"
@@ -30,26 +29,11 @@ func TestPingpong4096(t *testing.T) {
 		{Type: roce.RC, Size: 20000, MTU: 4096, Iters: 50},
 		{Type: roce.UD, Size: 4096, Iters: 50},
 	}
-	for _, c := range cases {
-		t.Run("goroce-server/"+c.Name(), func(t *testing.T) { qual.PingpongGoroceServer(t, e, c) })
-		t.Run("goroce-client/"+c.Name(), func(t *testing.T) { qual.PingpongGoroceClient(t, e, c) })
-	}
+	qual.PingpongBothRoles(t, e, cases)
 }
 
 // TestPerftest4096 runs the perftest BW and latency tests at path MTU 4096.
 func TestPerftest4096(t *testing.T) {
 	e := qual.Setup(t)
-	var cases []qual.PerfCase
-	for v := perftest.Send; v <= perftest.Atomic; v++ {
-		size := 0
-		if v != perftest.Atomic {
-			size = 65536
-		}
-		cases = append(cases, qual.PerfCase{Verb: v, MTU: 4096, Size: size, Iters: 100})
-		cases = append(cases, qual.PerfCase{Verb: v, Latency: true, MTU: 4096, Iters: 100})
-	}
-	for _, c := range cases {
-		t.Run("goroce-server/"+c.Name(), func(t *testing.T) { qual.PerfGoroceServer(t, e, c) })
-		t.Run("goroce-client/"+c.Name(), func(t *testing.T) { qual.PerfGoroceClient(t, e, c) })
-	}
+	qual.PerfBothRoles(t, e, qual.PerfVerbs(4096, 65536, 100, 100))
 }

@@ -99,15 +99,9 @@ func TestPingpong(t *testing.T) {
 		{Type: roce.RC, Size: 20000, MTU: 4096, Iters: 50},
 		{Type: roce.UD, Size: 4096, Iters: 50},
 	}
-	run := func(prefix string, e *qual.Env, cases []qual.PingpongCase) {
-		for _, c := range cases {
-			t.Run(prefix+"goroce-server/"+c.Name(), func(t *testing.T) { qual.PingpongGoroceServer(t, e, c) })
-			t.Run(prefix+"goroce-client/"+c.Name(), func(t *testing.T) { qual.PingpongGoroceClient(t, e, c) })
-		}
-	}
-	run("", e, cases)
+	qual.PingpongBothRoles(t, e, cases)
 	e6, _ := setup6(t, e)
-	run("ipv6/", e6, cases6)
+	t.Run("ipv6", func(t *testing.T) { qual.PingpongBothRoles(t, e6, cases6) })
 }
 
 // TestPerftest runs perftest's BW and latency tests against rocectl perf,
@@ -115,29 +109,14 @@ func TestPingpong(t *testing.T) {
 // write test at 1024 too, and the bandwidth tests again on IPv6 GIDs.
 func TestPerftest(t *testing.T) {
 	e, _ := setup(t)
-	var cases []qual.PerfCase
-	for v := perftest.Send; v <= perftest.Atomic; v++ {
-		size := 0
-		if v != perftest.Atomic {
-			size = 65536
-		}
-		cases = append(cases, qual.PerfCase{Verb: v, MTU: 4096, Size: size, Iters: 100})
-		cases = append(cases, qual.PerfCase{Verb: v, Latency: true, MTU: 4096, Iters: 100})
-	}
-	cases = append(cases, qual.PerfCase{Verb: perftest.Write, MTU: 1024, Size: 16384, Iters: 200})
+	cases := append(qual.PerfVerbs(4096, 65536, 100, 100), qual.PerfCase{Verb: perftest.Write, MTU: 1024, Size: 16384, Iters: 200})
 	var cases6 []qual.PerfCase
 	for _, v := range []perftest.Verb{perftest.Send, perftest.Write, perftest.Read} {
 		cases6 = append(cases6, qual.PerfCase{Verb: v, MTU: 4096, Size: 65536, Iters: 100})
 	}
-	run := func(prefix string, e *qual.Env, cases []qual.PerfCase) {
-		for _, c := range cases {
-			t.Run(prefix+"goroce-server/"+c.Name(), func(t *testing.T) { qual.PerfGoroceServer(t, e, c) })
-			t.Run(prefix+"goroce-client/"+c.Name(), func(t *testing.T) { qual.PerfGoroceClient(t, e, c) })
-		}
-	}
-	run("", e, cases)
+	qual.PerfBothRoles(t, e, cases)
 	e6, _ := setup6(t, e)
-	run("ipv6/", e6, cases6)
+	t.Run("ipv6", func(t *testing.T) { qual.PerfBothRoles(t, e6, cases6) })
 }
 
 // TestGSORule runs ib_write_bw with goroce as the writer over each family
