@@ -340,16 +340,12 @@ func TestLostProbeProbedAgain(t *testing.T) {
 	aMR, _ := a.PD.RegMR(src, 0x1000, qp.AccessLocalWrite)
 	bMR, _ := b.PD.RegMR(dst, 0x7000_0000, allAccess)
 	var (
-		holdB    bool     // B's packets wait (a stall)
-		held     [][]byte // what B sent meanwhile
-		dropA    int      // A's next packets to lose
-		wcs      [4]qp.WorkCompletion
-		stallEnd time.Duration
+		hs    heldStall
+		dropA int // A's next packets to lose
 	)
 	n.Drop = func(from string, p []byte) bool {
 		switch {
-		case from == "B" && holdB:
-			held = append(held, append([]byte(nil), p...))
+		case from == "B" && hs.hold(p):
 			return true
 		case from == "A" && dropA > 0:
 			dropA--
@@ -358,39 +354,15 @@ func TestLostProbeProbedAgain(t *testing.T) {
 		return false
 	}
 	write := func(id int) {
-		wr := qp.SendWR{ID: uint64(id), Opcode: qp.WRRDMAWrite, Flags: qp.SendSignaled,
-			SGL: []qp.SGE{{Addr: 0x1000, Length: 64, LKey: aMR.LKey()}}, RemoteAddr: 0x7000_0000, RKey: bMR.RKey()}
-		if err := a.QP.PostSend(&wr); err != nil {
-			t.Fatal(err)
-		}
-		for start := n.Clock.T; ; {
-			moved := n.Step()
-			if holdB && n.Clock.T >= stallEnd {
-				holdB = false
-				held, moved = deliverToA(n, held), true
-			}
-			if k := a.SCQ.Poll(wcs[:]); k > 0 {
-				if wcs[0].Status != qp.WCSuccess {
-					t.Fatalf("WRITE %d: %v", id, wcs[0].Status)
-				}
-				return
-			}
-			if n.Clock.T-start > time.Second {
-				t.Fatalf("WRITE %d: no completion in a second", id)
-			}
-			if !moved {
-				n.Clock.T += 10 * time.Microsecond
-				n.A.E.Advance(n.Clock.T)
-				n.B.E.Advance(n.Clock.T)
-			}
-		}
+		writeAndWait(t, n, a, &hs, qp.SendWR{ID: uint64(id), Opcode: qp.WRRDMAWrite, Flags: qp.SendSignaled,
+			SGL: []qp.SGE{{Addr: 0x1000, Length: 64, LKey: aMR.LKey()}}, RemoteAddr: 0x7000_0000, RKey: bMR.RKey()})
 	}
 	id := 0
 	for ; id < 50; id++ { // round-trip samples
 		write(id)
 	}
 	for i := 0; i < 3; i++ { // stalls the probes learn to wait out
-		holdB, stallEnd = true, n.Clock.T+stall
+		hs.start(n.Clock.T + stall)
 		write(id)
 		id++
 		for j := 0; j < 20; j++ {
@@ -553,18 +525,13 @@ func TestLossLowersStallFloor(t *testing.T) {
 	aMR, _ := a.PD.RegMR(src, 0x1000, qp.AccessLocalWrite)
 	bMR, _ := b.PD.RegMR(dst, 0x7000_0000, allAccess)
 	var (
-		holdB    bool // B's packets wait (a stall)
-		held     [][]byte
-		stallEnd time.Duration
-		dropA    int // A's packets to pass before the next loss, -1 for none
-		dropB    bool
-		wcs      [2]qp.WorkCompletion
+		hs    heldStall
+		dropA = -1 // A's packets to pass before the next loss, -1 for none
+		dropB bool
 	)
-	dropA = -1
 	n.Drop = func(from string, b []byte) bool {
 		switch {
-		case from == "B" && holdB:
-			held = append(held, append([]byte(nil), b...))
+		case from == "B" && hs.hold(b):
 			return true
 		case from == "B" && dropB:
 			dropB = false // the NAK
@@ -580,39 +547,15 @@ func TestLossLowersStallFloor(t *testing.T) {
 	id := 0
 	// write sends one WRITE and returns how long it took.
 	write := func() time.Duration {
-		wr := qp.SendWR{ID: uint64(id), Opcode: qp.WRRDMAWrite, Flags: qp.SendSignaled,
-			SGL: []qp.SGE{{Addr: 0x1000, Length: msg, LKey: aMR.LKey()}}, RemoteAddr: 0x7000_0000, RKey: bMR.RKey()}
 		id++
-		if err := a.QP.PostSend(&wr); err != nil {
-			t.Fatal(err)
-		}
-		for start := n.Clock.T; ; {
-			moved := n.Step()
-			if holdB && n.Clock.T >= stallEnd {
-				holdB = false
-				held, moved = deliverToA(n, held), true
-			}
-			if k := a.SCQ.Poll(wcs[:]); k > 0 {
-				if wcs[0].Status != qp.WCSuccess {
-					t.Fatalf("WRITE %d: %v", wr.ID, wcs[0].Status)
-				}
-				return n.Clock.T - start
-			}
-			if n.Clock.T-start > time.Second {
-				t.Fatalf("WRITE %d: no completion in a second", wr.ID)
-			}
-			if !moved {
-				n.Clock.T += 10 * time.Microsecond
-				n.A.E.Advance(n.Clock.T)
-				n.B.E.Advance(n.Clock.T)
-			}
-		}
+		return writeAndWait(t, n, a, &hs, qp.SendWR{ID: uint64(id - 1), Opcode: qp.WRRDMAWrite, Flags: qp.SendSignaled,
+			SGL: []qp.SGE{{Addr: 0x1000, Length: msg, LKey: aMR.LKey()}}, RemoteAddr: 0x7000_0000, RKey: bMR.RKey()})
 	}
 	for i := 0; i < 50; i++ { // round-trip samples
 		write()
 	}
 	for i := 0; i < 3; i++ { // stalls the probes learn to wait out
-		holdB, stallEnd = true, n.Clock.T+stall
+		hs.start(n.Clock.T + stall)
 		write()
 		for j := 0; j < 20; j++ {
 			write()
@@ -658,6 +601,55 @@ func slowRC(t *testing.T, portMTU, pathMTU ib.MTU, depth int) (*qptest.Net, *qpt
 		t.Fatal(err)
 	}
 	return n, a, b
+}
+
+// heldStall holds what B sends from start until end, then hands it to A
+// (deliverToA) as writeAndWait steps past end.
+type heldStall struct {
+	on   bool
+	end  time.Duration
+	held [][]byte
+}
+
+func (s *heldStall) start(end time.Duration) { s.on, s.end = true, end }
+
+// hold keeps a copy of p if the stall is on, and reports whether it did.
+func (s *heldStall) hold(p []byte) bool {
+	if s.on {
+		s.held = append(s.held, append([]byte(nil), p...))
+	}
+	return s.on
+}
+
+// writeAndWait posts wr on a and steps n until it completes, ending the
+// stall s at its end; it returns how long the WRITE took.
+func writeAndWait(t *testing.T, n *qptest.Net, a *qptest.Endpoint, s *heldStall, wr qp.SendWR) time.Duration {
+	t.Helper()
+	var wcs [4]qp.WorkCompletion
+	if err := a.QP.PostSend(&wr); err != nil {
+		t.Fatal(err)
+	}
+	for start := n.Clock.T; ; {
+		moved := n.Step()
+		if s.on && n.Clock.T >= s.end {
+			s.on = false
+			s.held, moved = deliverToA(n, s.held), true
+		}
+		if k := a.SCQ.Poll(wcs[:]); k > 0 {
+			if wcs[0].Status != qp.WCSuccess {
+				t.Fatalf("WRITE %d: %v", wr.ID, wcs[0].Status)
+			}
+			return n.Clock.T - start
+		}
+		if n.Clock.T-start > time.Second {
+			t.Fatalf("WRITE %d: no completion in a second", wr.ID)
+		}
+		if !moved {
+			n.Clock.T += 10 * time.Microsecond
+			n.A.E.Advance(n.Clock.T)
+			n.B.E.Advance(n.Clock.T)
+		}
+	}
 }
 
 // deliverToA hands A, in order, the packets B sent while they were held
