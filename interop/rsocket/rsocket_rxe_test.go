@@ -62,7 +62,7 @@ var labDev sharedDev
 
 // rxeSetup boots the lab and opens goroce on its host-side interface
 // (AF_XDP).
-func rxeSetup(t *testing.T) (*rxelab.Lab, *rxelab.Guest, *roce.Device) {
+func rxeSetup(t testing.TB) (*rxelab.Lab, *rxelab.Guest, *roce.Device) {
 	t.Helper()
 	lab := rxelab.Get(t)
 	labDev.once.Do(func() {
@@ -127,19 +127,23 @@ func (c rstreamCase) name() string {
 	return s
 }
 
-// context bounds a run: a hang guard of 4 minutes, and for the default
-// series (about 870 MB in 220,000 round trips: 5 minutes to far more
-// than an hour of a TCG guest, depending on the host's load) whatever the test binary's -timeout
-// leaves, less a margin, so that a slow series fails as itself instead of
-// the binary's alarm stopping every test.
-func (c rstreamCase) context(t *testing.T) (context.Context, context.CancelFunc) {
-	if !c.series {
-		return context.WithTimeout(context.Background(), 4*time.Minute)
+// timeout bounds one run of a case (each attempt's, see rxelab.Lab.Case):
+// a hang guard of 4 minutes, and for a run of the default series (about
+// 220 MB in 55,000 round trips) seriesRunTimeout.
+func (c rstreamCase) timeout() time.Duration {
+	if c.series {
+		return seriesRunTimeout
 	}
-	if d, ok := t.Deadline(); ok {
-		return context.WithDeadline(context.Background(), d.Add(-2*time.Minute))
-	}
-	return context.WithTimeout(context.Background(), time.Hour)
+	return 4 * time.Minute
+}
+
+// bounded runs one case under the lab's watch: a guest whose NIC stalls or
+// whose qemu stops ends the attempt in seconds and the case is rerun once
+// on a restarted guest (rxelab.Lab.Case).
+func bounded(t *testing.T, c rstreamCase, run func(ctx context.Context, t testing.TB)) {
+	t.Helper()
+	lab, _, _ := rxeSetup(t)
+	lab.Case(t, rxelab.CaseOptions{Timeout: c.timeout(), Guests: []*rxelab.Guest{lab.Guests[c.guest]}}, run)
 }
 
 func (c rstreamCase) args() []string {
@@ -203,7 +207,7 @@ func resultLines(out string) []string {
 
 // checkResults fails t unless both sides printed the same result lines
 // (measurements aside): one custom line, or the default series.
-func checkResults(t *testing.T, c rstreamCase, ours, theirs string) {
+func checkResults(t testing.TB, c rstreamCase, ours, theirs string) {
 	t.Helper()
 	a, b := resultLines(ours), resultLines(theirs)
 	want := 1
@@ -227,7 +231,7 @@ func checkResults(t *testing.T, c rstreamCase, ours, theirs string) {
 // asyncHangup reports rstream -T a's exit 16 (POLLHUP from do_poll) when
 // the final data and the disconnect arrive together: a fault of the tool,
 // accepted only when it found no corrupt byte; the caller checks our side.
-func asyncHangup(t *testing.T, c rstreamCase, code int, out []byte) bool {
+func asyncHangup(t testing.TB, c rstreamCase, code int, out []byte) bool {
 	if c.mode != "a" || code != 16 || strings.Contains(string(out), "verification failed") {
 		return false
 	}
@@ -255,9 +259,14 @@ func TestRstreamGuestServer(t *testing.T) {
 }
 
 func rstreamGuestServer(t *testing.T, addr netip.Addr, c rstreamCase) {
+	t.Helper()
+	bounded(t, c, func(ctx context.Context, t testing.TB) { rstreamGuestServerOnce(ctx, t, addr, c) })
+}
+
+func rstreamGuestServerOnce(ctx context.Context, t testing.TB, addr netip.Addr, c rstreamCase) {
 	lab, _, dev := rxeSetup(t)
 	g := lab.Guests[c.guest]
-	ctx, cancel := c.context(t)
+	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	args := append([]string{"rstream"}, c.args()...)
 	if addr.Is6() {
@@ -320,9 +329,14 @@ func TestRstreamGuestClient(t *testing.T) {
 }
 
 func rstreamGuestClient(t *testing.T, addr netip.Addr, c rstreamCase) {
+	t.Helper()
+	bounded(t, c, func(ctx context.Context, t testing.TB) { rstreamGuestClientOnce(ctx, t, addr, c) })
+}
+
+func rstreamGuestClientOnce(ctx context.Context, t testing.TB, addr netip.Addr, c rstreamCase) {
 	lab, _, dev := rxeSetup(t)
 	g := lab.Guests[c.guest]
-	ctx, cancel := c.context(t)
+	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	cfg := c.config()
 	cfg.Server = true
@@ -510,9 +524,14 @@ func TestRiostreamGuestServer(t *testing.T) {
 }
 
 func riostreamGuestServer(t *testing.T, addr netip.Addr, c rstreamCase) {
+	t.Helper()
+	bounded(t, c, func(ctx context.Context, t testing.TB) { riostreamGuestServerOnce(ctx, t, addr, c) })
+}
+
+func riostreamGuestServerOnce(ctx context.Context, t testing.TB, addr netip.Addr, c rstreamCase) {
 	lab, _, dev := rxeSetup(t)
 	g := lab.Guests[c.guest]
-	ctx, cancel := c.context(t)
+	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	args := append([]string{"riostream"}, c.args()...)
 	if addr.Is6() {
@@ -590,9 +609,14 @@ func TestRiostreamGuestClient(t *testing.T) {
 }
 
 func riostreamGuestClient(t *testing.T, addr netip.Addr, c rstreamCase) {
+	t.Helper()
+	bounded(t, c, func(ctx context.Context, t testing.TB) { riostreamGuestClientOnce(ctx, t, addr, c) })
+}
+
+func riostreamGuestClientOnce(ctx context.Context, t testing.TB, addr netip.Addr, c rstreamCase) {
 	lab, _, dev := rxeSetup(t)
 	g := lab.Guests[c.guest]
-	ctx, cancel := c.context(t)
+	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	cfg := c.rioConfig()
 	cfg.Server = true

@@ -6,6 +6,7 @@ package rxelab
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"path/filepath"
@@ -19,7 +20,34 @@ import (
 // only when the lab failed (guest gone, job spool broken) or ctx ended; then
 // the guest job has been killed. A ctx deadline is also handed to the guest,
 // which kills the job's whole process group when it passes.
+//
+// A lab fault of the guest (see [ErrLabFault]) ends the command at once:
+// err then wraps the [FaultError].
 func (g *Guest) Exec(ctx context.Context, args ...string) (stdout, stderr []byte, code int, err error) {
+	if ferr := g.Fault(); ferr != nil {
+		return nil, nil, -1, fmt.Errorf("rxelab: exec %q on %s: %w", args, g.Name, ferr)
+	}
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	faulted := g.Faulted()
+	stop := make(chan struct{})
+	defer close(stop)
+	go func() {
+		select {
+		case <-faulted:
+			cancel(g.Fault())
+		case <-stop:
+		}
+	}()
+	stdout, stderr, code, err = g.execUnwatched(ctx, args...)
+	if ferr := context.Cause(ctx); err != nil && ferr != nil && errors.Is(ferr, ErrLabFault) {
+		err = fmt.Errorf("rxelab: exec %q on %s: %w", args, g.Name, ferr)
+	}
+	return stdout, stderr, code, err
+}
+
+// execUnwatched is Exec without the fault watch (for diagnostics).
+func (g *Guest) execUnwatched(ctx context.Context, args ...string) (stdout, stderr []byte, code int, err error) {
 	if len(args) == 0 {
 		return nil, nil, -1, fmt.Errorf("rxelab: Exec without a command")
 	}

@@ -13,6 +13,7 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -63,9 +64,13 @@ type Lab struct {
 	MTU       int
 	Guests    []*Guest
 
-	cli       string
-	closeOnce sync.Once
-	closeErr  error
+	cli         string
+	bootTimeout time.Duration
+	logf        func(format string, args ...any)
+	restartMu   sync.Mutex    // held while a guest restarts; the watcher waits
+	stopWatch   chan struct{} // closed by Close: ends the fault watcher
+	closeOnce   sync.Once
+	closeErr    error
 }
 
 // GID is one entry of a guest's rxe0 port 1 GID table.
@@ -86,7 +91,9 @@ type Guest struct {
 	Boot      time.Duration // qemu start to rxe ready, wall clock
 	Ready     string        // the guest's readiness report, verbatim
 
-	lab *Lab
+	lab   *Lab
+	dir   string // the CLI's state folder of the guest (config, qemu.pid, console.log)
+	watch guestWatch
 }
 
 // MACFor is the lab's MAC rule: 10.77.X.Y gives 52:54:00:4d:XX:YY.
@@ -148,6 +155,10 @@ func Start(ctx context.Context, cfg Config) (*Lab, error) {
 		PeerMAC:  MACFor(PeerAddr),
 		MTU:      cfg.MTU,
 		cli:      cli,
+
+		bootTimeout: cfg.BootTimeout,
+		logf:        cfg.Logf,
+		stopWatch:   make(chan struct{}),
 	}
 	l.PeerNS = l.NS + "-peer"
 	t0 := time.Now()
@@ -212,6 +223,7 @@ func Start(ctx context.Context, cfg Config) (*Lab, error) {
 		l.Close()
 		return nil, err
 	}
+	go l.watchGuests(l.stopWatch)
 	return l, nil
 }
 
@@ -231,7 +243,9 @@ func (l *Lab) boot(ctx context.Context, g *Guest, timeout time.Duration) error {
 	if err != nil || code != 0 {
 		return fmt.Errorf("rxelab: share of %s: exit %d, %v", g.Name, code, err)
 	}
-	ready, err := os.ReadFile(strings.TrimSpace(string(share)) + "/ready")
+	g.dir = filepath.Dir(strings.TrimSpace(string(share)))
+	g.watch.init()
+	ready, err := os.ReadFile(g.dir + "/share/ready")
 	if err != nil {
 		return fmt.Errorf("rxelab: readiness report of %s: %w", g.Name, err)
 	}
@@ -292,6 +306,9 @@ func (g *Guest) parseReady(report string) error {
 // call more than once and from several goroutines.
 func (l *Lab) Close() error {
 	l.closeOnce.Do(func() {
+		if l.stopWatch != nil {
+			close(l.stopWatch)
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		defer cancel()
 		// --now: the guests keep no state worth a clean poweroff, and a
@@ -338,6 +355,8 @@ func processAlive(pid int) bool {
 	}
 	return strings.HasSuffix(strings.TrimSpace(string(comm)), ".test")
 }
+
+var execCommand = exec.CommandContext
 
 // run runs the lab CLI. SIGTERM on ctx cancellation lets it clean up (an exec
 // cancels its guest job).
