@@ -68,7 +68,7 @@ type Env struct {
 
 // IPv6 returns e with both sides on their IPv6 GIDs (the out-of-band
 // exchange stays on IPv4). It fails the test if the lab runs without IPv6.
-func (e *Env) IPv6(t *testing.T) *Env {
+func (e *Env) IPv6(t testing.TB) *Env {
 	t.Helper()
 	if !e.Guest.Addr6.IsValid() || !e.Lab.PeerAddr6.IsValid() {
 		t.Fatalf("the lab runs without IPv6")
@@ -89,7 +89,7 @@ func (e *Env) IPv6(t *testing.T) *Env {
 // Setup returns the lab (started on first use) and the shared device,
 // opened in the peer netns on first use, over AF_XDP or, with Shared.UDP,
 // over the kernel UDP link.
-func Setup(t *testing.T) *Env {
+func Setup(t testing.TB) *Env {
 	t.Helper()
 	lab := rxelab.Get(t)
 	kind := netdev.LinkXDP
@@ -122,7 +122,7 @@ func Setup(t *testing.T) *Env {
 
 // Listen opens the out-of-band listener on rxeh0's address in the peer
 // netns, for a guest tool that connects to us.
-func (e *Env) Listen(t *testing.T) perfrun.OOB {
+func (e *Env) Listen(t testing.TB) perfrun.OOB {
 	t.Helper()
 	var ln net.Listener
 	err := e.Lab.InPeerNS(func() error {
@@ -281,7 +281,7 @@ func PerfBothRoles(t *testing.T, e *Env, cases []PerfCase) {
 	bothRoles(t, e, cases, PerfGoroceServer, PerfGoroceClient)
 }
 
-func bothRoles[C interface{ Name() string }](t *testing.T, e *Env, cases []C, server, client func(*testing.T, *Env, C)) {
+func bothRoles[C interface{ Name() string }](t *testing.T, e *Env, cases []C, server, client func(testing.TB, *Env, C)) {
 	t.Helper()
 	for _, c := range cases {
 		t.Run("goroce-server/"+c.Name(), func(t *testing.T) { server(t, e, c) })
@@ -289,9 +289,22 @@ func bothRoles[C interface{ Name() string }](t *testing.T, e *Env, cases []C, se
 	}
 }
 
+// caseTimeout bounds one run of a case: each takes seconds to a minute of
+// a TCG guest; the tools' own contexts below give up at 3 minutes.
+const caseTimeout = 4 * time.Minute
+
+// bounded runs one case under the lab's watch (rxelab.Lab.Case): a guest
+// whose NIC stalls or whose qemu stops ends the attempt at once, and the
+// case runs once more on the restarted guest.
+func (e *Env) bounded(t *testing.T, run func(testing.TB)) {
+	t.Helper()
+	e.Lab.Case(t, rxelab.CaseOptions{Timeout: caseTimeout, Guests: []*rxelab.Guest{e.Guest}},
+		func(_ context.Context, tb testing.TB) { run(tb) })
+}
+
 // PingpongGoroceServer runs the case with goroce as server and the guest tool as client.
-func PingpongGoroceServer(t *testing.T, e *Env, c PingpongCase) {
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+func PingpongGoroceServer(t testing.TB, e *Env, c PingpongCase) {
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
 	defer cancel()
 	oob := e.Listen(t)
 	t0 := time.Now()
@@ -307,8 +320,8 @@ func PingpongGoroceServer(t *testing.T, e *Env, c PingpongCase) {
 }
 
 // PingpongGoroceClient runs the case with goroce as client and the guest tool as server.
-func PingpongGoroceClient(t *testing.T, e *Env, c PingpongCase) {
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+func PingpongGoroceClient(t testing.TB, e *Env, c PingpongCase) {
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
 	defer cancel()
 	t0 := time.Now()
 	job, wait := e.Start(ctx, c.toolArgs(e, "")...)
@@ -325,7 +338,7 @@ func PingpongGoroceClient(t *testing.T, e *Env, c PingpongCase) {
 	t.Logf("%s server in the guest, goroce client: %.1fs\n%s%s", c.tool(), time.Since(t0).Seconds(), out.String(), tool.Stdout)
 }
 
-func checkPingpong(t *testing.T, c PingpongCase, res *perfrun.PingpongResult, ours string, tool ToolResult) {
+func checkPingpong(t testing.TB, c PingpongCase, res *perfrun.PingpongResult, ours string, tool ToolResult) {
 	t.Helper()
 	want := fmt.Sprintf("%d iters in", c.Iters)
 	if !strings.Contains(tool.Stdout, want) || !strings.Contains(ours, want) {
@@ -424,8 +437,8 @@ func (c PerfCase) config(e *Env) perfrun.PerfConfig {
 }
 
 // PerfGoroceServer runs the case with goroce as server and the guest tool as client.
-func PerfGoroceServer(t *testing.T, e *Env, c PerfCase) {
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+func PerfGoroceServer(t testing.TB, e *Env, c PerfCase) {
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
 	defer cancel()
 	oob := perfrun.OOB{RDMACM: &perfrun.RDMACM{Listen: netip.AddrPortFrom(netip.IPv4Unspecified(), rxelab.OOBPort)}}
 	if !c.RDMACM {
@@ -447,8 +460,8 @@ func PerfGoroceServer(t *testing.T, e *Env, c PerfCase) {
 }
 
 // PerfGoroceClient runs the case with goroce as client and the guest tool as server.
-func PerfGoroceClient(t *testing.T, e *Env, c PerfCase) {
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+func PerfGoroceClient(t testing.TB, e *Env, c PerfCase) {
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
 	defer cancel()
 	t0 := time.Now()
 	job, wait := e.Start(ctx, c.toolArgs(e, "")...)
@@ -469,7 +482,7 @@ func PerfGoroceClient(t *testing.T, e *Env, c PerfCase) {
 	t.Logf("%s server in the guest, goroce client: %.1fs\n%s%s", c.tool(), time.Since(t0).Seconds(), out.String(), tool.Stdout)
 }
 
-func checkPerf(t *testing.T, c PerfCase, res []perfrun.PerfResult, ours string, tool ToolResult, goroceServer bool) {
+func checkPerf(t testing.TB, c PerfCase, res []perfrun.PerfResult, ours string, tool ToolResult, goroceServer bool) {
 	t.Helper()
 	// Address lines: ours local is the tool's remote, and the other way.
 	for _, pair := range [][2]string{{"local address:", "remote address:"}, {"remote address:", "local address:"}} {
