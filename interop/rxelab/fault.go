@@ -288,13 +288,16 @@ func execOut(ctx context.Context, name string, args ...string) (string, error) {
 	return string(out), err
 }
 
-// Restart powers the guest off at once and boots it again with the same
+// Restart powers a faulted guest off at once and boots it again with the same
 // address, MAC and settings, then has it resolve the peer again; its fault
 // is cleared. The guest's rxe state is new: QPs and MRs of the old life are
 // gone.
 func (l *Lab) Restart(ctx context.Context, g *Guest) error {
 	l.restartMu.Lock()
 	defer l.restartMu.Unlock()
+	if g.Fault() == nil {
+		return nil // another test restarted it meanwhile
+	}
 	if _, stderr, code, err := l.run(ctx, "down", "--now", g.Name); err != nil || code != 0 {
 		return fmt.Errorf("rxelab: down %s (exit %d, %v): %s", g.Name, code, err, stderr)
 	}
