@@ -49,8 +49,10 @@ func TestDefaultSeries(t *testing.T) {
 	t.Run("riostream/goroce-server", func(t *testing.T) { riostreamGuestClient(t, lab.PeerAddr, c) })
 }
 
-// seriesRunTimeout bounds one run of the default series. A run took
-// SERIES_RUN_FIGURES; the bound leaves room for a loaded host.
+// seriesRunTimeout bounds one run of the default series: a run takes 2 to
+// 3 minutes on a quiet host (the whole CI run, series included, took 16
+// minutes) and 2 to 3 times that beside a second CI run; a run stuck on
+// its guest ends sooner, through the lab's watch (rxelab.Lab.Case).
 const seriesRunTimeout = 12 * time.Minute
 
 // out is where a run's goroce side prints: buf, and for a series also the
