@@ -21,6 +21,7 @@ import (
 	"github.com/goroce/goroce/bpf"
 	"github.com/goroce/goroce/cmd/rocectl/devstat"
 	"github.com/goroce/goroce/ib"
+	"github.com/goroce/goroce/internal/cliflag"
 	"golang.org/x/sys/unix"
 )
 
@@ -69,7 +70,7 @@ func runCapture(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(fs.Output(), captureUsage)
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
+	if err := cliflag.Parse(fs, args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
 		}

@@ -20,6 +20,7 @@ import (
 	"github.com/goroce/goroce/cuobj"
 	"github.com/goroce/goroce/cuobj/s3rdma"
 	"github.com/goroce/goroce/ib"
+	"github.com/goroce/goroce/internal/cliflag"
 	"github.com/goroce/goroce/roce"
 	"github.com/goroce/goroce/roce/link/udplink"
 )
@@ -71,7 +72,7 @@ func runCuobj(args []string, stdout, stderr io.Writer) int {
 	udpPort := fs.Int("udp-port", 4791, "UDP `port` of the RoCEv2 link, the same on both ends")
 	verbose := fs.Bool("v", false, "log what the cuObject layer does")
 	pathMTU := fs.Int("path-mtu", 0, "path `MTU` of the server's RC connections: 256 … 4096, what both ends' links carry; 0: the device's active MTU (serve)")
-	if err := fs.Parse(args[1:]); err != nil {
+	if err := cliflag.Parse(fs, args[1:]); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
 		}

@@ -15,6 +15,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/goroce/goroce/ib"
+	"github.com/goroce/goroce/internal/cliflag"
 	"github.com/goroce/goroce/roce"
 	"github.com/goroce/goroce/roce/link"
 )
@@ -59,7 +60,7 @@ as rxe computes it. The port is PORT_DOWN while the interface has no carrier.
 flags:`)
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
+	if err := cliflag.Parse(fs, args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
 		}

@@ -20,6 +20,7 @@ import (
 	ebpflink "github.com/cilium/ebpf/link"
 	"github.com/goroce/goroce/bpf"
 	"github.com/goroce/goroce/cmd/rocectl/devstat"
+	"github.com/goroce/goroce/internal/cliflag"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 )
@@ -81,7 +82,7 @@ func runLink(args []string, stdout, stderr io.Writer) int {
 	}
 	sub := args[0]
 	lf := linkFlags(sub, stderr)
-	if err := lf.fs.Parse(args[1:]); err != nil {
+	if err := cliflag.Parse(lf.fs, args[1:]); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
 		}

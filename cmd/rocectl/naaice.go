@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/goroce/goroce/internal/cliflag"
 	"github.com/goroce/goroce/naaice"
 	"github.com/goroce/goroce/naaice/mrsp"
 	"github.com/goroce/goroce/roce"
@@ -44,7 +45,7 @@ func runNAAICE(args []string, stdout, stderr io.Writer) int {
 }
 
 func naaiceUsage(w io.Writer) {
-	fmt.Fprintln(w, `usage: rocectl naaice serve [-i IFACE] [-a ADDR] [-p PORT] [-rpcs N] [-link udp|xdp|auto]
+	fmt.Fprintln(w, `usage: rocectl naaice serve [-d IFACE] [-a ADDR] [-p PORT] [-rpcs N] [-link udp|xdp|auto]
        rocectl naaice call [flags] [local-ip] remote-ip N "size1 size2 ..."
 
 serve is a software NAA with the C library's example routines (function
@@ -89,20 +90,21 @@ func naaiceOpen(ctx context.Context, ifname string, a netip.Addr, server bool, l
 func naaiceServe(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("naaice serve", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	ifname := fs.String("i", "", "network `interface` (default: the one owning -a)")
+	ifname := fs.String("d", "", "network `interface` (default: the one owning -a)")
+	fs.StringVar(ifname, "i", "", "network `interface` (alias of -d)")
 	addr := fs.String("a", "", "`address` to listen on (default: any address of -i)")
 	port := fs.Int("p", mrsp.ServerPort, "rdma_cm `port`")
 	rpcs := fs.Uint64("rpcs", 0, "exit after `N` RPCs were served (0: until interrupted)")
 	conns := fs.Int("conns", 16, "connections served at once")
 	link := fs.String("link", "auto", "packet link: xdp, udp or auto")
-	if err := fs.Parse(args); err != nil {
+	if err := cliflag.Parse(fs, args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
 		}
 		return 2
 	}
 	if fs.NArg() != 0 || *port <= 0 || *port > 0xFFFF || (*ifname == "" && *addr == "") {
-		fmt.Fprintln(stderr, "rocectl naaice serve: needs -i or -a, and no arguments")
+		fmt.Fprintln(stderr, "rocectl naaice serve: needs -d or -a, and no arguments")
 		return 2
 	}
 	a := netip.IPv4Unspecified()
@@ -175,10 +177,11 @@ func naaiceCall(args []string, stdout, stderr io.Writer) int {
 	rpcs := fs.Int("n", 1, "RPCs on the connection")
 	port := fs.Int("p", mrsp.ServerPort, "the NAA's rdma_cm `port`")
 	pause := fs.Duration("pause", 0, "pause before each RPC (the C software NAA loses a wake-up when a host is fast)")
-	ifname := fs.String("i", "", "network `interface` (default: the route to remote-ip)")
+	ifname := fs.String("d", "", "network `interface` (default: the route to remote-ip)")
+	fs.StringVar(ifname, "i", "", "network `interface` (alias of -d)")
 	link := fs.String("link", "auto", "packet link: xdp, udp or auto")
 	timeout := fs.Duration("t", 2*time.Minute, "give up after this `duration`")
-	if err := fs.Parse(args); err != nil {
+	if err := cliflag.Parse(fs, args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
 		}

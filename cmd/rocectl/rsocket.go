@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/goroce/goroce/internal/cliflag"
 	"github.com/goroce/goroce/roce"
 	"github.com/goroce/goroce/roce/netdev"
 	"github.com/goroce/goroce/rsocket/rcopy"
@@ -223,7 +224,7 @@ func runRstream(args []string, stdout, stderr io.Writer) int {
 	fs.Usage = streamUsage(fs, "rstream")
 	sf := addStreamFlags(fs, true)
 	rf := addRSFlags(fs)
-	if err := fs.Parse(args); err != nil {
+	if err := cliflag.Parse(fs, args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
 		}
@@ -272,7 +273,7 @@ func runRiostream(args []string, stdout, stderr io.Writer) int {
 	fs.Usage = streamUsage(fs, "riostream")
 	sf := addStreamFlags(fs, false)
 	rf := addRSFlags(fs)
-	if err := fs.Parse(args); err != nil {
+	if err := cliflag.Parse(fs, args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
 		}
@@ -343,7 +344,7 @@ func runRcopy(args []string, stdout, stderr io.Writer) int {
 		}
 		rest = args[2:]
 	}
-	if err := fs.Parse(rest); err != nil {
+	if err := cliflag.Parse(fs, rest); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
 		}

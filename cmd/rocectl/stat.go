@@ -14,6 +14,7 @@ import (
 
 	"github.com/goroce/goroce/bpf"
 	"github.com/goroce/goroce/cmd/rocectl/devstat"
+	"github.com/goroce/goroce/internal/cliflag"
 	"github.com/goroce/goroce/roce"
 )
 
@@ -83,7 +84,7 @@ CAP_BPF, otherwise the device's report is shown.
 flags:`)
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
+	if err := cliflag.Parse(fs, args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
 		}

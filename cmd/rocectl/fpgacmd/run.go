@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/goroce/goroce/ib"
+	"github.com/goroce/goroce/internal/cliflag"
 	"github.com/goroce/goroce/roce"
 	"github.com/goroce/goroce/roce/netdev"
 )
@@ -31,8 +32,8 @@ func Run(args []string, stdout, stderr io.Writer) int {
 }
 
 func usage(w io.Writer) {
-	fmt.Fprintln(w, "usage: rocectl fpga recv -i interface [flags]   (Rogue RoCEv2 receive server)\n"+
-		"       rocectl fpga send -i interface [flags]   (FPGA emulator)\n\n"+
+	fmt.Fprintln(w, "usage: rocectl fpga recv -d interface [flags]   (Rogue RoCEv2 receive server)\n"+
+		"       rocectl fpga send -d interface [flags]   (FPGA emulator)\n\n"+
 		"Each prints its connection values as one JSON line and takes the other side's\n"+
 		"from flags (-peer-qpn, -peer-gid, ...) or one JSON line on stdin; a final JSON\n"+
 		"line reports frames, bytes, RNR NAKs and errors. 'rocectl fpga recv -h' lists flags.")
@@ -46,7 +47,8 @@ var openFunc = func(ctx context.Context, ifname string, kind netdev.LinkKind, lo
 func run(mode string, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("fpga "+mode, flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	ifname := fs.String("i", "", "network `interface` to run RoCEv2 on")
+	ifname := fs.String("d", "", "network `interface` to run RoCEv2 on")
+	fs.StringVar(ifname, "i", "", "network `interface` (alias of -d)")
 	link := fs.String("link", "auto", "packet link: xdp, udp or auto")
 	pmtu := fs.Int("pmtu", 0, "path MTU in `bytes` (256..4096; 0: the port's active MTU)")
 	write := fs.Bool("write", false, "gen-1 data path: RDMA WRITE WITH IMMEDIATE (recv: accept only it)")
@@ -90,7 +92,7 @@ func run(mode string, args []string, stdin io.Reader, stdout, stderr io.Writer) 
 		maxPayload = fs.Int("peer-max-payload", 0, "gen 1: the host's slot size")
 		depth = fs.Int("peer-depth", 0, "gen 1: the host's slot count")
 	}
-	if err := fs.Parse(args); err != nil {
+	if err := cliflag.Parse(fs, args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
 		}
@@ -131,7 +133,7 @@ func run(mode string, args []string, stdin io.Reader, stdout, stderr io.Writer) 
 	}
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	if *ifname == "" {
-		fmt.Fprintln(stderr, "rocectl fpga: -i <interface> is required")
+		fmt.Fprintln(stderr, "rocectl fpga: -d <interface> is required")
 		return 2
 	}
 	dev, err := openFunc(ctx, *ifname, kind, log)
@@ -162,6 +164,9 @@ func run(mode string, args []string, stdin io.Reader, stdout, stderr io.Writer) 
 	} else {
 		cfg := SendConfig{Count: *count, Size: *size, Rate: *rate, Channel: uint8(*channel), Write: *write, PMTU: mtu,
 			Retry: uint8(*retry), Peer: peer}
+		if isSet(fs, "size") {
+			cfg.Warn = stderr
+		}
 		_, err = Send(ctx, dev, cfg, stdin, stdout)
 	}
 	if err != nil {
@@ -172,3 +177,10 @@ func run(mode string, args []string, stdin io.Reader, stdout, stderr io.Writer) 
 }
 
 const fpgaDefaultPayload = 9000
+
+// isSet tells whether the user gave flag name.
+func isSet(fs *flag.FlagSet, name string) bool {
+	set := false
+	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
+}

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/goroce/goroce/ib"
+	"github.com/goroce/goroce/internal/cliflag"
 	"github.com/goroce/goroce/roce"
 	"github.com/goroce/goroce/roce/netdev"
 )
@@ -161,21 +162,13 @@ func parseMTU(n int) (ib.MTU, error) {
 	return m, nil
 }
 
-// parseInterspersed parses flags that may come before and after the
-// positional arguments, as getopt allows.
+// parseInterspersed parses and validates flags that may come before and
+// after the positional arguments, as getopt allows.
 func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
-	var pos []string
-	for {
-		if err := fs.Parse(args); err != nil {
-			return nil, err
-		}
-		rest := fs.Args()
-		if len(rest) == 0 {
-			return pos, nil
-		}
-		pos = append(pos, rest[0])
-		args = rest[1:]
+	if err := cliflag.Parse(fs, args); err != nil {
+		return nil, err
 	}
+	return fs.Args(), nil
 }
 
 // linkKind maps the --link flag.

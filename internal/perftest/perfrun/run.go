@@ -283,6 +283,12 @@ func RunPerf(args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintln(stderr, "rocectl perf: --loopback takes no server address")
 			return 2
 		}
+		// Both ends run here and exchange nothing over TCP: a port asked
+		// for would be ignored without a word.
+		if setFlags(f.fs)["p"] {
+			fmt.Fprintln(stderr, "rocectl perf: --loopback takes no -p (both ends run in this process, over no TCP port)")
+			return 2
+		}
 		timeout := *f.timeout
 		if timeout == 0 {
 			timeout = time.Minute
@@ -340,6 +346,13 @@ func RunPerf(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	return 0
+}
+
+// setFlags is the set of flags the user gave.
+func setFlags(fs *flag.FlagSet) map[string]bool {
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	return set
 }
 
 // resolveIPv4 returns host's IPv4 address: perftest's rdma_cm mode
