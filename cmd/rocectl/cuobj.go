@@ -53,8 +53,7 @@ flags:`
 func runCuobj(args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 || (args[0] != "serve" && args[0] != "put" && args[0] != "get") {
 		if len(args) > 0 && (args[0] == "-h" || args[0] == "--help" || args[0] == "-help") {
-			fmt.Fprintln(stdout, cuobjUsage)
-			return 0
+			return runCuobj([]string{"serve", "-h"}, stdout, stdout) // the usage and the flags
 		}
 		fmt.Fprintln(stderr, cuobjUsage)
 		return 2

@@ -42,7 +42,7 @@ const (
 func runDev(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("dev", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	ifname := fs.String("d", "", "network interface (default: every Ethernet interface)")
+	ifname := fs.String("d", "", "network `interface` (default: every Ethernet interface)")
 	verbose := fs.Bool("v", false, "also print the GID table, as show_gids does")
 	jsonOut := fs.Bool("j", false, "JSON output: an array with one object per device, GID table included")
 	fs.Usage = func() {

@@ -149,14 +149,14 @@ func linkFlags(sub string, out io.Writer) *linkOpts {
 		fmt.Fprintln(fs.Output(), linkUsage)
 		fs.PrintDefaults()
 	}
-	fs.StringVar(&o.dev, "d", "", "network interface")
-	fs.StringVar(&o.mode, "mode", "auto", "attach: XDP mode: auto (driver, else generic), driver or generic")
+	fs.StringVar(&o.dev, "d", "", "network `interface`")
+	fs.StringVar(&o.mode, "mode", "auto", "attach: XDP `mode`: auto (driver, else generic), driver or generic")
 	fs.BoolVar(&o.frags, "frags", false, "attach: load with BPF_F_XDP_HAS_FRAGS (Linux 5.18), for frames larger than a page in driver mode")
-	fs.UintVar(&o.port, "port", bpf.DefaultPort, "attach: UDP destination port to steer")
+	fs.UintVar(&o.port, "port", bpf.DefaultPort, "attach: UDP destination `port` to steer")
 	fs.BoolVar(&o.foreground, "foreground", false, "attach: pin nothing; hold the program until interrupted or --duration")
-	fs.DurationVar(&o.duration, "duration", 0, "attach --foreground: detach after this long (0: wait for a signal)")
+	fs.DurationVar(&o.duration, "duration", 0, "attach --foreground: detach after this `duration` (0: wait for a signal)")
 	fs.BoolVar(&o.json, "j", false, "show: JSON output")
-	fs.StringVar(&o.pinDir, "pin-dir", DefaultPinDir, "directory on a bpffs for the pins")
+	fs.StringVar(&o.pinDir, "pin-dir", DefaultPinDir, "`directory` on a bpffs for the pins")
 	return o
 }
 

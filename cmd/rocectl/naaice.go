@@ -95,8 +95,8 @@ func naaiceServe(args []string, stdout, stderr io.Writer) int {
 	addr := fs.String("a", "", "`address` to listen on (default: any address of -i)")
 	port := fs.Int("p", mrsp.ServerPort, "rdma_cm `port`")
 	rpcs := fs.Uint64("rpcs", 0, "exit after `N` RPCs were served (0: until interrupted)")
-	conns := fs.Int("conns", 16, "connections served at once")
-	link := fs.String("link", "auto", "packet link: xdp, udp or auto")
+	conns := fs.Int("conns", 16, "`connections` served at once")
+	link := fs.String("link", "auto", "packet `link`: xdp, udp or auto")
 	if err := cliflag.Parse(fs, args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
@@ -174,12 +174,12 @@ func naaiceCall(args []string, stdout, stderr io.Writer) int {
 		fs.PrintDefaults()
 	}
 	fn := fs.Int("f", 3, "function `code` (1 adds 1, 2 adds 2, 3 does nothing)")
-	rpcs := fs.Int("n", 1, "RPCs on the connection")
+	rpcs := fs.Int("n", 1, "`RPCs` on the connection")
 	port := fs.Int("p", mrsp.ServerPort, "the NAA's rdma_cm `port`")
 	pause := fs.Duration("pause", 0, "pause before each RPC (the C software NAA loses a wake-up when a host is fast)")
 	ifname := fs.String("d", "", "network `interface` (default: the route to remote-ip)")
 	fs.StringVar(ifname, "i", "", "network `interface` (alias of -d)")
-	link := fs.String("link", "auto", "packet link: xdp, udp or auto")
+	link := fs.String("link", "auto", "packet `link`: xdp, udp or auto")
 	timeout := fs.Duration("t", 2*time.Minute, "give up after this `duration`")
 	if err := cliflag.Parse(fs, args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {

@@ -50,7 +50,7 @@ func runRping(args []string, stdout, stderr io.Writer) int {
 	validate := fs.Bool("V", false, "validate ping data")
 	_ = fs.Bool("d", false, "debug printfs (accepted for compatibility); -d `interface` names the interface, as -i")
 	ifname := fs.String("i", "", "network `interface` to run RoCEv2 on (default: the one owning -a, or routing to it)")
-	link := fs.String("link", "auto", "packet link: xdp, udp or auto")
+	link := fs.String("link", "auto", "packet `link`: xdp, udp or auto")
 	if err := cliflag.Parse(fs, rpingInterfaceFlag(args)); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0

@@ -46,7 +46,7 @@ type rsFlags struct {
 func addRSFlags(fs *flag.FlagSet) rsFlags {
 	return rsFlags{
 		ifname: fs.String("d", "", "goroce: network `interface` to run RoCEv2 on (default: the one owning -b, or routing to the server)"),
-		link:   fs.String("link", "auto", "goroce: packet link: xdp, udp or auto"),
+		link:   fs.String("link", "auto", "goroce: packet `link`: xdp, udp or auto"),
 	}
 }
 

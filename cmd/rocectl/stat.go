@@ -66,7 +66,7 @@ type statEntry struct {
 func runStat(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("stat", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	ifname := fs.String("d", "", "network interface (default: every running device and goroce XDP program)")
+	ifname := fs.String("d", "", "network `interface` (default: every running device and goroce XDP program)")
 	jsonOut := fs.Bool("j", false, "JSON output: an array with one object per interface")
 	fs.Usage = func() {
 		fmt.Fprintln(fs.Output(), `usage: rocectl stat [-j] [-d IFACE]
