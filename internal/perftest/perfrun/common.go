@@ -70,12 +70,17 @@ func (o OOB) connect(ctx context.Context) (net.Conn, error) {
 	return o.Dial(ctx)
 }
 
+// DialTimeout bounds one TCP connection attempt of DialRetry.
+const DialTimeout = 20 * time.Second
+
 // DialRetry returns a Dial that connects to addr, retrying while the peer's
 // server is not listening yet (the tools give up at once; starting both
 // ends together is easier with a little patience).
 func DialRetry(addr string, patience time.Duration) func(ctx context.Context) (net.Conn, error) {
 	return func(ctx context.Context) (net.Conn, error) {
-		var d net.Dialer
+		// A peer that drops SYNs would hold each attempt for the kernel's
+		// two minutes; perftest's client gives up well before.
+		d := net.Dialer{Timeout: DialTimeout}
 		end := time.Now().Add(patience)
 		for {
 			c, err := d.DialContext(ctx, "tcp", addr)
