@@ -190,6 +190,9 @@ func cuobjTransfer(dev *roce.Device, put bool, rawURL, file string, telem *cuobj
 			fmt.Fprintln(stderr, "rocectl cuobj:", err)
 			return 1
 		}
+		for _, n := range c.Notes {
+			fmt.Fprintf(stderr, "rocectl cuobj: warning: %s: %s\n", cuobj.ConfigEnv, n)
+		}
 		cfg = *c
 	}
 	c, err := s3rdma.NewClient(dev, "http://"+u.Host, s3rdma.ClientOptions{RDMA: cuobj.ClientOptions{Config: &cfg, Telemetry: telem}})
