@@ -25,7 +25,7 @@ func FuzzArgs(f *testing.F) {
 		index[n] = byte(i)
 	}
 	for _, tc := range badInputs {
-		fields := strings.Fields(tc.args)
+		fields := splitArgs(tc.args)
 		if len(fields) == 0 || index[fields[0]] == 0 && fields[0] != names[0] {
 			continue
 		}

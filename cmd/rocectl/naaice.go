@@ -212,13 +212,23 @@ func naaiceCall(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "rocectl naaice call: fewer sizes than regions")
 		return 2
 	}
-	params := make([][]byte, n)
-	for i := range params {
+	// Every size is checked, and their sum, before any region is made.
+	sizes := make([]int, n)
+	var total uint64
+	for i := range sizes {
 		s, err := strconv.Atoi(fields[i])
 		if err != nil || s < 1 || s > 1<<30 {
-			fmt.Fprintf(stderr, "rocectl naaice call: bad size %q\n", fields[i])
+			fmt.Fprintf(stderr, "rocectl naaice call: bad size %q (1 … %d)\n", fields[i], 1<<30)
 			return 2
 		}
+		sizes[i], total = s, total+uint64(s)
+	}
+	if err := cliflag.CheckMemory(total); err != nil {
+		fmt.Fprintf(stderr, "rocectl naaice call: sizes %s: their sum %v\n", strings.Join(fields[:n], " "), err)
+		return 2
+	}
+	params := make([][]byte, n)
+	for i, s := range sizes {
 		params[i] = make([]byte, s)
 		for j := range params[i] {
 			params[i][j] = byte(10 + i)

@@ -14,6 +14,9 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"math"
+	"math/bits"
+	"strconv"
 	"strings"
 )
 
@@ -91,5 +94,26 @@ func Validate(fs *flag.FlagSet) error {
 			err = fmt.Errorf("-%s %s: %w", f.Name, f.Value.String(), e)
 		}
 	})
-	return err
+	if err != nil {
+		return err
+	}
+	for _, p := range products[fs.Name()] {
+		a, b := fs.Lookup(p[0]), fs.Lookup(p[1])
+		if a == nil || b == nil {
+			continue
+		}
+		x, errA := strconv.ParseUint(a.Value.String(), 10, 64)
+		y, errB := strconv.ParseUint(b.Value.String(), 10, 64)
+		if errA != nil || errB != nil {
+			continue // negative: refused above where set; a default never is
+		}
+		hi, lo := bits.Mul64(x, y)
+		if e := CheckMemory(lo); hi != 0 || e != nil {
+			if e == nil {
+				e = CheckMemory(math.MaxUint64)
+			}
+			return fmt.Errorf("-%s %d × -%s %d: %w", p[0], x, p[1], y, e)
+		}
+	}
+	return nil
 }

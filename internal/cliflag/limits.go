@@ -26,8 +26,26 @@ const RegistrationLimit = 1<<32 - 64<<10
 // this package below the queue pair layer.
 const maxWR = 1 << 14
 
-// maxIters bounds iteration counts whose timestamps are kept (16 bytes each).
+// maxIters bounds iteration counts whose timestamps are kept: 16 bytes
+// each, at both ends of a loopback run.
 const maxIters = 100_000_000
+
+// iterations checks an iteration count against maxIters and memory.
+func iterations(lo int64) check {
+	return func(s string) error {
+		hi := int64(maxIters)
+		if m := MemoryLimit() / 32; m > 0 && m < uint64(hi) {
+			hi = int64(m)
+		}
+		return intRange(lo, hi, "the timestamps kept per iteration")(s)
+	}
+}
+
+// products lists, per flag set, flags whose product is one registered
+// buffer (fpga recv registers max-payload × depth as one region).
+var products = map[string][][2]string{
+	"fpga recv": {{"max-payload", "depth"}},
+}
 
 // Shared checks, named for what they mean.
 var (
@@ -42,8 +60,8 @@ var (
 	positive    = intRange(1, 1<<62, "")
 	depth       = intRange(1, maxWR, "the deepest queue a QP takes")
 	depthOrZero = intRange(0, maxWR, "the deepest queue a QP takes")
-	iters       = intRange(1, maxIters, "the timestamps kept per iteration would take gigabytes")
-	itersOrZero = intRange(0, maxIters, "the timestamps kept per iteration would take gigabytes")
+	iters       = iterations(1)
+	itersOrZero = iterations(0)
 	gidIndex    = intRange(-1, 255, "the GID table's last index")
 	psn         = intRange(0, 1<<24-1, "24-bit")
 	u32         = intRange(0, 1<<32-1, "32-bit")
@@ -158,19 +176,31 @@ func duration(positive bool) check {
 }
 
 // memSize checks a buffer size: at least lo, at most what goroce registers
-// and at most a quarter of the machine's memory, so that a typo fails here
-// and not as an out-of-memory crash.
+// and at most MemoryLimit, so that a typo fails here and not as an
+// out-of-memory crash.
 func memSize(lo int64) check {
 	return func(s string) error {
 		if err := intRange(lo, RegistrationLimit, "the registration limit")(s); err != nil {
 			return err
 		}
 		n, _ := strconv.ParseInt(s, 10, 64)
-		if total := totalMemory(); total > 0 && uint64(n) > total/4 {
-			return fmt.Errorf("must be at most %d (a quarter of this machine's memory)", total/4)
-		}
-		return nil
+		return CheckMemory(uint64(n))
 	}
+}
+
+// MemoryLimit is the most one buffer may take: a quarter of the machine's
+// memory (0 where unknown).
+func MemoryLimit() uint64 { return totalMemory() / 4 }
+
+// CheckMemory tells whether n bytes fit one registration and MemoryLimit.
+func CheckMemory(n uint64) error {
+	if n > RegistrationLimit {
+		return fmt.Errorf("must be at most %d (the registration limit)", uint64(RegistrationLimit))
+	}
+	if m := MemoryLimit(); m > 0 && n > m {
+		return fmt.Errorf("must be at most %d (a quarter of this machine's memory)", m)
+	}
+	return nil
 }
 
 // totalMemory is MemTotal of /proc/meminfo in bytes, 0 where unknown.
