@@ -86,8 +86,18 @@ func startCPUProfile(path string) (func(), error) {
 	return func() { pprof.StopCPUProfile(); f.Close() }, nil
 }
 
-// RunPingpong is "rocectl pingpong {rc,ud} [flags] [server]".
-func RunPingpong(args []string, stdout, stderr io.Writer) int {
+// pingpongArgs is a pingpong command line, parsed and validated.
+type pingpongArgs struct {
+	cfg                  PingpongConfig
+	dev, link            string
+	port                 int
+	xdpBusyPoll, timeout time.Duration
+	pos                  []string // the server address, if any
+}
+
+// parsePingpong parses and validates a pingpong command line without
+// opening anything; with a nil result the command ends with the status.
+func parsePingpong(args []string, stdout, stderr io.Writer) (*pingpongArgs, int) {
 	fs := flag.NewFlagSet("pingpong", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
@@ -110,11 +120,11 @@ func RunPingpong(args []string, stdout, stderr io.Writer) int {
 	if len(args) > 0 && (args[0] == "-h" || args[0] == "-help" || args[0] == "--help") {
 		fs.SetOutput(stdout)
 		fs.Usage()
-		return 0
+		return nil, 0
 	}
 	if len(args) == 0 || (args[0] != "rc" && args[0] != "ud") {
 		fs.Usage()
-		return 2
+		return nil, 2
 	}
 	typ := roce.RC
 	if args[0] == "ud" {
@@ -122,20 +132,31 @@ func RunPingpong(args []string, stdout, stderr io.Writer) int {
 	}
 	pos, err := parseInterspersed(fs, args[1:])
 	if err != nil {
-		return 2
+		return nil, 2
 	}
 	if len(pos) > 1 {
 		fs.Usage()
-		return 2
+		return nil, 2
 	}
 	m, err := parseMTU(*mtu)
 	if err != nil {
 		fmt.Fprintln(stderr, "rocectl pingpong:", err)
-		return 2
+		return nil, 2
 	}
-	ctx, cancel := signalContext(*timeout)
+	return &pingpongArgs{cfg: PingpongConfig{Type: typ, Size: *size, Iters: *iters, RxDepth: *rx, MTU: m, Events: *events,
+		GIDIndex: *gidx}, dev: *dev, link: *link, port: *port, xdpBusyPoll: *xdpBusyPoll, timeout: *timeout, pos: pos}, 0
+}
+
+// RunPingpong is "rocectl pingpong {rc,ud} [flags] [server]".
+func RunPingpong(args []string, stdout, stderr io.Writer) int {
+	a, code := parsePingpong(args, stdout, stderr)
+	if a == nil {
+		return code
+	}
+	pos := a.pos
+	ctx, cancel := signalContext(a.timeout)
 	defer cancel()
-	d, err := openDevice(ctx, *dev, *link, *xdpBusyPoll, stderr)
+	d, err := openDevice(ctx, a.dev, a.link, a.xdpBusyPoll, stderr)
 	if err != nil {
 		fmt.Fprintln(stderr, "rocectl pingpong:", err)
 		return 1
@@ -143,16 +164,15 @@ func RunPingpong(args []string, stdout, stderr io.Writer) int {
 	defer d.Close()
 	var oob OOB
 	if len(pos) == 1 {
-		oob.Dial = DialRetry(peerAddr(pos[0], *port), 0)
-	} else if oob.Listener, err = ListenOOB(*port); err != nil {
-		fmt.Fprintln(stderr, "rocectl pingpong: Couldn't listen to port", *port, err)
+		oob.Dial = DialRetry(peerAddr(pos[0], a.port), 0)
+	} else if oob.Listener, err = ListenOOB(a.port); err != nil {
+		fmt.Fprintln(stderr, "rocectl pingpong: Couldn't listen to port", a.port, err)
 		return 1
 	}
 	if oob.Listener != nil {
 		defer oob.Listener.Close()
 	}
-	cfg := PingpongConfig{Type: typ, Size: *size, Iters: *iters, RxDepth: *rx, MTU: m, Events: *events, GIDIndex: *gidx}
-	if _, err := Pingpong(ctx, d, oob, cfg, stdout); err != nil {
+	if _, err := Pingpong(ctx, d, oob, a.cfg, stdout); err != nil {
 		fmt.Fprintln(stderr, "rocectl pingpong:", err)
 		return 1
 	}
@@ -215,8 +235,16 @@ func newPerfFlags(stderr io.Writer) *perfFlags {
 	return f
 }
 
-// RunPerf is "rocectl perf {send,write,read,atomic}-{bw,lat} [flags] [server]".
-func RunPerf(args []string, stdout, stderr io.Writer) int {
+// perfArgs is a perf command line, parsed and validated.
+type perfArgs struct {
+	f   *perfFlags
+	cfg PerfConfig
+	pos []string // the server address, if any
+}
+
+// parsePerf parses and validates a perf command line without opening
+// anything; with a nil result the command ends with the exit status.
+func parsePerf(args []string, stdout, stderr io.Writer) (*perfArgs, int) {
 	f := newPerfFlags(stderr)
 	names := make([]string, 0, len(PerfTests))
 	for n := range PerfTests {
@@ -232,29 +260,29 @@ func RunPerf(args []string, stdout, stderr io.Writer) int {
 	if len(args) > 0 && (args[0] == "-h" || args[0] == "-help" || args[0] == "--help") {
 		f.fs.SetOutput(stdout)
 		f.fs.Usage()
-		return 0
+		return nil, 0
 	}
 	if len(args) == 0 {
 		f.fs.Usage()
-		return 2
+		return nil, 2
 	}
 	test, ok := PerfTests[args[0]]
 	if !ok {
 		fmt.Fprintf(stderr, "rocectl perf: unknown test %q (%s)\n", args[0], strings.Join(sortedNames(), ", "))
-		return 2
+		return nil, 2
 	}
 	pos, err := parseInterspersed(f.fs, args[1:])
 	if err != nil {
-		return 2
+		return nil, 2
 	}
 	if len(pos) > 1 {
 		f.fs.Usage()
-		return 2
+		return nil, 2
 	}
 	m, err := parseMTU(*f.mtu)
 	if err != nil {
 		fmt.Fprintln(stderr, "rocectl perf:", err)
-		return 2
+		return nil, 2
 	}
 	cfg := PerfConfig{
 		Verb: test.Verb, Latency: test.Latency, Size: *f.size, Iters: *f.iters, TxDepth: *f.txDepth,
@@ -267,7 +295,7 @@ func RunPerf(args []string, stdout, stderr io.Writer) int {
 		cfg.DC = true
 	default:
 		fmt.Fprintf(stderr, "rocectl perf: --connection %q: RC or DC\n", *f.conn)
-		return 2
+		return nil, 2
 	}
 	switch *f.atomic {
 	case "FETCH_AND_ADD":
@@ -276,19 +304,31 @@ func RunPerf(args []string, stdout, stderr io.Writer) int {
 		cfg.AtomicOp = perftest.CmpAndSwap
 	default:
 		fmt.Fprintf(stderr, "rocectl perf: -A %q: CMP_AND_SWAP or FETCH_AND_ADD\n", *f.atomic)
-		return 2
+		return nil, 2
 	}
 	if *f.loopback {
 		if len(pos) > 0 {
 			fmt.Fprintln(stderr, "rocectl perf: --loopback takes no server address")
-			return 2
+			return nil, 2
 		}
 		// Both ends run here and exchange nothing over TCP: a port asked
 		// for would be ignored without a word.
 		if setFlags(f.fs)["p"] {
 			fmt.Fprintln(stderr, "rocectl perf: --loopback takes no -p (both ends run in this process, over no TCP port)")
-			return 2
+			return nil, 2
 		}
+	}
+	return &perfArgs{f: f, cfg: cfg, pos: pos}, 0
+}
+
+// RunPerf is "rocectl perf {send,write,read,atomic}-{bw,lat} [flags] [server]".
+func RunPerf(args []string, stdout, stderr io.Writer) int {
+	p, code := parsePerf(args, stdout, stderr)
+	if p == nil {
+		return code
+	}
+	f, cfg, pos := p.f, p.cfg, p.pos
+	if *f.loopback {
 		timeout := *f.timeout
 		if timeout == 0 {
 			timeout = time.Minute
