@@ -6,8 +6,12 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
+	"reflect"
+	"sort"
 	"strconv"
 	"strings"
+
+	"github.com/tailscale/hujson"
 )
 
 // ConfigEnv names the JSON configuration file of the client.
@@ -101,21 +105,89 @@ func LoadConfig() (*Config, error) {
 	return cfg, cfg.check()
 }
 
-// ParseConfig parses a JSON configuration (empty data: the defaults),
-// strictly: unknown fields and trailing data are errors.
+// ParseConfig parses a configuration (empty data: the defaults) written as
+// NVIDIA ships cufile.json: JSON with // and /* */ comments and trailing
+// commas. Sections other than logging and properties (profile, execution,
+// fs, ...) and the cuFile properties goroce has no use for are ignored,
+// each with a note in Notes; a misspelt rdma_ property, a wrong type and
+// trailing data are errors.
 func ParseConfig(data []byte) (*Config, error) {
 	cfg := DefaultConfig()
-	if len(bytes.TrimSpace(data)) > 0 {
-		dec := json.NewDecoder(bytes.NewReader(data))
-		dec.DisallowUnknownFields()
-		if err := dec.Decode(&cfg); err != nil {
-			return nil, fmt.Errorf("cuobj: config: %w", err)
+	if len(bytes.TrimSpace(data)) == 0 {
+		return &cfg, cfg.check()
+	}
+	std, err := hujson.Standardize(append([]byte(nil), data...))
+	if err != nil {
+		return nil, fmt.Errorf("cuobj: config: %w", err)
+	}
+	var sections map[string]json.RawMessage
+	if err := strictDecode(std, &sections); err != nil {
+		return nil, err
+	}
+	for _, name := range sortedKeys(sections) {
+		raw := sections[name]
+		var into any
+		switch name {
+		case "logging":
+			into = &cfg.Logging
+		case "properties":
+			into = &cfg.Properties
+		default:
+			cfg.Notes = append(cfg.Notes, fmt.Sprintf("section %q ignored", name))
+			continue
 		}
-		if dec.More() {
-			return nil, fmt.Errorf("cuobj: config: data after the JSON object")
+		var keys map[string]json.RawMessage
+		if err := strictDecode(raw, &keys); err != nil {
+			return nil, fmt.Errorf("%w (section %q)", err, name)
+		}
+		known := jsonFields(into)
+		for _, k := range sortedKeys(keys) {
+			switch {
+			case known[k]:
+			case name == "properties" && strings.HasPrefix(k, "rdma_"):
+				return nil, fmt.Errorf("cuobj: config: unknown property %q", k)
+			default:
+				cfg.Notes = append(cfg.Notes, fmt.Sprintf("%s.%s ignored", name, k))
+			}
+		}
+		if err := json.Unmarshal(raw, into); err != nil {
+			return nil, fmt.Errorf("cuobj: config: %s: %w", name, err)
 		}
 	}
 	return &cfg, cfg.check()
+}
+
+// strictDecode decodes one JSON value and refuses data after it.
+func strictDecode(data []byte, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	if err := dec.Decode(v); err != nil {
+		return fmt.Errorf("cuobj: config: %w", err)
+	}
+	if dec.More() {
+		return fmt.Errorf("cuobj: config: data after the JSON object")
+	}
+	return nil
+}
+
+// jsonFields is the set of JSON names of the struct v points to.
+func jsonFields(v any) map[string]bool {
+	t := reflect.TypeOf(v).Elem()
+	m := map[string]bool{}
+	for i := range t.NumField() {
+		if name, _, _ := strings.Cut(t.Field(i).Tag.Get("json"), ","); name != "" && name != "-" {
+			m[name] = true
+		}
+	}
+	return m
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
 }
 
 // check applies the caps and refuses what cannot be capped.

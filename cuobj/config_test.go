@@ -118,3 +118,32 @@ func TestTelemetry(t *testing.T) {
 		t.Fatalf("default flags log errors only: %s", buf.String())
 	}
 }
+
+// TestParseConfigAsShipped: cufile.json as NVIDIA ships it, with comments,
+// trailing commas and sections goroce has no use for.
+func TestParseConfigAsShipped(t *testing.T) {
+	c, err := ParseConfig([]byte(`{
+	// NOTE : Application can override custom configuration via export CUFILE_ENV_PATH_JSON=<filepath>
+	"logging": {
+		// log directory, if not enabled will create log file under current working directory
+		//"dir": "/home/<xxxx>",
+		"level": "ERROR" // NOTICE|ERROR|WARN|INFO|DEBUG|TRACE
+	},
+	"profile": { "nvtx": false, "cufile_stats": 0 },
+	"execution": { "max_io_queue_depth": 128, "parallel_io": true, },
+	"properties": {
+		/* max IO chunk size used by cuFileRead/Write internally per IO request */
+		"max_direct_io_size_kb": 16384,
+		"use_poll_mode": false,
+		"rdma_dev_addr_list": [ ],
+		"rdma_io_retry_count": 4,
+	},
+	"fs": { "generic": { "posix_unaligned_writes": false } },
+}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Properties.IORetryCount != 4 || len(c.Notes) != 5 {
+		t.Errorf("retry count %d, notes %q (want 4, and 5: three sections and two properties ignored)", c.Properties.IORetryCount, c.Notes)
+	}
+}

@@ -21,6 +21,7 @@ import (
 	"github.com/goroce/goroce/bpf"
 	"github.com/goroce/goroce/cmd/rocectl/devstat"
 	"github.com/goroce/goroce/ib"
+	"github.com/goroce/goroce/internal/cliflag"
 	"golang.org/x/sys/unix"
 )
 
@@ -59,17 +60,17 @@ flags:`
 func runCapture(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("capture", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	ifname := fs.String("d", "", "network interface (required)")
-	file := fs.String("w", "", "pcap file to write, - for standard output (required)")
-	count := fs.Int("c", 0, "stop after this many frames (0: no limit)")
-	duration := fs.Duration("duration", 0, "stop after this long (0: no limit)")
-	port := fs.Uint("port", uint(ib.RoCEv2Port), "UDP destination port")
-	snaplen := fs.Int("s", 65535, "snapshot length: bytes kept of each frame")
+	ifname := fs.String("d", "", "network `interface` (required)")
+	file := fs.String("w", "", "pcap `file` to write, - for standard output (required)")
+	count := fs.Int("c", 0, "stop after this many `frames` (0: no limit)")
+	duration := fs.Duration("duration", 0, "stop after this `duration` (0: no limit)")
+	port := fs.Uint("port", uint(ib.RoCEv2Port), "UDP destination `port`")
+	snaplen := fs.Int("s", 65535, "snapshot length: `bytes` kept of each frame")
 	fs.Usage = func() {
 		fmt.Fprintln(fs.Output(), captureUsage)
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
+	if err := cliflag.Parse(fs, args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
 		}

@@ -20,6 +20,7 @@ import (
 	"github.com/goroce/goroce/cuobj"
 	"github.com/goroce/goroce/cuobj/s3rdma"
 	"github.com/goroce/goroce/ib"
+	"github.com/goroce/goroce/internal/cliflag"
 	"github.com/goroce/goroce/roce"
 	"github.com/goroce/goroce/roce/link/udplink"
 )
@@ -52,8 +53,7 @@ flags:`
 func runCuobj(args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 || (args[0] != "serve" && args[0] != "put" && args[0] != "get") {
 		if len(args) > 0 && (args[0] == "-h" || args[0] == "--help" || args[0] == "-help") {
-			fmt.Fprintln(stdout, cuobjUsage)
-			return 0
+			return runCuobj([]string{"serve", "-h"}, stdout, stdout) // the usage and the flags
 		}
 		fmt.Fprintln(stderr, cuobjUsage)
 		return 2
@@ -71,7 +71,7 @@ func runCuobj(args []string, stdout, stderr io.Writer) int {
 	udpPort := fs.Int("udp-port", 4791, "UDP `port` of the RoCEv2 link, the same on both ends")
 	verbose := fs.Bool("v", false, "log what the cuObject layer does")
 	pathMTU := fs.Int("path-mtu", 0, "path `MTU` of the server's RC connections: 256 … 4096, what both ends' links carry; 0: the device's active MTU (serve)")
-	if err := fs.Parse(args[1:]); err != nil {
+	if err := cliflag.Parse(fs, args[1:]); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
 		}
@@ -189,6 +189,9 @@ func cuobjTransfer(dev *roce.Device, put bool, rawURL, file string, telem *cuobj
 		if err != nil {
 			fmt.Fprintln(stderr, "rocectl cuobj:", err)
 			return 1
+		}
+		for _, n := range c.Notes {
+			fmt.Fprintf(stderr, "rocectl cuobj: warning: %s: %s\n", cuobj.ConfigEnv, n)
 		}
 		cfg = *c
 	}

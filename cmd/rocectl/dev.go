@@ -15,6 +15,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/goroce/goroce/ib"
+	"github.com/goroce/goroce/internal/cliflag"
 	"github.com/goroce/goroce/roce"
 	"github.com/goroce/goroce/roce/link"
 )
@@ -41,7 +42,7 @@ const (
 func runDev(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("dev", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	ifname := fs.String("d", "", "network interface (default: every Ethernet interface)")
+	ifname := fs.String("d", "", "network `interface` (default: every Ethernet interface)")
 	verbose := fs.Bool("v", false, "also print the GID table, as show_gids does")
 	jsonOut := fs.Bool("j", false, "JSON output: an array with one object per device, GID table included")
 	fs.Usage = func() {
@@ -59,7 +60,7 @@ as rxe computes it. The port is PORT_DOWN while the interface has no carrier.
 flags:`)
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
+	if err := cliflag.Parse(fs, args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
 		}

@@ -20,6 +20,7 @@ import (
 	ebpflink "github.com/cilium/ebpf/link"
 	"github.com/goroce/goroce/bpf"
 	"github.com/goroce/goroce/cmd/rocectl/devstat"
+	"github.com/goroce/goroce/internal/cliflag"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 )
@@ -81,7 +82,7 @@ func runLink(args []string, stdout, stderr io.Writer) int {
 	}
 	sub := args[0]
 	lf := linkFlags(sub, stderr)
-	if err := lf.fs.Parse(args[1:]); err != nil {
+	if err := cliflag.Parse(lf.fs, args[1:]); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
 		}
@@ -148,14 +149,14 @@ func linkFlags(sub string, out io.Writer) *linkOpts {
 		fmt.Fprintln(fs.Output(), linkUsage)
 		fs.PrintDefaults()
 	}
-	fs.StringVar(&o.dev, "d", "", "network interface")
-	fs.StringVar(&o.mode, "mode", "auto", "attach: XDP mode: auto (driver, else generic), driver or generic")
+	fs.StringVar(&o.dev, "d", "", "network `interface`")
+	fs.StringVar(&o.mode, "mode", "auto", "attach: XDP `mode`: auto (driver, else generic), driver or generic")
 	fs.BoolVar(&o.frags, "frags", false, "attach: load with BPF_F_XDP_HAS_FRAGS (Linux 5.18), for frames larger than a page in driver mode")
-	fs.UintVar(&o.port, "port", bpf.DefaultPort, "attach: UDP destination port to steer")
+	fs.UintVar(&o.port, "port", bpf.DefaultPort, "attach: UDP destination `port` to steer")
 	fs.BoolVar(&o.foreground, "foreground", false, "attach: pin nothing; hold the program until interrupted or --duration")
-	fs.DurationVar(&o.duration, "duration", 0, "attach --foreground: detach after this long (0: wait for a signal)")
+	fs.DurationVar(&o.duration, "duration", 0, "attach --foreground: detach after this `duration` (0: wait for a signal)")
 	fs.BoolVar(&o.json, "j", false, "show: JSON output")
-	fs.StringVar(&o.pinDir, "pin-dir", DefaultPinDir, "directory on a bpffs for the pins")
+	fs.StringVar(&o.pinDir, "pin-dir", DefaultPinDir, "`directory` on a bpffs for the pins")
 	return o
 }
 

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime/debug"
 	"sort"
 )
 
@@ -38,6 +39,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	name := args[0]
 	switch name {
+	case "version", "-version", "--version":
+		fmt.Fprintln(stdout, version())
+		return 0
 	case "help", "-h", "-help", "--help":
 		if len(args) > 1 {
 			if c, ok := commands[args[1]]; ok {
@@ -70,5 +74,29 @@ func usage(w io.Writer) {
 	for _, n := range names {
 		fmt.Fprintf(w, "  %-10s %s\n", n, commands[n].summary)
 	}
-	fmt.Fprintln(w, "\nrun 'rocectl help <command>' for a command's flags")
+	fmt.Fprintln(w, "\nrun 'rocectl help <command>' for a command's flags, 'rocectl --version' for the build")
+}
+
+// version is the module version and the VCS revision the binary was built
+// from, as the go command stamped them.
+func version() string {
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "rocectl (no build information)"
+	}
+	v := "rocectl " + bi.Main.Version
+	settings := map[string]string{}
+	for _, s := range bi.Settings {
+		settings[s.Key] = s.Value
+	}
+	if r := settings["vcs.revision"]; r != "" {
+		v += " " + r
+		if settings["vcs.modified"] == "true" {
+			v += " (modified)"
+		}
+		if t := settings["vcs.time"]; t != "" {
+			v += " " + t
+		}
+	}
+	return v + " " + bi.GoVersion
 }

@@ -28,3 +28,33 @@ func TestDispatch(t *testing.T) {
 		t.Errorf("pcap without files: exit %d", code)
 	}
 }
+
+func TestVersionAndHelpFlags(t *testing.T) {
+	var out, errOut bytes.Buffer
+	if code := run([]string{"--version"}, &out, &errOut); code != 0 || !strings.HasPrefix(out.String(), "rocectl ") {
+		t.Errorf("--version: exit %d, out %q", code, out.String())
+	}
+	// Every command's help lists its flags, each with a placeholder that
+	// says what it takes rather than its Go type.
+	for name := range commands {
+		out.Reset()
+		if code := run([]string{"help", name}, &out, &errOut); code != 0 {
+			t.Errorf("help %s: exit %d", name, code)
+		}
+		if name == "fpga" || name == "naaice" {
+			// A summary of two modes; each mode's help lists its flags.
+			out.Reset()
+			mode := map[string]string{"fpga": "send", "naaice": "call"}[name]
+			run([]string{name, mode, "-h"}, &out, &out)
+		}
+		if !strings.Contains(out.String(), "\n  -") {
+			t.Errorf("help %s lists no flags:\n%s", name, out.String())
+		}
+		for _, line := range strings.Split(out.String(), "\n") {
+			if f := strings.Fields(line); len(f) == 2 && strings.HasPrefix(line, "  -") &&
+				(f[1] == "int" || f[1] == "uint" || f[1] == "string" || f[1] == "uint64" || f[1] == "float") {
+				t.Errorf("help %s: %q has no meaningful placeholder", name, line)
+			}
+		}
+	}
+}

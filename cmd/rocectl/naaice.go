@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/goroce/goroce/internal/cliflag"
 	"github.com/goroce/goroce/naaice"
 	"github.com/goroce/goroce/naaice/mrsp"
 	"github.com/goroce/goroce/roce"
@@ -44,7 +45,7 @@ func runNAAICE(args []string, stdout, stderr io.Writer) int {
 }
 
 func naaiceUsage(w io.Writer) {
-	fmt.Fprintln(w, `usage: rocectl naaice serve [-i IFACE] [-a ADDR] [-p PORT] [-rpcs N] [-link udp|xdp|auto]
+	fmt.Fprintln(w, `usage: rocectl naaice serve [-d IFACE] [-a ADDR] [-p PORT] [-rpcs N] [-link udp|xdp|auto]
        rocectl naaice call [flags] [local-ip] remote-ip N "size1 size2 ..."
 
 serve is a software NAA with the C library's example routines (function
@@ -89,20 +90,21 @@ func naaiceOpen(ctx context.Context, ifname string, a netip.Addr, server bool, l
 func naaiceServe(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("naaice serve", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	ifname := fs.String("i", "", "network `interface` (default: the one owning -a)")
+	ifname := fs.String("d", "", "network `interface` (default: the one owning -a)")
+	fs.StringVar(ifname, "i", "", "network `interface` (alias of -d)")
 	addr := fs.String("a", "", "`address` to listen on (default: any address of -i)")
 	port := fs.Int("p", mrsp.ServerPort, "rdma_cm `port`")
 	rpcs := fs.Uint64("rpcs", 0, "exit after `N` RPCs were served (0: until interrupted)")
-	conns := fs.Int("conns", 16, "connections served at once")
-	link := fs.String("link", "auto", "packet link: xdp, udp or auto")
-	if err := fs.Parse(args); err != nil {
+	conns := fs.Int("conns", 16, "`connections` served at once")
+	link := fs.String("link", "auto", "packet `link`: xdp, udp or auto")
+	if err := cliflag.Parse(fs, args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
 		}
 		return 2
 	}
 	if fs.NArg() != 0 || *port <= 0 || *port > 0xFFFF || (*ifname == "" && *addr == "") {
-		fmt.Fprintln(stderr, "rocectl naaice serve: needs -i or -a, and no arguments")
+		fmt.Fprintln(stderr, "rocectl naaice serve: needs -d or -a, and no arguments")
 		return 2
 	}
 	a := netip.IPv4Unspecified()
@@ -172,13 +174,14 @@ func naaiceCall(args []string, stdout, stderr io.Writer) int {
 		fs.PrintDefaults()
 	}
 	fn := fs.Int("f", 3, "function `code` (1 adds 1, 2 adds 2, 3 does nothing)")
-	rpcs := fs.Int("n", 1, "RPCs on the connection")
+	rpcs := fs.Int("n", 1, "`RPCs` on the connection")
 	port := fs.Int("p", mrsp.ServerPort, "the NAA's rdma_cm `port`")
 	pause := fs.Duration("pause", 0, "pause before each RPC (the C software NAA loses a wake-up when a host is fast)")
-	ifname := fs.String("i", "", "network `interface` (default: the route to remote-ip)")
-	link := fs.String("link", "auto", "packet link: xdp, udp or auto")
+	ifname := fs.String("d", "", "network `interface` (default: the route to remote-ip)")
+	fs.StringVar(ifname, "i", "", "network `interface` (alias of -d)")
+	link := fs.String("link", "auto", "packet `link`: xdp, udp or auto")
 	timeout := fs.Duration("t", 2*time.Minute, "give up after this `duration`")
-	if err := fs.Parse(args); err != nil {
+	if err := cliflag.Parse(fs, args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
 		}
@@ -209,13 +212,23 @@ func naaiceCall(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "rocectl naaice call: fewer sizes than regions")
 		return 2
 	}
-	params := make([][]byte, n)
-	for i := range params {
+	// Every size is checked, and their sum, before any region is made.
+	sizes := make([]int, n)
+	var total uint64
+	for i := range sizes {
 		s, err := strconv.Atoi(fields[i])
 		if err != nil || s < 1 || s > 1<<30 {
-			fmt.Fprintf(stderr, "rocectl naaice call: bad size %q\n", fields[i])
+			fmt.Fprintf(stderr, "rocectl naaice call: bad size %q (1 … %d)\n", fields[i], 1<<30)
 			return 2
 		}
+		sizes[i], total = s, total+uint64(s)
+	}
+	if err := cliflag.CheckMemory(total); err != nil {
+		fmt.Fprintf(stderr, "rocectl naaice call: sizes %s: their sum %v\n", strings.Join(fields[:n], " "), err)
+		return 2
+	}
+	params := make([][]byte, n)
+	for i, s := range sizes {
 		params[i] = make([]byte, s)
 		for j := range params[i] {
 			params[i][j] = byte(10 + i)

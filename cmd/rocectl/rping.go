@@ -11,10 +11,13 @@ import (
 	"net/netip"
 	"os"
 	"os/signal"
+	"strconv"
+	"strings"
 
 	"github.com/vishvananda/netlink"
 
 	"github.com/goroce/goroce/cm/rping"
+	"github.com/goroce/goroce/internal/cliflag"
 	"github.com/goroce/goroce/roce"
 	"github.com/goroce/goroce/roce/netdev"
 )
@@ -45,10 +48,10 @@ func runRping(args []string, stdout, stderr io.Writer) int {
 	size := fs.Int("S", rping.DefaultSize, "ping data `size`")
 	verbose := fs.Bool("v", false, "display ping data to stdout")
 	validate := fs.Bool("V", false, "validate ping data")
-	_ = fs.Bool("d", false, "debug printfs (accepted for compatibility)")
+	_ = fs.Bool("d", false, "debug printfs (accepted for compatibility); -d `interface` names the interface, as -i")
 	ifname := fs.String("i", "", "network `interface` to run RoCEv2 on (default: the one owning -a, or routing to it)")
-	link := fs.String("link", "auto", "packet link: xdp, udp or auto")
-	if err := fs.Parse(args); err != nil {
+	link := fs.String("link", "auto", "packet `link`: xdp, udp or auto")
+	if err := cliflag.Parse(fs, rpingInterfaceFlag(args)); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
 		}
@@ -111,12 +114,37 @@ func runRping(args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
+// rpingInterfaceFlag rewrites "-d IFACE" to "-i IFACE": rping's -d is a
+// debug switch without a value, and rping takes no operands, so a word after
+// -d can only name the interface, as -d does in rocectl's other commands.
+func rpingInterfaceFlag(args []string) []string {
+	out := make([]string, 0, len(args))
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		if a == "--" {
+			return append(out, args[i:]...)
+		}
+		if (a == "-d" || a == "--d") && i+1 < len(args) && !strings.HasPrefix(args[i+1], "-") {
+			out = append(out, "-i", args[i+1])
+			i++
+			continue
+		}
+		if v, ok := strings.CutPrefix(strings.TrimLeft(a, "-"), "d="); ok && strings.HasPrefix(a, "-") {
+			if _, err := strconv.ParseBool(v); err != nil {
+				a = "-i=" + v
+			}
+		}
+		out = append(out, a)
+	}
+	return out
+}
+
 // rpingInterface finds the interface a server address belongs to, or the
 // one the route to a client's destination leaves by.
 func rpingInterface(a netip.Addr, server bool) (string, error) {
 	if server {
 		if a.IsUnspecified() {
-			return "", errors.New("a server bound to any address needs -i <interface>")
+			return "", errors.New("a server bound to any address needs -d <interface>")
 		}
 		ifs, err := net.Interfaces()
 		if err != nil {

@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/goroce/goroce/internal/cliflag"
 	"github.com/goroce/goroce/roce"
 	"github.com/goroce/goroce/roce/netdev"
 	"github.com/goroce/goroce/rsocket/rcopy"
@@ -45,7 +46,7 @@ type rsFlags struct {
 func addRSFlags(fs *flag.FlagSet) rsFlags {
 	return rsFlags{
 		ifname: fs.String("d", "", "goroce: network `interface` to run RoCEv2 on (default: the one owning -b, or routing to the server)"),
-		link:   fs.String("link", "auto", "goroce: packet link: xdp, udp or auto"),
+		link:   fs.String("link", "auto", "goroce: packet `link`: xdp, udp or auto"),
 	}
 }
 
@@ -223,7 +224,7 @@ func runRstream(args []string, stdout, stderr io.Writer) int {
 	fs.Usage = streamUsage(fs, "rstream")
 	sf := addStreamFlags(fs, true)
 	rf := addRSFlags(fs)
-	if err := fs.Parse(args); err != nil {
+	if err := cliflag.Parse(fs, args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
 		}
@@ -272,7 +273,7 @@ func runRiostream(args []string, stdout, stderr io.Writer) int {
 	fs.Usage = streamUsage(fs, "riostream")
 	sf := addStreamFlags(fs, false)
 	rf := addRSFlags(fs)
-	if err := fs.Parse(args); err != nil {
+	if err := cliflag.Parse(fs, args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
 		}
@@ -325,15 +326,22 @@ func runRcopy(args []string, stdout, stderr io.Writer) int {
 	}
 	port := fs.String("p", rcopy.DefaultPort, "`port_number`")
 	rf := addRSFlags(fs)
-	server := len(args) == 0 || strings.HasPrefix(args[0], "-")
+	if err := cliflag.Parse(fs, args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	// Without operands the server, else source and server[:destination],
+	// with the options before, between or after them.
+	server := fs.NArg() == 0
 	var src, host, dst string
-	rest := args
 	if !server {
-		if len(args) < 2 {
+		if fs.NArg() != 2 {
 			fs.Usage()
 			return 2
 		}
-		src, host = args[0], args[1]
+		src, host = fs.Arg(0), fs.Arg(1)
 		// As rcopy: the destination follows the first ':' (so no IPv6
 		// literals), and defaults to the source's name.
 		if i := strings.IndexByte(host, ':'); i >= 0 {
@@ -341,17 +349,6 @@ func runRcopy(args []string, stdout, stderr io.Writer) int {
 		} else {
 			dst = src
 		}
-		rest = args[2:]
-	}
-	if err := fs.Parse(rest); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return 2
-	}
-	if fs.NArg() != 0 {
-		fs.Usage()
-		return 2
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()

@@ -14,6 +14,7 @@ import (
 
 	"github.com/goroce/goroce/bpf"
 	"github.com/goroce/goroce/cmd/rocectl/devstat"
+	"github.com/goroce/goroce/internal/cliflag"
 	"github.com/goroce/goroce/roce"
 )
 
@@ -65,7 +66,7 @@ type statEntry struct {
 func runStat(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("stat", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	ifname := fs.String("d", "", "network interface (default: every running device and goroce XDP program)")
+	ifname := fs.String("d", "", "network `interface` (default: every running device and goroce XDP program)")
 	jsonOut := fs.Bool("j", false, "JSON output: an array with one object per interface")
 	fs.Usage = func() {
 		fmt.Fprintln(fs.Output(), `usage: rocectl stat [-j] [-d IFACE]
@@ -83,7 +84,7 @@ CAP_BPF, otherwise the device's report is shown.
 flags:`)
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
+	if err := cliflag.Parse(fs, args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
 		}

@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/goroce/goroce/ib"
+	"github.com/goroce/goroce/internal/cliflag"
 )
 
 // Counts summarises one run.
@@ -35,7 +36,7 @@ func Run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(fs.Output(), "frame cannot be decoded or has a bad ICRC; other traffic is listed, not counted.")
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
+	if err := cliflag.Parse(fs, args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
 		}

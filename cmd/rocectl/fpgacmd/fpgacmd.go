@@ -98,6 +98,9 @@ type SendConfig struct {
 	PMTU    ib.MTU // 0: the port's active MTU
 	Retry   uint8
 	Peer    *Params // the host's values from flags; nil: read a line from stdin
+	// Warn, if set, is told when Size is cut to the largest frame of the
+	// path MTU (the caller sets it when the size was asked for explicitly).
+	Warn io.Writer
 }
 
 // readPeer reads the other side's JSON line from r.
@@ -364,6 +367,9 @@ func Send(ctx context.Context, dev *roce.Device, cfg SendConfig, stdin io.Reader
 	printJSON(stdout, Params{Role: "fpga", QPN: p.QPN, GID: p.GID.String(), RqPSN: p.RqPSN, SqPSN: p.SqPSN})
 	size := cfg.Size
 	if size <= 0 || size > e.MaxFrame() {
+		if size > 0 && cfg.Warn != nil {
+			fmt.Fprintf(cfg.Warn, "rocectl fpga send: -size %d: cut to %d, the largest frame of the path MTU\n", size, e.MaxFrame())
+		}
 		size = e.MaxFrame()
 	}
 	buf := make([]byte, size)

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/goroce/goroce/ib"
+	"github.com/goroce/goroce/internal/cliflag"
 	"github.com/goroce/goroce/roce"
 	"github.com/goroce/goroce/roce/netdev"
 )
@@ -69,12 +70,17 @@ func (o OOB) connect(ctx context.Context) (net.Conn, error) {
 	return o.Dial(ctx)
 }
 
+// DialTimeout bounds one TCP connection attempt of DialRetry.
+const DialTimeout = 20 * time.Second
+
 // DialRetry returns a Dial that connects to addr, retrying while the peer's
 // server is not listening yet (the tools give up at once; starting both
 // ends together is easier with a little patience).
 func DialRetry(addr string, patience time.Duration) func(ctx context.Context) (net.Conn, error) {
 	return func(ctx context.Context) (net.Conn, error) {
-		var d net.Dialer
+		// A peer that drops SYNs would hold each attempt for the kernel's
+		// two minutes; perftest's client gives up well before.
+		d := net.Dialer{Timeout: DialTimeout}
 		end := time.Now().Add(patience)
 		for {
 			c, err := d.DialContext(ctx, "tcp", addr)
@@ -161,21 +167,13 @@ func parseMTU(n int) (ib.MTU, error) {
 	return m, nil
 }
 
-// parseInterspersed parses flags that may come before and after the
-// positional arguments, as getopt allows.
+// parseInterspersed parses and validates flags that may come before and
+// after the positional arguments, as getopt allows.
 func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
-	var pos []string
-	for {
-		if err := fs.Parse(args); err != nil {
-			return nil, err
-		}
-		rest := fs.Args()
-		if len(rest) == 0 {
-			return pos, nil
-		}
-		pos = append(pos, rest[0])
-		args = rest[1:]
+	if err := cliflag.Parse(fs, args); err != nil {
+		return nil, err
 	}
+	return fs.Args(), nil
 }
 
 // linkKind maps the --link flag.

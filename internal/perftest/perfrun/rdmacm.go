@@ -142,21 +142,34 @@ func disconnect(c *cm.Conn) {
 	cancel()
 }
 
+// CMConnectPatience bounds cmDialRetry: perftest's client retries while
+// its rdma_cm calls have time left; without a bound, a peer where nothing
+// listens would be tried in silence until interrupted.
+var CMConnectPatience = 20 * time.Second
+
 // cmDialRetry dials like perftest's rdma_cm client: a server that is not
 // listening yet (its CM rejects the service ID, or does not answer) is
-// tried again every 100 ms until ctx ends.
-func cmDialRetry(ctx context.Context, dev *roce.Device, addr netip.AddrPort, opts cm.DialOptions) (*cm.Conn, error) {
+// tried again every 100 ms, for CMConnectPatience at most. step names what
+// is being connected, for the error.
+func cmDialRetry(ctx context.Context, dev *roce.Device, addr netip.AddrPort, step string, opts cm.DialOptions) (*cm.Conn, error) {
+	parent := ctx
+	ctx, cancel := context.WithTimeout(ctx, CMConnectPatience)
+	defer cancel()
 	for {
 		c, err := cm.Dial(ctx, dev, addr, opts)
 		if err == nil {
 			return c, nil
 		}
 		if !errors.Is(err, mad.RejInvalidServiceID) && !errors.Is(err, cm.ErrTimeout) {
-			return nil, err
+			return nil, fmt.Errorf("rdma_cm connect (%s) to %v: %w", step, addr, err)
 		}
 		select {
 		case <-ctx.Done():
-			return nil, fmt.Errorf("connecting to %v: %w (last: %v)", addr, ctx.Err(), err)
+			if parent.Err() == nil {
+				return nil, fmt.Errorf("rdma_cm connect (%s) to %v: no server accepted within %v (last: %v)",
+					step, addr, CMConnectPatience, err)
+			}
+			return nil, fmt.Errorf("rdma_cm connect (%s) to %v: %w (last: %v)", step, addr, parent.Err(), err)
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
@@ -180,7 +193,7 @@ func (s *cmSession) connectControl(ctx context.Context, testQP cm.QPOptions, out
 	if !s.cfg.Listen.IsValid() {
 		// The path MTU of the control QP is asked low: its messages are
 		// tiny, and the MTU exchange that tells us the peer's comes later.
-		c, err := cmDialRetry(ctx, s.dev, s.cfg.Peer, cm.DialOptions{
+		c, err := cmDialRetry(ctx, s.dev, s.cfg.Peer, "control channel", cm.DialOptions{
 			QP: s.ctl.qpOptions(), RetryCount: 7, RNRRetryCount: 7,
 			ResponderResources: 1, InitiatorDepth: 1, PathMTU: ib.MTU1024,
 		})
@@ -220,7 +233,7 @@ func (s *cmSession) connectTest(ctx context.Context, testQP cm.QPOptions, outRea
 		s.ln.Close()
 		s.ln = nil
 	} else {
-		s.test, err = cmDialRetry(ctx, s.dev, s.cfg.Peer, cm.DialOptions{QP: testQP,
+		s.test, err = cmDialRetry(ctx, s.dev, s.cfg.Peer, "test QP", cm.DialOptions{QP: testQP,
 			RetryCount: 7, RNRRetryCount: 7, ResponderResources: outReads, InitiatorDepth: outReads, PathMTU: mtu})
 	}
 	if err != nil {

@@ -7,6 +7,7 @@ import (
 	"context"
 	"io"
 	"net/netip"
+	"strings"
 	"testing"
 	"time"
 
@@ -51,5 +52,22 @@ func TestRDMACMReleasesEverything(t *testing.T) {
 			t.Fatalf("left behind: A %+v (was %+v), B %+v (was %+v)", ra, resA, rb, resB)
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// TestRDMACMClientGivesUp: a -R client whose peer has no listener stops
+// after CMConnectPatience and says which connection it was making, where it
+// used to retry in silence until interrupted.
+func TestRDMACMClientGivesUp(t *testing.T) {
+	defer func(p time.Duration) { CMConnectPatience = p }(CMConnectPatience)
+	CMConnectPatience = time.Second
+	da, _ := udpPair(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cfg := PerfConfig{Verb: perftest.Write, Size: 4096, Iters: 20, GIDIndex: -1}
+	cli := OOB{RDMACM: &RDMACM{Peer: netip.AddrPortFrom(netip.MustParseAddr("127.0.0.2"), DefaultPort)}}
+	_, err := perfRun(ctx, da, cli, cfg, io.Discard, false, true)
+	if err == nil || ctx.Err() != nil || !strings.Contains(err.Error(), "control channel") {
+		t.Fatalf("client: %v (context: %v), want the control channel's connect to give up", err, ctx.Err())
 	}
 }

@@ -86,8 +86,18 @@ func startCPUProfile(path string) (func(), error) {
 	return func() { pprof.StopCPUProfile(); f.Close() }, nil
 }
 
-// RunPingpong is "rocectl pingpong {rc,ud} [flags] [server]".
-func RunPingpong(args []string, stdout, stderr io.Writer) int {
+// pingpongArgs is a pingpong command line, parsed and validated.
+type pingpongArgs struct {
+	cfg                  PingpongConfig
+	dev, link            string
+	port                 int
+	xdpBusyPoll, timeout time.Duration
+	pos                  []string // the server address, if any
+}
+
+// parsePingpong parses and validates a pingpong command line without
+// opening anything; with a nil result the command ends with the status.
+func parsePingpong(args []string, stdout, stderr io.Writer) (*pingpongArgs, int) {
 	fs := flag.NewFlagSet("pingpong", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
@@ -97,24 +107,24 @@ func RunPingpong(args []string, stdout, stderr io.Writer) int {
 		fs.PrintDefaults()
 	}
 	dev := fs.String("d", "", "network `interface` to run RoCEv2 on")
-	gidx := fs.Int("g", -1, "local port GID `index` (default: the first IPv4 GID)")
+	gidx := fs.Int("g", -1, "local port GID `index` (-1: the first IPv4 GID)")
 	size := fs.Int("s", 0, "message `size` (default 4096 RC, 2048 UD)")
-	iters := fs.Int("n", 1000, "number of exchanges")
-	mtu := fs.Int("m", 1024, "path MTU (RC)")
-	rx := fs.Int("r", 500, "number of receives to post at a time")
+	iters := fs.Int("n", 1000, "number of `exchanges`")
+	mtu := fs.Int("m", 1024, "path `MTU` (RC)")
+	rx := fs.Int("r", 500, "`receives` to post at a time")
 	events := fs.Bool("e", false, "sleep on CQ events (default poll)")
 	port := fs.Int("p", DefaultPort, "listen on/connect to TCP `port`")
-	link := fs.String("link", "auto", "packet link: xdp, udp or auto (xdp, falling back to udp)")
+	link := fs.String("link", "auto", "packet `link`: xdp, udp or auto (xdp, falling back to udp)")
 	xdpBusyPoll := fs.Duration("xdp-busy-poll", 0, xdpBusyPollUsage)
-	timeout := fs.Duration("timeout", 0, "give up after this long (0: never)")
+	timeout := fs.Duration("timeout", 0, "give up after this `duration` (0: never)")
 	if len(args) > 0 && (args[0] == "-h" || args[0] == "-help" || args[0] == "--help") {
 		fs.SetOutput(stdout)
 		fs.Usage()
-		return 0
+		return nil, 0
 	}
 	if len(args) == 0 || (args[0] != "rc" && args[0] != "ud") {
 		fs.Usage()
-		return 2
+		return nil, 2
 	}
 	typ := roce.RC
 	if args[0] == "ud" {
@@ -122,20 +132,31 @@ func RunPingpong(args []string, stdout, stderr io.Writer) int {
 	}
 	pos, err := parseInterspersed(fs, args[1:])
 	if err != nil {
-		return 2
+		return nil, 2
 	}
 	if len(pos) > 1 {
 		fs.Usage()
-		return 2
+		return nil, 2
 	}
 	m, err := parseMTU(*mtu)
 	if err != nil {
 		fmt.Fprintln(stderr, "rocectl pingpong:", err)
-		return 2
+		return nil, 2
 	}
-	ctx, cancel := signalContext(*timeout)
+	return &pingpongArgs{cfg: PingpongConfig{Type: typ, Size: *size, Iters: *iters, RxDepth: *rx, MTU: m, Events: *events,
+		GIDIndex: *gidx}, dev: *dev, link: *link, port: *port, xdpBusyPoll: *xdpBusyPoll, timeout: *timeout, pos: pos}, 0
+}
+
+// RunPingpong is "rocectl pingpong {rc,ud} [flags] [server]".
+func RunPingpong(args []string, stdout, stderr io.Writer) int {
+	a, code := parsePingpong(args, stdout, stderr)
+	if a == nil {
+		return code
+	}
+	pos := a.pos
+	ctx, cancel := signalContext(a.timeout)
 	defer cancel()
-	d, err := openDevice(ctx, *dev, *link, *xdpBusyPoll, stderr)
+	d, err := openDevice(ctx, a.dev, a.link, a.xdpBusyPoll, stderr)
 	if err != nil {
 		fmt.Fprintln(stderr, "rocectl pingpong:", err)
 		return 1
@@ -143,16 +164,15 @@ func RunPingpong(args []string, stdout, stderr io.Writer) int {
 	defer d.Close()
 	var oob OOB
 	if len(pos) == 1 {
-		oob.Dial = DialRetry(peerAddr(pos[0], *port), 0)
-	} else if oob.Listener, err = ListenOOB(*port); err != nil {
-		fmt.Fprintln(stderr, "rocectl pingpong: Couldn't listen to port", *port, err)
+		oob.Dial = DialRetry(peerAddr(pos[0], a.port), 0)
+	} else if oob.Listener, err = ListenOOB(a.port); err != nil {
+		fmt.Fprintln(stderr, "rocectl pingpong: Couldn't listen to port", a.port, err)
 		return 1
 	}
 	if oob.Listener != nil {
 		defer oob.Listener.Close()
 	}
-	cfg := PingpongConfig{Type: typ, Size: *size, Iters: *iters, RxDepth: *rx, MTU: m, Events: *events, GIDIndex: *gidx}
-	if _, err := Pingpong(ctx, d, oob, cfg, stdout); err != nil {
+	if _, err := Pingpong(ctx, d, oob, a.cfg, stdout); err != nil {
 		fmt.Fprintln(stderr, "rocectl pingpong:", err)
 		return 1
 	}
@@ -191,12 +211,12 @@ func newPerfFlags(stderr io.Writer) *perfFlags {
 	f := &perfFlags{fs: fs}
 	f.dev = fs.String("d", "", "network `interface` to run RoCEv2 on (perftest: IB device)")
 	f.size = fs.Int("s", 0, "message `size` (default 65536 BW, 2 latency)")
-	f.iters = fs.Int("n", 0, "number of iterations (default 1000)")
-	f.gid = fs.Int("x", -1, "local GID `index` (default: the first IPv4 GID)")
-	f.mtu = fs.Int("m", 0, "path MTU (default: the port's active MTU)")
-	f.txDepth = fs.Int("t", 0, "TX queue depth (default 128 BW, 1 latency)")
-	f.rxDepth = fs.Int("r", 0, "RX queue depth of send tests (default 512)")
-	f.cqMod = fs.Int("Q", 0, "request a completion every this many messages (default 100)")
+	f.iters = fs.Int("n", 0, "number of `iterations` (default 1000)")
+	f.gid = fs.Int("x", -1, "local GID `index` (-1: the first IPv4 GID)")
+	f.mtu = fs.Int("m", 0, "path `MTU` (default: the port's active MTU)")
+	f.txDepth = fs.Int("t", 0, "TX queue `depth` (default 128 BW, 1 latency)")
+	f.rxDepth = fs.Int("r", 0, "RX queue `depth` of send tests (default 512)")
+	f.cqMod = fs.Int("Q", 0, "request a completion every this many `messages` (default 100)")
 	f.port = fs.Int("p", DefaultPort, "TCP `port` of the out-of-band exchange")
 	f.all = fs.Bool("a", false, "run sizes from 2 till 2^23")
 	f.events = fs.Bool("e", false, "sleep on CQ events (default poll)")
@@ -205,18 +225,26 @@ func newPerfFlags(stderr io.Writer) *perfFlags {
 	f.rdmaCM = fs.Bool("R", false, "connect QPs with rdma_cm and exchange data over it (IPv4; -p is the rdma_cm port)")
 	f.json = fs.Bool("json", false, "print one JSON object per result instead of perftest's text")
 	f.loopback = fs.Bool("loopback", false, "run both ends in this process over kernel UDP on 127.0.0.1 (no root needed)")
-	f.link = fs.String("link", "auto", "packet link: xdp, udp or auto (xdp, falling back to udp)")
+	f.link = fs.String("link", "auto", "packet `link`: xdp, udp or auto (xdp, falling back to udp)")
 	f.xdpBusy = fs.Duration("xdp-busy-poll", 0, xdpBusyPollUsage)
 	f.cpuProf = fs.String("cpuprofile", "", "write a CPU profile of the run to `file`")
-	f.atomic = fs.String("A", "FETCH_AND_ADD", "atomic type: CMP_AND_SWAP or FETCH_AND_ADD")
-	f.conn = fs.String("connection", "RC", "connection type: RC, or DC between goroce peers (perftest -c)")
-	fs.StringVar(f.conn, "c", "RC", "short for --connection")
-	f.timeout = fs.Duration("timeout", 0, "give up after this long (0: never; loopback: 60s)")
+	f.atomic = fs.String("A", "FETCH_AND_ADD", "atomic `type`: CMP_AND_SWAP or FETCH_AND_ADD")
+	f.conn = fs.String("connection", "RC", "connection `type`: RC, or DC between goroce peers (perftest -c)")
+	fs.StringVar(f.conn, "c", "RC", "connection `type` (short for --connection)")
+	f.timeout = fs.Duration("timeout", 0, "give up after this `duration` (0: never; loopback: 60s)")
 	return f
 }
 
-// RunPerf is "rocectl perf {send,write,read,atomic}-{bw,lat} [flags] [server]".
-func RunPerf(args []string, stdout, stderr io.Writer) int {
+// perfArgs is a perf command line, parsed and validated.
+type perfArgs struct {
+	f   *perfFlags
+	cfg PerfConfig
+	pos []string // the server address, if any
+}
+
+// parsePerf parses and validates a perf command line without opening
+// anything; with a nil result the command ends with the exit status.
+func parsePerf(args []string, stdout, stderr io.Writer) (*perfArgs, int) {
 	f := newPerfFlags(stderr)
 	names := make([]string, 0, len(PerfTests))
 	for n := range PerfTests {
@@ -232,29 +260,29 @@ func RunPerf(args []string, stdout, stderr io.Writer) int {
 	if len(args) > 0 && (args[0] == "-h" || args[0] == "-help" || args[0] == "--help") {
 		f.fs.SetOutput(stdout)
 		f.fs.Usage()
-		return 0
+		return nil, 0
 	}
 	if len(args) == 0 {
 		f.fs.Usage()
-		return 2
+		return nil, 2
 	}
 	test, ok := PerfTests[args[0]]
 	if !ok {
 		fmt.Fprintf(stderr, "rocectl perf: unknown test %q (%s)\n", args[0], strings.Join(sortedNames(), ", "))
-		return 2
+		return nil, 2
 	}
 	pos, err := parseInterspersed(f.fs, args[1:])
 	if err != nil {
-		return 2
+		return nil, 2
 	}
 	if len(pos) > 1 {
 		f.fs.Usage()
-		return 2
+		return nil, 2
 	}
 	m, err := parseMTU(*f.mtu)
 	if err != nil {
 		fmt.Fprintln(stderr, "rocectl perf:", err)
-		return 2
+		return nil, 2
 	}
 	cfg := PerfConfig{
 		Verb: test.Verb, Latency: test.Latency, Size: *f.size, Iters: *f.iters, TxDepth: *f.txDepth,
@@ -267,7 +295,7 @@ func RunPerf(args []string, stdout, stderr io.Writer) int {
 		cfg.DC = true
 	default:
 		fmt.Fprintf(stderr, "rocectl perf: --connection %q: RC or DC\n", *f.conn)
-		return 2
+		return nil, 2
 	}
 	switch *f.atomic {
 	case "FETCH_AND_ADD":
@@ -276,13 +304,31 @@ func RunPerf(args []string, stdout, stderr io.Writer) int {
 		cfg.AtomicOp = perftest.CmpAndSwap
 	default:
 		fmt.Fprintf(stderr, "rocectl perf: -A %q: CMP_AND_SWAP or FETCH_AND_ADD\n", *f.atomic)
-		return 2
+		return nil, 2
 	}
 	if *f.loopback {
 		if len(pos) > 0 {
 			fmt.Fprintln(stderr, "rocectl perf: --loopback takes no server address")
-			return 2
+			return nil, 2
 		}
+		// Both ends run here and exchange nothing over TCP: a port asked
+		// for would be ignored without a word.
+		if setFlags(f.fs)["p"] {
+			fmt.Fprintln(stderr, "rocectl perf: --loopback takes no -p (both ends run in this process, over no TCP port)")
+			return nil, 2
+		}
+	}
+	return &perfArgs{f: f, cfg: cfg, pos: pos}, 0
+}
+
+// RunPerf is "rocectl perf {send,write,read,atomic}-{bw,lat} [flags] [server]".
+func RunPerf(args []string, stdout, stderr io.Writer) int {
+	p, code := parsePerf(args, stdout, stderr)
+	if p == nil {
+		return code
+	}
+	f, cfg, pos := p.f, p.cfg, p.pos
+	if *f.loopback {
 		timeout := *f.timeout
 		if timeout == 0 {
 			timeout = time.Minute
@@ -340,6 +386,13 @@ func RunPerf(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	return 0
+}
+
+// setFlags is the set of flags the user gave.
+func setFlags(fs *flag.FlagSet) map[string]bool {
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	return set
 }
 
 // resolveIPv4 returns host's IPv4 address: perftest's rdma_cm mode

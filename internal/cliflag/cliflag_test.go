@@ -1,0 +1,64 @@
+// Copyright The goroce Authors.
+// SPDX-License-Identifier: Apache-2.0
+
+package cliflag
+
+import (
+	"bytes"
+	"flag"
+	"strings"
+	"testing"
+)
+
+func TestReorder(t *testing.T) {
+	fs := flag.NewFlagSet("t", flag.ContinueOnError)
+	fs.Bool("json", false, "")
+	fs.Int("s", 0, "")
+	for _, tc := range []struct{ in, want string }{
+		{"f.pcap --json", "--json -- f.pcap"},
+		{"a -s 5 b", "-s 5 -- a b"},
+		{"-s=5 a", "-s=5 -- a"},
+		{"a -- -s 5", "-- a -s 5"},
+		{"-json", "-json"},
+		{"-s", "-s"},
+		{"-unknown a", "-unknown -- a"},
+	} {
+		if got := strings.Join(Reorder(fs, strings.Fields(tc.in)), " "); got != tc.want {
+			t.Errorf("Reorder(%q) = %q, want %q", tc.in, got, tc.want)
+		}
+	}
+}
+
+func TestValidate(t *testing.T) {
+	for _, tc := range []struct {
+		set, args, want string
+	}{
+		{"perf", "-s 99999999999", "rocectl perf: -s 99999999999: must be at most 4294901760 (the registration limit)"},
+		{"perf", "-p 99999", "rocectl perf: -p 99999: must be at most 65535"},
+		{"perf", "-t -1", "rocectl perf: -t -1: must not be negative"},
+		{"perf", "-timeout -1s", "rocectl perf: -timeout -1s: must not be negative"},
+		{"rstream", "-S all", ""},
+		{"rstream", "-S 0", "rocectl rstream: -S 0: must be at least 1"},
+		{"rstream", "-p http", ""},
+		{"perf", "-s 0 -p 1", ""},
+	} {
+		fs := flag.NewFlagSet(tc.set, flag.ContinueOnError)
+		var out bytes.Buffer
+		fs.SetOutput(&out)
+		fs.Int("s", 0, "")
+		fs.Int("p", 1, "")
+		fs.Int("t", 0, "")
+		fs.String("S", "", "")
+		fs.Duration("timeout", 0, "")
+		if tc.set == "rstream" {
+			fs = flag.NewFlagSet(tc.set, flag.ContinueOnError)
+			fs.SetOutput(&out)
+			fs.String("S", "", "")
+			fs.String("p", "", "")
+		}
+		err := Parse(fs, strings.Fields(tc.args))
+		if got := strings.TrimSpace(out.String()); got != tc.want || (err == nil) != (tc.want == "") {
+			t.Errorf("%s %s: error %v, printed %q, want %q", tc.set, tc.args, err, got, tc.want)
+		}
+	}
+}
