@@ -36,7 +36,7 @@ type attackEnv struct {
 	cli    *Client
 	dir    string
 	tun    cuobj.Tunables
-	attack *http.Client // HTTP from 127.0.0.2: the attacker's own address
+	attack []*http.Client // HTTP from 127.0.0.2 …: the attacker's own addresses
 }
 
 func newAttackEnv(t *testing.T) *attackEnv {
@@ -71,6 +71,9 @@ func newAttackEnv(t *testing.T) *attackEnv {
 	e.hs = httptest.NewServer(e.s)
 	t.Cleanup(e.hs.Close)
 	cfg := cuobj.DefaultConfig()
+	// 503s are retried (EAGAIN) up to 10 times, 500 ms apart: a client
+	// that waits about as long as Retry-After says.
+	cfg.Properties.IORetryCount, cfg.Properties.IORetryDelayMS = 10, 500
 	if e.cli, err = NewClient(cdev, e.hs.URL, ClientOptions{RDMA: cuobj.ClientOptions{Config: &cfg, Telemetry: quiet,
 		Servers: []netip.Addr{srvIP}}}); err != nil {
 		t.Fatal(err)
@@ -79,9 +82,12 @@ func newAttackEnv(t *testing.T) *attackEnv {
 	if err := os.Mkdir(filepath.Join(e.dir, "bucket"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 2)}}
-	e.attack = &http.Client{Transport: &http.Transport{DialContext: d.DialContext, MaxConnsPerHost: 0, MaxIdleConnsPerHost: 256}}
-	t.Cleanup(e.attack.CloseIdleConnections)
+	for i := range 5 {
+		d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, byte(2+i))}}
+		c := &http.Client{Transport: &http.Transport{DialContext: d.DialContext, MaxIdleConnsPerHost: 256}}
+		t.Cleanup(c.CloseIdleConnections)
+		e.attack = append(e.attack, c)
+	}
 	return e
 }
 
@@ -127,7 +133,7 @@ func (p *peak) end() { close(p.stop); p.done.Wait() }
 
 // flood sends n RDMA requests naming the phantom client at once and
 // returns their statuses by code, and how many 503s had a Retry-After.
-func (e *attackEnv) flood(ctx context.Context, t *testing.T, n int, method string, size uint32) (map[int]int, int) {
+func (e *attackEnv) flood(ctx context.Context, t *testing.T, n, addrs int, method string, size uint32) (map[int]int, int) {
 	var mu sync.Mutex
 	codes, retryAfter := map[int]int{}, 0
 	var wg sync.WaitGroup
@@ -136,9 +142,8 @@ func (e *attackEnv) flood(ctx context.Context, t *testing.T, n int, method strin
 		go func() {
 			defer wg.Done()
 			req, _ := http.NewRequestWithContext(ctx, method, e.hs.URL+"/bucket/obj"+map[bool]string{true: "", false: "-put"}[method == "GET"], nil)
-			_ = i
 			req.Header.Set(HeaderToken, phantomToken(size))
-			resp, err := e.attack.Do(req)
+			resp, err := e.attack[i%addrs].Do(req)
 			if err != nil {
 				t.Errorf("attack request: %v", err)
 				return
@@ -178,10 +183,15 @@ func TestAttackExhaustion(t *testing.T) {
 		name   string
 		method string
 		n      int
+		addrs  int // HTTP addresses the attack comes from
 		size   uint32
 	}{
-		{"GETs of an 8 MiB object", "GET", 24, objSize},
-		{"one-byte PUTs", "PUT", 130, 1},
+		{"GETs of an 8 MiB object", "GET", 24, 1, objSize},
+		{"one-byte PUTs", "PUT", 130, 1, 1},
+		// From 5 addresses the attack can take every channel: the
+		// legitimate client gets 503s and retries until the connect
+		// timeout frees them.
+		{"one-byte PUTs from 5 addresses", "PUT", 160, 5, 1},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			p := watch(e.rs)
@@ -190,11 +200,11 @@ func TestAttackExhaustion(t *testing.T) {
 			done := make(chan struct{})
 			go func() {
 				defer close(done)
-				codes, retryAfter = e.flood(ctx, t, c.n, c.method, c.size)
+				codes, retryAfter = e.flood(ctx, t, c.n, c.addrs, c.method, c.size)
 			}()
 			// Let the attack take what it can before the client starts.
 			deadline := time.Now().Add(10 * time.Second)
-			for e.rs.ChannelsInUse() < min(c.n, e.tun.MaxChannelsPerClient) && time.Now().Before(deadline) {
+			for e.rs.ChannelsInUse() < min(c.n, c.addrs*e.tun.MaxChannelsPerClient, e.tun.NumDCIs) && time.Now().Before(deadline) {
 				time.Sleep(5 * time.Millisecond)
 			}
 			attackChans := e.rs.ChannelsInUse()
@@ -215,21 +225,21 @@ func TestAttackExhaustion(t *testing.T) {
 			}
 			<-done
 			p.end()
-			t.Logf("%d attacking %s: channels held by the attack %d (peak %d of %d, cap per address %d); peak bytes held for RDMA %d (budget %d); legitimate %s waited %v; attack answers %v (%d with Retry-After)",
-				c.n, c.name, attackChans, p.chans.Load(), e.tun.NumDCIs, e.tun.MaxChannelsPerClient, p.held.Load(), e.tun.MaxHeldBytes,
+			t.Logf("%d attacking %s (%d addresses): channels held by the attack %d (peak %d of %d, cap per address %d); peak bytes held for RDMA %d (budget %d); legitimate %s waited %v; attack answers %v (%d with Retry-After)",
+				c.n, c.name, c.addrs, attackChans, p.chans.Load(), e.tun.NumDCIs, e.tun.MaxChannelsPerClient, p.held.Load(), e.tun.MaxHeldBytes,
 				c.method, waited.Round(time.Millisecond), codes, retryAfter)
 			// The attack never reaches its client, so it holds no memory:
 			// the peak is the legitimate request's object at most.
 			if p.held.Load() > objSize {
 				t.Errorf("peak held %d bytes, more than the legitimate %d", p.held.Load(), objSize)
 			}
-			if p.chans.Load() > int64(e.tun.MaxChannelsPerClient)+4 { // + the legitimate client's
+			if c.addrs == 1 && p.chans.Load() > int64(e.tun.MaxChannelsPerClient)+4 { // + the legitimate client's
 				t.Errorf("peak %d channels, cap per address %d", p.chans.Load(), e.tun.MaxChannelsPerClient)
 			}
 			if waited > 60*time.Second {
 				t.Errorf("the legitimate client waited %v", waited)
 			}
-			if c.n > e.tun.MaxChannelsPerClient && codes[http.StatusServiceUnavailable] == 0 {
+			if c.n > c.addrs*e.tun.MaxChannelsPerClient && codes[http.StatusServiceUnavailable] == 0 {
 				t.Errorf("no 503 for %d requests from one address: %v", c.n, codes)
 			}
 			if retryAfter != codes[http.StatusServiceUnavailable] {
