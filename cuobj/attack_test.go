@@ -324,7 +324,8 @@ func TestAttackListener(t *testing.T) {
 	c, err = dialClient(ctx, t, sdev, srvIP, to, tok.QPN)
 	wantRejected(t, "the server's address with no live token", c, err)
 	st := r.cli.Stats()
-	if st.Strangers.Load() != 3 || st.Refused.Load() != 4 {
+	// At least: a retransmitted REQ may be refused twice.
+	if st.Strangers.Load() < 3 || st.Refused.Load() < 4 {
 		t.Errorf("strangers %d, refused %d; want 3, 4", st.Strangers.Load(), st.Refused.Load())
 	}
 	// The legitimate server still works (its connection was accepted
