@@ -146,3 +146,33 @@ func BenchmarkDCRawWrite1MiB(b *testing.B) { benchRawProto(b, 1<<20, false, Prot
 func BenchmarkDCRawRead1MiB(b *testing.B)  { benchRawProto(b, 1<<20, true, ProtoDC) }
 func BenchmarkDCGet4KiB(b *testing.B)      { benchHandleProto(b, 4096, false, ProtoDC) }
 func BenchmarkDCRawWrite4KiB(b *testing.B) { benchRawProto(b, 4096, false, ProtoDC) }
+
+// BenchmarkGrant is the client's cost of one token: a memory region
+// registered over the token's range and deregistered when the request
+// ends (GetRDMAToken + PutRDMAToken).
+func BenchmarkGrant4KiB(b *testing.B) { benchGrant(b, 4096) }
+func BenchmarkGrant1MiB(b *testing.B) { benchGrant(b, 1<<20) }
+
+func benchGrant(b *testing.B, size int) {
+	sdev, cdev := memDevices(b, faultnet.Config{}, faultnet.Config{})
+	_ = sdev
+	c, err := NewClient(cdev, Ops{}, ClientOptions{Telemetry: quiet, Config: ptr(DefaultConfig())})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Close()
+	buf := make([]byte, size)
+	if err := c.Register(buf); err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		tok, err := c.GetRDMAToken(buf, uint64(size), 0, OpGet)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := c.PutRDMAToken(tok); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

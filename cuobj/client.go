@@ -61,6 +61,21 @@ func MemoryTypeOf(buf []byte) MemoryType {
 type RDMAInfo struct {
 	Desc  string // the descriptor string (the x-amz-rdma-token value)
 	Token Token  // Desc, parsed
+
+	c *Client
+	g *grant
+}
+
+// AllowServer names the address of the server the callback hands the
+// descriptor to (the address it resolved for the request): while the
+// token lives, the client's listener accepts connections from it. Call it
+// before sending the descriptor. A callback that names no server relies
+// on ClientOptions.Servers (see the package documentation).
+func (i *RDMAInfo) AllowServer(a netip.Addr) {
+	if i == nil || i.c == nil || i.g == nil {
+		return
+	}
+	i.c.allow(i.g, a)
 }
 
 // Handle identifies one callback invocation (the callback's handle).
@@ -143,6 +158,12 @@ type ClientOptions struct {
 	Manager *cm.Manager
 	// Telemetry (nil: errors to slog.Default()).
 	Telemetry *Telemetry
+	// Servers are the addresses of the servers this client hands tokens
+	// to when a callback does not name its server (RDMAInfo.AllowServer):
+	// the listener accepts them while any such token lives. Empty, such a
+	// token admits any address while it lives (weaker; see the package
+	// documentation).
+	Servers []netip.Addr
 	// Backups are the backup devices of a multipath client
 	// (rdma_multipath_enabled; see multipath.go): each listens on its
 	// first address and Addr's port (RC) or has a DCT (DC). With
@@ -167,10 +188,16 @@ type Client struct {
 	cancel   context.CancelFunc
 	wg       sync.WaitGroup
 
+	servers []netip.Addr // ClientOptions.Servers, unmapped
+
 	mu      sync.RWMutex
 	regions map[uintptr]*region
 	conns   map[*cm.Conn]struct{}
-	tokens  map[string]int // issued by GetRDMAToken, not yet put
+	tokens  map[string]*grant // issued by GetRDMAToken, not yet put
+	// allowed counts the live grants naming each server address; unnamed
+	// those naming none.
+	allowed map[netip.Addr]int
+	unnamed int
 	closed  atomic.Bool
 
 	stats ClientStats
@@ -183,17 +210,40 @@ type ClientStats struct {
 	Callbacks, Retries atomic.Uint64
 	Connections        atomic.Uint64 // servers accepted
 	Refused            atomic.Uint64 // connection requests refused (stale or malformed)
+	// Strangers counts connection requests refused because no live token
+	// was handed to their address.
+	Strangers atomic.Uint64
+	// Grants and Revokes count the per-token memory regions made and
+	// destroyed; Grants − Revokes are live.
+	Grants, Revokes atomic.Uint64
+	// AccessErrors counts server connections ended by a remote access
+	// error: an access outside every live token's range or with a dead
+	// token's rkey.
+	AccessErrors atomic.Uint64
 	// Failovers and Failbacks count moves of a multipath client from one
 	// device to another.
 	Failovers, Failbacks atomic.Uint64
 }
 
-// region is one registration: a memory region per direction, so a GET
-// token's rkey allows only remote WRITE and a PUT token's only READ.
+// region is one registration. Its memory regions (one per rail) grant
+// no remote access: their keys never leave the client. Remote access is
+// granted per token (grant).
 type region struct {
-	buf      []byte
-	start    uintptr
-	wmr, rmr []*roce.MR // per rail
+	buf    []byte
+	start  uintptr
+	mrs    []*roce.MR          // per rail, local access only
+	grants map[*grant]struct{} // live grants over the registration; guarded by Client.mu
+}
+
+// grant is one token's access: a memory region over exactly the token's
+// range, remote WRITE for a GET and remote READ for a PUT, destroyed
+// (revoke) when the request ends or the token is put back. A later switch
+// to type 2 memory windows changes grantRange and revoke only.
+type grant struct {
+	mr     *roce.MR
+	reg    *region
+	server netip.Addr // named by AllowServer; invalid: none
+	done   bool       // revoked; guarded by Client.mu
 }
 
 // NewClient creates a client on dev with the application's callbacks and
@@ -209,7 +259,8 @@ func NewClient(dev *roce.Device, ops Ops, o ClientOptions) (*Client, error) {
 		return nil, newErr(op, syscall.EPROTONOSUPPORT, ErrUnsupported, "%v", o.Proto)
 	}
 	c := &Client{ops: ops, proto: o.Proto, telem: newTelemetry(o.Telemetry, "cuobj-client"),
-		regions: map[uintptr]*region{}, conns: map[*cm.Conn]struct{}{}, tokens: map[string]int{},
+		regions: map[uintptr]*region{}, conns: map[*cm.Conn]struct{}{}, tokens: map[string]*grant{},
+		allowed:  map[netip.Addr]int{},
 		endpoint: 1 + rand.Uint32N(0xFFFFFE)}
 	if o.Config != nil {
 		c.cfg = *o.Config
@@ -225,6 +276,9 @@ func NewClient(dev *roce.Device, ops Ops, o ClientOptions) (*Client, error) {
 		if strings.EqualFold(c.cfg.Properties.TransportType, "dc") {
 			c.proto = ProtoDC
 		}
+	}
+	for _, a := range o.Servers {
+		c.servers = append(c.servers, a.Unmap())
 	}
 	c.maxCB = o.MaxRequestCallbackSize
 	if c.maxCB <= 0 || c.maxCB > MaxOpSize {
@@ -413,11 +467,16 @@ func (c *Client) answer(r *rail, req *cm.Request) {
 	if err == nil && (proto != c.proto || ep != c.endpoint) {
 		err = fmt.Errorf("stale token: endpoint %#x protocol %d, this client is %#x protocol %d", ep, proto, c.endpoint, c.proto)
 	}
+	if err == nil && !c.admits(req.RemoteAddr().Addr()) {
+		c.stats.Strangers.Add(1)
+		err = errors.New("no live token was handed to this address")
+	}
 	if err != nil {
 		c.stats.Refused.Add(1)
 		c.telem.error("connection refused", "from", req.RemoteAddr(), "err", err)
-		msg := err.Error()
-		_ = req.Reject(0, []byte(msg[:min(len(msg), 148)]))
+		// The REJ says nothing the peer did not send: the reason is
+		// logged here, not told to a peer that may be guessing.
+		_ = req.Reject(0, nil)
 		return
 	}
 	ctx, cancel := context.WithTimeout(c.ctx, 30*time.Second)
@@ -441,7 +500,17 @@ func (c *Client) answer(r *rail, req *cm.Request) {
 	c.mu.Unlock()
 	c.stats.Connections.Add(1)
 	c.telem.info("server connected", "from", conn.RemoteAddr(), "qpn", conn.QP().QPN())
+	failed := conn.QP().Failed()
+wait:
 	select {
+	case <-failed:
+		var qe *roce.QPError
+		if errors.As(conn.QP().Err(), &qe) && qe.Status == roce.WCRemAccessErr {
+			c.stats.AccessErrors.Add(1)
+			c.telem.error("server access refused", "from", conn.RemoteAddr(), "err", qe)
+		}
+		failed = nil
+		goto wait
 	case <-conn.Done():
 	case <-c.ctx.Done():
 		// Wait (briefly) for the DREP, so the server learns the
@@ -486,20 +555,14 @@ func (c *Client) RegisterMemory(buf []byte, t MemoryType) error {
 			return newErr(op, syscall.EINVAL, ErrInvalid, "overlaps a registration")
 		}
 	}
-	reg := &region{buf: buf, start: start}
+	reg := &region{buf: buf, start: start, grants: map[*grant]struct{}{}}
 	for _, r := range c.rails {
-		wmr, err := r.pd.RegisterMR(buf, roce.AccessLocalWrite|roce.AccessRemoteWrite)
+		mr, err := r.pd.RegisterMR(buf, roce.AccessLocalWrite)
 		if err != nil {
 			_ = reg.close()
 			return newErr(op, syscall.ENOMEM, ErrInvalid, "%v", err)
 		}
-		reg.wmr = append(reg.wmr, wmr)
-		rmr, err := r.pd.RegisterMR(buf, roce.AccessRemoteRead)
-		if err != nil {
-			_ = reg.close()
-			return newErr(op, syscall.ENOMEM, ErrInvalid, "%v", err)
-		}
-		reg.rmr = append(reg.rmr, rmr)
+		reg.mrs = append(reg.mrs, mr)
 	}
 	c.regions[start] = reg
 	c.telem.debug("registered", "bytes", len(buf))
@@ -518,16 +581,20 @@ func (c *Client) Deregister(buf []byte) error {
 	c.mu.Lock()
 	r := c.regions[start]
 	delete(c.regions, start)
+	var gs []*grant
+	if r != nil {
+		gs = c.detachLocked(r)
+	}
 	c.mu.Unlock()
 	if r == nil {
 		return newErr("Deregister", syscall.EINVAL, ErrNotRegistered, "")
 	}
-	return r.close()
+	return errors.Join(c.destroy(gs), r.close())
 }
 
 func (r *region) close() error {
 	var errs []error
-	for _, m := range append(r.wmr, r.rmr...) {
+	for _, m := range r.mrs {
 		errs = append(errs, m.Close())
 	}
 	return errors.Join(errs...)
@@ -535,14 +602,128 @@ func (r *region) close() error {
 
 // sync makes the memory operations of either side visible to the other
 // (see MR.Sync), on every rail.
-func (r *region) sync(op OpType) {
-	mrs := r.wmr
-	if op == OpPut {
-		mrs = r.rmr
-	}
-	for _, m := range mrs {
+func (r *region) sync(OpType) {
+	for _, m := range r.mrs {
 		m.Sync()
 	}
+}
+
+// grantRange gives remote access to exactly size bytes at off of the
+// registration on one rail, for op, and returns the token naming it. The
+// rkey is the grant's own: it dies with revoke, and the registration's
+// keys never leave the client.
+func (c *Client) grantRange(rl *rail, r *region, off, size uint64, op OpType) (Token, *grant, error) {
+	access := roce.AccessLocalWrite | roce.AccessRemoteWrite
+	if op == OpPut {
+		access = roce.AccessRemoteRead
+	}
+	mr, err := rl.pd.RegisterMR(r.buf[off:off+size:off+size], access)
+	if err != nil {
+		return Token{}, nil, newErr("grant", syscall.ENOMEM, ErrInvalid, "%v", err)
+	}
+	g := &grant{mr: mr, reg: r}
+	c.mu.Lock()
+	if c.closed.Load() || c.regions[r.start] != r {
+		c.mu.Unlock()
+		_ = mr.Close()
+		return Token{}, nil, newErr("grant", syscall.EINVAL, ErrNotRegistered, "deregistered")
+	}
+	r.grants[g] = struct{}{}
+	c.unnamed++
+	c.mu.Unlock()
+	c.stats.Grants.Add(1)
+	tok := Token{Addr: mr.Addr(), Size: uint32(size), RKey: mr.RKey(), LID: rl.addr.Port(),
+		QPN: rl.endpoint, HasGID: true, GID: rl.gid}
+	return tok, g, nil
+}
+
+// allow records the server a grant's token is handed to.
+func (c *Client) allow(g *grant, a netip.Addr) {
+	a = a.Unmap()
+	if !a.IsValid() {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if g.done || g.server.IsValid() {
+		return
+	}
+	g.server = a
+	c.unnamed--
+	c.allowed[a]++
+}
+
+// admits reports whether a server at a may connect: a live token was
+// handed to it (or, for tokens that name no server, it is one of
+// ClientOptions.Servers, or there are none).
+func (c *Client) admits(a netip.Addr) bool {
+	a = a.Unmap()
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	if c.allowed[a] > 0 {
+		return true
+	}
+	if c.unnamed == 0 {
+		return false
+	}
+	if len(c.servers) == 0 {
+		return true
+	}
+	for _, s := range c.servers {
+		if s == a {
+			return true
+		}
+	}
+	return false
+}
+
+// revoke ends a grant: its rkey is never honoured again. It may be called
+// more than once.
+func (c *Client) revoke(g *grant) error {
+	c.mu.Lock()
+	gs := c.detachOneLocked(g)
+	c.mu.Unlock()
+	return c.destroy(gs)
+}
+
+func (c *Client) detachOneLocked(g *grant) []*grant {
+	if g.done {
+		return nil
+	}
+	g.done = true
+	delete(g.reg.grants, g)
+	if g.server.IsValid() {
+		if c.allowed[g.server]--; c.allowed[g.server] <= 0 {
+			delete(c.allowed, g.server)
+		}
+	} else {
+		c.unnamed--
+	}
+	return []*grant{g}
+}
+
+// detachLocked takes every grant of r out of use (Deregister).
+func (c *Client) detachLocked(r *region) []*grant {
+	var gs []*grant
+	for g := range r.grants {
+		gs = append(gs, c.detachOneLocked(g)...)
+	}
+	for s, g := range c.tokens {
+		if g.reg == r {
+			delete(c.tokens, s)
+		}
+	}
+	return gs
+}
+
+// destroy deregisters detached grants' regions.
+func (c *Client) destroy(gs []*grant) error {
+	var errs []error
+	for _, g := range gs {
+		errs = append(errs, g.mr.Close())
+		c.stats.Revokes.Add(1)
+	}
+	return errors.Join(errs...)
 }
 
 // find returns the registration holding all of buf and buf's offset in it.
@@ -572,19 +753,18 @@ func (c *Client) MaxRequestCallbackSize(buf []byte) int64 {
 	return min(c.maxCB, int64(uint64(len(r.buf))-off), MaxRegSize)
 }
 
-func (c *Client) token(rl *rail, r *region, off, size uint64, op OpType) Token {
-	mr := r.wmr[rl.idx]
-	if op == OpPut {
-		mr = r.rmr[rl.idx]
-	}
-	return Token{Addr: mr.Addr() + off, Size: uint32(size), RKey: mr.RKey(), LID: rl.addr.Port(),
-		QPN: rl.endpoint, HasGID: true, GID: rl.gid}
+// GetRDMAToken returns the descriptor of size bytes at offset of the
+// registration that starts at buf, for op (cuMemObjGetRDMAToken). Its
+// rkey grants exactly that range until PutRDMAToken, Deregister or Close.
+// The token names no server: see ClientOptions.Servers, or use
+// GetRDMATokenFor.
+func (c *Client) GetRDMAToken(buf []byte, size, offset uint64, op OpType) (string, error) {
+	return c.GetRDMATokenFor(buf, size, offset, op, netip.Addr{})
 }
 
-// GetRDMAToken returns the descriptor of size bytes at offset of the
-// registration that starts at buf, for op (cuMemObjGetRDMAToken). Release
-// it with PutRDMAToken.
-func (c *Client) GetRDMAToken(buf []byte, size, offset uint64, op OpType) (string, error) {
+// GetRDMATokenFor is GetRDMAToken for a token handed to the server at
+// server: the listener accepts connections from it while the token lives.
+func (c *Client) GetRDMATokenFor(buf []byte, size, offset uint64, op OpType, server netip.Addr) (string, error) {
 	const name = "GetRDMAToken"
 	if op != OpGet && op != OpPut {
 		return "", newErr(name, syscall.EINVAL, ErrInvalid, "%v", op)
@@ -602,9 +782,15 @@ func (c *Client) GetRDMAToken(buf []byte, size, offset uint64, op OpType) (strin
 	if size == 0 || offset > n || size > n-offset {
 		return "", newErr(name, syscall.EINVAL, ErrRange, "%d bytes at offset %d of a %d-byte registration", size, offset, n)
 	}
-	s := c.token(c.pick(), r, offset, size, op).String()
+	tok, g, err := c.grantRange(c.pick(), r, offset, size, op)
+	if err != nil {
+		err.(*Error).Op = name
+		return "", err
+	}
+	c.allow(g, server)
+	s := tok.String()
 	c.mu.Lock()
-	c.tokens[s]++
+	c.tokens[s] = g
 	c.mu.Unlock()
 	return s, nil
 }
@@ -612,19 +798,19 @@ func (c *Client) GetRDMAToken(buf []byte, size, offset uint64, op OpType) (strin
 // PutRDMAToken releases a descriptor from GetRDMAToken
 // (cuMemObjPutRDMAToken); one this client did not issue (or already
 // released) fails with ErrInvalid.
+// Its rkey is dead from then on: a server still using it gets a remote
+// access error.
 func (c *Client) PutRDMAToken(desc string) error {
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	n, ok := c.tokens[desc]
+	g, ok := c.tokens[desc]
 	if !ok {
+		c.mu.Unlock()
 		return newErr("PutRDMAToken", syscall.EINVAL, ErrInvalid, "not an outstanding token of this client")
 	}
-	if n <= 1 {
-		delete(c.tokens, desc)
-	} else {
-		c.tokens[desc] = n - 1
-	}
-	return nil
+	delete(c.tokens, desc)
+	gs := c.detachOneLocked(g)
+	c.mu.Unlock()
+	return c.destroy(gs)
 }
 
 // Get fills buf with an object through the Get callback (cuObjGet): buf
@@ -734,9 +920,18 @@ func (c *Client) call(ctx context.Context, cb Callback, h *Handle, chunk []byte,
 	for attempt := 0; ; attempt++ {
 		c.stats.Callbacks.Add(1)
 		rl := c.pick()
-		tok := c.token(rl, r, roff, uint64(len(chunk)), op)
-		info := RDMAInfo{Desc: tok.String(), Token: tok}
+		tok, g, err := c.grantRange(rl, r, roff, uint64(len(chunk)), op)
+		if err != nil {
+			return 0, err
+		}
+		info := RDMAInfo{Desc: tok.String(), Token: tok, c: c, g: g}
 		n, err := cb(h, chunk, off, &info)
+		// The attempt is over, whatever its outcome: its token dies, so a
+		// replay (or a server still at work after a timeout) gets a remote
+		// access error.
+		if rerr := c.revoke(g); rerr != nil {
+			c.telem.error("revoke", "err", rerr)
+		}
 		if Retryable(err) {
 			c.attempted(rl, err)
 		} else {
@@ -783,11 +978,17 @@ func (c *Client) Close() error {
 		}
 	}
 	c.mu.Lock()
+	var gs []*grant
 	for _, r := range c.regions {
+		gs = append(gs, c.detachLocked(r)...)
+	}
+	regs := c.regions
+	c.regions = map[uintptr]*region{}
+	c.mu.Unlock()
+	errs = append(errs, c.destroy(gs))
+	for _, r := range regs {
 		errs = append(errs, r.close())
 	}
-	clear(c.regions)
-	c.mu.Unlock()
 	for _, r := range c.rails {
 		errs = append(errs, r.close())
 	}

@@ -260,7 +260,11 @@ func TestRetries(t *testing.T) {
 func TestManyChannels(t *testing.T) {
 	sdev, cdev := memDevices(t, faultnet.Config{}, faultnet.Config{})
 	const chans, size = 128, 16384
-	r := newRig(t, sdev, cdev, chans*size, nil, nil)
+	// 128 connection setups at once on a loaded test machine may take
+	// longer than the default connect timeout, which is not under test.
+	tun := DefaultTunables()
+	tun.ConnectTimeout = time.Minute
+	r := newRig(t, sdev, cdev, chans*size, nil, &tun)
 	manyChannels(t, r, chans, size)
 	// The client counts a connection when its accept returns, which may
 	// be after the server's first request on it completed.

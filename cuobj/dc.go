@@ -242,13 +242,40 @@ func (p *dcPath) resetLocked() error {
 	return nil
 }
 
-func (p *dcPath) post(ctx context.Context, tok *Token, wr *roce.SendWR) (uint32, error) {
-	ah, err := p.tr.ah(ctx, tok.GID)
+func (p *dcPath) prepare(ctx context.Context, tok *Token) error {
+	_, err := p.resolve(ctx, tok)
+	return err
+}
+
+// resolve returns the address handle of the client tok names, within
+// ConnectTimeout (a client that does not answer ARP or ND holds the
+// channel no longer).
+func (p *dcPath) resolve(ctx context.Context, tok *Token) (*roce.AH, error) {
+	p.tr.mu.Lock()
+	ah := p.tr.ahs[tok.GID]
+	p.tr.mu.Unlock()
+	if ah != nil {
+		return ah, nil // the common case, without the timer's allocations
+	}
+	rctx, cancel := context.WithTimeout(ctx, p.tr.t.ConnectTimeout)
+	defer cancel()
+	ah, err := p.tr.ah(rctx, tok.GID)
 	if err != nil {
 		if errors.Is(err, ErrClosed) {
-			return 0, ErrClosed
+			return nil, ErrClosed
 		}
-		return 0, newErr("post", syscall.EIO, ErrSubmit, "address of %v: %w", tok.GID.Addr(), err)
+		if ctx.Err() == nil && rctx.Err() != nil {
+			return nil, newErr("post", syscall.ETIMEDOUT, ErrConnectTimeout, "address of %v, %v: %v", tok.GID.Addr(), p.tr.t.ConnectTimeout, err)
+		}
+		return nil, newErr("post", syscall.EIO, ErrSubmit, "address of %v: %w", tok.GID.Addr(), err)
+	}
+	return ah, nil
+}
+
+func (p *dcPath) post(ctx context.Context, tok *Token, wr *roce.SendWR) (uint32, error) {
+	ah, err := p.resolve(ctx, tok)
+	if err != nil {
+		return 0, err
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()

@@ -18,9 +18,9 @@
 // time a channel serves that client, and keeps the connection: each
 // channel has its own RC connection to each client it serves, as each DC
 // channel is a DCI of its own, so a failure on one channel (and the QP
-// reset that follows) never disturbs another. The client grants remote
-// WRITE to the rkey of GET tokens and remote READ to that of PUT tokens
-// only (two memory regions per registration).
+// reset that follows) never disturbs another. The rkey of a GET token
+// grants remote WRITE only, that of a PUT token remote READ only, each
+// over the token's range alone (see Threat model).
 //
 // Protocol 1001 (DC, CUOBJ_PROTO_RDMA_DC_V1) runs on goroce's DC
 // transport (docs/dc.md). The client creates one DCT (with the SRQ DC
@@ -61,4 +61,56 @@
 // is retried on the next healthy one; the health check moves back to the
 // first device once it has been up for rdma_failback_delay_ms
 // (rdma_failback_enabled). ClientStats counts failovers and failbacks.
+//
+// # Threat model
+//
+// A token travels in the clear on the control path (an HTTP header), so
+// anyone on that path may read it, and anyone may send a server a token
+// of their own making. What a token grants, to whom, for how long:
+//
+//   - What: remote WRITE (GET token) or READ (PUT token) of exactly
+//     [raddr, raddr+rsize) of the client's memory, through an rkey of its
+//     own: each token is a memory region registered over that range alone
+//     (grantRange). The registration's own regions grant no remote access
+//     and their keys never leave the client. A widened token (rsize or
+//     raddr changed) reaches nothing outside the range: the access fails
+//     with a remote access error (IBV_WC_REM_ACCESS_ERR at the server),
+//     counted by the client as ClientStats.AccessErrors (RC).
+//   - For how long: the region is deregistered when the callback attempt
+//     that made it returns (success, failure, timeout or cancellation of
+//     the request), or, for GetRDMAToken, at PutRDMAToken, Deregister or
+//     Close. A replayed token is dead: its rkey is never honoured again
+//     (keys are not reused). Server work still in flight when the request
+//     ends fails the same way.
+//   - To whom (RC): the client's listener accepts a connection only from
+//     an address a live token was handed to (RDMAInfo.AllowServer,
+//     GetRDMATokenFor) or, for tokens that name no server, one of
+//     ClientOptions.Servers; with neither, any address while such a token
+//     lives (weaker: set one of them). Others are refused, counted as
+//     ClientStats.Strangers, with a REJ that carries nothing (no reason,
+//     no endpoint). Admission is by address: a host that can send from
+//     the server's address, or the server itself, can use any live token
+//     handed to that server; and a connection, once accepted, is kept, so
+//     its server can reach every later live token of the client (not only
+//     its own) if it guesses the rkey, which is not secret (an index and a
+//     generation). DC has no connection: a DC token is usable by anyone
+//     who reaches the client's DCT with its DC key, for as long as it
+//     lives.
+//
+// Type 2 memory windows would bind a token's rkey to one server's QP and
+// close the last two gaps; they are not used yet (grantRange and revoke
+// are where they would go). A grant costs the client about a microsecond
+// (BenchmarkGrant) and one key: the device never honours a key twice and
+// retires a key slot after 255 uses, so one client can make about 2^24 ×
+// 255 (4 × 10^9) tokens in its life, some two days at 25,000 tokens a
+// second; past that a token fails with ENOMEM.
+//
+// The server admits work so that tokens naming clients that do not exist
+// cost little (Tunables): a front end takes a channel with
+// AllocateChannelFor (at most MaxChannelsPerClient per client address),
+// reaches the client with Connect (bounded by ConnectTimeout), and only
+// then reserves memory with Reserve (bounded by MaxHeldBytes), allocates
+// its buffer and reads its file. Refusals are an *OverloadError
+// (ErrOverloaded; s3rdma answers 503 SlowDown with Retry-After) or
+// ErrConnectTimeout (s3rdma: 504), each counted in ServerStats.
 package cuobj

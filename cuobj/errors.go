@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"syscall"
+	"time"
 
 	"github.com/goroce/goroce/internal/errclosed"
 	"github.com/goroce/goroce/roce"
@@ -39,9 +40,29 @@ var (
 	ErrNotRegistered = errors.New("cuobj: memory not registered")
 	// ErrNoCallback: the Ops lack the callback the operation needs.
 	ErrNoCallback = errors.New("cuobj: no callback for the operation")
+	// ErrOverloaded is matched by every *OverloadError: an admission
+	// limit of the server refused the request; it may succeed later.
+	ErrOverloaded = errors.New("cuobj: server overloaded")
+	// ErrConnectTimeout: the client named by a token did not answer
+	// within Tunables.ConnectTimeout.
+	ErrConnectTimeout = errors.New("cuobj: client did not answer in time")
 	// ErrClosed: the client or server is closed.
 	ErrClosed = errclosed.New("cuobj: closed")
 )
+
+// OverloadError says which admission limit refused a request and when to
+// try again (the HTTP front end's Retry-After).
+type OverloadError struct {
+	Limit      string // "channels per client", "channels", "held bytes"
+	RetryAfter time.Duration
+}
+
+func (e *OverloadError) Error() string {
+	return fmt.Sprintf("cuobj: server overloaded: %s (retry after %v)", e.Limit, e.RetryAfter)
+}
+
+// Is makes errors.Is(err, ErrOverloaded) true.
+func (e *OverloadError) Is(target error) bool { return target == ErrOverloaded }
 
 // Error is the error of a server or client operation: the errno value the
 // seed documents (errors.Is(err, syscall.EIO)), the reason (errors.Is(err,

@@ -119,6 +119,7 @@ func (r *rig) channel() uint16 {
 }
 
 func (r *rig) get(h *Handle, chunk []byte, off int64, info *RDMAInfo) (int, error) {
+	info.AllowServer(r.srv.Addr().Addr())
 	if r.hook != nil {
 		if err := r.hook(h, info); err != nil {
 			return 0, err
@@ -137,6 +138,7 @@ func (r *rig) get(h *Handle, chunk []byte, off int64, info *RDMAInfo) (int, erro
 }
 
 func (r *rig) put(h *Handle, chunk []byte, off int64, info *RDMAInfo) (int, error) {
+	info.AllowServer(r.srv.Addr().Addr())
 	if r.hook != nil {
 		if err := r.hook(h, info); err != nil {
 			return 0, err

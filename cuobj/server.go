@@ -48,9 +48,11 @@ type Server struct {
 	tr    transport
 	telem *telemetry
 
-	mu     sync.Mutex // channel allocation
-	chans  []*channel
-	closed atomic.Bool
+	mu        sync.Mutex // channel allocation
+	chans     []*channel
+	perClient map[netip.Addr]int // channels held per client address (AllocateChannelFor)
+	held      atomic.Int64       // bytes reserved (Reserve)
+	closed    atomic.Bool
 
 	stats ServerStats
 }
@@ -62,6 +64,12 @@ type ServerStats struct {
 	Failed             atomic.Uint64 // failed completions
 	Resets             atomic.Uint64 // QP resets after failures
 	Refused            atomic.Uint64 // requests refused before submission
+	// Admission refusals (each also an ErrOverloaded or
+	// ErrConnectTimeout to the caller).
+	RefusedClientChannels atomic.Uint64 // a client address at MaxChannelsPerClient
+	RefusedNoChannel      atomic.Uint64 // AllocateChannelFor with every channel in use
+	RefusedMemory         atomic.Uint64 // Reserve past MaxHeldBytes
+	ConnectTimeouts       atomic.Uint64 // clients that did not answer within ConnectTimeout
 }
 
 // NewServer starts a server endpoint on dev at addr (the cuObjServer
@@ -118,6 +126,7 @@ func NewServer(dev *roce.Device, addr netip.AddrPort, o ServerOptions) (*Server,
 		s.tr = s.rcTransport(o)
 	}
 	s.chans = make([]*channel, t.NumDCIs)
+	s.perClient = map[netip.Addr]int{}
 	s.telem.info("server started", "addr", addr, "proto", s.proto, "channels", t.NumDCIs)
 	return s, nil
 }
@@ -161,6 +170,7 @@ type channel struct {
 	nextID      uint64
 	outstanding int
 	events      []AsyncEvent // asynchronous completions not yet polled
+	owner       netip.Addr   // the client AllocateChannelFor counted it to; guarded by Server.mu
 	wc          [MaxPollEvents]roce.WorkCompletion
 	sge         [qp.MaxSGE]roce.SGE
 	wr          roce.SendWR
@@ -169,12 +179,33 @@ type channel struct {
 
 // AllocateChannel allocates a channel (allocateChannelId): the lowest free
 // ID, 0 first. With none free it returns InvalidChannelID and ErrNoChannel.
+// It counts the channel to no client: front ends that serve untrusted
+// clients use AllocateChannelFor.
 func (s *Server) AllocateChannel() (uint16, error) {
+	return s.allocate("AllocateChannel", netip.Addr{})
+}
+
+// AllocateChannelFor allocates a channel for a request of the client at
+// peer (the front end's view of it: the HTTP peer's address, say). A
+// client address holds at most Tunables.MaxChannelsPerClient channels at
+// once, so that one address cannot take them all. Refusals match
+// ErrOverloaded (an *OverloadError with the time to retry after) and
+// EBUSY; with every channel in use the error also matches ErrNoChannel.
+func (s *Server) AllocateChannelFor(peer netip.Addr) (uint16, error) {
+	return s.allocate("AllocateChannelFor", peer.Unmap())
+}
+
+func (s *Server) allocate(op string, peer netip.Addr) (uint16, error) {
 	if !s.IsConnected() {
-		return InvalidChannelID, newErr("AllocateChannel", syscall.ENODEV, ErrNoDevice, "")
+		return InvalidChannelID, newErr(op, syscall.ENODEV, ErrNoDevice, "")
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if peer.IsValid() && s.perClient[peer] >= s.t.MaxChannelsPerClient {
+		s.stats.RefusedClientChannels.Add(1)
+		return InvalidChannelID, newErr(op, syscall.EBUSY,
+			&OverloadError{Limit: "channels per client", RetryAfter: time.Second}, "%v holds %d", peer, s.perClient[peer])
+	}
 	for i, ch := range s.chans {
 		if ch != nil && ch.allocated.Load() {
 			continue
@@ -182,20 +213,134 @@ func (s *Server) AllocateChannel() (uint16, error) {
 		if ch == nil {
 			cq, err := s.dev.CreateCQ(int(s.t.CQDepth))
 			if err != nil {
-				return InvalidChannelID, newErr("AllocateChannel", syscall.ENOMEM, ErrInvalid, "%v", err)
+				return InvalidChannelID, newErr(op, syscall.ENOMEM, ErrInvalid, "%v", err)
 			}
 			p, err := s.tr.openPath(cq)
 			if err != nil {
 				_ = cq.Close()
-				return InvalidChannelID, newErr("AllocateChannel", syscall.ENOMEM, ErrInvalid, "%v", err)
+				return InvalidChannelID, newErr(op, syscall.ENOMEM, ErrInvalid, "%v", err)
 			}
 			ch = &channel{id: uint16(i), cq: cq, p: p, pending: map[uint64]any{}}
 			s.chans[i] = ch
 		}
 		ch.allocated.Store(true)
+		ch.owner = peer
+		if peer.IsValid() {
+			s.perClient[peer]++
+		}
 		return uint16(i), nil
 	}
-	return InvalidChannelID, newErr("AllocateChannel", syscall.EBUSY, ErrNoChannel, "all %d in use", len(s.chans))
+	if !peer.IsValid() {
+		return InvalidChannelID, newErr(op, syscall.EBUSY, ErrNoChannel, "all %d in use", len(s.chans))
+	}
+	s.stats.RefusedNoChannel.Add(1)
+	return InvalidChannelID, newErr(op, syscall.EBUSY,
+		fmt.Errorf("%w: %w", ErrNoChannel, &OverloadError{Limit: "channels", RetryAfter: time.Second}), "all %d in use", len(s.chans))
+}
+
+// Reserve accounts n bytes the caller is about to hold for RDMA (the
+// buffer of a request) against Tunables.MaxHeldBytes; release returns
+// them and may be called more than once. Past the budget it fails with
+// ErrOverloaded and ENOMEM, allocating nothing.
+func (s *Server) Reserve(n int64) (release func(), err error) {
+	if n < 0 {
+		return func() {}, newErr("Reserve", syscall.EINVAL, ErrInvalid, "%d bytes", n)
+	}
+	for {
+		h := s.held.Load()
+		if n > s.t.MaxHeldBytes-h {
+			s.stats.RefusedMemory.Add(1)
+			return func() {}, newErr("Reserve", syscall.ENOMEM,
+				&OverloadError{Limit: "held bytes", RetryAfter: time.Second}, "%d bytes with %d of %d held", n, h, s.t.MaxHeldBytes)
+		}
+		if s.held.CompareAndSwap(h, h+n) {
+			break
+		}
+	}
+	var once sync.Once
+	return func() { once.Do(func() { s.held.Add(-n) }) }, nil
+}
+
+// HeldBytes returns the bytes reserved with Reserve and not yet released.
+func (s *Server) HeldBytes() int64 { return s.held.Load() }
+
+// ChannelsInUse returns how many channels are allocated.
+func (s *Server) ChannelsInUse() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for _, ch := range s.chans {
+		if ch != nil && ch.allocated.Load() {
+			n++
+		}
+	}
+	return n
+}
+
+// Connect makes sure the channel can reach the client the token names:
+// RC connects (or finds the connection kept from an earlier request), DC
+// resolves the client's address. A front end calls it before it
+// allocates a buffer or reads a file for the request, so that a token
+// naming a client that does not answer costs a channel for at most
+// Tunables.ConnectTimeout and no memory. Errors as HandleGetObject's,
+// and ETIMEDOUT with ErrConnectTimeout.
+func (s *Server) Connect(ctx context.Context, channel uint16, token string) error {
+	const op = "Connect"
+	if !s.IsConnected() {
+		_, err := s.refuse(op, syscall.ENODEV, ErrNoDevice, "")
+		return err
+	}
+	tok, err := ParseToken(token)
+	if err != nil {
+		_, err = s.refuse(op, syscall.EIO, err, "")
+		return err
+	}
+	if _, err := s.checkPeer(op, &tok); err != nil {
+		return err
+	}
+	ch, err := s.channel(channel)
+	if err != nil {
+		_, err = s.refuse(op, syscall.EIO, err, "")
+		return err
+	}
+	defer ch.mu.Unlock()
+	ch.tok = tok
+	if err := ch.p.prepare(ctx, &ch.tok); err != nil {
+		return s.submitFailed(op, token, err)
+	}
+	return nil
+}
+
+// checkPeer checks that the token names a client this endpoint can reach.
+func (s *Server) checkPeer(op string, tok *Token) (int64, error) {
+	peer, ok := tok.IPAddr()
+	if !ok {
+		return s.refuse(op, syscall.EIO, ErrToken, "the token names no GID, which RoCE needs")
+	}
+	if s.local.IsValid() && s.local.Is4() != peer.Is4() {
+		return s.refuse(op, syscall.EAFNOSUPPORT, ErrInvalid, "%s client, %s endpoint", familyOf(peer), familyOf(s.local))
+	}
+	return 0, nil
+}
+
+// submitFailed turns a failure to reach the client or post into the
+// operation's error, and counts it.
+func (s *Server) submitFailed(op, key string, err error) error {
+	var e *Error
+	if errors.As(err, &e) {
+		e.Op = op
+		if errors.Is(err, roceNoAddress) {
+			e.Errno = syscall.EAFNOSUPPORT
+		}
+	} else {
+		err = newErr(op, syscall.EIO, ErrSubmit, "%v", err)
+	}
+	if errors.Is(err, ErrConnectTimeout) {
+		s.stats.ConnectTimeouts.Add(1)
+	}
+	s.stats.Refused.Add(1)
+	s.telem.error("submission failed", "op", op, "key", key, "err", err)
+	return err
 }
 
 // FreeChannel releases a channel (freeChannelId); IDs outside the range
@@ -207,10 +352,17 @@ func (s *Server) FreeChannel(id uint16) {
 	}
 	s.mu.Lock()
 	ch := s.chans[id]
-	s.mu.Unlock()
 	if ch == nil || !ch.allocated.Load() {
+		s.mu.Unlock()
 		return
 	}
+	if ch.owner.IsValid() {
+		if s.perClient[ch.owner]--; s.perClient[ch.owner] <= 0 {
+			delete(s.perClient, ch.owner)
+		}
+		ch.owner = netip.Addr{}
+	}
+	s.mu.Unlock()
 	if ch.mu.TryLock() {
 		clear(ch.pending)
 		ch.events = ch.events[:0]
@@ -317,12 +469,8 @@ func (s *Server) handle(ctx context.Context, op string, r *Request, opcode roce.
 	if !tok.Contains(r.RemoteAddr, r.Size) {
 		return s.refuse(op, syscall.EIO, ErrRange, "%d bytes at %#x outside the token's %d bytes at %#x", r.Size, r.RemoteAddr, tok.Size, tok.Addr)
 	}
-	peer, ok := tok.IPAddr()
-	if !ok {
-		return s.refuse(op, syscall.EIO, ErrToken, "the token names no GID, which RoCE needs")
-	}
-	if s.local.IsValid() && s.local.Is4() != peer.Is4() {
-		return s.refuse(op, syscall.EAFNOSUPPORT, ErrInvalid, "%s client, %s endpoint", familyOf(peer), familyOf(s.local))
+	if _, err := s.checkPeer(op, &tok); err != nil {
+		return 0, err
 	}
 	ch, err := s.channel(r.Channel)
 	if err != nil {
@@ -344,18 +492,7 @@ func (s *Server) handle(ctx context.Context, op string, r *Request, opcode roce.
 	ch.wr.SGL = nil
 	if err != nil {
 		delete(ch.pending, id)
-		var e *Error
-		if errors.As(err, &e) {
-			e.Op = op
-			if errors.Is(err, roceNoAddress) {
-				e.Errno = syscall.EAFNOSUPPORT
-			}
-		} else {
-			err = newErr(op, syscall.EIO, ErrSubmit, "%v", err)
-		}
-		s.stats.Refused.Add(1)
-		s.telem.error("submission failed", "op", op, "key", r.Key, "err", err)
-		return 0, err
+		return 0, s.submitFailed(op, r.Key, err)
 	}
 	ch.outstanding++
 	if s.telem.on(LogPathDebug) { // the arguments would allocate even unused

@@ -30,6 +30,9 @@ type path interface {
 	// post posts wr to the client tok names and returns the local QPN its
 	// completion will carry.
 	post(ctx context.Context, tok *Token, wr *roce.SendWR) (uint32, error)
+	// prepare reaches the client tok names (RC: connects; DC: resolves
+	// its address) without posting, within Tunables.ConnectTimeout.
+	prepare(ctx context.Context, tok *Token) error
 	// completed notes that a work request posted on qpn completed.
 	completed(qpn uint32)
 	// failed notes a failed completion on qpn; reset asks for the QP to be
@@ -87,11 +90,30 @@ type rcPath struct {
 }
 
 func (p *rcPath) post(ctx context.Context, tok *Token, wr *roce.SendWR) (uint32, error) {
+	c, err := p.conn(ctx, tok)
+	if err != nil {
+		return 0, err
+	}
+	if err := c.c.QP().PostSend(wr); err != nil {
+		return 0, newErr("post", syscall.EIO, ErrSubmit, "%v", err)
+	}
+	c.outstanding++
+	return c.qpn, nil
+}
+
+func (p *rcPath) prepare(ctx context.Context, tok *Token) error {
+	_, err := p.conn(ctx, tok)
+	return err
+}
+
+// conn returns the live connection to the client tok names, dialling it
+// if there is none.
+func (p *rcPath) conn(ctx context.Context, tok *Token) (*rcConn, error) {
 	key := rcKey{gid: tok.GID, port: tok.LID, endpoint: tok.QPN}
 	p.mu.Lock()
 	if p.dead {
 		p.mu.Unlock()
-		return 0, ErrClosed
+		return nil, ErrClosed
 	}
 	c := p.conns[key]
 	if c != nil {
@@ -99,7 +121,7 @@ func (p *rcPath) post(ctx context.Context, tok *Token, wr *roce.SendWR) (uint32,
 			// Without qp_reset_on_failure a failed QP stays failed, even
 			// once the client has hung up on it.
 			p.mu.Unlock()
-			return 0, newErr("post", syscall.EIO, ErrSubmit, "%v", qerr)
+			return nil, newErr("post", syscall.EIO, ErrSubmit, "%v", qerr)
 		} else if err := c.c.Err(); err != nil {
 			// The client disconnected, the connection timed out, or its QP
 			// failed and is reset by dialling again.
@@ -109,16 +131,9 @@ func (p *rcPath) post(ctx context.Context, tok *Token, wr *roce.SendWR) (uint32,
 	}
 	p.mu.Unlock()
 	if c == nil {
-		var err error
-		if c, err = p.connect(ctx, tok, key); err != nil {
-			return 0, err
-		}
+		return p.connect(ctx, tok, key)
 	}
-	if err := c.c.QP().PostSend(wr); err != nil {
-		return 0, newErr("post", syscall.EIO, ErrSubmit, "%v", err)
-	}
-	c.outstanding++
-	return c.qpn, nil
+	return c, nil
 }
 
 func (p *rcPath) connect(ctx context.Context, tok *Token, key rcKey) (*rcConn, error) {
@@ -137,7 +152,11 @@ func (p *rcPath) connect(ctx context.Context, tok *Token, key rcKey) (*rcConn, e
 		plt-- // rdma_cm's local ACK timeout is the packet life time + 1
 	}
 	raddr := netip.AddrPortFrom(netip.AddrFrom16(tok.GID).Unmap(), tok.LID)
-	conn, err := p.rt.dial(ctx, raddr, cm.DialOptions{
+	// A token may name a client that never answers: bound the wait so
+	// that it holds the channel for ConnectTimeout, not cm's full retries.
+	dctx, cancel := context.WithTimeout(ctx, t.ConnectTimeout)
+	defer cancel()
+	conn, err := p.rt.dial(dctx, raddr, cm.DialOptions{
 		QP: cm.QPOptions{PD: p.rt.pd, SendCQ: p.cq, RecvCQ: p.rt.rcq,
 			Cap:    roce.QPCap{MaxSendWR: int(t.CQDepth), MaxRecvWR: 1, MaxSendSGE: t.MaxSGE, MaxRecvSGE: 1},
 			Access: roce.AccessLocalWrite}, // the server's memory is never remote-accessible
@@ -150,7 +169,10 @@ func (p *rcPath) connect(ctx context.Context, tok *Token, key rcKey) (*rcConn, e
 	if err != nil {
 		var rej *mad.RejectError
 		if errors.As(err, &rej) {
-			return nil, newErr("connect", syscall.EIO, ErrSubmit, "client %v refused the connection (stale token?): %v", raddr, err)
+			return nil, newErr("connect", syscall.EIO, ErrSubmit, "client %v refused the connection (stale token, or none live for this server?): %w", raddr, err)
+		}
+		if ctx.Err() == nil && dctx.Err() != nil {
+			return nil, newErr("connect", syscall.ETIMEDOUT, ErrConnectTimeout, "client %v, %v: %v", raddr, t.ConnectTimeout, err)
 		}
 		return nil, newErr("connect", syscall.EIO, ErrSubmit, "client %v: %v", raddr, err)
 	}

@@ -3,6 +3,7 @@ package cuobj
 import (
 	"fmt"
 	"syscall"
+	"time"
 
 	"github.com/goroce/goroce/qp"
 )
@@ -132,14 +133,39 @@ type Tunables struct {
 	// MaxRdAtomic is the number of RDMA READs in flight per connection:
 	// 0 means the device's maximum (128); larger values are capped to it.
 	MaxRdAtomic int
+
+	// The admission limits below are goroce's own (the C API has none):
+	// they keep a client that names nonexistent peers, or many of them
+	// from one address, from holding what legitimate clients need.
+
+	// ConnectTimeout bounds reaching a client: the rdma_cm connection of
+	// RC, the address resolution of DC (default 5 s). A token naming a
+	// client that does not answer fails with ETIMEDOUT after it, and a
+	// channel is held no longer than that.
+	ConnectTimeout time.Duration
+	// MaxChannelsPerClient caps the channels AllocateChannelFor gives one
+	// client address at once (default a quarter of NumDCIs, at least 1);
+	// past it the caller gets ErrOverloaded.
+	MaxChannelsPerClient int
+	// MaxHeldBytes bounds the memory the server's callers hold for RDMA
+	// through Reserve (default 1 GiB); past it Reserve fails with
+	// ErrOverloaded.
+	MaxHeldBytes int64
 }
 
 // DefaultTunables returns the defaults of cuObjRDMATunable.
 func DefaultTunables() Tunables {
 	return Tunables{NumDCIs: 128, CQDepth: 640, DCKey: 0xffeeddcc, Timeout: 16, HopLimit: 4,
 		MaxSGE: 10, DelayInterval: 5000, DelayMode: DelayBatch, QPResetOnFailure: true,
-		RetryCount: 7, TrafficClass: 96}
+		RetryCount: 7, TrafficClass: 96, ConnectTimeout: DefaultConnectTimeout,
+		MaxChannelsPerClient: 32, MaxHeldBytes: DefaultMaxHeldBytes}
 }
+
+// Defaults of the admission limits.
+const (
+	DefaultConnectTimeout = 5 * time.Second
+	DefaultMaxHeldBytes   = 1 << 30
+)
 
 // normalize applies the caps and returns what it changed (for the log) or
 // an error for values no server can start with.
@@ -182,6 +208,16 @@ func (t Tunables) normalize() (Tunables, []string, error) {
 	} else if t.MaxRdAtomic > qp.MaxRdAtomic {
 		notes = append(notes, fmt.Sprintf("max_rd_atomic %d capped to %d", t.MaxRdAtomic, qp.MaxRdAtomic))
 		t.MaxRdAtomic = qp.MaxRdAtomic
+	}
+	if t.ConnectTimeout <= 0 {
+		t.ConnectTimeout = DefaultConnectTimeout
+	}
+	if t.MaxChannelsPerClient <= 0 || t.MaxChannelsPerClient > t.NumDCIs {
+		// A zero value (a Tunables built by hand) takes the default share.
+		t.MaxChannelsPerClient = max(1, t.NumDCIs/4)
+	}
+	if t.MaxHeldBytes <= 0 {
+		t.MaxHeldBytes = DefaultMaxHeldBytes
 	}
 	if t.DelayMode < DelayNone || t.DelayMode >= DelayInvalid {
 		notes = append(notes, fmt.Sprintf("delay_mode %d invalid, using DelayBatch", t.DelayMode))

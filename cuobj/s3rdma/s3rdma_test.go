@@ -84,6 +84,7 @@ func setupTB(t testing.TB, withRDMA bool, copt *cuobj.ClientOptions) *env {
 	}
 	cfg := cuobj.DefaultConfig()
 	copt.Config, copt.Telemetry = &cfg, quiet
+	copt.Servers = []netip.Addr{srvIP} // the RDMA server; the HTTP one is on loopback
 	c, err := NewClient(cdev, hs.URL, ClientOptions{RDMA: *copt})
 	if err != nil {
 		t.Fatal(err)

@@ -11,6 +11,7 @@ import (
 	"io/fs"
 	"log/slog"
 	"net/http"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"sort"
@@ -41,6 +42,10 @@ type Server struct {
 	// Counters.
 	RDMAGets, RDMAPuts, PlainGets, PlainPuts, Declined atomic.Uint64
 	RDMABytes                                          atomic.Uint64
+	// Overloaded counts RDMA requests refused by an admission limit of the
+	// cuobj.Server (503 SlowDown); ConnectTimeouts those whose client did
+	// not answer in time (504).
+	Overloaded, ConnectTimeouts atomic.Uint64
 }
 
 // NewServer serves the objects in dir; rdma may be nil.
@@ -300,24 +305,71 @@ func (s *Server) rdmaSetup(w http.ResponseWriter, tok string) (t cuobj.Token, ok
 }
 
 type rdmaRun struct {
-	ch  uint16
-	buf []byte
-	reg *cuobj.Buffer
+	ch      uint16
+	buf     []byte
+	reg     *cuobj.Buffer
+	release func()
 }
 
-func (s *Server) rdmaStart(w http.ResponseWriter, size int) (*rdmaRun, bool) {
-	ch, err := s.rdma.AllocateChannel()
+// peerOf returns the HTTP peer's address: the client address whose
+// channels AllocateChannelFor counts.
+func peerOf(r *http.Request) netip.Addr {
+	ap, err := netip.ParseAddrPort(r.RemoteAddr)
 	if err != nil {
+		return netip.Addr{}
+	}
+	return ap.Addr().Unmap()
+}
+
+// rdmaError answers a failure of the RDMA path: admission refusals
+// (cuobj.ErrOverloaded) are 503 SlowDown with Retry-After, a client that
+// did not answer 504, anything else 500.
+func (s *Server) rdmaError(w http.ResponseWriter, path string, err error) {
+	var oe *cuobj.OverloadError
+	switch {
+	case errors.As(err, &oe):
+		s.Overloaded.Add(1)
+		w.Header().Set("Retry-After", strconv.Itoa(max(1, int((oe.RetryAfter+time.Second-1)/time.Second))))
 		writeError(w, http.StatusServiceUnavailable, "SlowDown", err.Error())
+	case errors.Is(err, cuobj.ErrConnectTimeout):
+		s.ConnectTimeouts.Add(1)
+		writeError(w, http.StatusGatewayTimeout, errTransferFailed, err.Error())
+	default:
+		s.log.Error("RDMA request failed", "path", path, "err", err)
+		writeError(w, http.StatusInternalServerError, errTransferFailed, err.Error())
+	}
+}
+
+// rdmaStart admits an RDMA request of size bytes: a channel (counted to
+// the HTTP peer), the connection to the client the token names, and only
+// then the budget and the buffer, so a token naming a client that does
+// not answer costs no memory and a channel for at most the connect
+// timeout. The caller calls rdmaEnd when ok.
+func (s *Server) rdmaStart(w http.ResponseWriter, r *http.Request, path, tok string, size int) (*rdmaRun, bool) {
+	ch, err := s.rdma.AllocateChannelFor(peerOf(r))
+	if err != nil {
+		s.rdmaError(w, path, err)
+		return nil, false
+	}
+	if err := s.rdma.Connect(r.Context(), ch, tok); err != nil {
+		s.rdma.FreeChannel(ch)
+		s.rdmaError(w, path, err)
+		return nil, false
+	}
+	release, err := s.rdma.Reserve(int64(size))
+	if err != nil {
+		s.rdma.FreeChannel(ch)
+		s.rdmaError(w, path, err)
 		return nil, false
 	}
 	buf, err := s.rdma.AllocHostBuffer(size)
 	if err == nil {
 		var reg *cuobj.Buffer
 		if reg, err = s.rdma.RegisterBuffer(buf); err == nil {
-			return &rdmaRun{ch: ch, buf: buf, reg: reg}, true
+			return &rdmaRun{ch: ch, buf: buf, reg: reg, release: release}, true
 		}
 	}
+	release()
 	s.rdma.FreeChannel(ch)
 	writeError(w, http.StatusInternalServerError, "InternalError", err.Error())
 	return nil, false
@@ -325,6 +377,8 @@ func (s *Server) rdmaStart(w http.ResponseWriter, size int) (*rdmaRun, bool) {
 
 func (s *Server) rdmaEnd(run *rdmaRun) {
 	_ = s.rdma.DeregisterBuffer(run.reg)
+	run.buf = nil
+	run.release()
 	s.rdma.FreeChannel(run.ch)
 }
 
@@ -353,24 +407,20 @@ func (s *Server) rdmaGet(w http.ResponseWriter, r *http.Request, path, tok strin
 	if !ok {
 		return
 	}
-	f, err := os.Open(path)
+	// Only the object's size is looked at before the client is reached:
+	// the file is read once the RDMA connection is up.
+	st, err := os.Stat(path)
 	if err != nil {
 		notFound(w, err)
 		return
 	}
-	defer f.Close()
-	st, err := f.Stat()
-	if err != nil || st.IsDir() {
+	if st.IsDir() {
 		writeError(w, http.StatusNotFound, "NoSuchKey", "no such object")
 		return
 	}
 	start, length, ranged, err := parseRange(r.Header.Get("Range"), st.Size())
 	if err != nil {
 		writeError(w, http.StatusRequestedRangeNotSatisfiable, "InvalidRange", err.Error())
-		return
-	}
-	if _, err := f.Seek(start, io.SeekStart); err != nil {
-		writeError(w, http.StatusInternalServerError, "InternalError", err.Error())
 		return
 	}
 	n := min(uint64(length), uint64(t.Size), uint64(s.MaxObjectSize))
@@ -384,18 +434,27 @@ func (s *Server) rdmaGet(w http.ResponseWriter, r *http.Request, path, tok strin
 		w.Header().Set("Content-Length", "0")
 		return
 	}
-	run, ok := s.rdmaStart(w, int(n))
+	run, ok := s.rdmaStart(w, r, path, tok, int(n))
 	if !ok {
 		return
 	}
 	defer s.rdmaEnd(run)
+	f, err := os.Open(path)
+	if err != nil {
+		notFound(w, err)
+		return
+	}
+	defer f.Close()
+	if _, err := f.Seek(start, io.SeekStart); err != nil {
+		writeError(w, http.StatusInternalServerError, "InternalError", err.Error())
+		return
+	}
 	if _, err := io.ReadFull(f, run.buf); err != nil {
 		writeError(w, http.StatusInternalServerError, "InternalError", err.Error())
 		return
 	}
 	if err := s.transfer(r.Context(), run, &t, n, false, path); err != nil {
-		s.log.Error("RDMA GET failed", "path", path, "err", err)
-		writeError(w, http.StatusInternalServerError, errTransferFailed, err.Error())
+		s.rdmaError(w, path, err)
 		return
 	}
 	s.RDMAGets.Add(1)
@@ -419,14 +478,13 @@ func (s *Server) rdmaPut(w http.ResponseWriter, r *http.Request, path, tok strin
 		writeError(w, http.StatusBadRequest, "EntityTooLarge", fmt.Sprintf("%d bytes, at most %d", n, s.MaxObjectSize))
 		return
 	}
-	run, ok := s.rdmaStart(w, int(n))
+	run, ok := s.rdmaStart(w, r, path, tok, int(n))
 	if !ok {
 		return
 	}
 	defer s.rdmaEnd(run)
 	if err := s.transfer(r.Context(), run, &t, n, true, path); err != nil {
-		s.log.Error("RDMA PUT failed", "path", path, "err", err)
-		writeError(w, http.StatusInternalServerError, errTransferFailed, err.Error())
+		s.rdmaError(w, path, err)
 		return
 	}
 	sum, err := store(path, func(f *os.File) error { _, err := f.Write(run.buf); return err })

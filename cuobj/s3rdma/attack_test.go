@@ -1,0 +1,308 @@
+package s3rdma
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/goroce/goroce/cuobj"
+	"github.com/goroce/goroce/roce"
+	"github.com/goroce/goroce/roce/link/memlink"
+)
+
+// The exhaustion attacks of issue #28 on the server: many RDMA requests
+// whose token names a client that never answers, sent anonymously from
+// an HTTP address of their own, while a legitimate client keeps working.
+
+// phantomIP is a client that does not exist: the server's device sends
+// to the client's MAC, whose device drops what is not for its address,
+// so the server's connection request goes unanswered.
+var phantomIP = netip.MustParseAddr("10.0.0.9")
+
+type attackEnv struct {
+	rs     *cuobj.Server
+	s      *Server
+	hs     *httptest.Server
+	cli    *Client
+	dir    string
+	tun    cuobj.Tunables
+	attack []*http.Client // HTTP from 127.0.0.2 …: the attacker's own addresses
+}
+
+func newAttackEnv(t *testing.T) *attackEnv {
+	macA, macB := net.HardwareAddr{2, 0, 0, 0, 0, 0xa}, net.HardwareAddr{2, 0, 0, 0, 0, 0xb}
+	la, lb := memlink.PairWithOptions(memlink.Options{HardwareAddrA: macA, HardwareAddrB: macB})
+	lg := slog.New(slog.NewTextHandler(io.Discard, nil))
+	sdev, err := roce.OpenLink(la, roce.Options{Addrs: []netip.Addr{srvIP},
+		Neighbours: map[netip.Addr]net.HardwareAddr{cliIP: macB, phantomIP: macB}, Logger: lg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sdev.Close() })
+	cdev, err := roce.OpenLink(lb, roce.Options{Addrs: []netip.Addr{cliIP}, Neighbours: map[netip.Addr]net.HardwareAddr{srvIP: macA}, Logger: lg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cdev.Close() })
+	e := &attackEnv{tun: cuobj.DefaultTunables(), dir: t.TempDir()}
+	// The connect timeout is what the attack costs; 2 s keeps the test
+	// short. The budget is small enough that an attack which held
+	// buffers would meet it.
+	e.tun.ConnectTimeout = 2 * time.Second
+	e.tun.MaxHeldBytes = 64 << 20
+	if e.rs, err = cuobj.NewServer(sdev, netip.AddrPortFrom(srvIP, 18515), cuobj.ServerOptions{Tunables: &e.tun, Telemetry: quiet}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.rs.Close() })
+	e.tun = e.rs.Tunables()
+	if e.s, err = NewServer(e.dir, e.rs, nil); err != nil {
+		t.Fatal(err)
+	}
+	e.hs = httptest.NewServer(e.s)
+	t.Cleanup(e.hs.Close)
+	cfg := cuobj.DefaultConfig()
+	// 503s are retried (EAGAIN) up to 10 times, 500 ms apart: a client
+	// that waits about as long as Retry-After says.
+	cfg.Properties.IORetryCount, cfg.Properties.IORetryDelayMS = 10, 500
+	if e.cli, err = NewClient(cdev, e.hs.URL, ClientOptions{RDMA: cuobj.ClientOptions{Config: &cfg, Telemetry: quiet,
+		Servers: []netip.Addr{srvIP}}}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.cli.Close() })
+	if err := os.Mkdir(filepath.Join(e.dir, "bucket"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 5 {
+		d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, byte(2+i))}}
+		c := &http.Client{Transport: &http.Transport{DialContext: d.DialContext, MaxIdleConnsPerHost: 256}}
+		t.Cleanup(c.CloseIdleConnections)
+		e.attack = append(e.attack, c)
+	}
+	return e
+}
+
+// phantomToken names the phantom client.
+func phantomToken(size uint32) string {
+	tok := cuobj.Token{Addr: 0x10000, Size: size, RKey: 0x1234, LID: 4791, QPN: 0x42, HasGID: true,
+		GID: [16]byte{10: 0xff, 11: 0xff, 12: 10, 15: 9}}
+	return tok.String()
+}
+
+// peak samples what the server holds while an attack runs.
+type peak struct {
+	held, chans atomic.Int64
+	stop        chan struct{}
+	done        sync.WaitGroup
+}
+
+func watch(rs *cuobj.Server) *peak {
+	p := &peak{stop: make(chan struct{})}
+	p.done.Add(1)
+	go func() {
+		defer p.done.Done()
+		tk := time.NewTicker(2 * time.Millisecond)
+		defer tk.Stop()
+		for {
+			if h := rs.HeldBytes(); h > p.held.Load() {
+				p.held.Store(h)
+			}
+			if c := int64(rs.ChannelsInUse()); c > p.chans.Load() {
+				p.chans.Store(c)
+			}
+			select {
+			case <-p.stop:
+				return
+			case <-tk.C:
+			}
+		}
+	}()
+	return p
+}
+
+func (p *peak) end() { close(p.stop); p.done.Wait() }
+
+// flood sends n RDMA requests naming the phantom client at once and
+// returns their statuses by code, and how many 503s had a Retry-After.
+func (e *attackEnv) flood(ctx context.Context, t *testing.T, n, addrs int, method string, size uint32) (map[int]int, int) {
+	var mu sync.Mutex
+	codes, retryAfter := map[int]int{}, 0
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			req, _ := http.NewRequestWithContext(ctx, method, e.hs.URL+"/bucket/obj"+map[bool]string{true: "", false: "-put"}[method == "GET"], nil)
+			req.Header.Set(HeaderToken, phantomToken(size))
+			resp, err := e.attack[i%addrs].Do(req)
+			if err != nil {
+				t.Errorf("attack request: %v", err)
+				return
+			}
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			mu.Lock()
+			codes[resp.StatusCode]++
+			if resp.StatusCode == http.StatusServiceUnavailable && resp.Header.Get("Retry-After") != "" {
+				retryAfter++
+			}
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	return codes, retryAfter
+}
+
+func TestAttackExhaustion(t *testing.T) {
+	e := newAttackEnv(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	const objSize = 8 << 20
+	obj := data(objSize)
+	if err := e.cli.RDMA().Register(obj); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.cli.Put(ctx, "bucket", "obj", obj); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, objSize)
+	if err := e.cli.RDMA().Register(buf); err != nil {
+		t.Fatal(err)
+	}
+
+	for _, c := range []struct {
+		name   string
+		method string
+		n      int
+		addrs  int // HTTP addresses the attack comes from
+		size   uint32
+	}{
+		{"GETs of an 8 MiB object", "GET", 24, 1, objSize},
+		{"one-byte PUTs", "PUT", 130, 1, 1},
+		// From 5 addresses the attack can take every channel: the
+		// legitimate client gets 503s and retries until the connect
+		// timeout frees them.
+		{"one-byte PUTs from 5 addresses", "PUT", 160, 5, 1},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			p := watch(e.rs)
+			var codes map[int]int
+			var retryAfter int
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				codes, retryAfter = e.flood(ctx, t, c.n, c.addrs, c.method, c.size)
+			}()
+			// Let the attack take what it can before the client starts.
+			deadline := time.Now().Add(10 * time.Second)
+			for e.rs.ChannelsInUse() < min(c.n, c.addrs*e.tun.MaxChannelsPerClient, e.tun.NumDCIs) && time.Now().Before(deadline) {
+				time.Sleep(5 * time.Millisecond)
+			}
+			attackChans := e.rs.ChannelsInUse()
+			start := time.Now()
+			var err error
+			if c.method == "GET" {
+				clear(buf)
+				var n int64
+				if n, _, err = e.cli.Get(ctx, "bucket", "obj", buf); err == nil && (n != objSize || string(buf) != string(obj)) {
+					t.Errorf("legitimate GET: %d bytes, data differs: %v", n, string(buf) != string(obj))
+				}
+			} else {
+				_, err = e.cli.Put(ctx, "bucket", "legit", obj)
+			}
+			waited := time.Since(start)
+			if err != nil {
+				t.Fatalf("legitimate %s during the attack: %v", c.method, err)
+			}
+			<-done
+			p.end()
+			t.Logf("%d attacking %s (%d addresses): channels held by the attack %d (peak %d of %d, cap per address %d); peak bytes held for RDMA %d (budget %d); legitimate %s waited %v; attack answers %v (%d with Retry-After)",
+				c.n, c.name, c.addrs, attackChans, p.chans.Load(), e.tun.NumDCIs, e.tun.MaxChannelsPerClient, p.held.Load(), e.tun.MaxHeldBytes,
+				c.method, waited.Round(time.Millisecond), codes, retryAfter)
+			// The attack never reaches its client, so it holds no memory:
+			// the peak is the legitimate request's object at most.
+			if p.held.Load() > objSize {
+				t.Errorf("peak held %d bytes, more than the legitimate %d", p.held.Load(), objSize)
+			}
+			if c.addrs == 1 && p.chans.Load() > int64(e.tun.MaxChannelsPerClient)+4 { // + the legitimate client's
+				t.Errorf("peak %d channels, cap per address %d", p.chans.Load(), e.tun.MaxChannelsPerClient)
+			}
+			if waited > 60*time.Second {
+				t.Errorf("the legitimate client waited %v", waited)
+			}
+			if c.n > c.addrs*e.tun.MaxChannelsPerClient && codes[http.StatusServiceUnavailable] == 0 {
+				t.Errorf("no 503 for %d requests from one address: %v", c.n, codes)
+			}
+			if retryAfter != codes[http.StatusServiceUnavailable] {
+				t.Errorf("%d of %d 503s had Retry-After", retryAfter, codes[http.StatusServiceUnavailable])
+			}
+			if codes[http.StatusOK] != 0 {
+				t.Errorf("attack answers %v", codes)
+			}
+			if e.rs.HeldBytes() != 0 || e.rs.ChannelsInUse() != 0 {
+				t.Errorf("after the attack: %d bytes held, %d channels", e.rs.HeldBytes(), e.rs.ChannelsInUse())
+			}
+		})
+	}
+	st := e.rs.Stats()
+	t.Logf("server: connect timeouts %d, refused per-client %d, no channel %d, memory %d; front end: overloaded %d, timeouts %d",
+		st.ConnectTimeouts.Load(), st.RefusedClientChannels.Load(), st.RefusedNoChannel.Load(), st.RefusedMemory.Load(),
+		e.s.Overloaded.Load(), e.s.ConnectTimeouts.Load())
+	if st.ConnectTimeouts.Load() == 0 || st.RefusedClientChannels.Load() == 0 {
+		t.Error("refusals not counted")
+	}
+}
+
+// TestBudget: a request past MaxHeldBytes is 503 SlowDown with
+// Retry-After, before any buffer is allocated.
+func TestBudget(t *testing.T) {
+	e := newAttackEnv(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	release, err := e.rs.Reserve(e.tun.MaxHeldBytes - 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer release()
+	small := data(100)
+	if err := e.cli.RDMA().Register(small); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.cli.Put(ctx, "bucket", "small", small); err != nil {
+		t.Fatalf("a PUT within the budget: %v", err)
+	}
+	if _, err := e.rs.Reserve(101); err == nil {
+		t.Fatal("Reserve past the budget succeeded")
+	}
+	buf := make([]byte, 4096)
+	if err := e.cli.RDMA().Register(buf); err != nil {
+		t.Fatal(err)
+	}
+	tok, err := e.cli.RDMA().GetRDMATokenFor(buf, 4096, 0, cuobj.OpPut, srvIP)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req, _ := http.NewRequestWithContext(ctx, "PUT", e.hs.URL+"/bucket/big", nil)
+	req.Header.Set(HeaderToken, tok)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") == "" {
+		t.Errorf("PUT past the budget: %d, Retry-After %q", resp.StatusCode, resp.Header.Get("Retry-After"))
+	}
+	if e.rs.Stats().RefusedMemory.Load() < 2 || e.s.Overloaded.Load() != 1 {
+		t.Errorf("refused memory %d, overloaded %d", e.rs.Stats().RefusedMemory.Load(), e.s.Overloaded.Load())
+	}
+	_ = e.cli.RDMA().PutRDMAToken(tok)
+}
