@@ -14,10 +14,11 @@ func RegMRWithKey(pd *PD, buf []byte, iova uint64, acc Access, key uint32) (*MR,
 	}
 	for uint32(len(k.mrs)) <= idx {
 		k.mrs = append(k.mrs, nil)
+		k.mws = append(k.mws, nil)
 		k.gens = append(k.gens, 0)
 		k.uses = append(k.uses, 0)
 	}
-	if k.mrs[idx] != nil {
+	if k.mrs[idx] != nil || k.mws[idx] != nil {
 		return nil, ErrBusy
 	}
 	mr := &MR{pd: pd, buf: buf, iova: iova, access: acc, valid: true, key: key}
