@@ -57,3 +57,9 @@ func SendWindow(q *QP) int { return int(q.comp.win.window()) }
 
 // MaxSendWindow is the window without loss (RXE_MAX_UNACKED_PSNS + 1).
 const MaxSendWindow = maxWindow
+
+// RemoteSpan is the responder's R_Key resolution: the bytes key grants q
+// for an access needing need at [va, va+n).
+func RemoteSpan(q *QP, key uint32, need Access, va uint64, n uint32) ([]byte, bool) {
+	return q.remoteSpan(key, need, va, n)
+}
