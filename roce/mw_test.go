@@ -2,6 +2,7 @@ package roce
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"testing"
 	"time"
@@ -223,4 +224,58 @@ func TestMemlinkMWType1(t *testing.T) {
 		t.Fatalf("resources %+v after Close, want no MW", r)
 	}
 	c.refused(t, c.rdma(t, WRRDMARead, c.winAddr(), 8, key))
+}
+
+// Access through a window, and binding and invalidating one, allocate
+// nothing.
+func TestAllocsMW(t *testing.T) {
+	c := newMWConn(t, MWType2)
+	c.bind2(t, c.b.qp, c.b.scq, AccessRemoteRead|AccessRemoteWrite)
+	ctx := context.Background()
+	var wc [1]WorkCompletion
+	wait := func(cq *CQ) {
+		for cq.Poll(wc[:]) == 0 {
+			if err := cq.Wait(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if wc[0].Status != WCSuccess {
+			t.Fatal(wc[0].Status)
+		}
+	}
+	write := SendWR{ID: 1, Opcode: WRRDMAWrite, Flags: SendSignaled, SGL: []SGE{c.a.mr.SGE(0, mwLen)}, RemoteAddr: c.winAddr()}
+	read := SendWR{ID: 2, Opcode: WRRDMARead, Flags: SendSignaled, SGL: []SGE{c.a.mr.SGE(0, mwLen)}, RemoteAddr: c.winAddr()}
+	access := func() {
+		write.RKey = c.mw.RKey()
+		read.RKey = write.RKey
+		for _, wr := range []*SendWR{&write, &read} {
+			if err := c.a.qp.PostSend(wr); err != nil {
+				t.Fatal(err)
+			}
+			wait(c.a.scq)
+		}
+	}
+	inv := SendWR{ID: 3, Opcode: WRLocalInv, Flags: SendSignaled}
+	bind := SendWR{ID: 4, Opcode: WRBindMW, Flags: SendSignaled, MW: c.mw,
+		Bind: MWBindInfo{MR: c.region, Addr: c.winAddr(), Length: mwLen, Access: AccessRemoteRead | AccessRemoteWrite}}
+	rebind := func() {
+		inv.InvalidateRKey = c.mw.RKey()
+		bind.RKey = inv.InvalidateRKey + 1
+		for _, wr := range []*SendWR{&inv, &bind} {
+			if err := c.b.qp.PostSend(wr); err != nil {
+				t.Fatal(err)
+			}
+			wait(c.b.scq)
+		}
+	}
+	for i := 0; i < 50; i++ {
+		access()
+		rebind()
+	}
+	if a := testing.AllocsPerRun(200, access); a > 0.5 {
+		t.Fatalf("%.2f allocations per WRITE and READ through a window, want 0", a)
+	}
+	if a := testing.AllocsPerRun(200, rebind); a > 0.5 {
+		t.Fatalf("%.2f allocations per LOCAL_INV and BIND_MW, want 0", a)
+	}
 }
