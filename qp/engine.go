@@ -94,9 +94,9 @@ type Stats struct {
 	SeqNAKsRcvd, SeqNAKsSent uint64
 	DuplicateRequests        uint64
 	BadAddress               uint64 // RC/UC packets from or to an address other than the QP's peer
-	// RKeyViolations counts requests answered with a remote access error
-	// NAK: an R_Key that resolves to no MR or window of the QP's PD, lacks
-	// the access, or does not cover the range.
+	// RKeyViolations counts requests refused for their R_Key (a remote
+	// access error NAK on RC, a dropped message on UC): a key that names no
+	// MR or window usable by the QP, or that lacks the access or the range.
 	RKeyViolations uint64
 	ShortTxBuffer  uint64
 	DC             DCStats

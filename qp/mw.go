@@ -1,6 +1,10 @@
 package qp
 
-import "github.com/goroce/goroce/ib"
+import (
+	"strconv"
+
+	"github.com/goroce/goroce/ib"
+)
 
 // Memory windows (IBTA 10.6.7, rxe_mw.c): a window grants remote access to
 // a range of a memory region under its own R_Key, and can be moved, shrunk
@@ -36,7 +40,7 @@ func (t MWType) String() string {
 	case MWType2:
 		return "MW_TYPE_2"
 	}
-	return "MWType(?)"
+	return "MWType(" + strconv.Itoa(int(t)) + ")"
 }
 
 // Window states (rxe_mw_state).

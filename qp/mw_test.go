@@ -390,3 +390,35 @@ func TestMWPostChecks(t *testing.T) {
 		t.Fatal("BIND_MW accepted on a UD QP")
 	}
 }
+
+// TestMWUC: UC QPs bind windows too; a WRITE outside the window is dropped
+// and counted, as UC answers nothing.
+func TestMWUC(t *testing.T) {
+	f := &mwFixture{pair: newPair(t, qp.UC, cleanNet, qptest.DefaultRC, 8)}
+	f.aBuf, f.bBuf = make([]byte, mwSize), make([]byte, mwSize)
+	f.aMR = f.regMR(f.a, f.aBuf, 0x1000, qp.AccessLocalWrite)
+	f.bMR = f.regMR(f.b, f.bBuf, mwBase, qp.AccessLocalWrite|qp.AccessMWBind)
+	mw, err := f.b.PD.AllocMW(qp.MWType2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.mw = mw
+	key := f.bind2(t, f.b.QP, f.b.SCQ, mwBase+mwOff, mwLen, qp.AccessRemoteWrite)
+	fill(f.aBuf, 5)
+	expectStatus(t, f.access(t, qp.WRRDMAWrite, mwBase+mwOff, 64, key), 9, qp.WCSuccess)
+	_ = f.net.Run(func() bool { return bytes.Equal(f.bBuf[mwOff:mwOff+64], f.aBuf[:64]) }, time.Second)
+	if !bytes.Equal(f.bBuf[mwOff:mwOff+64], f.aBuf[:64]) {
+		t.Fatal("UC WRITE through the window did not land")
+	}
+	clear(f.bBuf)
+	expectStatus(t, f.access(t, qp.WRRDMAWrite, mwBase, 64, key), 9, qp.WCSuccess) // UC: sent is done
+	_ = f.net.Run(func() bool { return f.net.B.E.Stats().RKeyViolations > 0 }, time.Second)
+	if n := f.net.B.E.Stats().RKeyViolations; n != 1 {
+		t.Fatalf("RKeyViolations %d, want 1", n)
+	}
+	for _, b := range f.bBuf {
+		if b != 0 {
+			t.Fatal("UC WRITE outside the window changed the region")
+		}
+	}
+}
