@@ -422,3 +422,27 @@ func TestMWUC(t *testing.T) {
 		}
 	}
 }
+
+// TestMWSendWithInvalidateRefused: a SEND_WITH_INV naming a window the
+// responder may not invalidate (here a type 1 window) completes the receive
+// with a remote invalid request error and fails the responder's QP, but is
+// acknowledged, as rxe does (class J): the sender's WR succeeds.
+func TestMWSendWithInvalidateRefused(t *testing.T) {
+	f := newMWFixture(t, qp.MWType1)
+	key, err := f.b.QP.BindMW(f.mw, &qp.MWBind{ID: 2, Info: qp.MWBindInfo{MR: f.bMR, Addr: mwBase, Length: 64, Access: qp.AccessRemoteRead}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.b.QP.PostRecv(&qp.RecvWR{ID: 3, SGL: []qp.SGE{{Addr: mwBase, Length: 64, LKey: f.bMR.LKey()}}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.a.QP.PostSend(&qp.SendWR{ID: 4, Opcode: qp.WRSendWithInv, Flags: qp.SendSignaled, InvalidateRKey: key,
+		SGL: []qp.SGE{{Addr: 0x1000, Length: 16, LKey: f.aMR.LKey()}}}); err != nil {
+		t.Fatal(err)
+	}
+	expectStatus(t, waitWC(t, f.pair, f.b.RCQ, 1, time.Second)[0], 3, qp.WCRemInvReqErr)
+	expectStatus(t, waitWC(t, f.pair, f.a.SCQ, 1, time.Second)[0], 4, qp.WCSuccess)
+	if f.b.QP.State() != qp.StateErr || !f.mw.Bound() {
+		t.Fatalf("responder state %v, window bound %v: want ERR and still bound", f.b.QP.State(), f.mw.Bound())
+	}
+}

@@ -589,7 +589,13 @@ func (q *QP) finishRequest(p *ib.Packet, psn ib.PSN, cl uint16) {
 	r.haveRecv = false
 	q.pushWC(q.recvCQ, &wc)
 	if invFailed {
+		// rxe (class J): the message is still acknowledged, so the
+		// requester's SEND completes, and then the QP fails. Moving to the
+		// error state empties the output, so the ACK is queued after it.
 		q.toError()
+		if q.typ == RC && p.BTH.AckReq() {
+			q.queueAck(ib.SyndromeACKUnlimited, psn, r.msn)
+		}
 	}
 }
 
