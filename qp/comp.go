@@ -307,7 +307,9 @@ func (q *QP) completeHead(st WCStatus) {
 	q.sqHead++
 	if st != WCSuccess {
 		q.toError()
+		return
 	}
+	q.completeLocal()
 }
 
 // retry starts a go-back-N retransmission from the first unacknowledged

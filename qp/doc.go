@@ -26,8 +26,13 @@
 // go-back-N does not resend a full window per lost packet. New PSNs still
 // leave in order and every resend starts at the first unacknowledged one.
 //
-// Not implemented: memory windows, fast registration and local invalidate
-// (SEND_WITH_INV invalidates an ordinary MR), FLUSH with persistence (global
+// Memory windows of type 1 and 2 (mw.go) follow rxe_mw.c: binds by
+// QP.BindMW or BIND_MW work requests, LOCAL_INV and SEND_WITH_INV for type
+// 2 windows, and an R_Key that names a window grants only the window's
+// range and rights. Zero-based windows are not supported.
+//
+// Not implemented: fast registration (LOCAL_INV and SEND_WITH_INV also
+// invalidate an ordinary MR, for good), FLUSH with persistence (global
 // visibility is supported, as is ATOMIC_WRITE), alternate paths, multicast,
 // end-to-end credits (received credits are ignored; ACKs carry 0x1F as rxe's
 // do), XRC and RD.
@@ -62,7 +67,9 @@
 // sequence NAK), the opcode sequence, the opcode against the QP type and
 // its access flags, resources (a receive WQE, else RNR NAK; responder
 // resources for READ and atomics), the lengths against the path MTU, and
-// the R_Key, its PD, access and range, before it executes anything. The
+// the R_Key (an MR's or a memory window's), its PD, access and range
+// (counted in Stats.RKeyViolations when refused), before it executes
+// anything. The
 // completer accepts only responses for PSNs already sent, of the kind the
 // oldest WQE expects (READ response, atomic ACK, ACK), in position and of
 // the right length. Unlike rxe, requests to a QP in the error state are

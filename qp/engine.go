@@ -94,8 +94,12 @@ type Stats struct {
 	SeqNAKsRcvd, SeqNAKsSent uint64
 	DuplicateRequests        uint64
 	BadAddress               uint64 // RC/UC packets from or to an address other than the QP's peer
-	ShortTxBuffer            uint64
-	DC                       DCStats
+	// RKeyViolations counts requests refused for their R_Key (a remote
+	// access error NAK on RC, a dropped message on UC): a key that names no
+	// MR or window usable by the QP, or that lacks the access or the range.
+	RKeyViolations uint64
+	ShortTxBuffer  uint64
+	DC             DCStats
 
 	// AcksCoalesced counts positive ACKs not sent because a later ACK of
 	// the same QP, queued before the next transmit pass, covers them: a
@@ -369,12 +373,16 @@ func (e *Engine) Advance(now time.Duration) {
 
 func (e *Engine) schedule(q *QP) { e.ready.push(q) }
 
-// keyTable maps L_Keys/R_Keys to memory regions. A key is index<<8 | an 8-bit
-// generation; deregistration bumps the generation, and a slot whose generation
-// would wrap is retired, so a key once invalidated is never honoured again.
-// Free slots are reused oldest-first to delay reuse as long as possible.
+// keyTable maps L_Keys/R_Keys to memory regions and memory windows, which
+// share one index space so that a key names at most one object. An MR key
+// is index<<8 | an 8-bit generation; deregistration bumps the generation,
+// and a slot whose generation would wrap is retired, so an MR key once
+// invalidated is never honoured again. A window's low 8 bits are the
+// consumer key its binder chooses (mw.go). Free slots are reused
+// oldest-first to delay reuse as long as possible.
 type keyTable struct {
 	mrs  []*MR
+	mws  []*MW
 	gens []uint8
 	uses []uint16
 	free []uint32 // FIFO of free indices
@@ -385,11 +393,31 @@ const maxMRIndex = 1 << 24
 func (k *keyTable) init() {
 	// Index 0 is never used so that key 0 (often "no key") is never valid.
 	k.mrs = append(k.mrs, nil)
+	k.mws = append(k.mws, nil)
 	k.gens = append(k.gens, 0)
 	k.uses = append(k.uses, 256)
 }
 
 func (k *keyTable) alloc(mr *MR) (uint32, bool) {
+	idx, ok := k.allocIndex()
+	if !ok {
+		return 0, false
+	}
+	k.mrs[idx] = mr
+	return idx<<8 | uint32(k.gens[idx]), true
+}
+
+// allocMW takes a slot for a window and returns its initial key.
+func (k *keyTable) allocMW(mw *MW) (uint32, bool) {
+	idx, ok := k.allocIndex()
+	if !ok {
+		return 0, false
+	}
+	k.mws[idx] = mw
+	return idx<<8 | uint32(k.gens[idx]), true
+}
+
+func (k *keyTable) allocIndex() (uint32, bool) {
 	var idx uint32
 	if len(k.free) > 0 && len(k.mrs) >= 1024 {
 		idx = k.free[0]
@@ -397,6 +425,7 @@ func (k *keyTable) alloc(mr *MR) (uint32, bool) {
 	} else if len(k.mrs) < maxMRIndex {
 		idx = uint32(len(k.mrs))
 		k.mrs = append(k.mrs, nil)
+		k.mws = append(k.mws, nil)
 		// Spread initial generations so neighbouring keys differ in their low byte.
 		k.gens = append(k.gens, uint8(idx*0x9D+0x35))
 		k.uses = append(k.uses, 0)
@@ -406,17 +435,17 @@ func (k *keyTable) alloc(mr *MR) (uint32, bool) {
 	} else {
 		return 0, false
 	}
-	k.mrs[idx] = mr
 	k.uses[idx]++
-	return idx<<8 | uint32(k.gens[idx]), true
+	return idx, true
 }
 
 func (k *keyTable) release(key uint32) {
 	idx := key >> 8
-	if idx == 0 || int(idx) >= len(k.mrs) || k.mrs[idx] == nil {
+	if idx == 0 || int(idx) >= len(k.mrs) || (k.mrs[idx] == nil && k.mws[idx] == nil) {
 		return
 	}
 	k.mrs[idx] = nil
+	k.mws[idx] = nil
 	k.gens[idx]++
 	if k.uses[idx] < 255 {
 		k.free = append(k.free, idx)
@@ -434,4 +463,17 @@ func (k *keyTable) lookup(key uint32) *MR {
 		return nil
 	}
 	return mr
+}
+
+// lookupMW returns the window whose current R_Key is key, in any state.
+func (k *keyTable) lookupMW(key uint32) *MW {
+	idx := key >> 8
+	if int(idx) >= len(k.mws) {
+		return nil
+	}
+	mw := k.mws[idx]
+	if mw == nil || mw.rkey != key {
+		return nil
+	}
+	return mw
 }

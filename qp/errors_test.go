@@ -299,7 +299,8 @@ func TestPostSendErrors(t *testing.T) {
 	}{
 		{qp.SendWR{Opcode: qp.WRSend, SGL: make([]qp.SGE, 5)}, qp.ErrTooManySGE},
 		{qp.SendWR{Opcode: qp.WRSend, Flags: qp.SendInline, Inline: make([]byte, 257)}, qp.ErrInlineTooLarge},
-		{qp.SendWR{Opcode: qp.WRLocalInv}, qp.ErrOpNotSupported},
+		{qp.SendWR{Opcode: qp.WRBindMW}, qp.ErrInvalidArgument}, // no window
+		{qp.SendWR{Opcode: qp.WROpcode(10)}, qp.ErrOpNotSupported},
 		{qp.SendWR{Opcode: qp.WRAtomicFetchAndAdd, SGL: []qp.SGE{{Length: 4}}}, qp.ErrInvalidArgument},
 		{qp.SendWR{Opcode: qp.WRSend, SGL: []qp.SGE{{Length: 1 << 31}, {Length: 1}}}, qp.ErrMessageTooLarge},
 	} {

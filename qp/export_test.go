@@ -14,10 +14,11 @@ func RegMRWithKey(pd *PD, buf []byte, iova uint64, acc Access, key uint32) (*MR,
 	}
 	for uint32(len(k.mrs)) <= idx {
 		k.mrs = append(k.mrs, nil)
+		k.mws = append(k.mws, nil)
 		k.gens = append(k.gens, 0)
 		k.uses = append(k.uses, 0)
 	}
-	if k.mrs[idx] != nil {
+	if k.mrs[idx] != nil || k.mws[idx] != nil {
 		return nil, ErrBusy
 	}
 	mr := &MR{pd: pd, buf: buf, iova: iova, access: acc, valid: true, key: key}
@@ -56,3 +57,9 @@ func SendWindow(q *QP) int { return int(q.comp.win.window()) }
 
 // MaxSendWindow is the window without loss (RXE_MAX_UNACKED_PSNS + 1).
 const MaxSendWindow = maxWindow
+
+// RemoteSpan is the responder's R_Key resolution: the bytes key grants q
+// for an access needing need at [va, va+n).
+func RemoteSpan(q *QP, key uint32, need Access, va uint64, n uint32) ([]byte, bool) {
+	return q.remoteSpan(key, need, va, n)
+}

@@ -30,6 +30,7 @@ type MR struct {
 	access Access
 	key    uint32
 	valid  bool
+	nmw    int // windows bound to the region
 }
 
 // RegMR registers buf with the given access rights. iova is the address the
@@ -77,10 +78,14 @@ func (mr *MR) Len() int { return len(mr.buf) }
 // Valid reports whether the region is registered and not invalidated.
 func (mr *MR) Valid() bool { return mr.valid }
 
-// Dereg deregisters the region: its keys are never honoured again.
+// Dereg deregisters the region: its keys are never honoured again. It fails
+// with ErrBusy while memory windows are bound to it.
 func (mr *MR) Dereg() error {
 	if mr.pd == nil {
 		return ErrClosed
+	}
+	if mr.nmw > 0 {
+		return ErrBusy // rxe: windows are bound to it
 	}
 	mr.valid = false
 	mr.pd.e.keys.release(mr.key)

@@ -58,6 +58,13 @@ type sendWQE struct {
 	inline     []byte // into the QP's inline store; used when flags has SendInline
 	length     uint32
 
+	// BIND_MW: the window and what to bind it to (the address is
+	// remoteAddr, the new R_Key rkey)
+	mw         *MW
+	bindMR     *MR
+	bindLen    uint64
+	bindAccess Access
+
 	// UD and DCI (the DCI's target: address, DCT number, DC key)
 	av        AddressVector
 	remoteQPN uint32
@@ -635,11 +642,17 @@ type SendWR struct {
 	SGL            []SGE
 	Inline         []byte // the payload when Flags has SendInline (copied at post time; SGL ignored)
 	Imm            uint32 // for *_WITH_IMM, as it goes on the wire
-	InvalidateRKey uint32 // for SEND_WITH_INV
+	InvalidateRKey uint32 // for SEND_WITH_INV and LOCAL_INV
 	RemoteAddr     uint64 // RDMA and atomics
-	RKey           uint32
-	CompareAdd     uint64 // atomics: compare (CmpSwap) or add (FetchAdd)
-	Swap           uint64 // CmpSwap
+	// RKey is the remote key of RDMA and atomics; for BIND_MW the window's
+	// new R_Key (ibv_send_wr.bind_mw.rkey), of which only the low 8 bits,
+	// the consumer key, are used.
+	RKey       uint32
+	CompareAdd uint64 // atomics: compare (CmpSwap) or add (FetchAdd)
+	Swap       uint64 // CmpSwap
+	// BIND_MW: the window and where to bind it (ibv_send_wr.bind_mw)
+	MW   *MW
+	Bind MWBindInfo
 	// FLUSH (with RemoteAddr and RKey)
 	FlushLen       uint32
 	FlushPlacement uint8 // 1 = global visibility, 2 = persistence (both may be set)
@@ -705,6 +718,11 @@ func (q *QP) PostSend(wr *SendWR) error {
 			return ErrInvalidArgument
 		}
 	}
+	if wr.Opcode == WRBindMW {
+		if err := q.checkBindWR(wr); err != nil {
+			return err
+		}
+	}
 	// A READ must stay well inside half the PSN space.
 	if wr.Opcode == WRRDMARead && q.mtu > 0 && length/uint64(q.mtu) >= 1<<22 {
 		return ErrMessageTooLarge
@@ -723,6 +741,13 @@ func (q *QP) PostSend(wr *SendWR) error {
 		w.swap = uint64(wr.FlushPlacement) | uint64(wr.FlushLevel)<<4
 	}
 	w.length = uint32(length)
+	w.mw, w.bindMR = nil, nil
+	if isLocalWR(wr.Opcode) {
+		// A local operation moves no data: its SGL is ignored.
+		w.length, length, inline = 0, 0, false
+		w.mw, w.bindMR, w.bindLen, w.bindAccess = wr.MW, wr.Bind.MR, wr.Bind.Length, wr.Bind.Access
+		w.remoteAddr = wr.Bind.Addr
+	}
 	if inline {
 		w.inline = append(w.inline[:0], wr.Inline...)
 		w.sge = w.sge[:0]
@@ -753,12 +778,13 @@ func (q *QP) opAllowed(op WROpcode) bool {
 	case RC:
 		switch op {
 		case WRRDMAWrite, WRRDMAWriteWithImm, WRSend, WRSendWithImm, WRRDMARead,
-			WRAtomicCmpAndSwp, WRAtomicFetchAndAdd, WRSendWithInv, WRAtomicWrite, WRFlush:
+			WRAtomicCmpAndSwp, WRAtomicFetchAndAdd, WRSendWithInv, WRAtomicWrite, WRFlush,
+			WRLocalInv, WRBindMW:
 			return true
 		}
 	case UC:
 		switch op {
-		case WRRDMAWrite, WRRDMAWriteWithImm, WRSend, WRSendWithImm:
+		case WRRDMAWrite, WRRDMAWriteWithImm, WRSend, WRSendWithImm, WRLocalInv, WRBindMW:
 			return true
 		}
 	case UD:
@@ -824,6 +850,10 @@ func wcOpcodeFor(op WROpcode) WCOpcode {
 		return WCAtomicWrite
 	case WRFlush:
 		return WCFlush
+	case WRBindMW:
+		return WCBindMW
+	case WRLocalInv:
+		return WCLocalInv
 	}
 	return WCSend
 }

@@ -38,6 +38,23 @@ func (q *QP) request(now time.Duration, buf []byte, t *TxPacket) (int, bool) {
 		if q.state == StateSQD && !w.started {
 			return 0, false
 		}
+		if isLocalWR(w.op) {
+			// A bind or invalidation executes when the requester reaches
+			// it, so it takes effect after every earlier WQE was sent and
+			// before any later one; after a go-back-N it is not repeated.
+			if w.started {
+				q.req.idx++
+				continue
+			}
+			if w.flags&SendFence != 0 && q.sqHead != q.req.idx {
+				return 0, false
+			}
+			q.executeLocal(w)
+			if q.state != StateRTS {
+				return 0, false
+			}
+			continue
+		}
 		switch q.typ {
 		case UD:
 			n, ok, again := q.requestUD(w, buf, t)

@@ -497,12 +497,9 @@ func (q *QP) executeWrite(p *ib.Packet, psn ib.PSN, cl uint16) error {
 	if cl&clRETH != 0 && r.wlen == 0 {
 		return nil // rxe skips key checks for a zero-length RDMA WRITE (C9-88)
 	}
-	mr := q.e.lookupMR(q.pd, r.wrkey, AccessRemoteWrite)
-	if mr == nil {
-		return q.classAC(psn, ib.NAKRemoteAccessError, WCRemAccessErr)
-	}
-	if _, ok := mr.span(r.wva, r.wresid); !ok {
-		return q.classAC(psn, ib.NAKRemoteAccessError, WCRemAccessErr)
+	rest, ok := q.remoteSpan(r.wrkey, AccessRemoteWrite, r.wva, r.wresid)
+	if !ok {
+		return q.rkeyViolation(psn)
 	}
 	plen, mtu := len(p.Payload), q.mtu
 	pc := int(p.BTH.PadCount())
@@ -514,7 +511,7 @@ func (q *QP) executeWrite(p *ib.Packet, psn ib.PSN, cl uint16) error {
 		return q.classAC(psn, ib.NAKInvalidRequest, WCRemInvReqErr)
 	}
 	if plen > 0 {
-		mem, _ := mr.span(r.wva, uint32(plen))
+		mem := rest[:plen]
 		if q.readPending(mem) {
 			return q.deferRequest()
 		}
@@ -554,15 +551,7 @@ func (q *QP) executeSend(p *ib.Packet, psn ib.PSN) error {
 // WQE at the end of a message that consumes one (rxe acknowledge, cleanup).
 func (q *QP) finishRequest(p *ib.Packet, psn ib.PSN, cl uint16) {
 	r := &q.resp
-	invFailed := false
-	if cl&clInv != 0 {
-		mr := q.e.keys.lookup(p.IETH.RKey())
-		if mr == nil || mr.pd != q.pd {
-			invFailed = true
-		} else {
-			mr.valid = false
-		}
-	}
+	invFailed := cl&clInv != 0 && !q.invalidate(p.IETH.RKey())
 	if cl&clLast != 0 {
 		r.msn = (r.msn + 1) & ib.PSNMask
 		r.inMsg = msgNone
@@ -600,7 +589,13 @@ func (q *QP) finishRequest(p *ib.Packet, psn ib.PSN, cl uint16) {
 	r.haveRecv = false
 	q.pushWC(q.recvCQ, &wc)
 	if invFailed {
+		// rxe (class J): the message is still acknowledged, so the
+		// requester's SEND completes, and then the QP fails. Moving to the
+		// error state empties the output, so the ACK is queued after it.
 		q.toError()
+		if q.typ == RC && p.BTH.AckReq() {
+			q.queueAck(ib.SyndromeACKUnlimited, psn, r.msn)
+		}
 	}
 }
 
@@ -608,12 +603,8 @@ func (q *QP) executeRead(p *ib.Packet, psn ib.PSN) error {
 	r := &q.resp
 	va, rkey, n := p.RETH.VA(), p.RETH.RKey(), p.RETH.DMALen()
 	if n > 0 {
-		mr := q.e.lookupMR(q.pd, rkey, AccessRemoteRead)
-		if mr == nil {
-			return q.classAC(psn, ib.NAKRemoteAccessError, WCRemAccessErr)
-		}
-		if _, ok := mr.span(va, n); !ok {
-			return q.classAC(psn, ib.NAKRemoteAccessError, WCRemAccessErr)
+		if _, ok := q.remoteSpan(rkey, AccessRemoteRead, va, n); !ok {
+			return q.rkeyViolation(psn)
 		}
 	}
 	// C9-148: the MSN counts a READ when it is received.
@@ -635,13 +626,9 @@ func (q *QP) executeAtomic(p *ib.Packet, psn ib.PSN, low uint8) error {
 	r := &q.resp
 	a := p.AtomicETH
 	va := a.VA()
-	mr := q.e.lookupMR(q.pd, a.RKey(), AccessRemoteAtomic)
-	if mr == nil {
-		return q.classAC(psn, ib.NAKRemoteAccessError, WCRemAccessErr)
-	}
-	mem, ok := mr.span(va, 8)
+	mem, ok := q.remoteSpan(a.RKey(), AccessRemoteAtomic, va, 8)
 	if !ok {
-		return q.classAC(psn, ib.NAKRemoteAccessError, WCRemAccessErr)
+		return q.rkeyViolation(psn)
 	}
 	if va&7 != 0 {
 		return q.classAC(psn, ib.NAKInvalidRequest, WCRemInvReqErr)
@@ -674,13 +661,9 @@ func (q *QP) executeAtomic(p *ib.Packet, psn ib.PSN, low uint8) error {
 func (q *QP) executeAtomicWrite(p *ib.Packet, psn ib.PSN) error {
 	r := &q.resp
 	va, n := p.RETH.VA(), p.RETH.DMALen()
-	mr := q.e.lookupMR(q.pd, p.RETH.RKey(), AccessRemoteWrite)
-	if mr == nil {
-		return q.classAC(psn, ib.NAKRemoteAccessError, WCRemAccessErr)
-	}
-	mem, ok := mr.span(va, n)
+	mem, ok := q.remoteSpan(p.RETH.RKey(), AccessRemoteWrite, va, n)
 	if !ok {
-		return q.classAC(psn, ib.NAKRemoteAccessError, WCRemAccessErr)
+		return q.rkeyViolation(psn)
 	}
 	if n != 8 || len(p.Payload) != 8 || p.BTH.PadCount() != 0 || va&7 != 0 {
 		return q.classAC(psn, ib.NAKInvalidRequest, WCRemInvReqErr)
@@ -725,13 +708,12 @@ func (q *QP) executeFlush(p *ib.Packet, psn ib.PSN) error {
 	if plt&^(flushGlobal|flushPersistent) != 0 || plt == 0 || sel > flushWholeMR {
 		return q.classAC(psn, ib.NAKInvalidRequest, WCRemInvReqErr)
 	}
-	mr := q.e.lookupMR(q.pd, p.RETH.RKey(), need)
-	if mr == nil {
-		return q.classAC(psn, ib.NAKRemoteAccessError, WCRemAccessErr)
+	if _, _, _, ok := q.rkeyTarget(p.RETH.RKey(), need); !ok {
+		return q.rkeyViolation(psn)
 	}
 	if sel == flushRange {
-		if _, ok := mr.span(p.RETH.VA(), p.RETH.DMALen()); !ok {
-			return q.classAC(psn, ib.NAKRemoteAccessError, WCRemAccessErr)
+		if _, ok := q.remoteSpan(p.RETH.RKey(), need, p.RETH.VA(), p.RETH.DMALen()); !ok {
+			return q.rkeyViolation(psn)
 		}
 	}
 	r.msn = (r.msn + 1) & ib.PSNMask
@@ -759,11 +741,7 @@ func (q *QP) readPending(mem []byte) bool {
 		if !s.queued || s.kind != resRead || s.resid == 0 {
 			continue
 		}
-		mr := q.e.lookupMR(q.pd, s.rkey, AccessRemoteRead)
-		if mr == nil {
-			continue
-		}
-		rm, ok := mr.span(s.va, s.resid)
+		rm, ok := q.remoteSpan(s.rkey, AccessRemoteRead, s.va, s.resid)
 		if !ok {
 			continue
 		}
@@ -987,14 +965,11 @@ func (r *responder) readResponse(q *QP, s *respRes, buf []byte, t *TxPacket) (in
 	}
 	if paylen > 0 {
 		// Re-resolve the key for every packet: the region may have been
-		// deregistered or invalidated since the request was accepted.
-		mr := q.e.lookupMR(q.pd, s.rkey, AccessRemoteRead)
-		var mem []byte
-		ok := mr != nil
-		if ok {
-			mem, ok = mr.span(s.va, paylen)
-		}
+		// deregistered or invalidated, or its window moved, since the
+		// request was accepted.
+		mem, ok := q.remoteSpan(s.rkey, AccessRemoteRead, s.va, paylen)
 		if !ok {
+			q.e.stats.RKeyViolations++
 			psn := s.curPSN
 			s.kind = resNone
 			s.queued = false

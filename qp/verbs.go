@@ -209,7 +209,10 @@ const (
 	// offered for ordinary Go memory and is refused by RegMR.
 	AccessFlushGlobal     Access = 256
 	AccessFlushPersistent Access = 512
-	accessAll                    = AccessLocalWrite | AccessRemoteWrite | AccessRemoteRead | AccessRemoteAtomic | AccessFlushGlobal
+	// AccessMWBind lets memory windows be bound to the region
+	// (IBV_ACCESS_MW_BIND).
+	AccessMWBind Access = 16
+	accessAll           = AccessLocalWrite | AccessRemoteWrite | AccessRemoteRead | AccessRemoteAtomic | AccessFlushGlobal | AccessMWBind
 )
 
 // QPType is the transport service of a queue pair (ibv_qp_type values).

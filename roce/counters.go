@@ -55,6 +55,7 @@ type Counters struct {
 	CQOverflow          uint64 // cq_overflow: completions lost to full CQs
 	Probes              uint64 // probes: resends of the first unacknowledged PSN after a few round trips without progress
 	SpuriousProbes      uint64 // spurious_probes: probes found needless (the path had stalled, nothing was lost)
+	RKeyViolation       uint64 // rkey_violation: requests refused with a remote access error NAK (R_Key of no MR or window of the QP's PD, access or range not granted)
 }
 
 // CounterNames lists the counters in the order Each reports them.
@@ -63,7 +64,7 @@ var CounterNames = []string{
 	"rcvd_rnr_err", "send_rnr_err", "ack_deferred", "retry_exceeded_err", "retry_rnr_exceeded_err",
 	"completer_retry_err", "send_err", "rdma_sends", "rdma_recvs", "icrc_err", "bad_frame",
 	"bad_dgid", "unknown_qp", "bad_key", "bad_addr", "rcvd_dropped", "no_neighbour", "link_err", "timeouts",
-	"cq_overflow", "probes", "spurious_probes",
+	"cq_overflow", "probes", "spurious_probes", "rkey_violation",
 }
 
 // Each calls fn for every counter with its rxe-style name.
@@ -73,7 +74,7 @@ func (c Counters) Each(fn func(name string, value uint64)) {
 		c.RcvdRNRErr, c.SendRNRErr, c.AckDeferred, c.RetryExceededErr, c.RetryRNRExceededErr,
 		c.CompleterRetryErr, c.SendErr, c.RDMASends, c.RDMARecvs, c.ICRCErr, c.BadFrame,
 		c.BadDGID, c.UnknownQP, c.BadKey, c.BadAddr, c.RcvdDropped, c.NoNeighbour, c.LinkErr, c.Timeouts,
-		c.CQOverflow, c.Probes, c.SpuriousProbes,
+		c.CQOverflow, c.Probes, c.SpuriousProbes, c.RKeyViolation,
 	}
 	for i, name := range CounterNames {
 		fn(name, v[i])
@@ -125,5 +126,6 @@ func (d *Device) counters(s qp.Stats) Counters {
 		CQOverflow:          c.cqOverflow.Load(),
 		Probes:              s.Probes,
 		SpuriousProbes:      s.SpuriousProbes,
+		RKeyViolation:       s.RKeyViolations,
 	}
 }

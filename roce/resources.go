@@ -5,6 +5,7 @@ package roce
 // before and after a workload.
 type Resources struct {
 	PD, CQ, QP, SRQ, MR, AH int
+	MW                      int // memory windows
 }
 
 // released counts one object fewer when its destruction succeeded (a
@@ -18,7 +19,7 @@ func (r *Resources) released(n *int, err error) error {
 }
 
 // Resources returns the numbers of live PDs, CQs, QPs (the GSI QP
-// included), SRQs, MRs and AHs.
+// included), SRQs, MRs, AHs and memory windows.
 func (d *Device) Resources() Resources {
 	d.mu.Lock()
 	defer d.mu.Unlock()

@@ -52,6 +52,8 @@ type (
 	WCFlags = qp.WCFlags
 	// SRQAttr sizes a shared receive queue.
 	SRQAttr = qp.SRQAttr
+	// MWType is a memory window type (ibv_mw_type).
+	MWType = qp.MWType
 	// AttrError is the error QP.Modify wraps for an invalid attribute or
 	// transition: which mask bit and why (errors.As).
 	AttrError = qp.AttrError
@@ -85,6 +87,15 @@ const (
 	// FLUSH placement types (IBTA 1.5); the engine refuses persistent.
 	AccessFlushGlobal     = qp.AccessFlushGlobal
 	AccessFlushPersistent = qp.AccessFlushPersistent
+	// AccessMWBind lets memory windows be bound to a region.
+	AccessMWBind = qp.AccessMWBind
+)
+
+// Memory window types: type 1 is bound with QP.BindMW, type 2 by a
+// WRBindMW work request and then usable through the binding QP only.
+const (
+	MWType1 = qp.MWType1
+	MWType2 = qp.MWType2
 )
 
 // Attribute mask bits.

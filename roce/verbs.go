@@ -117,13 +117,91 @@ func (mr *MR) Sync() {
 }
 
 // Close deregisters the region (ibv_dereg_mr): its keys are never honoured
-// again.
+// again. It fails (qp.ErrBusy) while memory windows are bound to it.
 func (mr *MR) Close() error {
 	if err := mr.d.lock(); err != nil {
 		return err
 	}
 	defer mr.d.mu.Unlock()
 	return mr.d.res.released(&mr.d.res.MR, mr.mr.Dereg())
+}
+
+// MW is a memory window (ibv_mw): remote access to a range of a region
+// under its own R_Key, which a bind moves and an invalidation or Close
+// revokes without touching the region.
+type MW struct {
+	d  *Device
+	mw *qp.MW
+}
+
+// AllocMW allocates a memory window (ibv_alloc_mw). A type 1 window starts
+// valid and bound to nothing, a type 2 window free.
+func (pd *PD) AllocMW(typ MWType) (*MW, error) {
+	if err := pd.d.lock(); err != nil {
+		return nil, err
+	}
+	defer pd.d.mu.Unlock()
+	mw, err := pd.pd.AllocMW(typ)
+	if err != nil {
+		return nil, fmt.Errorf("roce: allocate %v window: %w", typ, err)
+	}
+	pd.d.res.MW++
+	return &MW{d: pd.d, mw: mw}, nil
+}
+
+// RKey returns the window's current R_Key; a bind changes its low 8 bits
+// (the consumer key) when the send queue reaches the bind.
+func (mw *MW) RKey() uint32 {
+	mw.d.mu.Lock()
+	defer mw.d.mu.Unlock()
+	return mw.mw.RKey()
+}
+
+// Type returns the window type.
+func (mw *MW) Type() MWType { return mw.mw.Type() }
+
+// Bound reports whether the window grants access now: valid and bound to a
+// non-empty range.
+func (mw *MW) Bound() bool {
+	mw.d.mu.Lock()
+	defer mw.d.mu.Unlock()
+	return mw.mw.Bound()
+}
+
+// Close deallocates the window (ibv_dealloc_mw): its R_Key is never
+// honoured again and its region may be deregistered.
+func (mw *MW) Close() error {
+	if err := mw.d.lock(); err != nil {
+		return err
+	}
+	defer mw.d.mu.Unlock()
+	return mw.d.res.released(&mw.d.res.MW, mw.mw.Dealloc())
+}
+
+// MWBindInfo says what a window is bound to (struct ibv_mw_bind_info):
+// Length bytes at Addr of MR with the given remote access. MR must allow
+// AccessMWBind, and AccessLocalWrite for a writable window. A zero Length
+// unbinds a type 1 window (MR may then be nil).
+type MWBindInfo struct {
+	MR     *MR
+	Addr   uint64
+	Length uint64
+	Access Access
+}
+
+func (b *MWBindInfo) engine() qp.MWBindInfo {
+	i := qp.MWBindInfo{Addr: b.Addr, Length: b.Length, Access: b.Access}
+	if b.MR != nil {
+		i.MR = b.MR.mr
+	}
+	return i
+}
+
+// MWBind is a type 1 bind request (struct ibv_mw_bind).
+type MWBind struct {
+	ID    uint64
+	Flags SendFlags
+	Info  MWBindInfo
 }
 
 // CQ is a completion queue (ibv_cq). Completions are added by the device's
@@ -672,11 +750,17 @@ type SendWR struct {
 	SGL            []SGE
 	Inline         []byte // payload when Flags has SendInline (copied at post time)
 	Imm            uint32 // immediate data for *_WITH_IMM, as on the wire
-	InvalidateRKey uint32 // SEND_WITH_INV
+	InvalidateRKey uint32 // SEND_WITH_INV and LOCAL_INV
 	RemoteAddr     uint64 // RDMA and atomics
-	RKey           uint32
-	CompareAdd     uint64 // atomics: compare (CmpSwap) or add (FetchAdd)
-	Swap           uint64 // CmpSwap
+	// RKey is the remote key of RDMA and atomics; for BIND_MW the window's
+	// new R_Key (ibv_send_wr.bind_mw.rkey), of which only the low 8 bits,
+	// the consumer key, are used.
+	RKey       uint32
+	CompareAdd uint64 // atomics: compare (CmpSwap) or add (FetchAdd)
+	Swap       uint64 // CmpSwap
+	// BIND_MW: the window and where to bind it (ibv_send_wr.bind_mw)
+	MW   *MW
+	Bind MWBindInfo
 	// UD; a DCI's target is AH, RemoteQPN (the DCT number) and DCKey
 	// (mlx5dv_wr_set_dc_addr).
 	AH         *AH
@@ -695,6 +779,13 @@ func (q *QP) fill(wr *SendWR) {
 		w.AH = wr.AH.ah
 	}
 	w.RemoteQPN, w.RemoteQKey, w.DCKey = wr.RemoteQPN, wr.RemoteQKey, wr.DCKey
+	w.MW, w.Bind = nil, qp.MWBindInfo{}
+	if wr.Opcode == WRBindMW {
+		if wr.MW != nil {
+			w.MW = wr.MW.mw
+		}
+		w.Bind = wr.Bind.engine()
+	}
 }
 
 // PostSend posts a send work request and starts transmitting it. Structural
@@ -721,7 +812,7 @@ func (q *QP) PostSendBatch(wrs []SendWR) (int, error) {
 	n := 0
 	var err error
 	for i := range wrs {
-		if wrs[i].AH != nil && wrs[i].AH.d != d {
+		if !q.sameDevice(&wrs[i]) {
 			err = ErrWrongDevice
 			break
 		}
@@ -732,7 +823,7 @@ func (q *QP) PostSendBatch(wrs []SendWR) (int, error) {
 		}
 		n++
 	}
-	q.wr.SGL, q.wr.Inline, q.wr.AH = nil, nil, nil
+	q.wr.SGL, q.wr.Inline, q.wr.AH, q.wr.MW, q.wr.Bind.MR = nil, nil, nil, nil, nil
 	d.mu.Unlock()
 	if n > 0 {
 		d.flush()
@@ -741,6 +832,37 @@ func (q *QP) PostSendBatch(wrs []SendWR) (int, error) {
 		return n, fmt.Errorf("roce: post send on QP %d: %w", q.qpn, err)
 	}
 	return n, nil
+}
+
+// sameDevice reports whether the objects wr names belong to the QP's device.
+func (q *QP) sameDevice(wr *SendWR) bool {
+	return (wr.AH == nil || wr.AH.d == q.d) && (wr.MW == nil || wr.MW.d == q.d) &&
+		(wr.Bind.MR == nil || wr.Bind.MR.d == q.d)
+}
+
+// BindMW binds a type 1 window (ibv_bind_mw): it posts a BIND_MW work
+// request whose new R_Key is the window's last with the consumer key
+// incremented, and returns that key. The bind takes effect when the send
+// queue reaches it and completes with WCBindMW (or WCMWBindErr, which
+// moves the QP to the error state).
+func (q *QP) BindMW(mw *MW, b *MWBind) (uint32, error) {
+	if mw == nil || b == nil {
+		return 0, fmt.Errorf("roce: bind MW: %w", qp.ErrInvalidArgument)
+	}
+	d := q.d
+	if mw.d != d || (b.Info.MR != nil && b.Info.MR.d != d) {
+		return 0, ErrWrongDevice
+	}
+	if err := d.lock(); err != nil {
+		return 0, err
+	}
+	key, err := q.q.BindMW(mw.mw, &qp.MWBind{ID: b.ID, Flags: b.Flags, Info: b.Info.engine()})
+	d.mu.Unlock()
+	if err != nil {
+		return 0, fmt.Errorf("roce: bind MW on QP %d: %w", q.qpn, devErr(err))
+	}
+	d.flush()
+	return key, nil
 }
 
 // SetReplyBeforeAck lets the QP's requests leave before the ACKs it has

@@ -35,6 +35,7 @@ var help = map[string]string{
 	"cq_overflow":            "Completions lost to full completion queues.",
 	"probes":                 "Resends of the first unacknowledged PSN after a few round trips without progress.",
 	"spurious_probes":        "Probes found needless: the path had stalled and nothing was lost.",
+	"rkey_violation":         "Requests refused with a remote access error: R_Key, access or range not granted by an MR or memory window.",
 }
 
 // Collector is a prometheus.Collector for one device.
