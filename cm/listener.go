@@ -26,8 +26,9 @@ const (
 	DefaultHalfOpenTimeout = 8 * time.Second
 )
 
-// errHalfOpenDropped ends a half-open handshake displaced by a newer one.
-var errHalfOpenDropped = errors.New("cm: half-open handshake dropped for a newer request (listener's MaxHalfOpen)")
+// ErrHalfOpenDropped ends a half-open handshake displaced by a newer one
+// (ListenOptions.MaxHalfOpen).
+var ErrHalfOpenDropped = errors.New("cm: half-open handshake dropped for a newer request (listener's MaxHalfOpen)")
 
 // ListenerStats counts a listener's admission decisions.
 type ListenerStats struct {
@@ -172,7 +173,7 @@ func (l *Listener) startLocked(r *Request, parent context.Context) {
 		// rather than silence: a real peer cut off this way learns it at
 		// once instead of believing itself connected after its RTU, and
 		// to a spoofed address it is one MAD, like the REP before it.
-		old.cancel(errHalfOpenDropped)
+		old.cancel(ErrHalfOpenDropped)
 		l.stats.HalfOpenDropped++
 	}
 }
