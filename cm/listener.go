@@ -306,7 +306,10 @@ func (l *Listener) Request(ctx context.Context) (*Request, error) {
 // negotiated attributes, sends the REP and returns once the RTU came (RC),
 // or answers the SIDR_REQ with the UD QP (UDP port space). Handshakes run
 // in the background, so one peer that never finishes its handshake does
-// not delay the others; at most Backlog requests are held at a time.
+// not delay the others. From the first call on, the listener starts each
+// handshake as its request arrives (half-open, bounded by MaxHalfOpen and
+// HalfOpenTimeout); at most Backlog established connections wait for
+// Accept before further requests are refused.
 func (l *Listener) Accept(ctx context.Context) (*Conn, error) {
 	l.a.mu.Lock()
 	l.accepting = true
