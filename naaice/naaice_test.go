@@ -493,6 +493,27 @@ func TestIdleEvicted(t *testing.T) {
 	}
 }
 
+// TestIdleMemoryEvicted: idle connections whose AARs took the whole
+// memory budget give it up to a real client's AAR, oldest first.
+func TestIdleMemoryEvicted(t *testing.T) {
+	l := newLab(t, &ServerOptions{MaxMemory: 4 << 20}, faultnet.Config{}, faultnet.Config{})
+	hoard(t, l, 4, 1<<20, true) // the whole budget
+	for i := range 2 {
+		p := fill(1<<20, 1)
+		if err := NewClient(l.host, l.remote, Options{}).Call(l.ctx, 1, [][]byte{p}, nil); err != nil {
+			t.Fatalf("real client %d: %v (counters %+v)", i, err, l.srv.Counters())
+		}
+	}
+	if c := l.srv.Counters(); c.IdleEvicted == 0 || c.MRSPErrors != 0 {
+		t.Fatalf("counters %+v", c)
+	}
+	l.srv.mu.Lock()
+	defer l.srv.mu.Unlock()
+	if l.srv.used > 4<<20 {
+		t.Fatalf("%d bytes of a 4 MiB budget reserved", l.srv.used)
+	}
+}
+
 // TestIdleTimeout: a connection that sends no AAR, and one that stops
 // after its MRSP, are closed after IdleTimeout and their memory returned.
 func TestIdleTimeout(t *testing.T) {

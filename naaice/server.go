@@ -62,8 +62,10 @@ type ServerOptions struct {
 	// DefaultIdleTimeout; negative: no bound). The connection is then
 	// closed and its memory returned.
 	IdleTimeout time.Duration
-	// MaxMemory bounds the region memory of all connections together; an
-	// AAR beyond it is answered with an MRSP error, code 1 (0: 1 GiB).
+	// MaxMemory bounds the region memory of all connections together (0:
+	// 1 GiB). An AAR beyond it first takes the memory of the connections
+	// idle longest, which are closed (IdleEvicted); if that is not enough
+	// it is answered with an MRSP error, code 1.
 	MaxMemory uint64
 	// Logger receives one line per failed connection (nil: none).
 	Logger *slog.Logger
@@ -233,21 +235,11 @@ func (s *Server) admit(w *worker) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.active >= s.max {
-		var victim *worker
-		for v := range s.workers {
-			if since := v.idleSince.Load(); since != 0 && (victim == nil || since < victim.idleSince.Load()) {
-				victim = v
-			}
-		}
+		victim := s.idlestLocked(func(*worker) bool { return true })
 		if victim == nil {
 			return false
 		}
-		// Its goroutine closes the connection and frees its memory; the
-		// slot is w's from now.
-		delete(s.workers, victim)
-		s.active--
-		victim.cancel(errEvicted)
-		s.ctr.idleEvicted.Add(1)
+		s.evictLocked(victim)
 	}
 	s.active++
 	s.workers[w] = struct{}{}
@@ -263,20 +255,53 @@ func (s *Server) leave(w *worker) {
 	s.mu.Unlock()
 }
 
-func (s *Server) reserve(n uint64) bool {
+// reserve takes n bytes of the memory budget for w. If the budget is
+// spent, connections idle longest that hold memory give theirs up and are
+// closed (evicted), as for a slot: announcing regions and going quiet
+// must not keep a working host's AAR out.
+func (s *Server) reserve(w *worker, n uint64) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.used+n > s.mem || s.used+n < s.used {
-		return false
+	for s.used+n > s.mem || s.used+n < s.used {
+		victim := s.idlestLocked(func(v *worker) bool { return v != w && v.reserved > 0 })
+		if victim == nil {
+			return false
+		}
+		s.evictLocked(victim)
 	}
 	s.used += n
+	w.reserved = n
 	return true
 }
 
-func (s *Server) unreserve(n uint64) {
+// unreserve returns w's memory to the budget, once.
+func (s *Server) unreserve(w *worker) {
 	s.mu.Lock()
-	s.used -= n
+	s.used -= w.reserved
+	w.reserved = 0
 	s.mu.Unlock()
+}
+
+// idlestLocked returns the worker idle longest among those ok accepts.
+func (s *Server) idlestLocked(ok func(*worker) bool) *worker {
+	var victim *worker
+	for v := range s.workers {
+		if since := v.idleSince.Load(); since != 0 && ok(v) && (victim == nil || since < victim.idleSince.Load()) {
+			victim = v
+		}
+	}
+	return victim
+}
+
+// evictLocked closes an idle connection: its slot and memory are free at
+// once (its goroutine closes the connection and the regions).
+func (s *Server) evictLocked(v *worker) {
+	delete(s.workers, v)
+	s.active--
+	s.used -= v.reserved
+	v.reserved = 0
+	v.cancel(errEvicted)
+	s.ctr.idleEvicted.Add(1)
 }
 
 // acceptTimeout bounds a handshake whose peer never sends its RTU.
@@ -335,7 +360,7 @@ type worker struct {
 	regions          []mrsp.Region
 	mrs              []*roce.MR
 	call             Call
-	reserved         uint64
+	reserved         uint64 // of the server's memory budget (Server.mu)
 
 	batch     [16]roce.WorkCompletion
 	next, end int
@@ -557,10 +582,9 @@ func (w *worker) allocate() error {
 			outputs++
 		}
 	}
-	if !w.s.reserve(total) {
+	if !w.s.reserve(w, total) {
 		return mrsp.ErrTotalTooLarge
 	}
-	w.reserved = total
 	for _, r := range w.regions {
 		buf := make([]byte, r.Size)
 		if r.Internal() {
@@ -714,7 +738,5 @@ func (w *worker) release() {
 	if w.pd != nil {
 		_ = w.pd.Close()
 	}
-	if w.reserved > 0 {
-		w.s.unreserve(w.reserved)
-	}
+	w.s.unreserve(w)
 }
