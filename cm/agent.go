@@ -90,7 +90,7 @@ const (
 	gsiSendWR      = 256
 )
 
-func startAgent(dev *roce.Device, clock qp.Clock, maxPeerCMTimeout uint8) (_ *agent, err error) {
+func startAgent(dev *roce.Device, o *ManagerOptions) (_ *agent, err error) {
 	a := &agent{dev: dev, ids: map[uint32]*idState{}, listeners: map[uint64]*Listener{},
 		ahs: map[[2]netip.Addr]*roce.AH{}, kick: make(chan struct{}, 1), done: make(chan struct{})}
 	defer func() {
@@ -130,11 +130,13 @@ func startAgent(dev *roce.Device, clock qp.Clock, maxPeerCMTimeout uint8) (_ *ag
 		return nil, err
 	}
 	info := dev.Info()
+	clock := o.Clock
 	if clock == nil {
 		clock = monoClock{time.Now()}
 	}
 	a.eng, err = NewEngine(Config{Clock: clock, Rand: rand.Uint32,
-		LocalCAGUID: info.NodeGUID, HiTID: rand.Uint32(), MaxPeerCMTimeout: maxPeerCMTimeout})
+		LocalCAGUID: info.NodeGUID, HiTID: rand.Uint32(), MaxPeerCMTimeout: o.MaxPeerCMTimeout,
+		REQRate: o.REQRate, REQBurst: o.REQBurst, REQSources: o.REQSources})
 	if err != nil {
 		return nil, err
 	}

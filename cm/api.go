@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/goroce/goroce/cm/mad"
 	"github.com/goroce/goroce/ib"
@@ -85,10 +86,25 @@ type ListenOptions struct {
 	ResponderResources, InitiatorDepth uint8
 	RNRRetryCount                      uint8
 	// Backlog bounds the requests the listener holds before Accept or
-	// Request hands them out, whether waiting, half-open (REP sent, no
-	// RTU yet) or established and not yet returned (0: 16). More are
-	// rejected (REJ CONSUMER_DEFINED, SIDR_REP REJECT).
+	// Request hands them out, waiting or being answered, and the
+	// connections established and not yet returned by Accept (0: 16).
+	// More are rejected (REJ CONSUMER_DEFINED, SIDR_REP REJECT).
+	// Half-open handshakes (being answered: QP, REP, no RTU yet) are
+	// held apart, as a SYN queue is apart from the accept queue.
 	Backlog int
+	// MaxHalfOpen bounds the half-open handshakes of the listener (0:
+	// DefaultMaxHalfOpen, and at least Backlog). A request that would
+	// pass it makes the listener abandon its oldest half-open handshake
+	// (REJ, QP freed): a flood of REQs that are never completed cycles
+	// through the half-open table instead of filling the backlog, and a
+	// real peer, whose RTU follows its REP within a round trip, gets in.
+	// Established connections are never displaced.
+	MaxHalfOpen int
+	// HalfOpenTimeout bounds how long a handshake stays half-open,
+	// whatever response timeout and retries the peer's REQ asked for
+	// (0: DefaultHalfOpenTimeout): the REP is retransmitted within it
+	// (AcceptParams.REPLifetime), then the handshake fails.
+	HalfOpenTimeout time.Duration
 	// PrivateData is sent in every REP that Accept sends (at most 196
 	// bytes; 136 for SIDR). Request.Accept sends its own.
 	PrivateData []byte

@@ -45,6 +45,12 @@ type AcceptParams struct {
 	RNRRetryCount                      uint8 // for the active QP
 	SRQ, FlowControl                   bool
 	PrivateData                        []byte // ≤ 196 bytes
+	// REPLifetime, when not zero, bounds how long the REP is retransmitted
+	// waiting for the RTU, whatever response timeout and retries the REQ
+	// asked for: the interval is at most a quarter of it, and the retries
+	// stop within it (EventTimeout). A half-open connection then lasts
+	// that long at most.
+	REPLifetime time.Duration
 }
 
 // SIDRParams describes a SIDR_REQ (rdma_cm UDP port space resolution).
@@ -182,7 +188,13 @@ func (e *Engine) Accept(id uint32, p *AcceptParams) error {
 		SRQ: p.SRQ, LocalCAGUID: e.cfg.LocalCAGUID, PrivateData: p.PrivateData,
 	}
 	c.state = StateREPSent
-	e.send(c, mad.AttrREP, c.tid, c.timeout, c.maxCMRetries, func(m mad.MAD) { m.REP().Encode(&rep) })
+	interval, retries := c.timeout, c.maxCMRetries
+	if p.REPLifetime > 0 {
+		c.repCap = p.REPLifetime
+		interval = max(min(interval, p.REPLifetime/4), time.Millisecond)
+		retries = uint8(min(int64(retries), max(int64(p.REPLifetime/interval)-1, 0)))
+	}
+	e.send(c, mad.AttrREP, c.tid, interval, retries, func(m mad.MAD) { m.REP().Encode(&rep) })
 	return nil
 }
 

@@ -16,9 +16,14 @@
 //
 // [Listener.Accept] answers requests with the listener's options and runs
 // the handshakes in the background, returning established connections
-// only: a peer that never sends its RTU holds one backlog slot until the
-// CM's retries (paced by the peer's timeouts, capped at
-// [DefaultMaxPeerCMTimeout]) give up, and delays no one else.
+// only. Admission follows TCP's SYN queue: a request being answered
+// leaves the backlog for a bounded half-open table
+// ([ListenOptions.MaxHalfOpen]; when it is full the oldest entry is
+// abandoned with a REJ) and lasts at most [ListenOptions.HalfOpenTimeout]
+// whatever timeouts the peer's REQ asks for; established connections are
+// never displaced. REQs are rate-limited per source address before they
+// create any state ([Config.REQRate]). [Listener.Stats] and
+// [Manager.Stats] count what was dropped.
 // [Listener.Request] hands out requests unanswered, as rdma_get_request:
 // the server reads the peer's private data and answers with
 // [Request.Accept], with its own QP options, access flags and REP private

@@ -204,9 +204,19 @@ type Config struct {
 	MRAServiceTimeout uint8
 	// MaxPeerCMTimeout caps the timeout exponents the peer sets for us
 	// (0: DefaultMaxPeerCMTimeout; at most 31). The Linux CM takes them
-	// unclamped but retransmits asynchronously; a half-open connection
-	// here holds a listener's backlog slot for as long.
+	// unclamped but retransmits asynchronously. (A listener bounds its
+	// half-open handshakes further: AcceptParams.REPLifetime.)
 	MaxPeerCMTimeout uint8
+	// REQRate limits the REQs that create a connection ID, per source
+	// address, to REQRate a second with bursts of REQBurst (0:
+	// DefaultREQRate, DefaultREQBurst; a negative REQRate disables the
+	// limit). REQSources bounds the sources remembered (0:
+	// DefaultREQSources). A REQ over the limit is dropped without an
+	// answer, as a SYN past a full queue is: a real peer retransmits it,
+	// and a REJ would only reflect the flood to the address it claims.
+	REQRate    float64
+	REQBurst   int
+	REQSources int
 }
 
 // Stats counts what the engine dropped or answered on its own.
@@ -217,6 +227,7 @@ type Stats struct {
 	Retransmits   uint64 // MADs sent again by the retry timer
 	RejectsIssued uint64 // REJs sent without a local ID (no listener, stale)
 	Clamped       uint64 // peer timeouts lowered to Config.MaxPeerCMTimeout
+	RateLimited   uint64 // REQs dropped by the per-source rate limit (Config.REQRate)
 }
 
 // Engine is the Communication Manager of one port: MAD transaction layer,
@@ -237,6 +248,7 @@ type Engine struct {
 	out       []Outbound
 	events    []Event
 	stats     Stats
+	reqLimit  *reqLimiter // nil: no limit
 }
 
 type remoteKey struct {
@@ -282,7 +294,8 @@ type conn struct {
 	plt                  uint8         // packet life time (active side)
 	timeout              time.Duration // cm_id timeout_ms: REQ/REP/DREQ retry interval
 	dreqTID              uint64
-	sidr                 *sidrKey // passive SIDR index entry
+	sidr                 *sidrKey      // passive SIDR index entry
+	repCap               time.Duration // AcceptParams.REPLifetime: also bounds an MRA's wait
 
 	// transaction layer: the MAD awaiting an answer
 	msg        [mad.Size]byte
@@ -316,6 +329,7 @@ func NewEngine(cfg Config) (*Engine, error) {
 		byQPN:     map[qpnKey]uint32{},
 		sidrIn:    map[sidrKey]uint32{},
 		listeners: map[uint64]struct{}{},
+		reqLimit:  newREQLimiter(cfg.REQRate, cfg.REQBurst, cfg.REQSources),
 	}, nil
 }
 

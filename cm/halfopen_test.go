@@ -2,7 +2,6 @@ package cm
 
 import (
 	"context"
-	"errors"
 	"net/netip"
 	"sync/atomic"
 	"testing"
@@ -129,9 +128,10 @@ func TestHalfOpenDoesNotBlockAccept(t *testing.T) {
 	}
 }
 
-// TestHalfOpenTornDown: the hostile handshake's REP retries run at the
-// capped interval and end; its QP and backlog slot are then freed. The
-// CM's clock is moved by hand.
+// TestHalfOpenTornDown: the hostile handshake holds no backlog slot, its
+// REP retries run at the interval the listener's HalfOpenTimeout allows
+// and end within it; its QP is then freed. The CM's clock is moved by
+// hand.
 func TestHalfOpenTornDown(t *testing.T) {
 	da, db := devPair(t, faultnet.Config{}, faultnet.Config{}, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -176,15 +176,29 @@ func TestHalfOpenTornDown(t *testing.T) {
 	b.mu.Lock()
 	interval, retries, clamped := hc.interval, hc.retries, b.eng.Stats().Clamped
 	b.mu.Unlock()
-	if interval != ConvertToDuration(DefaultMaxPeerCMTimeout) || retries != 15 || clamped == 0 {
-		t.Errorf("REP retry interval %v, %d retries, %d clamped; want %v, 15, > 0", interval, retries, clamped,
-			ConvertToDuration(DefaultMaxPeerCMTimeout))
+	if interval != DefaultHalfOpenTimeout/4 || retries != 3 || clamped == 0 {
+		t.Errorf("REP retry interval %v, %d retries, %d clamped; want %v, 3, > 0", interval, retries, clamped,
+			DefaultHalfOpenTimeout/4)
 	}
-	// The backlog of one is full: a real client is refused while the
-	// hostile handshake holds the slot.
-	if _, err := Dial(ctx, da, netip.AddrPortFrom(devAddrB, port), DialOptions{}); !errors.Is(err, mad.RejConsumerDefined) {
-		t.Errorf("a request past the backlog: %v", err)
+	if s := l.Stats(); s.HalfOpen != 1 {
+		t.Errorf("listener stats %+v, want one half-open", s)
 	}
+	// The backlog of one is free: a real client gets in while the
+	// hostile handshake is half-open.
+	first, err := Dial(ctx, da, netip.AddrPortFrom(devAddrB, port), DialOptions{})
+	if err != nil {
+		t.Fatalf("a real client beside a half-open handshake: %v", err)
+	}
+	select {
+	case sc := <-accepted:
+		if sc == nil {
+			t.Fatal("Accept failed")
+		}
+		sc.Close()
+	case <-ctx.Done():
+		t.Fatal("not accepted")
+	}
+	first.Close()
 
 	start := clk.Now()
 	for i := 0; len(repSent(b)) > 0; i++ {
@@ -203,8 +217,11 @@ func TestHalfOpenTornDown(t *testing.T) {
 			return !ok || nd > d
 		})
 	}
-	if took := clk.Now() - start; took > 16*ConvertToDuration(DefaultMaxPeerCMTimeout) {
+	if took := clk.Now() - start; took > DefaultHalfOpenTimeout {
 		t.Errorf("the half-open handshake lasted %v", took)
+	}
+	if !pollUntil(5*time.Second, func() bool { return l.Stats().HalfOpenTimedOut == 1 }) {
+		t.Errorf("listener stats %+v, want one half-open timed out", l.Stats())
 	}
 	// Its QP is freed and the slot is back: the real client gets in.
 	// (The CM keeps the address handle of A it made for the REP.)

@@ -1,24 +1,50 @@
 package cm
 
 import (
+	"container/list"
 	"context"
 	"errors"
 	"fmt"
 	"net/netip"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/goroce/goroce/cm/mad"
 	"github.com/goroce/goroce/ib"
 	"github.com/goroce/goroce/roce"
 )
 
+// Admission defaults of a Listener (ListenOptions).
+const (
+	// DefaultMaxHalfOpen is the default bound on half-open handshakes,
+	// Linux's tcp_max_syn_backlog for a small host.
+	DefaultMaxHalfOpen = 256
+	// DefaultHalfOpenTimeout is the default lifetime of a half-open
+	// handshake: the REP goes out at most every 2 s, four times; a real
+	// peer answers the first within a round trip.
+	DefaultHalfOpenTimeout = 8 * time.Second
+)
+
+// ErrHalfOpenDropped ends a half-open handshake displaced by a newer one
+// (ListenOptions.MaxHalfOpen).
+var ErrHalfOpenDropped = errors.New("cm: half-open handshake dropped for a newer request (listener's MaxHalfOpen)")
+
+// ListenerStats counts a listener's admission decisions.
+type ListenerStats struct {
+	HalfOpen         int    // handshakes half-open now (being answered, no RTU yet)
+	HalfOpenDropped  uint64 // half-open handshakes abandoned for newer ones (MaxHalfOpen)
+	HalfOpenTimedOut uint64 // half-open handshakes whose REP retries ran out (HalfOpenTimeout)
+}
+
 // Listener accepts rdma_cm connections on one port of one device.
 //
 // Requests wait in the listener until Accept or Request takes them. Accept
 // answers each in the background and returns established connections
-// only, so a peer that never completes its handshake (no RTU) holds one
-// backlog slot until the CM's retries give up, and delays no one else.
+// only. A request being answered leaves the backlog for the
+// half-open table (ListenOptions.MaxHalfOpen, HalfOpenTimeout), so a peer
+// that never completes its handshake (no RTU) holds no backlog slot and
+// delays no one else.
 type Listener struct {
 	a    *agent
 	addr netip.AddrPort
@@ -31,9 +57,12 @@ type Listener struct {
 	ready chan *Conn
 
 	// guarded by a.mu
-	pending int                   // requests held until answered or returned by Accept (≤ Backlog)
-	taken   map[*Request]struct{} // handed out by Request, not yet answered
-	shut    bool
+	pending   int                   // requests held until answered or returned by Accept (≤ Backlog)
+	accepting bool                  // Accept was called: requests are answered as they come
+	taken     map[*Request]struct{} // handed out by Request, not yet answered
+	shut      bool
+	halfOpen  list.List // of *Request, oldest first
+	stats     ListenerStats
 
 	ctx    context.Context // ends Accept's background handshakes on Close
 	cancel context.CancelFunc
@@ -64,6 +93,12 @@ func listen(ctx context.Context, get func() (*agent, error), addr netip.AddrPort
 	if o.Backlog <= 0 {
 		o.Backlog = 16
 	}
+	if o.MaxHalfOpen <= 0 {
+		o.MaxHalfOpen = max(DefaultMaxHalfOpen, o.Backlog)
+	}
+	if o.HalfOpenTimeout <= 0 {
+		o.HalfOpenTimeout = DefaultHalfOpenTimeout
+	}
 	a, err := get()
 	if err != nil {
 		return nil, err
@@ -77,7 +112,7 @@ func listen(ctx context.Context, get func() (*agent, error), addr netip.AddrPort
 	default:
 	}
 	l := &Listener{a: a, addr: addr, sid: mad.ServiceID(o.PortSpace, addr.Port()), opts: o,
-		reqs: make(chan *Request, o.Backlog), ready: make(chan *Conn, o.Backlog),
+		reqs: make(chan *Request, o.Backlog), ready: make(chan *Conn, o.Backlog+o.MaxHalfOpen),
 		taken: map[*Request]struct{}{}, closed: make(chan struct{})}
 	l.ctx, l.cancel = context.WithCancel(context.Background())
 	err = a.do(func(e *Engine) error {
@@ -110,6 +145,55 @@ func checkReplyData(ps mad.PortSpace, pd []byte) error {
 // Addr returns the address the listener was created with.
 func (l *Listener) Addr() netip.AddrPort { return l.addr }
 
+// Stats returns the listener's admission counters.
+func (l *Listener) Stats() ListenerStats {
+	l.a.mu.Lock()
+	defer l.a.mu.Unlock()
+	s := l.stats
+	s.HalfOpen = l.halfOpen.Len()
+	return s
+}
+
+// startLocked gives r, about to be answered, the context of its
+// handshake and moves it from the backlog to the half-open table at
+// once: the QP, the neighbour and the REP take time, and under a flood
+// the backlog must not wait for them. The oldest half-open handshake is
+// abandoned if the table is full. The caller holds a.mu.
+func (l *Listener) startLocked(r *Request, parent context.Context) {
+	r.hctx, r.cancel = context.WithCancelCause(parent)
+	if l.shut {
+		return
+	}
+	l.freeSlotLocked(r)
+	r.halfOpen = l.halfOpen.PushBack(r)
+	for l.halfOpen.Len() > l.opts.MaxHalfOpen {
+		old := l.halfOpen.Remove(l.halfOpen.Front()).(*Request)
+		old.halfOpen = nil
+		// Its handshake goroutine sends the REJ and frees the QP. A REJ
+		// rather than silence: a real peer cut off this way learns it at
+		// once instead of believing itself connected after its RTU, and
+		// to a spoofed address it is one MAD, like the REP before it.
+		old.cancel(ErrHalfOpenDropped)
+		l.stats.HalfOpenDropped++
+	}
+}
+
+// leaveHalfOpenLocked takes r out of the half-open table if it is there.
+func (l *Listener) leaveHalfOpenLocked(r *Request) {
+	if r.halfOpen != nil {
+		l.halfOpen.Remove(r.halfOpen)
+		r.halfOpen = nil
+	}
+}
+
+// freeSlotLocked returns r's backlog slot, once.
+func (l *Listener) freeSlotLocked(r *Request) {
+	if !r.slotFreed {
+		r.slotFreed = true
+		l.pending--
+	}
+}
+
 // offerLocked queues a request if it is one rdma_cm would give this
 // listener and the backlog has room.
 func (l *Listener) offerLocked(ev Event) bool {
@@ -140,13 +224,25 @@ func (l *Listener) offerLocked(ev Event) bool {
 	if l.pending >= l.opts.Backlog {
 		return false
 	}
-	l.pending++
-	l.reqs <- &Request{l: l, ev: ev, remote: netip.AddrPortFrom(h.Src(), h.SrcPort()),
+	r := &Request{l: l, ev: ev, remote: netip.AddrPortFrom(h.Src(), h.SrcPort()),
 		local: netip.AddrPortFrom(ev.Path.Local, l.addr.Port()), privateData: ev.PrivateData[mad.CMAHeaderSize:]}
+	if l.accepting {
+		// Accept answers every request itself, so it starts the
+		// handshake now, half-open, as a SYN enters the SYN queue: a
+		// burst of requests handled in one go by the agent must not
+		// overflow the backlog before Accept's goroutine runs.
+		r.answered.Store(true)
+		r.slotFreed = true
+		l.startLocked(r, l.ctx)
+		go l.background(r)
+		return true
+	}
+	l.pending++
+	l.reqs <- r
 	return true
 }
 
-// releaseSlot frees the backlog slot of a request handed out or ended.
+// releaseSlot frees the backlog slot of a connection Accept returns.
 func (l *Listener) releaseSlot() {
 	l.a.mu.Lock()
 	l.pending--
@@ -188,6 +284,7 @@ func (l *Listener) admit(r *Request, handOut bool) bool {
 		l.taken[r] = struct{}{}
 	} else {
 		r.answered.Store(true)
+		l.startLocked(r, l.ctx)
 	}
 	return true
 }
@@ -195,7 +292,9 @@ func (l *Listener) admit(r *Request, handOut bool) bool {
 // Request waits for the next connection request and hands it out
 // unanswered, like rdma_get_request: the caller inspects it and answers
 // with Request.Accept (its own QP options and private data) or
-// Request.Reject. Until answered it holds a backlog slot. Answer each
+// Request.Reject. Until answered it holds a backlog slot; once
+// Request.Accept is called it is half-open instead (ListenOptions.MaxHalfOpen,
+// HalfOpenTimeout) until the RTU. Answer each
 // request in its own goroutine when peers may be slow: Request.Accept
 // returns only once the handshake completes.
 func (l *Listener) Request(ctx context.Context) (*Request, error) {
@@ -207,8 +306,14 @@ func (l *Listener) Request(ctx context.Context) (*Request, error) {
 // negotiated attributes, sends the REP and returns once the RTU came (RC),
 // or answers the SIDR_REQ with the UD QP (UDP port space). Handshakes run
 // in the background, so one peer that never finishes its handshake does
-// not delay the others; at most Backlog requests are held at a time.
+// not delay the others. From the first call on, the listener starts each
+// handshake as its request arrives (half-open, bounded by MaxHalfOpen and
+// HalfOpenTimeout); at most Backlog established connections wait for
+// Accept before further requests are refused.
 func (l *Listener) Accept(ctx context.Context) (*Conn, error) {
+	l.a.mu.Lock()
+	l.accepting = true
+	l.a.mu.Unlock()
 	for {
 		select {
 		case c := <-l.ready:
@@ -233,21 +338,25 @@ func (l *Listener) Accept(ctx context.Context) (*Conn, error) {
 }
 
 // background runs one handshake for Accept. The established connection
-// waits in ready, keeping its slot, until Accept returns it.
+// takes a backlog slot again and waits in ready until Accept returns it;
+// it may pass Backlog (ready has room for the half-open ones too), and
+// new requests are refused until Accept catches up.
 func (l *Listener) background(r *Request) {
-	c, err := r.accept(l.ctx, &AcceptOptions{QP: l.opts.QP, ResponderResources: l.opts.ResponderResources,
+	c, err := r.accept(&AcceptOptions{QP: l.opts.QP, ResponderResources: l.opts.ResponderResources,
 		InitiatorDepth: l.opts.InitiatorDepth, RNRRetryCount: l.opts.RNRRetryCount, PrivateData: l.opts.PrivateData})
 	if err != nil {
-		l.releaseSlot() // the peer gave up or rejected our REP, or we closed
-		return
+		return // the peer gave up or rejected our REP, or we closed; accept freed the slot
 	}
 	l.a.mu.Lock()
 	if !l.shut {
-		l.ready <- c
-		l.a.mu.Unlock()
-		return
+		select {
+		case l.ready <- c:
+			l.pending++
+			l.a.mu.Unlock()
+			return
+		default:
+		}
 	}
-	l.pending--
 	l.a.mu.Unlock()
 	_ = c.Close()
 }
@@ -307,6 +416,12 @@ type Request struct {
 	remote, local netip.AddrPort
 	privateData   []byte
 	answered      atomic.Bool
+
+	// guarded by a.mu
+	slotFreed bool                    // its backlog slot is returned
+	halfOpen  *list.Element           // in l.halfOpen
+	hctx      context.Context         // of its handshake (startLocked)
+	cancel    context.CancelCauseFunc // ends its handshake
 }
 
 // RemoteAddr returns the peer's address and rdma_cm port (from the
@@ -397,9 +512,10 @@ func (r *Request) Accept(ctx context.Context, o AcceptOptions) (*Conn, error) {
 	if !r.claim() {
 		return nil, ErrAnswered
 	}
-	c, err := r.accept(ctx, &o)
-	r.l.releaseSlot()
-	return c, err
+	r.l.a.mu.Lock()
+	r.l.startLocked(r, ctx)
+	r.l.a.mu.Unlock()
+	return r.accept(&o)
 }
 
 // Reject refuses the request like rdma_reject: a REJ with reason (0:
@@ -421,7 +537,7 @@ func (r *Request) Reject(reason mad.RejectReason, privateData []byte) error {
 	}
 	a := r.l.a
 	return a.do(func(e *Engine) error {
-		r.l.pending--
+		r.l.freeSlotLocked(r)
 		if r.SIDR() {
 			return e.SIDRReply(r.ev.ID, mad.SIDRReject, 0, 0, privateData)
 		}
@@ -430,10 +546,19 @@ func (r *Request) Reject(reason mad.RejectReason, privateData []byte) error {
 	})
 }
 
-// accept answers r (claimed by the caller) and waits for the RTU.
-func (r *Request) accept(ctx context.Context, o *AcceptOptions) (*Conn, error) {
+// accept answers r (claimed by the caller, and half-open: startLocked)
+// and waits for the RTU.
+func (r *Request) accept(o *AcceptOptions) (*Conn, error) {
 	l, ev := r.l, r.ev
 	a := l.a
+	ctx, cancel := r.hctx, r.cancel
+	defer func() {
+		cancel(nil)
+		a.mu.Lock()
+		l.leaveHalfOpenLocked(r)
+		l.freeSlotLocked(r)
+		a.mu.Unlock()
+	}()
 	c := &Conn{a: a, id: ev.ID, st: newIDState(), remote: r.remote, local: r.local, privateData: r.privateData}
 	a.mu.Lock()
 	a.refs++
@@ -478,7 +603,8 @@ func (r *Request) accept(ctx context.Context, o *AcceptOptions) (*Conn, error) {
 		err := e.Accept(c.id, &AcceptParams{QPN: c.qp.QPN(), StartingPSN: randPSN(),
 			ResponderResources: min(defaultU8(o.ResponderResources, 16), req.InitiatorDepth),
 			InitiatorDepth:     min(defaultU8(o.InitiatorDepth, 16), req.ResponderResources),
-			RNRRetryCount:      defaultU8(o.RNRRetryCount, 7), PrivateData: o.PrivateData})
+			RNRRetryCount:      defaultU8(o.RNRRetryCount, 7), PrivateData: o.PrivateData,
+			REPLifetime: l.opts.HalfOpenTimeout})
 		if err != nil {
 			return err
 		}
@@ -486,6 +612,7 @@ func (r *Request) accept(ctx context.Context, o *AcceptOptions) (*Conn, error) {
 		// cma_accept_ib does, so the peer's first packets find the QP ready.
 		if qerr = c.modifyFromCM(ctx, e); qerr != nil {
 			_ = e.Reject(c.id, mad.RejConsumerDefined, nil, nil)
+			return nil
 		}
 		return nil
 	})
@@ -495,12 +622,17 @@ func (r *Request) accept(ctx context.Context, o *AcceptOptions) (*Conn, error) {
 	for {
 		select {
 		case <-ctx.Done():
-			return refuse(ctx.Err())
+			return refuse(context.Cause(ctx))
 		case ev := <-c.st.events:
 			switch ev.Type {
 			case EventEstablished:
 				return c, nil
-			case EventRejected, EventTimeout:
+			case EventTimeout:
+				a.mu.Lock()
+				l.stats.HalfOpenTimedOut++
+				a.mu.Unlock()
+				return refuse(fmt.Errorf("cm: accept from %v: %w", c.remote, ev.Err))
+			case EventRejected:
 				return refuse(fmt.Errorf("cm: accept from %v: %w", c.remote, ev.Err))
 			case EventDisconnected:
 				// The RTU was lost and the peer already hung up.

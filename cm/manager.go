@@ -18,6 +18,11 @@ type ManagerOptions struct {
 	// MaxPeerCMTimeout caps the timeout exponents a peer sets for us
 	// (Config.MaxPeerCMTimeout; 0: DefaultMaxPeerCMTimeout).
 	MaxPeerCMTimeout uint8
+	// REQRate, REQBurst and REQSources set the per-source REQ rate limit
+	// (Config.REQRate; 0: the defaults, a negative REQRate: no limit).
+	REQRate    float64
+	REQBurst   int
+	REQSources int
 }
 
 // Manager is the CM of one device: it owns the device's GSI QP (QP1) and
@@ -36,12 +41,19 @@ type Manager struct {
 // taken (by another Manager, or by the package-level Dial and Listen,
 // which hold it until a few seconds after their last use).
 func NewManager(dev *roce.Device, opts ManagerOptions) (*Manager, error) {
-	a, err := startAgent(dev, opts.Clock, opts.MaxPeerCMTimeout)
+	a, err := startAgent(dev, &opts)
 	if err != nil {
 		return nil, err
 	}
 	a.refs = 1 // the Manager's own, released by Close
 	return &Manager{a: a}, nil
+}
+
+// Stats returns the counters of m's CM engine.
+func (m *Manager) Stats() Stats {
+	m.a.mu.Lock()
+	defer m.a.mu.Unlock()
+	return m.a.eng.Stats()
 }
 
 // Device returns the device whose CM m is.
@@ -135,7 +147,7 @@ func acquire(dev *roce.Device) (*agent, error) {
 		a.mu.Unlock()
 		return a, nil
 	}
-	a, err := startAgent(dev, nil, 0)
+	a, err := startAgent(dev, &ManagerOptions{})
 	if err != nil {
 		return nil, err
 	}

@@ -126,6 +126,12 @@ func (e *Engine) recvREQ(p Path, m mad.MAD) {
 		e.issueREJ(p, m, 0, r.LocalCommID(), mad.MsgREQ, mad.RejInvalidMTU)
 		return
 	}
+	// Last of the checks: duplicates of known IDs and refused REQs cost
+	// no token, only those that would create an ID do.
+	if !e.reqLimit.allow(p.Remote, e.cfg.Clock.Now()) {
+		e.stats.RateLimited++
+		return
+	}
 	f := r.Fields()
 	pri := f.Primary
 	path := p
@@ -171,6 +177,9 @@ func (e *Engine) recvMRA(p Path, m mad.MAD) {
 	// cm_mra_handler: wait the promised service time plus one ACK timeout,
 	// for this and every further retry.
 	c.interval = ConvertToDuration(e.peerTimeout(r.ServiceTimeout())) + ConvertToDuration(c.ackTimeout)
+	if c.state == StateMRAREPRcvd && c.repCap > 0 {
+		c.interval = min(c.interval, c.repCap) // nor may an MRA stretch a bounded REP
+	}
 	if c.waiting {
 		e.arm(c, e.cfg.Clock.Now()+c.interval)
 	} else {

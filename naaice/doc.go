@@ -72,8 +72,11 @@
 // fails: CompletionErrors), a message out of order (OutOfOrder), a host
 // error write (HostAborts), a host that leaves mid-RPC (Disconnects).
 // Memory is bounded by Limits.MaxTotal per connection, MaxMemory in all
-// and MaxConns connections; a full server rejects with the C server's
-// "Server overlad".
+// and MaxConns connections. A connection that sends no AAR, or no next
+// RPC, within IdleTimeout is closed (IdleTimeouts), and when every slot
+// is taken, or the memory budget is spent, a new connection displaces the
+// one idle longest (IdleEvicted); only a server whose connections are all busy rejects,
+// with the C server's "Server overlad".
 //
 // # Where the description and the library differ
 //

@@ -403,10 +403,21 @@ func TestRPCErrors(t *testing.T) {
 	allBytes(t, "after", p, 2)
 }
 
+// TestOverload: with every slot held by a connection mid-RPC, a new one
+// is rejected with the C server's overload message.
 func TestOverload(t *testing.T) {
 	l := newLab(t, &ServerOptions{MaxConns: 1}, faultnet.Config{}, faultnet.Config{})
+	entered, release := make(chan struct{}, 1), make(chan struct{})
+	l.srv.Handle(10, func(ctx context.Context, c *Call) uint8 {
+		entered <- struct{}{}
+		select {
+		case <-release:
+		case <-ctx.Done():
+		}
+		return 0
+	})
 	p := fill(10, 1)
-	c, err := NewContext(l.host, l.remote, [][]byte{p}, nil, 1, Options{})
+	c, err := NewContext(l.host, l.remote, [][]byte{p}, nil, 10, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -416,13 +427,122 @@ func TestOverload(t *testing.T) {
 	if err := c.Connect(l.ctx); err != nil {
 		t.Fatal(err)
 	}
+	if err := c.DoMRSP(l.ctx); err != nil {
+		t.Fatal(err)
+	}
+	busy := make(chan error, 1)
+	go func() { busy <- c.DoRPC(l.ctx) }()
+	<-entered
 	err = NewClient(l.host, l.remote, Options{}).Call(l.ctx, 1, [][]byte{p}, nil)
 	var rej *mad.RejectError
 	if !errors.As(err, &rej) || !bytes.HasPrefix(rej.PrivateData, []byte(mrsp.RejectOverload)) {
 		t.Fatalf("second connection: %v", err)
 	}
-	if c := l.srv.Counters(); c.Rejected != 1 {
+	close(release)
+	if err := <-busy; err != nil {
+		t.Fatalf("the busy connection: %v", err)
+	}
+	if c := l.srv.Counters(); c.Rejected != 1 || c.IdleEvicted != 0 {
 		t.Fatalf("counters %+v", c)
+	}
+}
+
+// hoard connects n contexts that finish the handshake and, if aar, the
+// MRSP with size bytes of regions, and then do nothing.
+func hoard(t *testing.T, l *lab, n, size int, aar bool) []*Context {
+	t.Helper()
+	var cs []*Context
+	for range n {
+		c, err := NewContext(l.host, l.remote, [][]byte{make([]byte, size)}, nil, 1, Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		c.SetInput(0)
+		c.SetOutput(0)
+		if err := c.Connect(l.ctx); err != nil {
+			t.Fatal(err)
+		}
+		if aar {
+			if err := c.DoMRSP(l.ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+		cs = append(cs, c)
+	}
+	return cs
+}
+
+// TestIdleEvicted: connections that never send their AAR, and others
+// that announced regions and went quiet, hold every slot; a real client's
+// RPCs still succeed, taking the slot of the connection idle longest.
+func TestIdleEvicted(t *testing.T) {
+	l := newLab(t, &ServerOptions{MaxConns: 4, MaxMemory: 4 << 20}, faultnet.Config{}, faultnet.Config{})
+	hoard(t, l, 2, 1<<20, true) // half the memory
+	hoard(t, l, 2, 64, false)   // every slot
+	for i := range 3 {
+		p := fill(100, 1)
+		if err := NewClient(l.host, l.remote, Options{}).Call(l.ctx, 1, [][]byte{p}, nil); err != nil {
+			t.Fatalf("real client %d: %v (counters %+v)", i, err, l.srv.Counters())
+		}
+	}
+	// The first client took a hoarder's slot; the others may find the
+	// slot of the client before them free again.
+	if c := l.srv.Counters(); c.IdleEvicted == 0 || c.Rejected != 0 {
+		t.Fatalf("counters %+v", c)
+	}
+}
+
+// TestIdleMemoryEvicted: idle connections whose AARs took the whole
+// memory budget give it up to a real client's AAR, oldest first.
+func TestIdleMemoryEvicted(t *testing.T) {
+	l := newLab(t, &ServerOptions{MaxMemory: 4 << 20}, faultnet.Config{}, faultnet.Config{})
+	hoard(t, l, 4, 1<<20, true) // the whole budget
+	for i := range 2 {
+		p := fill(1<<20, 1)
+		if err := NewClient(l.host, l.remote, Options{}).Call(l.ctx, 1, [][]byte{p}, nil); err != nil {
+			t.Fatalf("real client %d: %v (counters %+v)", i, err, l.srv.Counters())
+		}
+	}
+	if c := l.srv.Counters(); c.IdleEvicted == 0 || c.MRSPErrors != 0 {
+		t.Fatalf("counters %+v", c)
+	}
+	l.srv.mu.Lock()
+	defer l.srv.mu.Unlock()
+	if l.srv.used > 4<<20 {
+		t.Fatalf("%d bytes of a 4 MiB budget reserved", l.srv.used)
+	}
+}
+
+// TestIdleTimeout: a connection that sends no AAR, and one that stops
+// after its MRSP, are closed after IdleTimeout and their memory returned.
+func TestIdleTimeout(t *testing.T) {
+	l := newLab(t, &ServerOptions{IdleTimeout: 200 * time.Millisecond}, faultnet.Config{}, faultnet.Config{})
+	hoard(t, l, 1, 64, false)
+	hoard(t, l, 1, 1<<20, true)
+	deadline := time.Now().Add(20 * time.Second)
+	for l.srv.Counters().IdleTimeouts < 2 {
+		if time.Now().After(deadline) {
+			t.Fatalf("counters %+v", l.srv.Counters())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	deadline = time.Now().Add(10 * time.Second)
+	for {
+		l.srv.mu.Lock()
+		used, active := l.srv.used, l.srv.active
+		l.srv.mu.Unlock()
+		if used == 0 && active == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d bytes, %d connections still held", used, active)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	p := fill(100, 1)
+	if err := NewClient(l.host, l.remote, Options{}).Call(l.ctx, 1, [][]byte{p}, nil); err != nil {
+		t.Fatal(err)
 	}
 }
 

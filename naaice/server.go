@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/netip"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -51,15 +52,35 @@ type Routine func(ctx context.Context, c *Call) uint8
 type ServerOptions struct {
 	// Limits bound each AAR (zero value: DefaultServerLimits).
 	Limits *mrsp.Limits
-	// MaxConns bounds the connections served at once; more are rejected
-	// with the C software NAA's "Server overlad" (0: 16).
+	// MaxConns bounds the connections served at once (0: 16). When they
+	// are all taken a new connection displaces the one idle longest
+	// (handshake done, waiting for its AAR or its next RPC); if none is
+	// idle it is rejected with the C software NAA's "Server overlad".
 	MaxConns int
-	// MaxMemory bounds the region memory of all connections together; an
-	// AAR beyond it is answered with an MRSP error, code 1 (0: 1 GiB).
+	// IdleTimeout bounds the wait for a connection's AAR after the
+	// handshake and for its next RPC after the last (0:
+	// DefaultIdleTimeout; negative: no bound). The connection is then
+	// closed and its memory returned.
+	IdleTimeout time.Duration
+	// MaxMemory bounds the region memory of all connections together (0:
+	// 1 GiB). An AAR beyond it first takes the memory of the connections
+	// idle longest, which are closed (IdleEvicted); if that is not enough
+	// it is answered with an MRSP error, code 1.
 	MaxMemory uint64
 	// Logger receives one line per failed connection (nil: none).
 	Logger *slog.Logger
 }
+
+// DefaultIdleTimeout is the default ServerOptions.IdleTimeout: far longer
+// than a host takes between connecting and its AAR, or between RPCs of one
+// batch, and short enough that hoarded connections come back soon.
+const DefaultIdleTimeout = 10 * time.Second
+
+// errIdle ends a connection that sent no AAR or RPC within IdleTimeout.
+var errIdle = errors.New("naaice: connection idle past the server's IdleTimeout")
+
+// errEvicted ends an idle connection displaced by a new one (MaxConns).
+var errEvicted = errors.New("naaice: idle connection closed for a new one (MaxConns)")
 
 // DefaultServerLimits: the library's limits (31 regions, page-aligned
 // non-overlapping NAA addresses) and 256 MiB per connection.
@@ -87,6 +108,10 @@ type ServerCounters struct {
 	// including one that closed so soon after its last result that the
 	// ACK of the write-back never came.
 	Disconnects uint64
+	// IdleTimeouts: connections closed for sending no AAR or RPC within
+	// IdleTimeout. IdleEvicted: idle connections closed to admit a new
+	// one when MaxConns were taken.
+	IdleTimeouts, IdleEvicted uint64
 }
 
 // Server is a software NAA: it accepts host connections, runs the MRSP
@@ -96,24 +121,30 @@ type Server struct {
 	dev  *roce.Device
 	lim  mrsp.Limits
 	max  int
+	idle time.Duration
 	mem  uint64
 	log  *slog.Logger
 	rtMu sync.RWMutex
 	rts  map[uint8]Routine
 
-	mu     sync.Mutex
-	active int
-	used   uint64
+	mu      sync.Mutex
+	active  int
+	used    uint64
+	workers map[*worker]struct{} // admitted, holding a slot
 
 	ctr struct {
 		accepted, rejected, rpcs, rpcErrors, mrspErrors, unknownFn,
-		hostAborts, outOfOrder, wcErrors, disconnects atomic.Uint64
+		hostAborts, outOfOrder, wcErrors, disconnects, idleTimeouts, idleEvicted atomic.Uint64
 	}
 }
 
 // NewServer makes a software NAA on dev with no routines.
 func NewServer(dev *roce.Device, opts ServerOptions) *Server {
-	s := &Server{dev: dev, lim: DefaultServerLimits, max: 16, mem: 1 << 30, rts: map[uint8]Routine{}}
+	s := &Server{dev: dev, lim: DefaultServerLimits, max: 16, idle: DefaultIdleTimeout, mem: 1 << 30,
+		rts: map[uint8]Routine{}, workers: map[*worker]struct{}{}}
+	if opts.IdleTimeout != 0 {
+		s.idle = max(opts.IdleTimeout, 0)
+	}
 	if opts.Limits != nil {
 		s.lim = *opts.Limits
 	}
@@ -154,7 +185,8 @@ func (s *Server) Counters() ServerCounters {
 	return ServerCounters{Accepted: c.accepted.Load(), Rejected: c.rejected.Load(), Active: active,
 		RPCs: c.rpcs.Load(), RPCErrors: c.rpcErrors.Load(), MRSPErrors: c.mrspErrors.Load(),
 		UnknownFunction: c.unknownFn.Load(), HostAborts: c.hostAborts.Load(), OutOfOrder: c.outOfOrder.Load(),
-		CompletionErrors: c.wcErrors.Load(), Disconnects: c.disconnects.Load()}
+		CompletionErrors: c.wcErrors.Load(), Disconnects: c.disconnects.Load(),
+		IdleTimeouts: c.idleTimeouts.Load(), IdleEvicted: c.idleEvicted.Load()}
 }
 
 // ListenAndServe listens on addr (port 12345 is the C server's) and
@@ -178,7 +210,10 @@ func (s *Server) Serve(ctx context.Context, l *cm.Listener) error {
 		if err != nil {
 			return err
 		}
-		if !s.admit() {
+		wctx, cancel := context.WithCancelCause(ctx)
+		w := &worker{s: s, m: mrsp.NewMachine(mrsp.NAA), cancel: cancel}
+		if !s.admit(w) {
+			cancel(nil)
 			s.ctr.rejected.Add(1)
 			_ = req.Reject(mad.RejConsumerDefined, []byte(mrsp.RejectOverload))
 			continue
@@ -186,50 +221,94 @@ func (s *Server) Serve(ctx context.Context, l *cm.Listener) error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			defer s.leave()
-			s.serve(ctx, req)
+			defer s.leave(w)
+			defer cancel(nil)
+			s.serve(wctx, w, req)
 		}()
 	}
 }
 
-func (s *Server) admit() bool {
+// admit gives w a slot, taking it from the connection idle longest if
+// they are all taken: a host that connects and never sends its AAR, or
+// stops between RPCs, must not keep a working one out.
+func (s *Server) admit(w *worker) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.active >= s.max {
-		return false
+		victim := s.idlestLocked(func(*worker) bool { return true })
+		if victim == nil {
+			return false
+		}
+		s.evictLocked(victim)
 	}
 	s.active++
+	s.workers[w] = struct{}{}
 	return true
 }
 
-func (s *Server) leave() {
+func (s *Server) leave(w *worker) {
 	s.mu.Lock()
-	s.active--
+	if _, ok := s.workers[w]; ok {
+		delete(s.workers, w)
+		s.active--
+	}
 	s.mu.Unlock()
 }
 
-func (s *Server) reserve(n uint64) bool {
+// reserve takes n bytes of the memory budget for w. If the budget is
+// spent, connections idle longest that hold memory give theirs up and are
+// closed (evicted), as for a slot: announcing regions and going quiet
+// must not keep a working host's AAR out.
+func (s *Server) reserve(w *worker, n uint64) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.used+n > s.mem || s.used+n < s.used {
-		return false
+	for s.used+n > s.mem || s.used+n < s.used {
+		victim := s.idlestLocked(func(v *worker) bool { return v != w && v.reserved > 0 })
+		if victim == nil {
+			return false
+		}
+		s.evictLocked(victim)
 	}
 	s.used += n
+	w.reserved = n
 	return true
 }
 
-func (s *Server) unreserve(n uint64) {
+// unreserve returns w's memory to the budget, once.
+func (s *Server) unreserve(w *worker) {
 	s.mu.Lock()
-	s.used -= n
+	s.used -= w.reserved
+	w.reserved = 0
 	s.mu.Unlock()
+}
+
+// idlestLocked returns the worker idle longest among those ok accepts.
+func (s *Server) idlestLocked(ok func(*worker) bool) *worker {
+	var victim *worker
+	for v := range s.workers {
+		if since := v.idleSince.Load(); since != 0 && ok(v) && (victim == nil || since < victim.idleSince.Load()) {
+			victim = v
+		}
+	}
+	return victim
+}
+
+// evictLocked closes an idle connection: its slot and memory are free at
+// once (its goroutine closes the connection and the regions).
+func (s *Server) evictLocked(v *worker) {
+	delete(s.workers, v)
+	s.active--
+	s.used -= v.reserved
+	v.reserved = 0
+	v.cancel(errEvicted)
+	s.ctr.idleEvicted.Add(1)
 }
 
 // acceptTimeout bounds a handshake whose peer never sends its RTU.
 const acceptTimeout = 30 * time.Second
 
 // serve runs one connection: accept, MRSP, RPCs until the host leaves.
-func (s *Server) serve(ctx context.Context, req *cm.Request) {
-	w := &worker{s: s, m: mrsp.NewMachine(mrsp.NAA)}
+func (s *Server) serve(ctx context.Context, w *worker, req *cm.Request) {
 	defer w.release()
 	if err := w.accept(ctx, req); err != nil {
 		if s.log != nil {
@@ -241,6 +320,10 @@ func (s *Server) serve(ctx context.Context, req *cm.Request) {
 	// run returns only when the connection ends.
 	err := w.run(ctx)
 	switch {
+	case errors.Is(err, errIdle):
+		s.ctr.idleTimeouts.Add(1)
+	case errors.Is(err, errEvicted):
+		// counted by admit
 	case errors.Is(err, ErrConnectionEnded):
 		if w.m.State() != mrsp.DataReceiving || w.held {
 			s.ctr.disconnects.Add(1)
@@ -252,14 +335,20 @@ func (s *Server) serve(ctx context.Context, req *cm.Request) {
 	case errors.As(err, new(*CompletionError)):
 		s.ctr.wcErrors.Add(1)
 	}
-	if err != nil && s.log != nil && ctx.Err() == nil {
+	if err != nil && s.log != nil && (ctx.Err() == nil || errors.Is(err, errEvicted)) {
 		s.log.Warn("naaice: connection failed", "peer", w.conn.RemoteAddr(), "state", w.m.State(), "err", err)
 	}
 }
 
 // worker is one connection of the server (the C library's worker).
 type worker struct {
-	s    *Server
+	s      *Server
+	cancel context.CancelCauseFunc // ends the connection (evicted when idle)
+	// idleSince is when the worker began waiting for the host's AAR or
+	// next RPC (monotonic nanoseconds since serverEpoch), 0 while busy.
+	idleSince atomic.Int64
+	timer     *time.Timer // IdleTimeout's, reused
+
 	m    *mrsp.Machine
 	pd   *roce.PD
 	cq   *roce.CQ
@@ -271,7 +360,7 @@ type worker struct {
 	regions          []mrsp.Region
 	mrs              []*roce.MR
 	call             Call
-	reserved         uint64
+	reserved         uint64 // of the server's memory budget (Server.mu)
 
 	batch     [16]roce.WorkCompletion
 	next, end int
@@ -334,6 +423,47 @@ func (w *worker) postRecv(q *roce.QP, id uint64) error {
 	return q.PostRecv(&w.rwr)
 }
 
+// serverEpoch is the origin of worker.idleSince.
+var serverEpoch = time.Now()
+
+// waitIdle is wait for the host's next move (its AAR, the next RPC): the
+// worker is idle meanwhile, may be evicted for a new connection (ctx's
+// cause), and gives up after the server's IdleTimeout. It reuses one
+// timer: an RPC allocates nothing.
+func (w *worker) waitIdle(ctx context.Context) (*roce.WorkCompletion, error) {
+	w.idleSince.Store(max(int64(time.Since(serverEpoch)), 1))
+	defer w.idleSince.Store(0)
+	for i := 0; i < spinRounds && w.next == w.end && w.cq.Len() == 0; i++ {
+		runtime.Gosched()
+	}
+	if w.s.idle > 0 && w.next == w.end && w.cq.Len() == 0 {
+		if w.timer == nil {
+			w.timer = time.NewTimer(w.s.idle)
+		} else {
+			w.timer.Reset(w.s.idle)
+		}
+		defer w.timer.Stop()
+		for w.cq.Len() == 0 {
+			select {
+			case <-w.cq.Ready():
+			case <-w.done:
+				return w.wait(ctx) // wait reports the end
+			case <-ctx.Done():
+				return nil, context.Cause(ctx)
+			case <-w.timer.C:
+				if w.cq.Len() == 0 {
+					return nil, errIdle
+				}
+			}
+		}
+	}
+	wc, err := w.wait(ctx)
+	if err != nil && ctx.Err() != nil {
+		err = context.Cause(ctx)
+	}
+	return wc, err
+}
+
 // wait returns the next completion, in order.
 func (w *worker) wait(ctx context.Context) (*roce.WorkCompletion, error) {
 	for w.next == w.end {
@@ -383,7 +513,7 @@ func (w *worker) run(ctx context.Context) error {
 			wc = &w.heldWC
 		} else {
 			var err error
-			if wc, err = w.wait(ctx); err != nil {
+			if wc, err = w.waitIdle(ctx); err != nil {
 				return err
 			}
 		}
@@ -398,7 +528,7 @@ func (w *worker) run(ctx context.Context) error {
 
 // mrsp answers the host's AAR: regions allocated and an A, or an ERR.
 func (w *worker) mrsp(ctx context.Context) error {
-	wc, err := w.wait(ctx)
+	wc, err := w.waitIdle(ctx)
 	if err != nil {
 		return err
 	}
@@ -452,10 +582,9 @@ func (w *worker) allocate() error {
 			outputs++
 		}
 	}
-	if !w.s.reserve(total) {
+	if !w.s.reserve(w, total) {
 		return mrsp.ErrTotalTooLarge
 	}
-	w.reserved = total
 	for _, r := range w.regions {
 		buf := make([]byte, r.Size)
 		if r.Internal() {
@@ -609,7 +738,5 @@ func (w *worker) release() {
 	if w.pd != nil {
 		_ = w.pd.Close()
 	}
-	if w.reserved > 0 {
-		w.s.unreserve(w.reserved)
-	}
+	w.s.unreserve(w)
 }

@@ -64,7 +64,7 @@ type DCStats struct {
 	ConnectsSent, ConnectsRcvd       uint64
 	DisconnectsSent, DisconnectsRcvd uint64
 	TargetSwitches                   uint64 // DCI connections to a target other than the previous one
-	BadKey                           uint64 // CONNECTs refused (NAKed) and requests dropped for a wrong DC key
+	BadKey                           uint64 // CONNECTs refused (NAKed), DISCONNECTs and requests dropped for a wrong DC key
 	UnknownTarget                    uint64 // DC packets for a QPN that is no DCT/DCI here (CONNECTs NAKed)
 	UnknownInitiator                 uint64 // requests from a DCI the DCT holds no state for
 	Stale                            uint64 // packets of an older connection (connection number or target mismatch)
@@ -640,18 +640,27 @@ func (q *QP) dctReceive(p *ib.Packet, src *Source) error {
 		d.lastKey, d.lastCtx = k, c
 	}
 	if op == ib.DCConnect {
-		if p.DCCETH.Flags()&ib.DCCDisconnect != 0 {
+		// The key first, for a DISCONNECT too: it names its DCI and
+		// connection number in the clear, so without the key anyone could
+		// end another initiator's connection and have its requests dropped.
+		disconnect := p.DCCETH.Flags()&ib.DCCDisconnect != 0
+		if disconnect {
 			q.e.stats.DC.DisconnectsRcvd++
+		} else {
+			q.e.stats.DC.ConnectsRcvd++
+		}
+		if p.DCETH.Key() != d.key {
+			q.e.stats.DC.BadKey++
+			if !disconnect { // a DISCONNECT expects no answer: dropped
+				q.e.queueNAK(p, src, ib.NAKSyndrome(ib.NAKRemoteAccessError))
+			}
+			return ErrBadDCKey
+		}
+		if disconnect {
 			if c != nil && c.dc.gen == gen && c.resp.outLen == 0 && !c.resp.haveRecv {
 				q.releaseCtx(c)
 			}
 			return nil
-		}
-		q.e.stats.DC.ConnectsRcvd++
-		if p.DCETH.Key() != d.key {
-			q.e.stats.DC.BadKey++
-			q.e.queueNAK(p, src, ib.NAKSyndrome(ib.NAKRemoteAccessError))
-			return ErrBadDCKey
 		}
 		if c != nil && c.dc.gen == gen && c.state == StateRTS {
 			c.dc.last = now

@@ -88,6 +88,7 @@ type dcWorkload struct {
 	nRecv []int
 	model [][]uint64 // atomic counter per DCT and DCI (DCIs race each other)
 	orig  map[int]uint64
+	step  func() // if set, called on every step of run (a hostile third party)
 }
 
 func (f *dcFix) workload(nMsg int) *dcWorkload {
@@ -206,6 +207,9 @@ func (w *dcWorkload) run(limit time.Duration) {
 	}
 	recvWCs := make([][]qp.WorkCompletion, len(f.dcts))
 	done := func() bool {
+		if w.step != nil {
+			w.step()
+		}
 		for {
 			n := f.scq.Poll(wc[:])
 			for _, c := range wc[:n] {
@@ -533,6 +537,47 @@ func TestDCBadInput(t *testing.T) {
 	f.net.Run(func() bool { return !f.net.Step() }, time.Second)
 	w := f.workload(7)
 	w.run(time.Hour)
+}
+
+// DISCONNECTs without the DC key, or with a wrong one, naming a working
+// DCI and each of its likely connection numbers, from its own address:
+// the DCT drops and counts them, and the DCI's requests all find their
+// initiator state (before the fix each released it between requests).
+func TestDCKeylessDisconnectIgnored(t *testing.T) {
+	f := newDCFix(t, impairments()[0], qptest.DefaultRC, 1, 1, 16, 0)
+	eb := f.net.B.E
+	dct, dci := f.dcts[0].QP.QPN(), f.dcis[0].QPN()
+	src := &qp.Source{SGID: f.net.A.GID, DGID: f.net.B.GID}
+	disconnect := func(key uint64, conn uint32) *ib.Packet {
+		info := ib.DCInfo(ib.DCConnect)
+		b := make([]byte, info.HeaderLen+ib.ICRCSize)
+		ib.BTH(b).Encode(&ib.BTHFields{Opcode: ib.DCConnect, PKey: 0xFFFF, DestQP: dct, PSN: 1})
+		dcHeaders(b, key, dci, ib.DCCDisconnect)
+		ib.DCCETH(b[info.Offset(ib.HdrDCCETH):]).Encode(&ib.DCCETHFields{Flags: ib.DCCDisconnect, DCI: dci, Conn: conn})
+		var p ib.Packet
+		if err := ib.ParseDCIB(b, &p); err != nil {
+			t.Fatal(err)
+		}
+		return &p
+	}
+	sent := 0
+	w := f.workload(60)
+	w.step = func() {
+		for conn := uint32(0); conn < 4; conn++ {
+			for _, key := range []uint64{0, dcKey ^ 1} {
+				if err := eb.Receive(disconnect(key, conn), src); err != qp.ErrBadDCKey {
+					t.Fatalf("DISCONNECT with key %#x: %v", key, err)
+				}
+				sent++
+			}
+		}
+	}
+	w.run(time.Hour)
+	s := eb.Stats().DC
+	if s.BadKey != uint64(sent) || s.UnknownInitiator != 0 || s.NAKsSent != 0 {
+		t.Fatalf("%d forged DISCONNECTs: %+v", sent, s)
+	}
+	t.Logf("%d forged DISCONNECTs dropped; DCT stats %+v", sent, s)
 }
 
 // A DCI flooded with sequence NAKs for its own work: bounded retries, and

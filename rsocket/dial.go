@@ -33,6 +33,11 @@ type Stats struct {
 	// CloseTimeouts counts Closes that stopped waiting for the peer to
 	// acknowledge their DISCONNECT at the QP's retry timeout.
 	CloseTimeouts uint64
+	// HandshakeTimeouts counts accept handshakes abandoned at the
+	// listener's HandshakeTimeout, or by the CM's bound on half-open
+	// handshakes (cm.ListenOptions.HalfOpenTimeout, MaxHalfOpen): peers
+	// that never sent their RTU.
+	HandshakeTimeouts uint64
 }
 
 var stats struct {
@@ -40,13 +45,14 @@ var stats struct {
 	rejVersion, rejConnData    atomic.Uint64
 	protocolErrors, acceptFail atomic.Uint64
 	closeTimeouts              atomic.Uint64
+	handshakeTimeouts          atomic.Uint64
 }
 
 // ReadStats returns the package's counters.
 func ReadStats() Stats {
 	return Stats{Conns: stats.conns.Load(), RejectedVersion: stats.rejVersion.Load(),
 		RejectedConnData: stats.rejConnData.Load(), ProtocolErrors: stats.protocolErrors.Load(),
-		CloseTimeouts: stats.closeTimeouts.Load()}
+		CloseTimeouts: stats.closeTimeouts.Load(), HandshakeTimeouts: stats.handshakeTimeouts.Load()}
 }
 
 // ErrVersion reports a peer whose rs_conn_data is not version 1
@@ -169,11 +175,19 @@ func resolve(ctx context.Context, network, address string, listen bool) (netip.A
 // socket's options).
 type ListenConfig struct {
 	Options
-	// Backlog bounds the connection requests waiting for Accept (0: 16),
-	// and the handshakes in progress plus the connections established and
-	// not yet accepted.
+	// Backlog bounds the connection requests waiting for Accept (0: 16).
+	// Handshakes in progress are bounded apart, by MaxHalfOpen, so that
+	// peers that never finish theirs cannot fill it; together with the
+	// connections established and not yet accepted they are at most
+	// Backlog+MaxHalfOpen.
 	Backlog int
-	// HandshakeTimeout bounds each accept handshake (0: 10 s).
+	// MaxHalfOpen bounds the handshakes in progress (0:
+	// cm.DefaultMaxHalfOpen, at least Backlog); past it the CM abandons
+	// the oldest (cm.ListenOptions.MaxHalfOpen).
+	MaxHalfOpen int
+	// HandshakeTimeout bounds each accept handshake (0: 10 s; the CM
+	// ends one whose RTU does not come within
+	// cm.DefaultHalfOpenTimeout sooner).
 	HandshakeTimeout time.Duration
 }
 
@@ -191,7 +205,15 @@ func (lc *ListenConfig) Listen(ctx context.Context, dev *roce.Device, network, a
 	if err != nil {
 		return nil, &net.OpError{Op: "listen", Net: network, Err: err}
 	}
-	opts := cm.ListenOptions{Backlog: lc.Backlog}
+	backlog := lc.Backlog
+	if backlog <= 0 {
+		backlog = 16
+	}
+	halfOpen := lc.MaxHalfOpen
+	if halfOpen <= 0 {
+		halfOpen = max(cm.DefaultMaxHalfOpen, backlog)
+	}
+	opts := cm.ListenOptions{Backlog: backlog, MaxHalfOpen: halfOpen}
 	var cl *cm.Listener
 	if laddr.Port() != 0 {
 		cl, err = cm.Listen(ctx, dev, laddr, opts)
@@ -208,12 +230,10 @@ func (lc *ListenConfig) Listen(ctx context.Context, dev *roce.Device, network, a
 	if err != nil {
 		return nil, &net.OpError{Op: "listen", Net: network, Addr: net.TCPAddrFromAddrPort(laddr), Err: err}
 	}
-	backlog := lc.Backlog
-	if backlog <= 0 {
-		backlog = 16
-	}
+	// A slot per handshake in progress or connection not yet accepted:
+	// the CM's half-open bound keeps handshakes from taking them all.
 	l := &Listener{cl: cl, dev: dev, cfg: lc.Options.resolve(), addr: net.TCPAddrFromAddrPort(laddr),
-		timeout: lc.HandshakeTimeout, slots: make(chan struct{}, backlog), ready: make(chan *Conn, backlog),
+		timeout: lc.HandshakeTimeout, slots: make(chan struct{}, backlog+halfOpen), ready: make(chan *Conn, backlog+halfOpen),
 		loopDone: make(chan struct{})}
 	if l.timeout <= 0 {
 		l.timeout = 10 * time.Second
@@ -322,6 +342,10 @@ func (l *Listener) acceptLoop() {
 			if err != nil {
 				// That peer's handshake failed; the others go on.
 				stats.acceptFail.Add(1)
+				if l.ctx.Err() == nil && (errors.Is(err, context.DeadlineExceeded) || errors.Is(err, cm.ErrTimeout) ||
+					errors.Is(err, cm.ErrHalfOpenDropped)) {
+					stats.handshakeTimeouts.Add(1)
+				}
 				<-l.slots
 				return
 			}
