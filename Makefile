@@ -18,8 +18,12 @@ RACE       = $(GO) test -race -short -count=1 -timeout $(TIMEOUT) $(RACE_PKGS)
 # fails (interop/README.md); SERIES_TIMEOUT is the backstop for four bounded runs and one rerun.
 SERIES     = GOROCE_RSOCKET_SERIES=1 $(GO) test -count=1 -timeout $(SERIES_TIMEOUT) -v -run '^TestDefaultSeries$$' ./interop/rsocket
 SERIES_TIMEOUT ?= 65m
+# Every package but the Linux-only ones (AF_XDP, eBPF, netdev and the tools on them, the qemu lab):
+# they build for darwin and windows. The list is linuxOnly in internal/layering/layering_test.go,
+# whose TestBuildsOffLinux runs the same checks under make test.
+CROSS_PKGS = $$($(GO) list ./... | grep -v -E '/(xdp|bpf|roce/link/xdplink|roce/netdev|cmd/rocectl|cmd/rocectl/fpgacmd|internal/perftest/perfrun)$$|/interop(/|$$)')
 
-.PHONY: all build test unit race interop series bench fuzz lint lint-fast fmt demo clean
+.PHONY: all build test unit race interop series bench fuzz lint lint-fast fmt demo clean cross
 
 all: build test
 
@@ -37,6 +41,12 @@ test: build
 
 unit:
 	$(GO) test -count=1 -timeout $(TIMEOUT) $(UNIT_PKGS)
+
+## cross: every package but the Linux-only ones builds for darwin and windows; their tests vet for darwin.
+cross:
+	GOOS=darwin $(GO) build $(CROSS_PKGS)
+	GOOS=windows $(GO) build $(CROSS_PKGS)
+	GOOS=darwin $(GO) vet $(CROSS_PKGS)
 
 ## race: the unit tests under the race detector.
 race:

@@ -120,7 +120,7 @@ type Ops struct {
 var RetryableErrnos = []syscall.Errno{
 	syscall.EPERM, syscall.ETIMEDOUT, syscall.ECONNRESET, syscall.ENETUNREACH, syscall.EHOSTUNREACH,
 	syscall.ECONNREFUSED, syscall.ENETDOWN, syscall.ENOBUFS, syscall.EAGAIN, syscall.EWOULDBLOCK,
-	syscall.EINTR, syscall.EIO, syscall.ENODEV, syscall.ENOLINK, syscall.ECOMM, syscall.EPROTO,
+	syscall.EINTR, syscall.EIO, syscall.ENODEV, syscall.ENOLINK, errnoECOMM, syscall.EPROTO,
 	syscall.EACCES, syscall.ENOTCONN, syscall.ECONNABORTED,
 }
 

@@ -1,3 +1,5 @@
+//go:build linux
+
 package roce
 
 import (
@@ -13,11 +15,6 @@ import (
 	"github.com/goroce/goroce/ib"
 	"github.com/goroce/goroce/roce/link"
 	"github.com/goroce/goroce/roce/link/udplink"
-)
-
-var (
-	loA = netip.MustParseAddr("127.0.0.1")
-	loB = netip.MustParseAddr("127.0.0.2")
 )
 
 // udpPair opens two devices on kernel UDP sockets on 127.0.0.1 and

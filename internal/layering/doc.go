@@ -2,8 +2,10 @@
 // imports run only downward, ib ← qp ← roce ← cm ← protocols (rsocket,
 // naaice, fpga, cuobj, cm/rping) ← cmd, with the links beside the device
 // core rather than under it (roce runs over the link.Link it is given;
-// package netdev opens AF_XDP or UDP links by interface name), and the core
-// builds on systems other than Linux.
+// package netdev opens AF_XDP or UDP links by interface name), the core
+// builds on systems other than Linux, and so does every package but the
+// Linux-only ones listed in linuxOnly (AF_XDP, eBPF, netdev and what is
+// built on them): GOOS=darwin and GOOS=windows go build, GOOS=darwin go vet.
 //
 // The layer table is in layering_test.go. A new package takes the layer of
 // the longest path prefix listed there; a new top-level directory must be

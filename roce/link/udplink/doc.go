@@ -30,4 +30,10 @@
 // and IPIDZero (the socket is unconnected and sets DF, so Linux sends
 // IPv4 ID 0): the transport must compute the ICRC with those values for a
 // hardware or rxe peer to accept it.
+//
+// Off Linux, Link is PlainLink: the same frames over net.UDPConn, one
+// datagram per system call, no GSO/GRO, and the destination of a datagram
+// on a wildcard address from golang.org/x/net's control messages (not on
+// windows, where the link must be bound to a specific address). On Linux,
+// ListenPlain opens one, so that it is tested here too.
 package udplink

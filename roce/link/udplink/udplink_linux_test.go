@@ -31,24 +31,6 @@ func listen(t testing.TB, addr string) *Link {
 	return l
 }
 
-// mkframe builds the frame the transport would send from src to dst.
-func mkframe(src, dst netip.AddrPort, tos uint8, payload []byte) []byte {
-	h := link.Header{SrcAddr: src.Addr(), DstAddr: dst.Addr(), SrcPort: src.Port(), DstPort: dst.Port(),
-		TTL: 64, DF: true, TOS: tos}
-	b := make([]byte, h.HeaderSize()+len(payload))
-	copy(b[h.Put(b, len(payload)):], payload)
-	return b
-}
-
-func payload(i, size int) []byte {
-	p := make([]byte, size)
-	binary.BigEndian.PutUint32(p, uint32(i))
-	for j := 4; j < size; j++ {
-		p[j] = byte(i ^ j)
-	}
-	return p
-}
-
 // collect reads until n frames arrived, checking each against the sender.
 func collect(t *testing.T, r *Link, from netip.AddrPort, n int, timeout time.Duration) [][]byte {
 	t.Helper()
