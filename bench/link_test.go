@@ -16,7 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/goroce/goroce/internal/netnstest"
-	"github.com/goroce/goroce/roce/link"
+	"github.com/goroce/goroce/link"
 )
 
 var (

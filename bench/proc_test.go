@@ -17,9 +17,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/goroce/goroce/roce/link"
-	"github.com/goroce/goroce/roce/link/udplink"
-	"github.com/goroce/goroce/roce/link/xdplink"
+	"github.com/goroce/goroce/link"
+	"github.com/goroce/goroce/link/udplink"
+	"github.com/goroce/goroce/link/xdplink"
 )
 
 // The test binary doubles as the sender/receiver process: TestMain checks

@@ -21,8 +21,8 @@ import (
 	"github.com/goroce/goroce/ib"
 	"github.com/goroce/goroce/internal/netnstest"
 	"github.com/goroce/goroce/internal/perftest/perfrun"
+	"github.com/goroce/goroce/netdev"
 	"github.com/goroce/goroce/roce"
-	"github.com/goroce/goroce/roce/netdev"
 )
 
 // envRocectl makes the test binary run "rocectl <args>" (the arguments as a

@@ -21,7 +21,7 @@ import (
 
 	"github.com/goroce/goroce/internal/netnstest"
 	"github.com/goroce/goroce/internal/perftest/perfrun"
-	"github.com/goroce/goroce/roce/link"
+	"github.com/goroce/goroce/link"
 )
 
 var (

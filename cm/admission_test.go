@@ -12,8 +12,8 @@ import (
 	"github.com/goroce/goroce/cm/mad"
 	"github.com/goroce/goroce/ib"
 	"github.com/goroce/goroce/internal/faultnet"
+	"github.com/goroce/goroce/link/memlink"
 	"github.com/goroce/goroce/roce"
-	"github.com/goroce/goroce/roce/link/memlink"
 )
 
 // spoofer makes REQ MADs that claim any source address, as a host that

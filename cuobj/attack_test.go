@@ -13,8 +13,8 @@ import (
 
 	"github.com/goroce/goroce/cm"
 	"github.com/goroce/goroce/cm/mad"
+	"github.com/goroce/goroce/link/memlink"
 	"github.com/goroce/goroce/roce"
-	"github.com/goroce/goroce/roce/link/memlink"
 )
 
 // The attacks of issue #28 on tokens and the client's listener, over

@@ -16,9 +16,9 @@ import (
 
 	"github.com/goroce/goroce/internal/faultnet"
 	"github.com/goroce/goroce/internal/netnstest"
+	"github.com/goroce/goroce/link/memlink"
+	"github.com/goroce/goroce/netdev"
 	"github.com/goroce/goroce/roce"
-	"github.com/goroce/goroce/roce/link/memlink"
-	"github.com/goroce/goroce/roce/netdev"
 	"github.com/goroce/goroce/xdp"
 )
 

@@ -15,8 +15,8 @@ import (
 
 	"github.com/goroce/goroce/internal/faultnet"
 	"github.com/goroce/goroce/internal/netnstest"
+	"github.com/goroce/goroce/netdev"
 	"github.com/goroce/goroce/roce"
-	"github.com/goroce/goroce/roce/netdev"
 )
 
 // TestMultipathFailover: a client with two devices, each on its own veth

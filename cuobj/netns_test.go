@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/goroce/goroce/internal/netnstest"
+	"github.com/goroce/goroce/netdev"
 	"github.com/goroce/goroce/roce"
-	"github.com/goroce/goroce/roce/netdev"
 	"github.com/goroce/goroce/xdp"
 )
 

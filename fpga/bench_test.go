@@ -12,8 +12,8 @@ import (
 	"github.com/goroce/goroce/fpga"
 	"github.com/goroce/goroce/fpga/emulator"
 	"github.com/goroce/goroce/internal/faultnet"
+	"github.com/goroce/goroce/netdev"
 	"github.com/goroce/goroce/roce"
-	"github.com/goroce/goroce/roce/netdev"
 )
 
 // The receive path allocates nothing per frame: a frame sent by the

@@ -8,8 +8,8 @@ import (
 	"github.com/goroce/goroce/fpga"
 	"github.com/goroce/goroce/ib"
 	"github.com/goroce/goroce/internal/faultnet"
+	"github.com/goroce/goroce/link/memlink"
 	"github.com/goroce/goroce/roce"
-	"github.com/goroce/goroce/roce/link/memlink"
 )
 
 // A negative GID index picks the host GID on the FPGA's /24, as PyRogue's

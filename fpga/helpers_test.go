@@ -16,8 +16,8 @@ import (
 	"github.com/goroce/goroce/fpga/emulator"
 	"github.com/goroce/goroce/ib"
 	"github.com/goroce/goroce/internal/faultnet"
+	"github.com/goroce/goroce/link/memlink"
 	"github.com/goroce/goroce/roce"
-	"github.com/goroce/goroce/roce/link/memlink"
 )
 
 var (

@@ -15,8 +15,8 @@ import (
 	"github.com/goroce/goroce/fpga/emulator"
 	"github.com/goroce/goroce/ib"
 	"github.com/goroce/goroce/internal/netnstest"
+	"github.com/goroce/goroce/netdev"
 	"github.com/goroce/goroce/roce"
-	"github.com/goroce/goroce/roce/netdev"
 	"github.com/goroce/goroce/xdp"
 )
 

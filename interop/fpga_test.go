@@ -23,10 +23,10 @@ import (
 	"github.com/goroce/goroce/fpga/emulator"
 	"github.com/goroce/goroce/ib"
 	"github.com/goroce/goroce/interop/rxelab"
+	"github.com/goroce/goroce/link"
+	"github.com/goroce/goroce/link/xdplink"
+	"github.com/goroce/goroce/netdev"
 	"github.com/goroce/goroce/roce"
-	"github.com/goroce/goroce/roce/link"
-	"github.com/goroce/goroce/roce/link/xdplink"
-	"github.com/goroce/goroce/roce/netdev"
 )
 
 // The Rogue RoCEv2 formats against rdma_rxe: interop/fpgaverbs (a small

@@ -15,7 +15,7 @@ import (
 
 	"github.com/goroce/goroce/ib"
 	"github.com/goroce/goroce/internal/netnstest"
-	"github.com/goroce/goroce/roce/link/memlink"
+	"github.com/goroce/goroce/link/memlink"
 )
 
 // spoofEnv is a connected pair of devices plus a way to put a forged packet

@@ -11,10 +11,10 @@ import (
 
 	"github.com/goroce/goroce/ib"
 	"github.com/goroce/goroce/internal/faultnet"
+	"github.com/goroce/goroce/link"
+	"github.com/goroce/goroce/link/memlink"
+	"github.com/goroce/goroce/link/udplink"
 	"github.com/goroce/goroce/qp"
-	"github.com/goroce/goroce/roce/link"
-	"github.com/goroce/goroce/roce/link/memlink"
-	"github.com/goroce/goroce/roce/link/udplink"
 )
 
 // closeable is one object of the table: how to make it, use it and close it.

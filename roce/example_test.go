@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/goroce/goroce/internal/faultnet"
+	"github.com/goroce/goroce/link/memlink"
 	"github.com/goroce/goroce/roce"
-	"github.com/goroce/goroce/roce/link/memlink"
 )
 
 // Two devices over an in-memory link: an RC QP pair, one SEND and one RDMA

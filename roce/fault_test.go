@@ -10,8 +10,8 @@ import (
 
 	"github.com/goroce/goroce/ib"
 	"github.com/goroce/goroce/internal/faultnet"
+	"github.com/goroce/goroce/link/memlink"
 	"github.com/goroce/goroce/qp"
-	"github.com/goroce/goroce/roce/link/memlink"
 )
 
 // A peer QP that disappears mid-transfer ends the sender's work with

@@ -5,7 +5,7 @@ import (
 	"net/netip"
 
 	"github.com/goroce/goroce/ib"
-	"github.com/goroce/goroce/roce/link"
+	"github.com/goroce/goroce/link"
 )
 
 // gidTableLen is the size rxe advertises (RXE_PORT_GID_TBL_LEN).

@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/goroce/goroce/internal/faultnet"
-	"github.com/goroce/goroce/roce/link"
-	"github.com/goroce/goroce/roce/link/memlink"
+	"github.com/goroce/goroce/link"
+	"github.com/goroce/goroce/link/memlink"
 )
 
 var (

@@ -18,9 +18,9 @@ import (
 
 	"github.com/goroce/goroce/ib"
 	"github.com/goroce/goroce/internal/netnstest"
-	"github.com/goroce/goroce/roce/link"
-	"github.com/goroce/goroce/roce/link/udplink"
-	"github.com/goroce/goroce/roce/link/xdplink"
+	"github.com/goroce/goroce/link"
+	"github.com/goroce/goroce/link/udplink"
+	"github.com/goroce/goroce/link/xdplink"
 	"github.com/goroce/goroce/xdp"
 )
 

@@ -5,7 +5,7 @@ import (
 	"testing"
 
 	"github.com/goroce/goroce/ib"
-	"github.com/goroce/goroce/roce/link/udplink"
+	"github.com/goroce/goroce/link/udplink"
 )
 
 var (

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/goroce/goroce/roce/link/memlink"
+	"github.com/goroce/goroce/link/memlink"
 )
 
 // memPairPoll opens a memlink pair whose waiters busy-poll for window.

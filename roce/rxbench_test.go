@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/goroce/goroce/ib"
-	"github.com/goroce/goroce/roce/link"
+	"github.com/goroce/goroce/link"
 )
 
 // rxFrames builds n RDMA WRITE ONLY frames of size bytes from x to y as the

@@ -4,8 +4,8 @@ import (
 	"errors"
 
 	"github.com/goroce/goroce/ib"
+	"github.com/goroce/goroce/link"
 	"github.com/goroce/goroce/qp"
-	"github.com/goroce/goroce/roce/link"
 )
 
 // txLend builds frames in buffers the link lends (link.TxLender: the UMEM

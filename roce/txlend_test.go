@@ -7,8 +7,8 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/goroce/goroce/roce/link"
-	"github.com/goroce/goroce/roce/link/memlink"
+	"github.com/goroce/goroce/link"
+	"github.com/goroce/goroce/link/memlink"
 )
 
 // lendLink is a memory link that lends transmit buffers from a pool, as

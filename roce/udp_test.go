@@ -13,8 +13,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/goroce/goroce/ib"
-	"github.com/goroce/goroce/roce/link"
-	"github.com/goroce/goroce/roce/link/udplink"
+	"github.com/goroce/goroce/link"
+	"github.com/goroce/goroce/link/udplink"
 )
 
 // udpPair opens two devices on kernel UDP sockets on 127.0.0.1 and

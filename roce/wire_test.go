@@ -12,7 +12,7 @@ import (
 	"github.com/gopacket/gopacket/pcapgo"
 	"github.com/goroce/goroce/ib"
 	"github.com/goroce/goroce/internal/faultnet"
-	"github.com/goroce/goroce/roce/link/memlink"
+	"github.com/goroce/goroce/link/memlink"
 )
 
 // The address vector's traffic class and hop limit become the IP TOS/traffic

@@ -12,9 +12,9 @@ import (
 	"github.com/goroce/goroce/cm/mad"
 	"github.com/goroce/goroce/ib"
 	"github.com/goroce/goroce/internal/faultnet"
+	"github.com/goroce/goroce/link"
+	"github.com/goroce/goroce/link/memlink"
 	"github.com/goroce/goroce/roce"
-	"github.com/goroce/goroce/roce/link"
-	"github.com/goroce/goroce/roce/link/memlink"
 )
 
 // rtuDropper loses every RTU of the first connection whose RTU it sees:

@@ -6,8 +6,8 @@ import (
 	"net/netip"
 	"testing"
 
+	"github.com/goroce/goroce/link/memlink"
 	"github.com/goroce/goroce/roce"
-	"github.com/goroce/goroce/roce/link/memlink"
 )
 
 // TestAckWithReply: in a request/response exchange the ACK of a request

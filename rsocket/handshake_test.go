@@ -11,9 +11,9 @@ import (
 	"github.com/goroce/goroce/cm/mad"
 	"github.com/goroce/goroce/ib"
 	"github.com/goroce/goroce/internal/faultnet"
+	"github.com/goroce/goroce/link"
+	"github.com/goroce/goroce/link/memlink"
 	"github.com/goroce/goroce/roce"
-	"github.com/goroce/goroce/roce/link"
-	"github.com/goroce/goroce/roce/link/memlink"
 )
 
 // rtusLost loses every RTU of the first n connections whose RTUs it

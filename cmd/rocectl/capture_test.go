@@ -24,8 +24,8 @@ import (
 	"github.com/goroce/goroce/ib"
 	"github.com/goroce/goroce/internal/netnstest"
 	"github.com/goroce/goroce/internal/wirecheck"
+	"github.com/goroce/goroce/netdev"
 	"github.com/goroce/goroce/roce"
-	"github.com/goroce/goroce/roce/netdev"
 	"golang.org/x/sys/unix"
 )
 

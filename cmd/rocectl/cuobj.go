@@ -21,8 +21,8 @@ import (
 	"github.com/goroce/goroce/cuobj/s3rdma"
 	"github.com/goroce/goroce/ib"
 	"github.com/goroce/goroce/internal/cliflag"
+	"github.com/goroce/goroce/link/udplink"
 	"github.com/goroce/goroce/roce"
-	"github.com/goroce/goroce/roce/link/udplink"
 )
 
 func init() {

@@ -16,8 +16,8 @@ import (
 
 	"github.com/goroce/goroce/ib"
 	"github.com/goroce/goroce/internal/cliflag"
+	"github.com/goroce/goroce/link"
 	"github.com/goroce/goroce/roce"
-	"github.com/goroce/goroce/roce/link"
 )
 
 func init() {

@@ -14,9 +14,9 @@ import (
 
 	"github.com/goroce/goroce/ib"
 	"github.com/goroce/goroce/internal/netnstest"
+	"github.com/goroce/goroce/link"
+	"github.com/goroce/goroce/netdev"
 	"github.com/goroce/goroce/roce"
-	"github.com/goroce/goroce/roce/link"
-	"github.com/goroce/goroce/roce/netdev"
 	"github.com/vishvananda/netlink"
 )
 

@@ -17,8 +17,8 @@ import (
 	"github.com/goroce/goroce/internal/cliflag"
 	"github.com/goroce/goroce/naaice"
 	"github.com/goroce/goroce/naaice/mrsp"
+	"github.com/goroce/goroce/netdev"
 	"github.com/goroce/goroce/roce"
-	"github.com/goroce/goroce/roce/netdev"
 )
 
 func init() {

@@ -9,10 +9,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/goroce/goroce/link/memlink"
 	"github.com/goroce/goroce/naaice"
 	"github.com/goroce/goroce/naaice/mrsp"
 	"github.com/goroce/goroce/roce"
-	"github.com/goroce/goroce/roce/link/memlink"
 )
 
 // naaiceRun against the example routines: every function code, one and

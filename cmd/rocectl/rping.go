@@ -18,8 +18,8 @@ import (
 
 	"github.com/goroce/goroce/cm/rping"
 	"github.com/goroce/goroce/internal/cliflag"
+	"github.com/goroce/goroce/netdev"
 	"github.com/goroce/goroce/roce"
-	"github.com/goroce/goroce/roce/netdev"
 )
 
 func init() {

@@ -15,8 +15,8 @@ import (
 	"strings"
 
 	"github.com/goroce/goroce/internal/cliflag"
+	"github.com/goroce/goroce/netdev"
 	"github.com/goroce/goroce/roce"
-	"github.com/goroce/goroce/roce/netdev"
 	"github.com/goroce/goroce/rsocket/rcopy"
 	"github.com/goroce/goroce/rsocket/riostream"
 	"github.com/goroce/goroce/rsocket/rstream"

@@ -13,9 +13,9 @@ import (
 
 	"github.com/goroce/goroce/internal/faultnet"
 	"github.com/goroce/goroce/internal/netnstest"
+	"github.com/goroce/goroce/link/memlink"
+	"github.com/goroce/goroce/netdev"
 	"github.com/goroce/goroce/roce"
-	"github.com/goroce/goroce/roce/link/memlink"
-	"github.com/goroce/goroce/roce/netdev"
 	"golang.org/x/sys/unix"
 )
 

@@ -17,8 +17,8 @@ import (
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/goroce/goroce/cuobj"
+	"github.com/goroce/goroce/link/memlink"
 	"github.com/goroce/goroce/roce"
-	"github.com/goroce/goroce/roce/link/memlink"
 )
 
 func devices(t *testing.T) (*roce.Device, *roce.Device, netip.Addr) {

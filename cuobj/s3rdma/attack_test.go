@@ -16,8 +16,8 @@ import (
 	"time"
 
 	"github.com/goroce/goroce/cuobj"
+	"github.com/goroce/goroce/link/memlink"
 	"github.com/goroce/goroce/roce"
-	"github.com/goroce/goroce/roce/link/memlink"
 )
 
 // The exhaustion attacks of issue #28 on the server: many RDMA requests

@@ -17,8 +17,8 @@ import (
 	"time"
 
 	"github.com/goroce/goroce/cuobj"
+	"github.com/goroce/goroce/link/memlink"
 	"github.com/goroce/goroce/roce"
-	"github.com/goroce/goroce/roce/link/memlink"
 )
 
 var (

@@ -20,12 +20,12 @@ var layers = map[string]string{
 	"ib":                 "ib",
 	"qp":                 "qp",
 	"roce":               "roce",
-	"roce/link":          "link",
-	"roce/link/memlink":  "link",
-	"roce/link/udplink":  "linkimpl",
-	"roce/link/xdplink":  "linkimpl",
-	"roce/netdev":        "device-addon",
-	"roce/rocemetrics":   "device-addon",
+	"link":               "link",
+	"link/memlink":       "link",
+	"link/udplink":       "linkimpl",
+	"link/xdplink":       "linkimpl",
+	"netdev":             "device-addon",
+	"rocemetrics":        "device-addon",
 	"cm":                 "cm",
 	"cm/rping":           "protocol",
 	"rsocket":            "protocol",
@@ -71,15 +71,15 @@ var below = map[string][]string{
 
 // portable are the packages that must build on any GOOS, and so must not
 // depend, even indirectly, on anything in forbiddenDeps.
-var portable = []string{"ib", "qp", "roce", "cm", "cm/mad", "roce/link", "roce/link/memlink"}
+var portable = []string{"ib", "qp", "roce", "cm", "cm/mad", "link", "link/memlink"}
 
 var forbiddenDeps = []string{
 	"github.com/cilium/ebpf",
 	module + "/xdp",
 	module + "/bpf",
-	module + "/roce/link/xdplink",
-	module + "/roce/link/udplink",
-	module + "/roce/netdev",
+	module + "/link/xdplink",
+	module + "/link/udplink",
+	module + "/netdev",
 }
 
 func layerOf(rel string) (string, bool) {
@@ -265,7 +265,7 @@ func TestCoreBuildsOffLinux(t *testing.T) {
 // builds for darwin and windows, and its tests vet for darwin (make cross
 // runs the same).
 var linuxOnly = []string{
-	"xdp", "bpf", "roce/link/xdplink", "roce/netdev",
+	"xdp", "bpf", "link/xdplink", "netdev",
 	// Still to do: they reach xdplink through netdev.
 	"cmd/rocectl", "cmd/rocectl/fpgacmd", "internal/perftest/perfrun",
 	"interop/...",

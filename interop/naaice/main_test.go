@@ -16,8 +16,8 @@ import (
 	"time"
 
 	"github.com/goroce/goroce/interop/rxelab"
+	"github.com/goroce/goroce/netdev"
 	"github.com/goroce/goroce/roce"
-	"github.com/goroce/goroce/roce/netdev"
 )
 
 func TestMain(m *testing.M) {

@@ -23,8 +23,8 @@ import (
 	"github.com/goroce/goroce/internal/perftest"
 	"github.com/goroce/goroce/internal/perftest/perfrun"
 	"github.com/goroce/goroce/interop/rxelab"
+	"github.com/goroce/goroce/netdev"
 	"github.com/goroce/goroce/roce"
-	"github.com/goroce/goroce/roce/netdev"
 )
 
 // SharedDevice is the goroce device on rxeh0, opened once.

@@ -18,8 +18,8 @@ import (
 	"github.com/goroce/goroce/cm/mad"
 	"github.com/goroce/goroce/cm/rping"
 	"github.com/goroce/goroce/interop/rxelab"
+	"github.com/goroce/goroce/netdev"
 	"github.com/goroce/goroce/roce"
-	"github.com/goroce/goroce/roce/netdev"
 )
 
 func TestMain(m *testing.M) {

@@ -25,8 +25,8 @@ import (
 
 	"github.com/goroce/goroce/cm/mad"
 	"github.com/goroce/goroce/interop/rxelab"
+	"github.com/goroce/goroce/netdev"
 	"github.com/goroce/goroce/roce"
-	"github.com/goroce/goroce/roce/netdev"
 	"github.com/goroce/goroce/rsocket/rcopy"
 	"github.com/goroce/goroce/rsocket/riostream"
 	"github.com/goroce/goroce/rsocket/rstream"

@@ -13,8 +13,8 @@ import (
 	"time"
 
 	"github.com/goroce/goroce/internal/faultnet"
+	"github.com/goroce/goroce/link/memlink"
 	"github.com/goroce/goroce/roce"
-	"github.com/goroce/goroce/roce/link/memlink"
 )
 
 func TestCopy(t *testing.T) {

@@ -14,8 +14,8 @@ import (
 	"github.com/goroce/goroce/bpf"
 	"github.com/goroce/goroce/internal/faultnet"
 	"github.com/goroce/goroce/internal/netnstest"
+	"github.com/goroce/goroce/link/memlink"
 	"github.com/goroce/goroce/roce"
-	"github.com/goroce/goroce/roce/link/memlink"
 	"golang.org/x/sys/unix"
 )
 

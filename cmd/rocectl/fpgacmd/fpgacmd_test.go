@@ -12,9 +12,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/goroce/goroce/link/udplink"
+	"github.com/goroce/goroce/netdev"
 	"github.com/goroce/goroce/roce"
-	"github.com/goroce/goroce/roce/link/udplink"
-	"github.com/goroce/goroce/roce/netdev"
 )
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))

@@ -16,8 +16,8 @@ import (
 
 	"github.com/goroce/goroce/ib"
 	"github.com/goroce/goroce/internal/cliflag"
+	"github.com/goroce/goroce/netdev"
 	"github.com/goroce/goroce/roce"
-	"github.com/goroce/goroce/roce/netdev"
 )
 
 // DefaultPort is the TCP port of the tools' out-of-band exchange.

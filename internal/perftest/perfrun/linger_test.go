@@ -14,9 +14,9 @@ import (
 
 	"github.com/goroce/goroce/ib"
 	"github.com/goroce/goroce/internal/faultnet"
+	"github.com/goroce/goroce/link"
+	"github.com/goroce/goroce/link/memlink"
 	"github.com/goroce/goroce/roce"
-	"github.com/goroce/goroce/roce/link"
-	"github.com/goroce/goroce/roce/link/memlink"
 )
 
 // dropFirstACK loses the first RC ACKNOWLEDGE written through it.

@@ -12,8 +12,8 @@ import (
 	"net"
 	"net/netip"
 
+	"github.com/goroce/goroce/link/udplink"
 	"github.com/goroce/goroce/roce"
-	"github.com/goroce/goroce/roce/link/udplink"
 )
 
 // Loopback runs both ends of a test in this process: two devices on kernel

@@ -18,8 +18,8 @@ import (
 	"time"
 
 	"github.com/goroce/goroce/internal/perftest"
+	"github.com/goroce/goroce/link/udplink"
 	"github.com/goroce/goroce/roce"
-	"github.com/goroce/goroce/roce/link/udplink"
 )
 
 // TestLoopbackAll runs every test through Loopback: both roles, the real

@@ -19,8 +19,8 @@ import (
 	"time"
 
 	"github.com/goroce/goroce/internal/perftest"
+	"github.com/goroce/goroce/netdev"
 	"github.com/goroce/goroce/roce"
-	"github.com/goroce/goroce/roce/netdev"
 )
 
 // PerfTests maps "send-bw", "write-lat", ... to their verb and kind.

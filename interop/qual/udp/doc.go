@@ -1,7 +1,7 @@
 // Copyright The goroce Authors.
 // SPDX-License-Identifier: Apache-2.0
 
-// Package udp qualifies the kernel UDP link (roce/link/udplink) against real
+// Package udp qualifies the kernel UDP link (link/udplink) against real
 // Soft-RoCE: package qual's pingpong and perftest runs, with goroce's device
 // on a UDP socket bound to the lab's rxeh0 IPv4 address instead of AF_XDP,
 // and a second device on one bound to its IPv6 address (a UDP link serves

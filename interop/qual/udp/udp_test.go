@@ -14,9 +14,9 @@ import (
 	"github.com/goroce/goroce/internal/perftest"
 	"github.com/goroce/goroce/interop/qual"
 	"github.com/goroce/goroce/interop/rxelab"
+	"github.com/goroce/goroce/link/udplink"
+	"github.com/goroce/goroce/netdev"
 	"github.com/goroce/goroce/roce"
-	"github.com/goroce/goroce/roce/link/udplink"
-	"github.com/goroce/goroce/roce/netdev"
 )
 
 func TestMain(m *testing.M) {

@@ -1,0 +1,642 @@
+package udplink
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/goroce/goroce/internal/sys"
+	"github.com/goroce/goroce/link"
+)
+
+// Link is a link.Link over a kernel UDP socket.
+type Link struct {
+	conn     *net.UDPConn
+	rc       syscall.RawConn
+	addr     netip.Addr // bound address, unmapped, no zone
+	port     uint16
+	v6       bool
+	wildcard bool
+	scope    uint32 // interface index of a link-local address's zone
+	mtu      int
+	mac      net.HardwareAddr
+	macArr   [6]byte
+	name     string
+	batch    int
+	closed   atomic.Bool
+
+	readMu    sync.Mutex // guards the receive state below
+	rmsgs     []unix.Mmsghdr
+	riovs     []unix.Iovec
+	rnames    []unix.RawSockaddrInet6
+	roob      []byte
+	rbufs     [][]byte
+	frames    [][]byte
+	rn        int
+	rerr      error
+	recvFn    func(fd uintptr) bool // blocking attempt
+	tryRecvFn func(fd uintptr) bool // single non-blocking attempt
+	pollFn    func(fd uintptr)      // PollBatch's attempt (poll.go)
+	rdirty    int                   // leading rmsgs entries the last recvmmsg wrote
+	rxh       rxHeader              // the synthesized header (synth.go)
+
+	dlMu        sync.Mutex // orders context interrupts against their cleanup
+	waiting     bool       // a ReadBatch is blocked and may be interrupted
+	deadlineSet bool       // an interrupt set the read deadline
+	interruptFn func()
+
+	writeMu sync.Mutex // guards the send state below
+	wmsgs   []unix.Mmsghdr
+	wiovs   []unix.Iovec
+	wnames  []unix.RawSockaddrInet6
+	woob    []byte
+	wcount  int
+	wsent   int
+	werr    error
+	sendFn  func(fd uintptr) bool
+
+	truncated atomic.Uint64
+	off       offload
+}
+
+var _ link.Link = (*Link)(nil)
+
+// Listen opens a link on addr. Port 0 means DefaultPort. The address
+// family of addr is the link's: an IPv4 link sends and receives only IPv4
+// frames, an IPv6 link (IPV6_V6ONLY) only IPv6 frames. An IPv6 link-local
+// address needs its zone (fe80::1%eth0).
+func Listen(addr netip.AddrPort) (*Link, error) {
+	return ListenOptions(addr, Options{})
+}
+
+// ListenOptions is Listen with options.
+func ListenOptions(addr netip.AddrPort, opts Options) (*Link, error) {
+	if opts.Batch <= 0 {
+		opts.Batch = defaultBatch
+	}
+	if opts.MaxDatagram <= 0 {
+		opts.MaxDatagram = defaultMaxDatagram
+	}
+	if opts.SocketBuffer <= 0 {
+		opts.SocketBuffer = defaultSocketBuffer
+	}
+	zone := addr.Addr().Zone()
+	ip := addr.Addr().Unmap().WithZone("")
+	if !ip.IsValid() {
+		return nil, fmt.Errorf("udplink: invalid address %v", addr)
+	}
+	port := addr.Port()
+	if port == 0 && !opts.EphemeralPort {
+		port = DefaultPort
+	}
+	l := &Link{addr: ip, v6: ip.Is6(), wildcard: ip.IsUnspecified(), batch: opts.Batch}
+	network := "udp4"
+	if l.v6 {
+		network = "udp6"
+	}
+	var soErr error
+	lc := net.ListenConfig{Control: func(_, _ string, c syscall.RawConn) error {
+		if err := c.Control(func(fd uintptr) {
+			if soErr = l.setsockopts(int(fd), opts.SocketBuffer); soErr == nil {
+				l.probeOffloads(int(fd), opts)
+			}
+		}); err != nil {
+			return err
+		}
+		return soErr
+	}}
+	if zone != "" {
+		// A link-local address names its interface; sends to link-local
+		// destinations go out of it.
+		ifc, err := net.InterfaceByName(zone)
+		if err != nil {
+			if ifc, err = interfaceByIndex(zone); err != nil {
+				return nil, fmt.Errorf("udplink: zone of %v: %w", addr, err)
+			}
+		}
+		l.scope = uint32(ifc.Index)
+	}
+	pc, err := lc.ListenPacket(context.Background(), network, netip.AddrPortFrom(ip.WithZone(zone), port).String())
+	if err != nil {
+		return nil, fmt.Errorf("udplink: %w", err)
+	}
+	l.conn = pc.(*net.UDPConn)
+	if l.rc, err = l.conn.SyscallConn(); err != nil {
+		l.conn.Close()
+		return nil, fmt.Errorf("udplink: %w", err)
+	}
+	l.port = netip.MustParseAddrPort(l.conn.LocalAddr().String()).Port()
+	l.mtu, l.mac = interfaceOf(ip)
+	copy(l.macArr[:], l.mac)
+	l.name = netip.AddrPortFrom(ip, l.port).String()
+	l.initRecv(l.recvBufSize(opts.MaxDatagram))
+	l.initSend()
+	l.initOffload()
+	return l, nil
+}
+
+func (l *Link) setsockopts(fd, bufSize int) error {
+	type opt struct {
+		level, name, value int
+		what               string
+	}
+	var opts []opt
+	if l.v6 {
+		opts = []opt{
+			{unix.IPPROTO_IPV6, unix.IPV6_MTU_DISCOVER, unix.IPV6_PMTUDISC_DO, "IPV6_MTU_DISCOVER"},
+			{unix.IPPROTO_IPV6, unix.IPV6_DONTFRAG, 1, "IPV6_DONTFRAG"},
+			{unix.IPPROTO_IPV6, unix.IPV6_RECVPKTINFO, 1, "IPV6_RECVPKTINFO"},
+			{unix.IPPROTO_IPV6, unix.IPV6_RECVTCLASS, 1, "IPV6_RECVTCLASS"},
+			// rxe sends every datagram with UDP checksum 0, IPv6 too
+			// (its tunnel socket takes zero checksums); without this
+			// the kernel drops them all. The ICRC still checks them.
+			{unix.IPPROTO_UDP, unix.UDP_NO_CHECK6_RX, 1, "UDP_NO_CHECK6_RX"},
+		}
+	} else {
+		opts = []opt{
+			{unix.IPPROTO_IP, unix.IP_MTU_DISCOVER, unix.IP_PMTUDISC_DO, "IP_MTU_DISCOVER"},
+			{unix.IPPROTO_IP, unix.IP_PKTINFO, 1, "IP_PKTINFO"},
+			{unix.IPPROTO_IP, unix.IP_RECVTOS, 1, "IP_RECVTOS"},
+		}
+	}
+	for _, o := range opts {
+		if err := unix.SetsockoptInt(fd, o.level, o.name, o.value); err != nil {
+			return fmt.Errorf("setsockopt %s: %w", o.what, err)
+		}
+	}
+	// Bigger buffers absorb bursts; failure only costs performance.
+	if unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, bufSize) != nil {
+		_ = unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUF, bufSize)
+	}
+	if unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_SNDBUFFORCE, bufSize) != nil {
+		_ = unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_SNDBUF, bufSize)
+	}
+	return nil
+}
+
+func (l *Link) initRecv(bufSize int) {
+	n := l.batch
+	l.rmsgs = make([]unix.Mmsghdr, n)
+	l.riovs = make([]unix.Iovec, n)
+	l.rnames = make([]unix.RawSockaddrInet6, n)
+	l.roob = make([]byte, n*oobSize)
+	l.rbufs = make([][]byte, n)
+	l.frames = make([][]byte, 0, n)
+	for i := range l.rbufs {
+		l.rbufs[i] = make([]byte, headroom+bufSize+l.spreadSlack())
+		l.riovs[i].Base = &l.rbufs[i][headroom]
+		l.riovs[i].SetLen(bufSize)
+		h := &l.rmsgs[i].Hdr
+		h.Name = (*byte)(unsafe.Pointer(&l.rnames[i]))
+		h.Iov = &l.riovs[i]
+		h.SetIovlen(1)
+		h.Control = &l.roob[i*oobSize]
+	}
+	l.tryRecvFn = l.tryRecv
+	l.pollFn = l.pollRecv
+	l.recvFn = l.recv
+	l.interruptFn = l.interrupt
+	l.rdirty = n
+}
+
+func (l *Link) initSend() {
+	n := l.batch
+	l.wmsgs = make([]unix.Mmsghdr, n)
+	l.wiovs = make([]unix.Iovec, n)
+	l.wnames = make([]unix.RawSockaddrInet6, n)
+	l.woob = make([]byte, n*oobSize)
+	for i := range l.wmsgs {
+		h := &l.wmsgs[i].Hdr
+		h.Name = (*byte)(unsafe.Pointer(&l.wnames[i]))
+		h.Iov = &l.wiovs[i]
+		h.SetIovlen(1)
+	}
+	l.sendFn = l.send
+}
+
+// resetRecv restores the in/out fields recvmmsg overwrites. Only the
+// entries the last call filled need it: an empty poll (EAGAIN) writes
+// none, and resetting all of them made a tenth of a spinning poller's time.
+func (l *Link) resetRecv() {
+	n := min(l.rdirty, len(l.rmsgs))
+	l.rdirty = 0
+	for i := range l.rmsgs[:n] {
+		h := &l.rmsgs[i].Hdr
+		h.Namelen = unix.SizeofSockaddrInet6
+		h.SetControllen(oobSize)
+		h.Flags = 0
+		l.rmsgs[i].Len = 0
+	}
+}
+
+func (l *Link) tryRecv(fd uintptr) bool {
+	l.rn, l.rerr = sys.Recvmmsg(int(fd), l.rmsgs, unix.MSG_DONTWAIT)
+	l.rdirty = max(l.rn, 0)
+	return true
+}
+
+func (l *Link) recv(fd uintptr) bool {
+	l.rn, l.rerr = sys.Recvmmsg(int(fd), l.rmsgs, unix.MSG_DONTWAIT)
+	l.rdirty = max(l.rn, 0)
+	return l.rerr != unix.EAGAIN
+}
+
+// interrupt wakes a ReadBatch blocked in the poller when its context ends.
+func (l *Link) interrupt() {
+	l.dlMu.Lock()
+	defer l.dlMu.Unlock()
+	if l.waiting {
+		_ = l.conn.SetReadDeadline(time.Unix(1, 0))
+		l.deadlineSet = true
+	}
+}
+
+// ReadBatch waits for datagrams and calls fn with up to Options.Batch
+// received buffers of them (each a run of up to 64 datagrams with GRO) as
+// synthesized Ethernet frames, valid only during fn. Concurrent calls are
+// serialized (they share the receive buffers).
+func (l *Link) ReadBatch(ctx context.Context, fn func(frames [][]byte)) (int, error) {
+	l.readMu.Lock()
+	defer l.readMu.Unlock()
+	for {
+		if l.closed.Load() {
+			return 0, link.ErrClosed
+		}
+		l.resetRecv()
+		if err := l.rc.Read(l.tryRecvFn); err != nil {
+			return 0, l.mapErr(err)
+		}
+		if l.rerr == unix.EAGAIN {
+			if err := l.wait(ctx); err != nil {
+				return 0, err
+			}
+		}
+		switch l.rerr {
+		case nil:
+			if n := l.deliver(fn); n > 0 {
+				return n, nil
+			}
+		case unix.EAGAIN, unix.EINTR:
+		default:
+			return 0, fmt.Errorf("udplink: recvmmsg: %w", l.rerr)
+		}
+	}
+}
+
+// wait blocks in the poller until recvmmsg succeeds or fails for a reason
+// other than EAGAIN, ctx ends or the link is closed.
+func (l *Link) wait(ctx context.Context) error {
+	stale, err := l.readCtx(ctx, l.recvFn)
+	if stale {
+		l.rerr = unix.EAGAIN // a stale interrupt: try again
+	}
+	return err
+}
+
+// readCtx runs a raw read of the socket (fn as in syscall.RawConn.Read),
+// ending it early when ctx ends by a read-deadline interrupt. It reports
+// stale when a deadline ended the read while ctx had not: a late interrupt
+// of an earlier call, after which the caller looks again.
+func (l *Link) readCtx(ctx context.Context, fn func(fd uintptr) bool) (stale bool, err error) {
+	if ctx.Done() == nil {
+		if err := l.rc.Read(fn); err != nil {
+			return false, l.mapErr(err)
+		}
+		return false, nil
+	}
+	if err := ctx.Err(); err != nil {
+		return false, err
+	}
+	l.dlMu.Lock()
+	l.waiting = true
+	l.dlMu.Unlock()
+	stop := context.AfterFunc(ctx, l.interruptFn)
+	err = l.rc.Read(fn)
+	stop()
+	// An interrupt that already started (this call's, or a late one from
+	// an earlier call) either set the deadline before this point, and it
+	// is cleared here, or finds waiting false and does nothing.
+	l.dlMu.Lock()
+	l.waiting = false
+	if l.deadlineSet {
+		_ = l.conn.SetReadDeadline(time.Time{})
+		l.deadlineSet = false
+	}
+	l.dlMu.Unlock()
+	if err != nil {
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			if cerr := ctx.Err(); cerr != nil {
+				return false, cerr
+			}
+			return true, nil
+		}
+		return false, l.mapErr(err)
+	}
+	return false, nil
+}
+
+func (l *Link) mapErr(err error) error {
+	if l.closed.Load() || errors.Is(err, net.ErrClosed) {
+		return link.ErrClosed
+	}
+	return fmt.Errorf("udplink: %w", err)
+}
+
+// deliver turns the received datagrams into frames and hands them to fn.
+func (l *Link) deliver(fn func(frames [][]byte)) int {
+	if l.off.gro {
+		return l.deliverGRO(fn)
+	}
+	frames := l.frames[:0]
+	for i := 0; i < l.rn; i++ {
+		m := &l.rmsgs[i]
+		if m.Hdr.Flags&unix.MSG_TRUNC != 0 {
+			l.truncated.Add(1)
+			continue
+		}
+		plen := int(m.Len)
+		h := link.Header{Dst: l.macArr, TTL: synthTTL, DF: true, DstPort: l.port, DstAddr: l.addr}
+		if !l.synthAddrs(i, &h) {
+			continue
+		}
+		l.rxh.set(&h)
+		hs := l.rxh.size()
+		buf := l.rbufs[i]
+		l.rxh.put(buf[headroom-hs:headroom], plen)
+		frames = append(frames, buf[headroom-hs:headroom+plen])
+	}
+	l.frames = frames
+	if len(frames) == 0 {
+		return 0
+	}
+	fn(frames)
+	clear(frames)
+	return len(frames)
+}
+
+// synthAddrs fills the source from the sender address and the destination
+// and TOS from the control messages of datagram i.
+func (l *Link) synthAddrs(i int, h *link.Header) bool {
+	name := &l.rnames[i]
+	switch name.Family {
+	case unix.AF_INET:
+		sa := (*unix.RawSockaddrInet4)(unsafe.Pointer(name))
+		p := (*[2]byte)(unsafe.Pointer(&sa.Port))
+		h.SrcAddr = netip.AddrFrom4(sa.Addr)
+		h.SrcPort = uint16(p[0])<<8 | uint16(p[1])
+	case unix.AF_INET6:
+		p := (*[2]byte)(unsafe.Pointer(&name.Port))
+		h.SrcAddr = netip.AddrFrom16(name.Addr)
+		h.SrcPort = uint16(p[0])<<8 | uint16(p[1])
+	default:
+		return false
+	}
+	oob := l.roob[i*oobSize : i*oobSize+int(l.rmsgs[i].Hdr.Controllen)]
+	for {
+		c, rest, ok := sys.NextCmsg(oob)
+		if !ok {
+			break
+		}
+		oob = rest
+		switch {
+		case c.Level == unix.IPPROTO_IP && c.Type == unix.IP_PKTINFO && len(c.Data) >= unix.SizeofInet4Pktinfo:
+			pi := (*unix.Inet4Pktinfo)(unsafe.Pointer(&c.Data[0]))
+			h.DstAddr = netip.AddrFrom4(pi.Addr)
+		case c.Level == unix.IPPROTO_IP && c.Type == unix.IP_TOS && len(c.Data) >= 1:
+			h.TOS = c.Data[0]
+		case c.Level == unix.IPPROTO_IPV6 && c.Type == unix.IPV6_PKTINFO && len(c.Data) >= unix.SizeofInet6Pktinfo:
+			pi := (*unix.Inet6Pktinfo)(unsafe.Pointer(&c.Data[0]))
+			h.DstAddr = netip.AddrFrom16(pi.Addr)
+		case c.Level == unix.IPPROTO_IPV6 && c.Type == unix.IPV6_TCLASS && len(c.Data) >= 4:
+			h.TOS = uint8(*(*int32)(unsafe.Pointer(&c.Data[0])))
+		}
+	}
+	return h.SrcAddr.Is4() == h.DstAddr.Is4()
+}
+
+// WriteBatch sends the UDP payload of each frame to the frame's destination
+// address and port. A frame that is not a well-formed IPv4/IPv6 UDP frame of
+// the link's family, from the link's address and port, is refused with a
+// FrameError (errors.Is: link.ErrTruncated, ErrNotIP, ErrNotUDP,
+// ErrMalformed, ErrFamily, ErrSourceAddr, ErrSourcePort; ErrTooLarge when
+// the kernel reports it exceeds the path MTU); the frames before it are
+// sent, and n counts them.
+func (l *Link) WriteBatch(frames [][]byte) (n int, err error) {
+	l.writeMu.Lock()
+	defer l.writeMu.Unlock()
+	if l.closed.Load() {
+		return 0, link.ErrClosed
+	}
+	gso := l.off.gso.Load()
+	single := 0       // frames[:single] go one per message (a refused run)
+	var refused error // why the kernel refused that run
+	for n < len(frames) {
+		nf, nm, bad := l.fillChunk(frames[n:], single-n, gso)
+		l.wcount, l.wsent, l.werr = nm, 0, nil
+		if nm > 0 {
+			if err := l.rc.Write(l.sendFn); err != nil {
+				l.clearSend(nf)
+				return n + l.framesBefore(l.wsent, nm, nf), l.mapErr(err)
+			}
+		}
+		l.clearSend(nf)
+		l.countRuns(l.wsent)
+		sent := l.framesBefore(l.wsent, nm, nf)
+		if l.werr != nil {
+			if r := &l.off.runs[l.wsent]; r.count > 1 {
+				// Resend the run's datagrams one by one: either they
+				// fail on their own (the error is then theirs) or the
+				// kernel refuses to segment.
+				l.off.gsoFallbacks.Add(1)
+				n += sent
+				single, refused = n+r.count, l.werr
+				continue
+			}
+			e := l.werr
+			if e == unix.EMSGSIZE {
+				e = link.ErrTooLarge
+			}
+			return n + sent, &link.FrameError{Index: n + sent, Err: e}
+		}
+		n += sent
+		if refused != nil && n >= single {
+			if gsoRefused(refused) {
+				l.off.gso.Store(false)
+				gso = false
+			}
+			refused = nil
+		}
+		if bad != nil {
+			return n, &link.FrameError{Index: n, Err: bad}
+		}
+	}
+	return n, nil
+}
+
+func (l *Link) send(fd uintptr) bool {
+	for l.wsent < l.wcount {
+		k, err := sys.Sendmmsg(int(fd), l.wmsgs[l.wsent:l.wcount], unix.MSG_DONTWAIT)
+		if err == unix.EAGAIN {
+			return false
+		}
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			l.werr = err
+			return true
+		}
+		l.wsent += k
+	}
+	return true
+}
+
+// clearSend drops the references to the caller's frames.
+func (l *Link) clearSend(count int) {
+	for i := 0; i < count; i++ {
+		l.wiovs[i].Base = nil
+	}
+}
+
+// check parses frame and refuses what the link cannot send.
+func (l *Link) check(frame []byte) (link.Frame, error) {
+	f, err := link.ParseFrame(frame)
+	if err != nil {
+		return f, err
+	}
+	if (f.Version == 6) != l.v6 {
+		return f, link.ErrFamily
+	}
+	if f.SrcPort != l.port {
+		return f, link.ErrSourcePort
+	}
+	if !l.wildcard && f.Src != l.addr {
+		return f, link.ErrSourceAddr
+	}
+	return f, nil
+}
+
+// prepare fills send message k with frame, checked, as iovec j.
+func (l *Link) prepare(k, j int, frame []byte, f *link.Frame) {
+	m := &l.wmsgs[k].Hdr
+	name := &l.wnames[k]
+	oob := l.woob[k*oobSize : (k+1)*oobSize]
+	off := 0
+	if f.Version == 4 {
+		sa := (*unix.RawSockaddrInet4)(unsafe.Pointer(name))
+		sa.Family = unix.AF_INET
+		p := (*[2]byte)(unsafe.Pointer(&sa.Port))
+		p[0], p[1] = byte(f.DstPort>>8), byte(f.DstPort)
+		sa.Addr = f.Dst.As4()
+		m.Namelen = unix.SizeofSockaddrInet4
+		if l.wildcard {
+			d, sp := sys.PutCmsg(oob, unix.IPPROTO_IP, unix.IP_PKTINFO, unix.SizeofInet4Pktinfo)
+			pi := (*unix.Inet4Pktinfo)(unsafe.Pointer(&d[0]))
+			pi.Spec_dst = f.Src.As4()
+			off += sp
+		}
+		if f.TOS != 0 {
+			d, sp := sys.PutCmsg(oob[off:], unix.IPPROTO_IP, unix.IP_TOS, 4)
+			*(*int32)(unsafe.Pointer(&d[0])) = int32(f.TOS)
+			off += sp
+		}
+	} else {
+		name.Family = unix.AF_INET6
+		p := (*[2]byte)(unsafe.Pointer(&name.Port))
+		p[0], p[1] = byte(f.DstPort>>8), byte(f.DstPort)
+		name.Addr = f.Dst.As16()
+		name.Scope_id = 0
+		if f.Dst.IsLinkLocalUnicast() {
+			name.Scope_id = l.scope
+		}
+		m.Namelen = unix.SizeofSockaddrInet6
+		if l.wildcard {
+			d, sp := sys.PutCmsg(oob, unix.IPPROTO_IPV6, unix.IPV6_PKTINFO, unix.SizeofInet6Pktinfo)
+			pi := (*unix.Inet6Pktinfo)(unsafe.Pointer(&d[0]))
+			pi.Addr = f.Src.As16()
+			off += sp
+		}
+		if f.TOS != 0 {
+			d, sp := sys.PutCmsg(oob[off:], unix.IPPROTO_IPV6, unix.IPV6_TCLASS, 4)
+			*(*int32)(unsafe.Pointer(&d[0])) = int32(f.TOS)
+			off += sp
+		}
+	}
+	if off > 0 {
+		m.Control = &oob[0]
+	} else {
+		m.Control = nil
+	}
+	m.SetControllen(off)
+	iov := &l.wiovs[j]
+	if f.End > f.Payload {
+		iov.Base = &frame[f.Payload]
+	} else {
+		iov.Base = nil
+	}
+	iov.SetLen(f.End - f.Payload)
+	m.Iov = iov
+	m.SetIovlen(1)
+	l.startRun(k, j, off, f)
+}
+
+// LocalAddr returns the bound address and port.
+func (l *Link) LocalAddr() netip.AddrPort { return netip.AddrPortFrom(l.addr, l.port) }
+
+// ServesAddr reports whether addr is the link's address, or of its family
+// when the link is bound to the wildcard address (link.AddrServer). A
+// socket bound to one family neither sends from nor receives on the other.
+func (l *Link) ServesAddr(addr netip.Addr) bool {
+	addr = addr.Unmap().WithZone("")
+	if l.wildcard {
+		return addr.Is6() == l.v6
+	}
+	return addr == l.addr
+}
+
+// Stats returns the drop and offload counters.
+func (l *Link) Stats() Stats {
+	return Stats{
+		Truncated:    l.truncated.Load(),
+		GSO:          l.off.gso.Load(),
+		GRO:          l.off.gro,
+		GSOSends:     l.off.gsoSends.Load(),
+		GSODatagrams: l.off.gsoDatagrams.Load(),
+		GSOFallbacks: l.off.gsoFallbacks.Load(),
+		GROBuffers:   l.off.groBuffers.Load(),
+		GRODatagrams: l.off.groDatagrams.Load(),
+		GROCopied:    l.off.groCopied.Load(),
+	}
+}
+
+// MTU returns the MTU of the interface holding the bound address (1500
+// when bound to a wildcard).
+func (l *Link) MTU() int { return l.mtu }
+
+// HardwareAddr returns the MAC of that interface (zero on loopback or a
+// wildcard); it is the destination MAC of synthesized frames.
+func (l *Link) HardwareAddr() net.HardwareAddr { return l.mac }
+
+// Info reports a synthetic kernel UDP link.
+func (l *Link) Info() link.Info {
+	return link.Info{Kind: link.KindUDP, Name: l.name, Synthetic: true, UncheckedICRC: !l.v6, FixedSourcePort: l.port, IPIDZero: !l.v6}
+}
+
+// Close closes the socket; blocked ReadBatch calls return link.ErrClosed,
+// as does a second Close.
+func (l *Link) Close() error {
+	if l.closed.Swap(true) {
+		return link.ErrClosed
+	}
+	return l.conn.Close()
+}

@@ -1,0 +1,130 @@
+package xdplink_test
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/goroce/goroce/bpf"
+	"github.com/goroce/goroce/internal/netnstest"
+	"github.com/goroce/goroce/link/xdplink"
+	"github.com/goroce/goroce/xdp"
+)
+
+// TestMultiQueue takes over both queues of B's veth with one Link. A sends
+// from an AF_XDP socket on each of its two queues; veth delivers a frame
+// sent on queue q to the peer's queue q, so every frame reaching the Link
+// proves both sockets are read.
+func TestMultiQueue(t *testing.T) {
+	netnstest.RequireCaps(t, unix.CAP_NET_RAW, unix.CAP_NET_ADMIN, unix.CAP_BPF)
+	p := netnstest.NewPairConfig(t, netnstest.VethConfig{MTU: 1500, Queues: 2})
+	for _, v := range []*netnstest.Veth{p.VethA, p.VethB} {
+		if err := v.WaitReady(5 * time.Second); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var senders [2]*xdp.Socket
+	err := p.A.Do(func() error {
+		prog, err := bpf.Load(bpf.Options{Queues: 2})
+		if err != nil {
+			return err
+		}
+		t.Cleanup(func() { prog.Close() })
+		for q := range senders {
+			s, err := xdp.Open(p.VethA.Name, q, xdp.Config{UMEMConfig: xdp.UMEMConfig{NumFrames: 512}})
+			if err != nil {
+				return err
+			}
+			t.Cleanup(func() { s.Close() })
+			senders[q] = s
+			if err := prog.Register(q, s.FD()); err != nil {
+				return err
+			}
+		}
+		_, err = prog.Attach(p.VethA.Index, bpf.AttachAuto)
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var l *xdplink.Link
+	err = p.B.Do(func() error {
+		if _, err := xdplink.Open(p.VethB.Name, xdplink.Options{Queues: []int{1, 1}}); !errors.Is(err, xdp.ErrBadConfig) {
+			return errors.New("a queue listed twice was accepted")
+		}
+		if _, err := xdplink.Open(p.VethB.Name, xdplink.Options{Queues: []int{0, 2}}); !errors.Is(err, xdp.ErrQueueOutOfRange) {
+			return errors.New("queue 2 of a two-queue veth was accepted")
+		}
+		var err error
+		l, err = xdplink.Open(p.VethB.Name, xdplink.Options{Queues: []int{0, 1}, NumFrames: 512})
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	if len(l.Sockets()) != 2 {
+		t.Fatalf("%d sockets", len(l.Sockets()))
+	}
+
+	const perQueue = 1000
+	frame := make([]byte, 600)
+	var seen [2][perQueue]bool
+	got := 0
+	collect := func(frames [][]byte) {
+		for _, f := range frames {
+			if !isOurs(f) {
+				continue
+			}
+			seq := binary.BigEndian.Uint32(f[42:46])
+			q, i := seq>>16, seq&0xffff
+			if q < 2 && i < perQueue && !seen[q][i] {
+				seen[q][i] = true
+				got++
+			}
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	drain := func(want int) {
+		for got < want {
+			if _, err := l.ReadBatch(ctx, collect); err != nil {
+				for q, s := range l.Sockets() {
+					st, _ := s.Stats()
+					t.Logf("B q%d: stats %+v", q, st)
+				}
+				t.Fatalf("after %d of %d frames: %v", got, want, err)
+			}
+		}
+	}
+	const burst = 64 // per queue, well under B's 256 receive chunks
+	for i := 0; i < perQueue; i += burst {
+		for q, s := range senders {
+			for j := i; j < min(i+burst, perQueue); j++ {
+				udpFrame(frame, p.VethB.HardwareAddr, p.VethA.HardwareAddr, uint32(q)<<16|uint32(j))
+				for {
+					n, err := s.Transmit([][]byte{frame})
+					if err != nil {
+						t.Fatal(err)
+					}
+					if n == 1 {
+						break
+					}
+					s.Complete()
+					s.Poll(unix.POLLOUT, 1)
+				}
+			}
+		}
+		drain(2 * min(i+burst, perQueue))
+	}
+	for q, s := range l.Sockets() {
+		if s.Received() < perQueue {
+			t.Errorf("B's socket on queue %d received %d frames, want at least %d", q, s.Received(), perQueue)
+		}
+	}
+	t.Logf("%d frames from each of 2 queues through one Link (socket counts %d, %d)", perQueue, l.Sockets()[0].Received(), l.Sockets()[1].Received())
+}

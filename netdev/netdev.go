@@ -1,0 +1,171 @@
+package netdev
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+
+	"github.com/goroce/goroce/ib"
+	"github.com/goroce/goroce/link"
+	"github.com/goroce/goroce/link/udplink"
+	"github.com/goroce/goroce/link/xdplink"
+	"github.com/goroce/goroce/roce"
+)
+
+// LinkKind selects the packet link Open uses.
+type LinkKind int
+
+const (
+	// LinkAuto tries AF_XDP and falls back to the kernel UDP link.
+	LinkAuto LinkKind = iota
+	// LinkXDP requires AF_XDP; Open fails if it is unavailable.
+	LinkXDP
+	// LinkUDP uses a kernel UDP socket (no root needed).
+	LinkUDP
+)
+
+func (k LinkKind) String() string {
+	switch k {
+	case LinkAuto:
+		return "auto"
+	case LinkXDP:
+		return "xdp"
+	case LinkUDP:
+		return "udp"
+	}
+	return fmt.Sprintf("LinkKind(%d)", int(k))
+}
+
+// Options configure Open. The zero value is right for most uses.
+type Options struct {
+	// Device configures the device itself. Open sets Interface and
+	// Fallback; Port is also the port the kernel UDP link binds and the
+	// AF_XDP steering program matches (default 4791).
+	Device roce.Options
+	// Link selects the link (default: AF_XDP, falling back to UDP).
+	Link LinkKind
+	// XDP tunes the AF_XDP link (queue, frame size, mode). When the
+	// interface MTU does not fit a 4096-byte UMEM frame, Open turns on
+	// Multibuffer itself.
+	//
+	// XDP.BusyPoll turns on the kernel's preferred busy polling
+	// (SO_PREFER_BUSY_POLL, Linux 5.11): a waiter that finds the RX ring
+	// empty then runs the device's NAPI poll in a recvfrom of its own.
+	// It is off by default (0 or negative): on veth, where the sender's
+	// sendto already runs the receiver's NAPI poll, it did not lower the
+	// send-lat minimum, and on a loaded host it raised the average, the
+	// p99 and the CPU time of a ping-pong two- to fourfold, a system call
+	// per empty poll (see README.md). It may pay off on a NIC whose
+	// interrupts are deferred (napi_defer_hard_irqs, gro_flush_timeout).
+	XDP xdplink.Options
+	// UDPAddr is the local address the kernel UDP link binds (default: the
+	// interface's first IPv4 address, else its first non-link-local IPv6
+	// address).
+	UDPAddr netip.Addr
+}
+
+// Open opens a device on interface ifname: AF_XDP by default, the kernel UDP
+// link with Options.Link = LinkUDP or when AF_XDP is unavailable (the reason
+// is logged and reported in Info().Fallback). It must be called from a thread
+// in the interface's network namespace (the device binds its netlink
+// watchers there); the Device may then be used from anywhere. ctx bounds the
+// setup.
+func Open(ctx context.Context, ifname string, opts Options) (*roce.Device, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	ifi, err := net.InterfaceByName(ifname)
+	if err != nil {
+		return nil, fmt.Errorf("netdev: interface %q: %w", ifname, err)
+	}
+	dopts := opts.Device
+	log := dopts.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	var l link.Link
+	fallback := ""
+	if opts.Link == LinkAuto || opts.Link == LinkXDP {
+		xo := opts.XDP
+		if xo.Port == 0 {
+			xo.Port = dopts.Port
+		}
+		fs := xo.FrameSize
+		if fs == 0 {
+			fs = 4096
+		}
+		// A full-size frame plus a VLAN tag and the device's tailroom
+		// must fit one UMEM chunk, or frames span chunks (multi-buffer).
+		if ifi.MTU+link.EthernetSize+link.VLANTagSize > fs-xo.Headroom-256 {
+			xo.Multibuffer = true
+		}
+		xl, err := xdplink.Open(ifname, xo)
+		if err != nil {
+			if opts.Link == LinkXDP {
+				return nil, fmt.Errorf("netdev: AF_XDP on %s: %w", ifname, err)
+			}
+			fallback = err.Error()
+			log.Warn("netdev: AF_XDP unavailable, falling back to the kernel UDP link", "interface", ifname, "err", err)
+		} else {
+			l = xl
+		}
+	}
+	if l == nil {
+		addr := opts.UDPAddr
+		if !addr.IsValid() {
+			addr = preferredAddr(ifi)
+			if !addr.IsValid() {
+				return nil, fmt.Errorf("netdev: %s: %w", ifname, roce.ErrNoAddress)
+			}
+		}
+		port := dopts.Port
+		if port == 0 {
+			port = ib.RoCEv2Port
+		}
+		ul, err := udplink.Listen(netip.AddrPortFrom(addr, port))
+		if err != nil {
+			return nil, fmt.Errorf("netdev: UDP link on %s: %w", ifname, err)
+		}
+		l = ul
+	}
+	dopts.Interface = ifname
+	dopts.Logger = log
+	dopts.Fallback = fallback
+	d, err := roce.OpenLink(l, dopts)
+	if err != nil {
+		l.Close()
+		return nil, err
+	}
+	return d, nil
+}
+
+// preferredAddr is the address the UDP link binds by default: the first
+// IPv4 address, else the first IPv6 address that is not link-local (a
+// link-local one would need a zone the GID does not carry).
+func preferredAddr(ifi *net.Interface) netip.Addr {
+	list, err := ifi.Addrs()
+	if err != nil {
+		return netip.Addr{}
+	}
+	var v6 netip.Addr
+	for _, a := range list {
+		n, ok := a.(*net.IPNet)
+		if !ok {
+			continue
+		}
+		ip, ok := netip.AddrFromSlice(n.IP)
+		if !ok {
+			continue
+		}
+		ip = ip.Unmap()
+		if ip.Is4() {
+			return ip
+		}
+		if !v6.IsValid() && !ip.IsLinkLocalUnicast() {
+			v6 = ip
+		}
+	}
+	return v6
+}
