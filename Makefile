@@ -2,6 +2,9 @@
 # without it those tests skip and say why.
 GO        ?= go
 FUZZTIME  ?= 10s
+# fuzz-ci: every Fuzz target for a few seconds, with one fuzzing worker each.
+FUZZCI_TIME     ?= 3s
+FUZZCI_PARALLEL ?= 1
 TIMEOUT   ?= 60m
 # Every package except the qemu interop suite, which runs on its own so that its guests do not
 # compete with the rest for the two cores.
@@ -23,7 +26,7 @@ SERIES_TIMEOUT ?= 65m
 # whose TestBuildsOffLinux runs the same checks under make test.
 CROSS_PKGS = $$($(GO) list ./... | grep -v -E '/(xdp|bpf|link/xdplink|netdev|cmd/rocectl|cmd/rocectl/fpgacmd|internal/perftest/perfrun)$$|/interop(/|$$)')
 
-.PHONY: all build test unit race interop series bench fuzz lint lint-fast fmt demo clean cross
+.PHONY: all build test unit race interop series bench fuzz fuzz-ci lint lint-fast fmt demo clean cross
 
 all: build test
 
@@ -68,6 +71,11 @@ bench:
 ## fuzz: every Fuzz target in the tree for FUZZTIME each.
 fuzz:
 	@scripts/fuzz-all $(FUZZTIME)
+
+## fuzz-ci: every Fuzz target for FUZZCI_TIME each, each package's test binary compiled once
+## (CI runs it before make test, which does not include it; make test runs only the seed corpora).
+fuzz-ci:
+	@FUZZPARALLEL=$(FUZZCI_PARALLEL) scripts/fuzz-all $(FUZZCI_TIME)
 
 ## lint: gofmt, go vet, staticcheck.
 lint: lint-fast

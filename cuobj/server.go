@@ -70,6 +70,7 @@ type ServerStats struct {
 	RefusedNoChannel      atomic.Uint64 // AllocateChannelFor with every channel in use
 	RefusedMemory         atomic.Uint64 // Reserve past MaxHeldBytes
 	ConnectTimeouts       atomic.Uint64 // clients that did not answer within ConnectTimeout
+	Stray                 atomic.Uint64 // completions with no request outstanding on their channel, ignored
 }
 
 // NewServer starts a server endpoint on dev at addr (the cuObjServer
@@ -565,6 +566,12 @@ func (s *Server) await(ctx context.Context, ch *channel, id uint64, qpn uint32) 
 // complete accounts for one completion; for an asynchronous request it
 // returns its event.
 func (s *Server) complete(ch *channel, wc *roce.WorkCompletion) (AsyncEvent, bool) {
+	if ch.outstanding == 0 {
+		// More completions than requests: a count below zero would admit
+		// more requests than the CQ holds and keep PollWait waiting.
+		s.stats.Stray.Add(1)
+		return AsyncEvent{}, false
+	}
 	ch.outstanding--
 	ch.p.completed(wc.QPN)
 	if wc.Status != roce.WCSuccess {

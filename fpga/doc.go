@@ -45,8 +45,12 @@
 //
 // Completions Rogue drops are counted (Stats): slot out of range, zero or
 // oversize length, unexpected opcode, error status; their slots are posted
-// again. A flushed completion (the QP went to the error state) stops the
-// server cleanly and Err reports it.
+// again. A completion of a slot whose receive is not posted (the same slot
+// completed twice) is counted as BadDuplicate and ignored, and a release
+// beyond a frame's references as BadRelease: a slot goes back to the receive
+// queue once per completion, whatever the device or the consumers do. A
+// flushed completion (the QP went to the error state) stops the server
+// cleanly and Err reports it.
 //
 // # A reconnect with stale PSNs
 //

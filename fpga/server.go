@@ -54,7 +54,12 @@ type Stats struct {
 	BadLength uint64 // zero or longer than maxPayload
 	BadOpcode uint64 // not the data path's receive-with-immediate
 	BadStatus uint64 // error completions other than a flush
-	// BadRelease counts Release calls on a frame already released.
+	// BadDuplicate counts completions of a slot whose receive was not
+	// posted (a second completion of the same slot before it was given
+	// back); they are ignored: the slot is neither delivered nor posted.
+	BadDuplicate uint64
+	// BadRelease counts Release calls on a frame already released, and
+	// reposts of a slot already posted; both are ignored.
 	BadRelease uint64
 	// Held is the number of slots consumers hold now.
 	Held int
@@ -95,6 +100,7 @@ type Server struct {
 
 	frames, bytes                                 atomic.Uint64
 	badSlot, badLen, badOp, badStatus, badRelease atomic.Uint64
+	badDup                                        atomic.Uint64
 	held                                          atomic.Int64
 
 	pend []int32 // slots to post again after the current completion batch (receive goroutine)
@@ -468,6 +474,12 @@ func (s *Server) complete(wc *roce.WorkCompletion, path DataPath) bool {
 	if wc.Status == roce.WCWRFlushErr {
 		return false
 	}
+	if !s.slab.take(slot) {
+		// The slot's receive is not on the queue: it was completed
+		// already and is held or waiting to be posted again.
+		s.badDup.Add(1)
+		return true
+	}
 	if wc.Status != roce.WCSuccess {
 		s.badStatus.Add(1)
 		s.repost(slot)
@@ -635,7 +647,7 @@ func (s *Server) ByteCount() uint64 { return s.bytes.Load() }
 func (s *Server) Stats() Stats {
 	return Stats{Frames: s.frames.Load(), Bytes: s.bytes.Load(), BadSlot: s.badSlot.Load(),
 		BadLength: s.badLen.Load(), BadOpcode: s.badOp.Load(), BadStatus: s.badStatus.Load(),
-		BadRelease: s.badRelease.Load(), Held: int(s.held.Load())}
+		BadDuplicate: s.badDup.Load(), BadRelease: s.badRelease.Load() + s.slab.badRepost.Load(), Held: int(s.held.Load())}
 }
 
 func uintptrOf(b []byte) uintptr { return uintptr(unsafe.Pointer(unsafe.SliceData(b))) }

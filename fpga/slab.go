@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 
 	"github.com/goroce/goroce/roce"
 )
@@ -33,6 +34,16 @@ type rxSlab struct {
 	sge    [1]roce.SGE
 	wrs    []roce.RecvWR // repostBatch's, one per slot
 	sges   []roce.SGE
+
+	// posted holds per slot whether its receive is on the queue: set
+	// (under mu) before the slot is posted, cleared by take when its
+	// completion arrives. A slot is posted only when it is not, and taken
+	// only when it is, so each completion gives the slot back at most once
+	// and a batch never holds more than count slots, whatever the
+	// completions and releases were.
+	posted []atomic.Bool
+	// badRepost counts reposts of a slot already posted, ignored.
+	badRepost atomic.Uint64
 }
 
 // slabAlign is the slab's alignment, as Rogue's aligned_alloc.
@@ -62,7 +73,7 @@ func newRxSlab(dev *roce.Device, pd *roce.PD, count, size int) (*rxSlab, error) 
 		return nil, err
 	}
 	return &rxSlab{cq: cq, mr: mr, buf: buf, size: size, count: count,
-		wrs: make([]roce.RecvWR, count), sges: make([]roce.SGE, count)}, nil
+		wrs: make([]roce.RecvWR, count), sges: make([]roce.SGE, count), posted: make([]atomic.Bool, count)}, nil
 }
 
 // attach names the QP the slab's receives are posted on.
@@ -78,13 +89,34 @@ func (s *rxSlab) postAll() error {
 	return nil
 }
 
+// take claims slot i for its completion: it reports whether the slot's
+// receive was posted. A second completion of a slot not posted again since
+// gets false.
+func (s *rxSlab) take(i int) bool {
+	return i >= 0 && i < s.count && s.posted[i].CompareAndSwap(true, false)
+}
+
+// give marks slot i posted; false (counted) if it is out of range or
+// posted already. The caller holds mu.
+func (s *rxSlab) give(i int) bool {
+	if i < 0 || i >= s.count || !s.posted[i].CompareAndSwap(false, true) {
+		s.badRepost.Add(1)
+		return false
+	}
+	return true
+}
+
 // repost gives slot i back to the receive queue. It is safe from any
-// goroutine; after close it does nothing.
+// goroutine; after close it does nothing, and so does a repost of a slot
+// already posted (counted in badRepost).
 func (s *rxSlab) repost(i int) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
 		return roce.ErrClosed
+	}
+	if !s.give(i) {
+		return nil
 	}
 	s.sge[0] = s.mr.SGE(i*s.size, s.size)
 	s.wr = roce.RecvWR{ID: uint64(i), SGL: s.sge[:]}
@@ -93,18 +125,29 @@ func (s *rxSlab) repost(i int) error {
 
 // repostBatch gives the slots back to the receive queue in order, under one
 // device lock: the receive goroutine's reposts of a completion batch cost
-// one lock round instead of one per frame. len(slots) is at most count.
+// one lock round instead of one per frame. A slot already posted, or
+// listed twice, is counted (badRepost) and skipped, so the batch holds at
+// most count work requests however long slots is.
 func (s *rxSlab) repostBatch(slots []int32) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
 		return roce.ErrClosed
 	}
-	for k, i := range slots {
+	k := 0
+	for _, i := range slots {
+		if !s.give(int(i)) {
+			continue
+		}
+		// give accepts each slot once until it is taken again: k < count.
 		s.sges[k] = s.mr.SGE(int(i)*s.size, s.size)
 		s.wrs[k] = roce.RecvWR{ID: uint64(i), SGL: s.sges[k : k+1 : k+1]}
+		k++
 	}
-	_, err := s.qp.PostRecvBatch(s.wrs[:len(slots)])
+	if k == 0 {
+		return nil
+	}
+	_, err := s.qp.PostRecvBatch(s.wrs[:k])
 	return err
 }
 
