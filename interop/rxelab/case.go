@@ -24,6 +24,13 @@ type CaseOptions struct {
 	// Grace is how long an attempt whose context ended may take to return
 	// before it is abandoned (default 30 s).
 	Grace time.Duration
+	// Progress, if set, is a counter that moves while the case makes
+	// progress (frames received, say); an attempt during which it stands
+	// still for Stall (default 2 minutes) ends as a hang. A slow host slows
+	// the counter but does not stop it, so a long Timeout can then cover the
+	// slowest host while a hang still ends in minutes.
+	Progress func() uint64
+	Stall    time.Duration
 }
 
 // Case runs fn as one interop case, bounded by opts.Timeout, with a context
@@ -45,6 +52,9 @@ func (l *Lab) Case(t testing.TB, opts CaseOptions, fn func(ctx context.Context, 
 	}
 	if len(opts.Guests) == 0 {
 		opts.Guests = l.Guests
+	}
+	if opts.Stall <= 0 {
+		opts.Stall = 2 * time.Minute
 	}
 	for attempt := 1; ; attempt++ {
 		for _, g := range opts.Guests {
@@ -146,6 +156,9 @@ func runAttempt(t testing.TB, opts CaseOptions, fn func(context.Context, testing
 			}
 		}()
 	}
+	if opts.Progress != nil {
+		go watchProgress(ctx, opts.Progress, opts.Stall, cancelFault, stop)
+	}
 	tb := &caseTB{TB: t, a: a, ctx: ctx}
 	done := make(chan struct{})
 	go func() {
@@ -172,6 +185,30 @@ func runAttempt(t testing.TB, opts CaseOptions, fn func(context.Context, testing
 		t.Logf("rxelab: the case's context ended: %v", context.Cause(ctx))
 	}
 	return a
+}
+
+// watchProgress ends the attempt (cancel with a cause) when progress()
+// stands still for stall.
+func watchProgress(ctx context.Context, progress func() uint64, stall time.Duration, cancel context.CancelCauseFunc, stop <-chan struct{}) {
+	every := min(stall/8, 5*time.Second)
+	t := time.NewTicker(every)
+	defer t.Stop()
+	last, at := progress(), time.Now()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-ctx.Done():
+			return
+		case now := <-t.C:
+			if v := progress(); v != last {
+				last, at = v, now
+			} else if now.Sub(at) >= stall {
+				cancel(fmt.Errorf("rxelab: the case made no progress for %v (a hang)", now.Sub(at).Round(time.Second)))
+				return
+			}
+		}
+	}
 }
 
 func (a *attempt) runCleanups() {

@@ -72,6 +72,22 @@ func TestRunAttempt(t *testing.T) {
 		t.Fatalf("overrun %q", a.overrun)
 	}
 
+	// A counter that stops moving ends the attempt long before its deadline.
+	var n atomic.Uint64
+	t0 := time.Now()
+	a = runAttempt(t, CaseOptions{Timeout: time.Hour, Grace: time.Second, Stall: 400 * time.Millisecond, Progress: n.Load},
+		func(ctx context.Context, tb testing.TB) {
+			for range 20 { // moving: no hang
+				n.Add(1)
+				time.Sleep(50 * time.Millisecond)
+			}
+			<-ctx.Done() // then still
+			tb.Fatal(context.Cause(ctx))
+		})
+	if !a.failed() || !strings.Contains(a.messages(), "no progress") || time.Since(t0) > time.Minute {
+		t.Fatalf("a stalled case: failed %v after %v: %q", a.failed(), time.Since(t0), a.messages())
+	}
+
 	a = runAttempt(t, CaseOptions{Timeout: time.Minute}, func(ctx context.Context, tb testing.TB) {
 		if tb.Context() != ctx {
 			tb.Error("Context() is not the case's context")
