@@ -9,8 +9,8 @@ import (
 
 	"github.com/goroce/goroce/ib"
 	"github.com/goroce/goroce/internal/faultnet"
-	"github.com/goroce/goroce/roce"
 	"github.com/goroce/goroce/link/memlink"
+	"github.com/goroce/goroce/roce"
 )
 
 // idleServer returns a server of depth slots of 256 bytes with every
