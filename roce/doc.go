@@ -43,7 +43,9 @@
 // A device runs two goroutines (plus, with an interface, one per netlink
 // subscription: addresses, link, neighbours):
 //
-//   - the receive goroutine: link.ReadBatch → ib.Parse → ICRC check (skipped
+//   - the receive goroutine: link.ReadBatch → the link's header walk
+//     (link.Parser: Ethernet, IPv4/IPv6, UDP) → ib.ParseDCIB of the IB
+//     headers → ICRC check (skipped
 //     where the link cannot know every header field it covers,
 //     Info.UncheckedICRC: the kernel UDP link over IPv4) → destination GID
 //     check → Engine.Receive for the whole batch under one lock acquisition,
