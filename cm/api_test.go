@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/goroce/goroce/cm/mad"
-	"github.com/goroce/goroce/internal/faultnet"
+	"github.com/goroce/goroce/link/faultnet"
 	"github.com/goroce/goroce/link/memlink"
 	"github.com/goroce/goroce/roce"
 )

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/goroce/goroce/internal/faultnet"
+	"github.com/goroce/goroce/link/faultnet"
 )
 
 func TestClientFailures(t *testing.T) {

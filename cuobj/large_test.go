@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/goroce/goroce/internal/faultnet"
+	"github.com/goroce/goroce/link/faultnet"
 )
 
 // TestGetPut1GiB moves the largest object, MaxOpSize (1 GiB), once each

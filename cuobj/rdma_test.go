@@ -9,7 +9,7 @@ import (
 
 	"github.com/goroce/goroce/ib"
 
-	"github.com/goroce/goroce/internal/faultnet"
+	"github.com/goroce/goroce/link/faultnet"
 )
 
 func TestGetPutMemlink(t *testing.T) {

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/goroce/goroce/ib"
-	"github.com/goroce/goroce/internal/faultnet"
+	"github.com/goroce/goroce/link/faultnet"
 	"github.com/goroce/goroce/qp"
 	"github.com/goroce/goroce/qp/qptest"
 )

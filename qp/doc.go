@@ -77,5 +77,5 @@
 // checks addresses only when given a [Source]: a device always passes one.
 //
 // Test helpers live in package qptest: two engines joined by deterministic
-// internal/faultnet pipes under a fake clock.
+// link/faultnet pipes under a fake clock.
 package qp

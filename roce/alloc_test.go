@@ -7,8 +7,8 @@ import (
 	"testing"
 
 	"github.com/goroce/goroce/ib"
-	"github.com/goroce/goroce/internal/faultnet"
 	"github.com/goroce/goroce/internal/netnstest"
+	"github.com/goroce/goroce/link/faultnet"
 	"golang.org/x/sys/unix"
 )
 

@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/goroce/goroce/ib"
-	"github.com/goroce/goroce/internal/faultnet"
 	"github.com/goroce/goroce/link"
+	"github.com/goroce/goroce/link/faultnet"
 	"github.com/goroce/goroce/link/memlink"
 	"github.com/goroce/goroce/link/udplink"
 	"github.com/goroce/goroce/qp"

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/goroce/goroce/internal/faultnet"
+	"github.com/goroce/goroce/link/faultnet"
 )
 
 // nextEvent returns the next event of type want from sub, skipping others.

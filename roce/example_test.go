@@ -8,7 +8,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/goroce/goroce/internal/faultnet"
+	"github.com/goroce/goroce/link/faultnet"
 	"github.com/goroce/goroce/link/memlink"
 	"github.com/goroce/goroce/roce"
 )

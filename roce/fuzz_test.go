@@ -6,7 +6,7 @@ import (
 
 	"github.com/gopacket/gopacket/pcapgo"
 	"github.com/goroce/goroce/ib"
-	"github.com/goroce/goroce/internal/faultnet"
+	"github.com/goroce/goroce/link/faultnet"
 )
 
 // FuzzReceive feeds arbitrary frames to a device's receive path, with QPs of

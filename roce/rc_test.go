@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/goroce/goroce/internal/faultnet"
+	"github.com/goroce/goroce/link/faultnet"
 )
 
 // exerciseRC runs SEND, SEND_WITH_IMM, WRITE, WRITE_WITH_IMM, READ and both

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/goroce/goroce/internal/faultnet"
+	"github.com/goroce/goroce/link/faultnet"
 	"github.com/goroce/goroce/qp"
 )
 

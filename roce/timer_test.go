@@ -4,7 +4,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/goroce/goroce/internal/faultnet"
+	"github.com/goroce/goroce/link/faultnet"
 )
 
 // The timer goroutine sleeps until the engine's next deadline: it does not

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/goroce/goroce/ib"
-	"github.com/goroce/goroce/internal/faultnet"
+	"github.com/goroce/goroce/link/faultnet"
 )
 
 // exerciseUD sends n datagrams a → b through an address handle and checks

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/goroce/goroce/internal/faultnet"
+	"github.com/goroce/goroce/link/faultnet"
 )
 
 // TestAllocs: a Write and the Read of its bytes allocate nothing, inline

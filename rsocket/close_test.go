@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/goroce/goroce/ib"
-	"github.com/goroce/goroce/internal/faultnet"
 	"github.com/goroce/goroce/link"
+	"github.com/goroce/goroce/link/faultnet"
 	"github.com/goroce/goroce/link/memlink"
 	"github.com/goroce/goroce/roce"
 	"github.com/goroce/goroce/rsocket/wire"

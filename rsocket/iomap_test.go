@@ -7,7 +7,7 @@ import (
 	"io"
 	"testing"
 
-	"github.com/goroce/goroce/internal/faultnet"
+	"github.com/goroce/goroce/link/faultnet"
 )
 
 func TestIOMap(t *testing.T) {

@@ -15,7 +15,7 @@ import (
 
 	"golang.org/x/net/nettest"
 
-	"github.com/goroce/goroce/internal/faultnet"
+	"github.com/goroce/goroce/link/faultnet"
 )
 
 func TestNetConn(t *testing.T) {

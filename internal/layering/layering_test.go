@@ -35,7 +35,7 @@ var layers = map[string]string{
 	"xdp":                "kernel",
 	"bpf":                "kernel",
 	"internal/sys":       "kernel",
-	"internal/faultnet":  "support",
+	"link/faultnet":      "support",
 	"internal/netnstest": "support",
 	"internal/pcaptest":  "support",
 	"internal/layering":  "support",
@@ -329,4 +329,21 @@ func TestOTelOnlyInAddons(t *testing.T) {
 			}
 		}
 	}
+}
+
+// A program in a module of its own (examples/faults) sets memlink's seeded
+// faults and runs: the test doubles are public, not internal to goroce.
+func TestOutsideModuleSetsFaults(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs a second module")
+	}
+	gotool := goTool(t)
+	cmd := exec.Command(gotool, "run", ".")
+	cmd.Dir = filepath.Join(moduleRoot(t, gotool), "examples", "faults")
+	cmd.Env = append(os.Environ(), "GOFLAGS=-mod=mod", "GOWORK=off")
+	out, err := cmd.CombinedOutput()
+	if err != nil || !bytes.Contains(out, []byte("1 MiB echoed intact")) {
+		t.Fatalf("go run in examples/faults: %v\n%s", err, out)
+	}
+	t.Logf("%s", bytes.TrimSpace(out))
 }

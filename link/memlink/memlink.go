@@ -6,8 +6,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/goroce/goroce/internal/faultnet"
 	"github.com/goroce/goroce/link"
+	"github.com/goroce/goroce/link/faultnet"
 )
 
 // Options configure a pair. The zero value is a perfect real-time pair

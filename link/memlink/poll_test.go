@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/goroce/goroce/internal/faultnet"
 	"github.com/goroce/goroce/link"
+	"github.com/goroce/goroce/link/faultnet"
 )
 
 // PollBatch never waits, WaitReadable takes nothing, and neither blocks

@@ -12,8 +12,8 @@ import (
 	"time"
 
 	"github.com/goroce/goroce/bpf"
-	"github.com/goroce/goroce/internal/faultnet"
 	"github.com/goroce/goroce/internal/netnstest"
+	"github.com/goroce/goroce/link/faultnet"
 	"github.com/goroce/goroce/link/memlink"
 	"github.com/goroce/goroce/roce"
 	"golang.org/x/sys/unix"
