@@ -40,8 +40,10 @@
 //
 // # Goroutines and locking
 //
-// A device runs two goroutines (plus, with an interface, one per netlink
-// subscription: addresses, link, neighbours):
+// A device runs three goroutines (plus, with an interface, one per netlink
+// subscription: addresses, link, neighbours): the deferred-ACK goroutine,
+// which sends a transmit pass a poller left to its caller if the caller
+// does not come back within 20 µs (see below), and these two:
 //
 //   - the receive goroutine: link.ReadBatch → the link's header walk
 //     (link.Parser: Ethernet, IPv4/IPv6, UDP) → ib.ParseDCIB of the IB
