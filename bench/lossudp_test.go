@@ -10,7 +10,6 @@ import (
 	"testing"
 
 	"github.com/goroce/goroce/internal/netnstest"
-	"github.com/goroce/goroce/interop/rxelab"
 )
 
 // TestLossGoodputUDP runs rocectl perf write-bw (64 KiB) over the kernel
@@ -58,14 +57,14 @@ func lossUDPRun(t *testing.T, r int, loss float64, iters int) (float64, error) {
 	va, vb := netnstest.NewVeth(t, a, b, netnstest.VethConfig{MTU: vethMTU,
 		Addr: netip.MustParsePrefix("10.99.0.1/24"), PeerAddr: netip.MustParsePrefix("10.99.0.2/24")})
 	p := &netnstest.Pair{A: a, B: b, VethA: va, VethB: vb}
-	var inj *rxelab.LossInjector
+	var inj *netnstest.LossInjector
 	if loss > 0 {
 		var err error
-		if inj, err = rxelab.NewLoss(a.Name(), []string{va.Name}, loss); err != nil {
+		if inj, err = netnstest.NewLoss(a.Name(), []string{va.Name}, loss); err != nil {
 			return 0, skipError(fmt.Sprintf("no loss injector: %v", err))
 		}
 		defer inj.Close()
-		injB, err := rxelab.NewLoss(b.Name(), []string{vb.Name}, loss)
+		injB, err := netnstest.NewLoss(b.Name(), []string{vb.Name}, loss)
 		if err != nil {
 			return 0, skipError(fmt.Sprintf("no loss injector: %v", err))
 		}

@@ -347,3 +347,29 @@ func TestOutsideModuleSetsFaults(t *testing.T) {
 	}
 	t.Logf("%s", bytes.TrimSpace(out))
 }
+
+// The benchmarks measure the stack, not the interop lab: bench, whose code
+// is all tests, imports no interop package, not even from its test files.
+func TestBenchImportsNoInterop(t *testing.T) {
+	gotool := goTool(t)
+	cmd := exec.Command(gotool, "list", "-json=ImportPath,Imports,TestImports,XTestImports", "./bench/...")
+	cmd.Dir = moduleRoot(t, gotool)
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("go list ./bench/...: %v", err)
+	}
+	for dec := json.NewDecoder(bytes.NewReader(out)); dec.More(); {
+		var p struct {
+			ImportPath                         string
+			Imports, TestImports, XTestImports []string
+		}
+		if err := dec.Decode(&p); err != nil {
+			t.Fatal(err)
+		}
+		for _, imp := range slices.Concat(p.Imports, p.TestImports, p.XTestImports) {
+			if strings.HasPrefix(imp, module+"/interop") {
+				t.Errorf("%s imports %s", p.ImportPath, imp)
+			}
+		}
+	}
+}

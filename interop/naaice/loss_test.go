@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/goroce/goroce/internal/netnstest"
 	"net/netip"
 	"strings"
 	"testing"
@@ -39,7 +40,7 @@ func cHostAnswerRace(out string) bool {
 // checked byte for byte.
 func TestLoss(t *testing.T) {
 	lab, g, dev := setup(t)
-	l, err := rxelab.NewLoss(lab.NS, []string{"rxt-" + g.Name, lab.PeerIf + "-br"}, 0.01)
+	l, err := netnstest.NewLoss(lab.NS, []string{"rxt-" + g.Name, lab.PeerIf + "-br"}, 0.01)
 	if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.EOPNOTSUPP) {
 		t.Skipf("cannot inject loss: clsact/cls_bpf missing: %v", err)
 	}

@@ -3,11 +3,11 @@ package rsocket
 import (
 	"errors"
 	"fmt"
+	"github.com/goroce/goroce/internal/netnstest"
 	"testing"
 
 	"golang.org/x/sys/unix"
 
-	"github.com/goroce/goroce/interop/rxelab"
 	"github.com/goroce/goroce/rsocket"
 )
 
@@ -19,7 +19,7 @@ func TestLoss(t *testing.T) {
 	lab, g, dev := rxeSetup(t)
 	for _, pct := range []int{1, 5} {
 		t.Run(fmt.Sprintf("loss%d%%", pct), func(t *testing.T) {
-			l, err := rxelab.NewLoss(lab.NS, []string{"rxt-" + g.Name, lab.PeerIf + "-br"}, float64(pct)/100)
+			l, err := netnstest.NewLoss(lab.NS, []string{"rxt-" + g.Name, lab.PeerIf + "-br"}, float64(pct)/100)
 			if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.EOPNOTSUPP) {
 				t.Skipf("cannot inject loss: clsact/cls_bpf missing: %v", err)
 			}

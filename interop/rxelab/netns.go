@@ -3,12 +3,7 @@
 
 package rxelab
 
-import (
-	"fmt"
-	"runtime"
-
-	"github.com/vishvananda/netns"
-)
+import "github.com/goroce/goroce/internal/netnstest"
 
 // InPeerNS runs fn on an OS thread that has joined the peer netns (where
 // PeerIf lives), then moves the thread back. Sockets fn creates stay in the
@@ -20,38 +15,4 @@ func (l *Lab) InPeerNS(fn func() error) error {
 
 // InNamedNS runs fn with the calling OS thread in the named network
 // namespace (one made by "ip netns add"); see [Lab.InPeerNS].
-func InNamedNS(name string, fn func() error) error {
-	errc := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		orig, err := netns.Get()
-		if err != nil {
-			runtime.UnlockOSThread()
-			errc <- fmt.Errorf("rxelab: current netns: %w", err)
-			return
-		}
-		defer orig.Close()
-		target, err := netns.GetFromName(name)
-		if err != nil {
-			runtime.UnlockOSThread()
-			errc <- fmt.Errorf("rxelab: netns %s: %w", name, err)
-			return
-		}
-		defer target.Close()
-		if err := netns.Set(target); err != nil {
-			runtime.UnlockOSThread()
-			errc <- fmt.Errorf("rxelab: setns %s: %w", name, err)
-			return
-		}
-		ferr := fn()
-		if err := netns.Set(orig); err != nil {
-			// Leave the thread locked: the runtime retires it when this
-			// goroutine exits, so no other goroutine runs in the wrong netns.
-			errc <- fmt.Errorf("rxelab: returning from netns %s: %w", name, err)
-			return
-		}
-		runtime.UnlockOSThread()
-		errc <- ferr
-	}()
-	return <-errc
-}
+func InNamedNS(name string, fn func() error) error { return netnstest.InNamedNS(name, fn) }

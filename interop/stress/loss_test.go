@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/goroce/goroce/internal/netnstest"
 	"strconv"
 	"testing"
 	"time"
@@ -44,7 +45,7 @@ func TestLoss(t *testing.T) {
 }
 
 func lossLevel(t *testing.T, e *env, pct int) {
-	l, err := rxelab.NewLoss(e.Lab.NS, []string{e.tap(), e.Lab.PeerIf + "-br"}, float64(pct)/100)
+	l, err := netnstest.NewLoss(e.Lab.NS, []string{e.tap(), e.Lab.PeerIf + "-br"}, float64(pct)/100)
 	if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.EOPNOTSUPP) {
 		// The kernel does not know the clsact qdisc or the bpf classifier.
 		t.Skipf("cannot inject loss: clsact/cls_bpf missing (CONFIG_NET_SCH_INGRESS, CONFIG_NET_CLS_BPF): %v", err)

@@ -1,7 +1,7 @@
 // Copyright The goroce Authors.
 // SPDX-License-Identifier: Apache-2.0
 
-package rxelab
+package netnstest
 
 import (
 	"encoding/binary"
