@@ -17,6 +17,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/goroce/goroce/cmd/rocectl/devstat"
 	"github.com/goroce/goroce/cuobj"
 	"github.com/goroce/goroce/cuobj/s3rdma"
 	"github.com/goroce/goroce/ib"
@@ -101,6 +102,12 @@ func runCuobj(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	defer dev.Close()
+	stopStats, err := devstat.Start(dev, devstat.Options{Command: "cuobj " + sub}, stderr)
+	if err != nil {
+		fmt.Fprintln(stderr, "rocectl cuobj "+sub+":", err)
+		return 1
+	}
+	defer stopStats()
 	switch sub {
 	case "serve":
 		if fs.NArg() != 1 {

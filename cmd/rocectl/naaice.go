@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/goroce/goroce/cmd/rocectl/devstat"
 	"github.com/goroce/goroce/internal/cliflag"
 	"github.com/goroce/goroce/naaice"
 	"github.com/goroce/goroce/naaice/mrsp"
@@ -123,6 +124,12 @@ func naaiceServe(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	defer dev.Close()
+	stopStats, err := devstat.Start(dev, devstat.Options{Command: "naaice serve"}, stderr)
+	if err != nil {
+		fmt.Fprintln(stderr, "rocectl naaice serve:", err)
+		return 1
+	}
+	defer stopStats()
 	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	srv := naaice.NewServer(dev, naaice.ServerOptions{MaxConns: *conns, Logger: logger})
 	naaice.ExampleRoutines(srv)
@@ -244,6 +251,12 @@ func naaiceCall(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	defer dev.Close()
+	stopStats, err := devstat.Start(dev, devstat.Options{Command: "naaice call"}, stderr)
+	if err != nil {
+		fmt.Fprintln(stderr, "rocectl naaice call:", err)
+		return 1
+	}
+	defer stopStats()
 	err = naaiceRun(ctx, dev, local, netip.AddrPortFrom(remote, uint16(*port)), params, uint8(*fn), *rpcs, *pause, stdout)
 	desc := fmt.Sprintf("%d RPCs of function %d on %d regions (%s)", *rpcs, *fn, n, strings.Join(fields[:n], " "))
 	if err != nil {

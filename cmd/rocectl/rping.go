@@ -17,6 +17,7 @@ import (
 	"github.com/vishvananda/netlink"
 
 	"github.com/goroce/goroce/cm/rping"
+	"github.com/goroce/goroce/cmd/rocectl/devstat"
 	"github.com/goroce/goroce/internal/cliflag"
 	"github.com/goroce/goroce/netdev"
 	"github.com/goroce/goroce/roce"
@@ -101,6 +102,12 @@ func runRping(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	defer dev.Close()
+	stopStats, err := devstat.Start(dev, devstat.Options{Command: "rping"}, stderr)
+	if err != nil {
+		fmt.Fprintln(stderr, "rocectl rping:", err)
+		return 1
+	}
+	defer stopStats()
 	ap := netip.AddrPortFrom(a, uint16(*port))
 	if *server {
 		err = rping.Server(ctx, dev, ap, cfg)

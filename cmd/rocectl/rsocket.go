@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/goroce/goroce/cmd/rocectl/devstat"
 	"github.com/goroce/goroce/internal/cliflag"
 	"github.com/goroce/goroce/netdev"
 	"github.com/goroce/goroce/roce"
@@ -251,6 +252,12 @@ func runRstream(args []string, stdout, stderr io.Writer) int {
 			return 1
 		}
 		defer dev.Close()
+		stopStats, err := devstat.Start(dev, devstat.Options{Command: "rstream"}, stderr)
+		if err != nil {
+			fmt.Fprintln(stderr, "rocectl rstream:", err)
+			return 1
+		}
+		defer stopStats()
 	}
 	cfg := rstream.Config{Server: server, Dst: *sf.dst, Bind: *sf.bind, Port: *sf.port, BufferSize: *sf.buffer,
 		InlineSize: *sf.inline, Iterations: *sf.iters, Count: *sf.count, Size: sf.sizeValue(), SizeAll: sf.sizeAll,
@@ -299,6 +306,12 @@ func runRiostream(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	defer dev.Close()
+	stopStats, err := devstat.Start(dev, devstat.Options{Command: "riostream"}, stderr)
+	if err != nil {
+		fmt.Fprintln(stderr, "rocectl riostream:", err)
+		return 1
+	}
+	defer stopStats()
 	cfg := riostream.Config{Server: server, Dst: *sf.dst, Bind: *sf.bind, Port: *sf.port, BufferSize: *sf.buffer,
 		InlineSize: *sf.inline, Iterations: *sf.iters, Count: *sf.count, Size: sf.sizeValue(), SizeAll: sf.sizeAll,
 		Custom: sf.custom, Verify: sf.verify, IPv6: sf.v6, Out: stdout}
@@ -366,6 +379,12 @@ func runRcopy(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	defer dev.Close()
+	stopStats, err := devstat.Start(dev, devstat.Options{Command: "rcopy"}, stderr)
+	if err != nil {
+		fmt.Fprintln(stderr, "rocectl rcopy:", err)
+		return 1
+	}
+	defer stopStats()
 	if server {
 		s := &rcopy.Server{Dev: dev, Port: *port, Out: stdout}
 		if err := s.Run(ctx); err != nil {

@@ -12,6 +12,7 @@ import (
 	"os/signal"
 	"time"
 
+	"github.com/goroce/goroce/cmd/rocectl/devstat"
 	"github.com/goroce/goroce/ib"
 	"github.com/goroce/goroce/internal/cliflag"
 	"github.com/goroce/goroce/netdev"
@@ -142,6 +143,12 @@ func run(mode string, args []string, stdin io.Reader, stdout, stderr io.Writer) 
 		return 1
 	}
 	defer dev.Close()
+	stopStats, err := devstat.Start(dev, devstat.Options{Command: "fpga " + mode}, stderr)
+	if err != nil {
+		fmt.Fprintln(stderr, "rocectl fpga "+mode+":", err)
+		return 1
+	}
+	defer stopStats()
 	if mode == "recv" {
 		cfg := RecvConfig{GIDIndex: *gidIndex, MaxPayload: *maxPayload, Depth: *depth, PMTU: mtu, RNRTimer: uint8(*rnr),
 			Count: *count, Idle: *idle, Verify: *verify, Hold: *hold, Peer: peer, Write: *write, Send: *send}
