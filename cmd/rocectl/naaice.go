@@ -98,6 +98,7 @@ func naaiceServe(args []string, stdout, stderr io.Writer) int {
 	rpcs := fs.Uint64("rpcs", 0, "exit after `N` RPCs were served (0: until interrupted)")
 	conns := fs.Int("conns", 16, "`connections` served at once")
 	link := fs.String("link", "auto", "packet `link`: xdp, udp or auto")
+	metrics := fs.String("metrics", "", devstat.MetricsUsage)
 	if err := cliflag.Parse(fs, args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
@@ -124,7 +125,7 @@ func naaiceServe(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	defer dev.Close()
-	stopStats, err := devstat.Start(dev, devstat.Options{Command: "naaice serve"}, stderr)
+	stopStats, err := devstat.Start(dev, devstat.Options{Command: "naaice serve", Metrics: *metrics}, stderr)
 	if err != nil {
 		fmt.Fprintln(stderr, "rocectl naaice serve:", err)
 		return 1
@@ -187,6 +188,7 @@ func naaiceCall(args []string, stdout, stderr io.Writer) int {
 	ifname := fs.String("d", "", "network `interface` (default: the route to remote-ip)")
 	fs.StringVar(ifname, "i", "", "network `interface` (alias of -d)")
 	link := fs.String("link", "auto", "packet `link`: xdp, udp or auto")
+	metrics := fs.String("metrics", "", devstat.MetricsUsage)
 	timeout := fs.Duration("t", 2*time.Minute, "give up after this `duration`")
 	if err := cliflag.Parse(fs, args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -251,7 +253,7 @@ func naaiceCall(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	defer dev.Close()
-	stopStats, err := devstat.Start(dev, devstat.Options{Command: "naaice call"}, stderr)
+	stopStats, err := devstat.Start(dev, devstat.Options{Command: "naaice call", Metrics: *metrics}, stderr)
 	if err != nil {
 		fmt.Fprintln(stderr, "rocectl naaice call:", err)
 		return 1

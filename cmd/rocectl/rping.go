@@ -52,6 +52,7 @@ func runRping(args []string, stdout, stderr io.Writer) int {
 	_ = fs.Bool("d", false, "debug printfs (accepted for compatibility); -d `interface` names the interface, as -i")
 	ifname := fs.String("i", "", "network `interface` to run RoCEv2 on (default: the one owning -a, or routing to it)")
 	link := fs.String("link", "auto", "packet `link`: xdp, udp or auto")
+	metrics := fs.String("metrics", "", devstat.MetricsUsage)
 	if err := cliflag.Parse(fs, rpingInterfaceFlag(args)); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
@@ -102,7 +103,7 @@ func runRping(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	defer dev.Close()
-	stopStats, err := devstat.Start(dev, devstat.Options{Command: "rping"}, stderr)
+	stopStats, err := devstat.Start(dev, devstat.Options{Command: "rping", Metrics: *metrics}, stderr)
 	if err != nil {
 		fmt.Fprintln(stderr, "rocectl rping:", err)
 		return 1

@@ -40,14 +40,16 @@ func init() {
 
 // rsFlags are the goroce-only flags of the rsocket tools: where to run.
 type rsFlags struct {
-	ifname *string
-	link   *string
+	ifname  *string
+	link    *string
+	metrics *string
 }
 
 func addRSFlags(fs *flag.FlagSet) rsFlags {
 	return rsFlags{
-		ifname: fs.String("d", "", "goroce: network `interface` to run RoCEv2 on (default: the one owning -b, or routing to the server)"),
-		link:   fs.String("link", "auto", "goroce: packet `link`: xdp, udp or auto"),
+		ifname:  fs.String("d", "", "goroce: network `interface` to run RoCEv2 on (default: the one owning -b, or routing to the server)"),
+		link:    fs.String("link", "auto", "goroce: packet `link`: xdp, udp or auto"),
+		metrics: fs.String("metrics", "", "goroce: "+devstat.MetricsUsage),
 	}
 }
 
@@ -252,7 +254,7 @@ func runRstream(args []string, stdout, stderr io.Writer) int {
 			return 1
 		}
 		defer dev.Close()
-		stopStats, err := devstat.Start(dev, devstat.Options{Command: "rstream"}, stderr)
+		stopStats, err := devstat.Start(dev, devstat.Options{Command: "rstream", Metrics: *rf.metrics}, stderr)
 		if err != nil {
 			fmt.Fprintln(stderr, "rocectl rstream:", err)
 			return 1
@@ -306,7 +308,7 @@ func runRiostream(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	defer dev.Close()
-	stopStats, err := devstat.Start(dev, devstat.Options{Command: "riostream"}, stderr)
+	stopStats, err := devstat.Start(dev, devstat.Options{Command: "riostream", Metrics: *rf.metrics}, stderr)
 	if err != nil {
 		fmt.Fprintln(stderr, "rocectl riostream:", err)
 		return 1
@@ -379,7 +381,7 @@ func runRcopy(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	defer dev.Close()
-	stopStats, err := devstat.Start(dev, devstat.Options{Command: "rcopy"}, stderr)
+	stopStats, err := devstat.Start(dev, devstat.Options{Command: "rcopy", Metrics: *rf.metrics}, stderr)
 	if err != nil {
 		fmt.Fprintln(stderr, "rocectl rcopy:", err)
 		return 1

@@ -4,7 +4,10 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
+	"io"
+	"net/http"
 	"os"
+	"regexp"
 	"runtime"
 	"strconv"
 	"strings"
@@ -14,14 +17,14 @@ import (
 
 // startCuobjServe runs "rocectl cuobj serve" on the embedded UDP link (no
 // root) in a subprocess, with extra flags, until the test ends. It returns
-// the device's interface name, the process and its first stdout line.
-func startCuobjServe(t *testing.T, addr string, extra ...string) (name string, pid int, banner string) {
+// the device's interface name, the process id and its stderr.
+func startCuobjServe(t *testing.T, addr string, extra ...string) (name string, pid int, stderr *syncBuffer) {
 	t.Helper()
 	port := strconv.Itoa(freeUDPPort(t, addr, "127.0.0.1"))
 	args := append([]string{"cuobj", "serve", "--listen", "127.0.0.1:0", "--rdma", addr, "--udp-port", port}, extra...)
 	cmd := rocectlCmd(append(args, t.TempDir())...)
-	var serr syncBuffer
-	cmd.Stderr = &serr
+	serr := new(syncBuffer)
+	cmd.Stderr = serr
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -40,6 +43,7 @@ func startCuobjServe(t *testing.T, addr string, extra ...string) (name string, p
 		for sc.Scan() {
 		}
 	}()
+	var banner string
 	select {
 	case banner = <-lines:
 	case <-time.After(20 * time.Second):
@@ -48,7 +52,7 @@ func startCuobjServe(t *testing.T, addr string, extra ...string) (name string, p
 	if !strings.HasPrefix(banner, "serving") {
 		t.Fatalf("cuobj serve: %q, stderr %s", banner, serr.String())
 	}
-	return addr + ":" + port, cmd.Process.Pid, banner
+	return addr + ":" + port, cmd.Process.Pid, serr
 }
 
 // A long-running command publishes its device for "rocectl stat" while it
@@ -107,4 +111,40 @@ func findStat(entries []statEntry, name string) *statEntry {
 		}
 	}
 	return nil
+}
+
+// --metrics serves the device's counters and cuObject's to Prometheus.
+func TestMetricsFlag(t *testing.T) {
+	name, _, serr := startCuobjServe(t, "127.0.0.10", "--metrics", "127.0.0.1:0")
+	m := regexp.MustCompile(`metrics on (http://\S+/metrics)`).FindStringSubmatch(serr.String())
+	if m == nil {
+		t.Fatalf("no metrics address on stderr: %s", serr.String())
+	}
+	resp, err := http.Get(m[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET %s: %v %s", m[1], err, resp.Status)
+	}
+	for _, want := range []string{
+		`roce_rcvd_pkts_total{device="` + name + `"}`,
+		`roce_device_info{device="` + name + `",fallback="false",interface="` + name + `",link="udp"} 1`,
+		"cuobj_server_gets_total 0",
+	} {
+		if !strings.Contains(string(body), want) {
+			t.Errorf("/metrics lacks %q:\n%s", want, body)
+		}
+	}
+}
+
+// A --metrics address that is not one is refused before anything opens.
+func TestMetricsFlagInvalid(t *testing.T) {
+	var out, errOut bytes.Buffer
+	if code := run([]string{"rping", "-c", "-a", "127.0.0.1", "--metrics", "9100"}, &out, &errOut); code != 2 ||
+		!strings.Contains(errOut.String(), "-metrics 9100: not host:port") {
+		t.Errorf("exit %d, stderr %q", code, errOut.String())
+	}
 }

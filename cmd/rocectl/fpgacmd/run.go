@@ -51,6 +51,7 @@ func run(mode string, args []string, stdin io.Reader, stdout, stderr io.Writer) 
 	ifname := fs.String("d", "", "network `interface` to run RoCEv2 on")
 	fs.StringVar(ifname, "i", "", "network `interface` (alias of -d)")
 	link := fs.String("link", "auto", "packet `link`: xdp, udp or auto")
+	metrics := fs.String("metrics", "", devstat.MetricsUsage)
 	pmtu := fs.Int("pmtu", 0, "path MTU in `bytes` (256..4096; 0: the port's active MTU)")
 	write := fs.Bool("write", false, "gen-1 data path: RDMA WRITE WITH IMMEDIATE (recv: accept only it)")
 	count := fs.Uint64("count", 0, "`frames` to send or receive (0: until interrupted)")
@@ -143,7 +144,7 @@ func run(mode string, args []string, stdin io.Reader, stdout, stderr io.Writer) 
 		return 1
 	}
 	defer dev.Close()
-	stopStats, err := devstat.Start(dev, devstat.Options{Command: "fpga " + mode}, stderr)
+	stopStats, err := devstat.Start(dev, devstat.Options{Command: "fpga " + mode, Metrics: *metrics}, stderr)
 	if err != nil {
 		fmt.Fprintln(stderr, "rocectl fpga "+mode+":", err)
 		return 1
