@@ -53,6 +53,7 @@ func runRping(args []string, stdout, stderr io.Writer) int {
 	ifname := fs.String("i", "", "network `interface` to run RoCEv2 on (default: the one owning -a, or routing to it)")
 	link := fs.String("link", "auto", "packet `link`: xdp, udp or auto")
 	metrics := fs.String("metrics", "", devstat.MetricsUsage)
+	connectTimeout := fs.Duration("connect-timeout", rping.DefaultConnectTimeout, "client: give up connecting after this `duration`, tries of "+rping.DefaultConnectAttempt.String()+" each")
 	if err := cliflag.Parse(fs, rpingInterfaceFlag(args)); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
@@ -74,7 +75,8 @@ func runRping(args []string, stdout, stderr io.Writer) int {
 	} else {
 		a = netip.IPv4Unspecified()
 	}
-	cfg := rping.Config{Size: *size, Count: *count, Verbose: *verbose, Validate: *validate, Out: stdout}
+	cfg := rping.Config{Size: *size, Count: *count, Verbose: *verbose, Validate: *validate, Out: stdout,
+		ConnectTimeout: *connectTimeout}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
 	name := *ifname

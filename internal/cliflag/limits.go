@@ -83,7 +83,7 @@ var limits = map[string]map[string]check{
 	"riostream": rsLimits(false),
 	"rcopy":     {"p": portOrName, "metrics": listenAddr},
 	"rping": {"p": port, "C": nonNegative, "S": intRange(rpingMinSize, 64*1024-1, "rping's buffer"),
-		"metrics": listenAddr},
+		"metrics": listenAddr, "connect-timeout": period},
 	"naaice serve": {"p": port, "conns": intRange(1, 1<<16, ""), "rpcs": nonNegative, "metrics": listenAddr},
 	"naaice call": {"f": intRange(1, 127, "7-bit function code"), "n": positive, "p": port,
 		"pause": timeout, "t": period, "metrics": listenAddr},
