@@ -14,6 +14,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/goroce/goroce/cmd/rocectl/devstat"
 	"github.com/goroce/goroce/internal/cliflag"
 	"github.com/goroce/goroce/naaice"
@@ -125,7 +127,8 @@ func naaiceServe(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	defer dev.Close()
-	stopStats, err := devstat.Start(dev, devstat.Options{Command: "naaice serve", Metrics: *metrics}, stderr)
+	reg := prometheus.NewRegistry()
+	stopStats, err := devstat.Start(dev, devstat.Options{Command: "naaice serve", Metrics: *metrics, Registry: reg}, stderr)
 	if err != nil {
 		fmt.Fprintln(stderr, "rocectl naaice serve:", err)
 		return 1
@@ -134,6 +137,7 @@ func naaiceServe(args []string, stdout, stderr io.Writer) int {
 	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	srv := naaice.NewServer(dev, naaice.ServerOptions{MaxConns: *conns, Logger: logger})
 	naaice.ExampleRoutines(srv)
+	naaiceMetrics(reg, srv)
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	if *rpcs > 0 {
@@ -330,4 +334,35 @@ func naaiceRun(ctx context.Context, dev *roce.Device, local netip.Addr, remote n
 	// Close sends the DREQ without waiting for the answer, as the C host's
 	// rdma_disconnect does: the C software NAA never sends a DREP.
 	return nil
+}
+
+// naaiceMetrics registers the software NAA's counters in reg, read from
+// srv.Counters at each scrape.
+func naaiceMetrics(reg *prometheus.Registry, srv *naaice.Server) {
+	ctr := func(get func(naaice.ServerCounters) uint64) func() uint64 {
+		return func() uint64 { return get(srv.Counters()) }
+	}
+	devstat.CounterFuncs(reg, "naaice_server_", map[string]func() uint64{
+		"accepted":          ctr(func(c naaice.ServerCounters) uint64 { return c.Accepted }),
+		"rejected":          ctr(func(c naaice.ServerCounters) uint64 { return c.Rejected }),
+		"rpcs":              ctr(func(c naaice.ServerCounters) uint64 { return c.RPCs }),
+		"rpc_errors":        ctr(func(c naaice.ServerCounters) uint64 { return c.RPCErrors }),
+		"mrsp_errors":       ctr(func(c naaice.ServerCounters) uint64 { return c.MRSPErrors }),
+		"unknown_function":  ctr(func(c naaice.ServerCounters) uint64 { return c.UnknownFunction }),
+		"host_aborts":       ctr(func(c naaice.ServerCounters) uint64 { return c.HostAborts }),
+		"out_of_order":      ctr(func(c naaice.ServerCounters) uint64 { return c.OutOfOrder }),
+		"completion_errors": ctr(func(c naaice.ServerCounters) uint64 { return c.CompletionErrors }),
+		"disconnects":       ctr(func(c naaice.ServerCounters) uint64 { return c.Disconnects }),
+		"idle_timeouts":     ctr(func(c naaice.ServerCounters) uint64 { return c.IdleTimeouts }),
+		"idle_evicted":      ctr(func(c naaice.ServerCounters) uint64 { return c.IdleEvicted }),
+	}, map[string]string{
+		"accepted": "Connections accepted.", "rejected": "Connections rejected.",
+		"rpcs": "RPCs completed.", "rpc_errors": "RPCs completed with a non-zero code.",
+		"mrsp_errors": "AARs answered with an MRSP error.", "unknown_function": "RPCs with no routine.",
+		"host_aborts": "Host error writes.", "out_of_order": "Messages or completions the state did not allow.",
+		"completion_errors": "Failed work completions.", "disconnects": "Hosts that left during an MRSP or RPC.",
+		"idle_timeouts": "Connections closed for idling.", "idle_evicted": "Idle connections closed to admit a new one.",
+	})
+	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "naaice_server_active_connections",
+		Help: "Connections being served."}, func() float64 { return float64(srv.Counters().Active) }))
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"net/netip"
 	"os"
 	"regexp"
 	"runtime"
@@ -13,6 +14,13 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/goroce/goroce/link/faultnet"
+	"github.com/goroce/goroce/link/memlink"
+	"github.com/goroce/goroce/naaice"
+	"github.com/goroce/goroce/roce"
 )
 
 // startCuobjServe runs "rocectl cuobj serve" on the embedded UDP link (no
@@ -146,5 +154,47 @@ func TestMetricsFlagInvalid(t *testing.T) {
 	if code := run([]string{"rping", "-c", "-a", "127.0.0.1", "--metrics", "9100"}, &out, &errOut); code != 2 ||
 		!strings.Contains(errOut.String(), "-metrics 9100: not host:port") {
 		t.Errorf("exit %d, stderr %q", code, errOut.String())
+	}
+}
+
+// naaice serve's --metrics shows the software NAA's counters.
+func TestNAAICEMetrics(t *testing.T) {
+	la, _ := memlink.Pair(faultnet.Config{}, faultnet.Config{})
+	dev, err := roce.OpenLink(la, roce.Options{Addrs: []netip.Addr{netip.MustParseAddr("10.0.0.1")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dev.Close()
+	reg := prometheus.NewRegistry()
+	naaiceMetrics(reg, naaice.NewServer(dev, naaice.ServerOptions{}))
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := map[string]bool{}
+	for _, mf := range mfs {
+		names[mf.GetName()] = true
+	}
+	for _, n := range []string{"naaice_server_rpcs_total", "naaice_server_accepted_total", "naaice_server_active_connections"} {
+		if !names[n] {
+			t.Errorf("no %s in %v", n, names)
+		}
+	}
+}
+
+// rstream, riostream and rcopy's --metrics shows package rsocket's counters.
+func TestRsocketMetrics(t *testing.T) {
+	mfs, err := rsocketMetrics().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := map[string]bool{}
+	for _, mf := range mfs {
+		names[mf.GetName()] = true
+	}
+	for _, n := range []string{"rsocket_connections", "rsocket_protocol_errors_total", "rsocket_handshake_timeouts_total"} {
+		if !names[n] {
+			t.Errorf("no %s in %v", n, names)
+		}
 	}
 }
