@@ -12,6 +12,8 @@ import (
 	"os/signal"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/goroce/goroce/cmd/rocectl/devstat"
 	"github.com/goroce/goroce/ib"
 	"github.com/goroce/goroce/internal/cliflag"
@@ -144,7 +146,8 @@ func run(mode string, args []string, stdin io.Reader, stdout, stderr io.Writer) 
 		return 1
 	}
 	defer dev.Close()
-	stopStats, err := devstat.Start(dev, devstat.Options{Command: "fpga " + mode, Metrics: *metrics}, stderr)
+	reg := prometheus.NewRegistry()
+	stopStats, err := devstat.Start(dev, devstat.Options{Command: "fpga " + mode, Metrics: *metrics, Registry: reg}, stderr)
 	if err != nil {
 		fmt.Fprintln(stderr, "rocectl fpga "+mode+":", err)
 		return 1
@@ -152,7 +155,7 @@ func run(mode string, args []string, stdin io.Reader, stdout, stderr io.Writer) 
 	defer stopStats()
 	if mode == "recv" {
 		cfg := RecvConfig{GIDIndex: *gidIndex, MaxPayload: *maxPayload, Depth: *depth, PMTU: mtu, RNRTimer: uint8(*rnr),
-			Count: *count, Idle: *idle, Verify: *verify, Hold: *hold, Peer: peer, Write: *write, Send: *send}
+			Count: *count, Idle: *idle, Verify: *verify, Hold: *hold, Peer: peer, Write: *write, Send: *send, Metrics: reg}
 		if *fpgaIP != "" {
 			if cfg.FPGAAddr, err = netip.ParseAddr(*fpgaIP); err != nil {
 				fmt.Fprintln(stderr, "rocectl fpga:", err)
