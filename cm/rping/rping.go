@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/netip"
 	"strconv"
+	"time"
 
 	"github.com/goroce/goroce/cm"
 	"github.com/goroce/goroce/roce"
@@ -32,6 +33,22 @@ var (
 	ErrMismatch = errors.New("rping: data mismatch")
 	// ErrProtocol reports a message of the wrong size or order from the peer.
 	ErrProtocol = errors.New("rping: protocol error")
+	// ErrConnectTimeout is the client's connect step (address resolution
+	// and the connection handshake) running out of Config.ConnectTimeout.
+	ErrConnectTimeout = errors.New("rping: the connect step expired")
+)
+
+// Connect step bounds of the client, as rdma_cm's: rping gives address and
+// route resolution 2 s each, and a REQ is answered within a few seconds
+// when anybody listens. Without these the whole run's context is all that
+// bounds cm.Dial, which retries a REQ nobody answers for over a minute and
+// a half.
+const (
+	// DefaultConnectTimeout bounds the whole connect step.
+	DefaultConnectTimeout = 20 * time.Second
+	// DefaultConnectAttempt bounds one try of it; a try that expires is
+	// started again while DefaultConnectTimeout lasts.
+	DefaultConnectAttempt = 5 * time.Second
 )
 
 // Config is what the rping flags select.
@@ -41,6 +58,11 @@ type Config struct {
 	Verbose  bool      // -v, print the ping data
 	Validate bool      // -V, compare the data written back
 	Out      io.Writer // where -v prints (default io.Discard)
+	// ConnectTimeout bounds the client's connect step, every try of it
+	// (0: DefaultConnectTimeout); ConnectAttempt bounds one try (0:
+	// DefaultConnectAttempt, at most ConnectTimeout). A rejection ends the
+	// step at once.
+	ConnectTimeout, ConnectAttempt time.Duration
 }
 
 func (c *Config) check() error {
@@ -56,6 +78,16 @@ func (c *Config) check() error {
 	if c.Out == nil {
 		c.Out = io.Discard
 	}
+	if c.ConnectTimeout < 0 || c.ConnectAttempt < 0 {
+		return fmt.Errorf("rping: negative connect timeout")
+	}
+	if c.ConnectTimeout == 0 {
+		c.ConnectTimeout = DefaultConnectTimeout
+	}
+	if c.ConnectAttempt == 0 {
+		c.ConnectAttempt = DefaultConnectAttempt
+	}
+	c.ConnectAttempt = min(c.ConnectAttempt, c.ConnectTimeout)
 	return nil
 }
 
@@ -176,6 +208,33 @@ func (e *endpoint) sendInfo(mr *roce.MR) error {
 		SGL: []roce.SGE{e.sendMR.SGE(0, infoSize)}})
 }
 
+// connect dials raddr in tries of cfg.ConnectAttempt until one connects,
+// the peer rejects, ctx ends or cfg.ConnectTimeout passes
+// (ErrConnectTimeout).
+func (e *endpoint) connect(ctx context.Context, dev *roce.Device, raddr netip.AddrPort) (*cm.Conn, error) {
+	start := time.Now()
+	step, cancel := context.WithTimeout(ctx, e.cfg.ConnectTimeout)
+	defer cancel()
+	for tries := 1; ; tries++ {
+		try, cancelTry := context.WithTimeout(step, e.cfg.ConnectAttempt)
+		conn, err := cm.Dial(try, dev, raddr, cm.DialOptions{QP: qpOptions(e, true),
+			ResponderResources: 1, InitiatorDepth: 1, RetryCount: 7, RNRRetryCount: 7})
+		tryExpired := try.Err() != nil
+		cancelTry()
+		switch {
+		case err == nil:
+			return conn, nil
+		case ctx.Err() != nil:
+			return nil, err
+		case step.Err() != nil:
+			return nil, fmt.Errorf("%w: no connection to %v within %v (%d tries): %v",
+				ErrConnectTimeout, raddr, time.Since(start).Round(time.Millisecond), tries, err)
+		case !tryExpired:
+			return nil, err // rejected, unreachable: trying again changes nothing
+		}
+	}
+}
+
 // Client runs rping -c against the server at raddr.
 func Client(ctx context.Context, dev *roce.Device, raddr netip.AddrPort, cfg Config) error {
 	if err := cfg.check(); err != nil {
@@ -183,8 +242,7 @@ func Client(ctx context.Context, dev *roce.Device, raddr netip.AddrPort, cfg Con
 	}
 	e := &endpoint{cfg: cfg}
 	defer e.close()
-	conn, err := cm.Dial(ctx, dev, raddr, cm.DialOptions{QP: qpOptions(e, true),
-		ResponderResources: 1, InitiatorDepth: 1, RetryCount: 7, RNRRetryCount: 7})
+	conn, err := e.connect(ctx, dev, raddr)
 	if err != nil {
 		return err
 	}

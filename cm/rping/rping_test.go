@@ -3,6 +3,7 @@ package rping
 import (
 	"bytes"
 	"context"
+	"errors"
 	"net"
 	"net/netip"
 	"strings"
@@ -82,5 +83,22 @@ func TestConfig(t *testing.T) {
 	}
 	if MinSize != 26 {
 		t.Errorf("MinSize %d, rping's RPING_MIN_BUFSIZE is 26", MinSize)
+	}
+}
+
+// A client whose server does not answer fails when its connect step
+// expires, not after cm.Dial's own retries, and says so.
+func TestConnectTimeout(t *testing.T) {
+	da, _ := devPair(t)                             // b runs no connection manager: nothing answers
+	raddr := netip.AddrPortFrom(addrB, DefaultPort) // a device, nobody listening
+	start := time.Now()
+	err := Client(context.Background(), da, raddr, Config{Count: 1,
+		ConnectTimeout: 1500 * time.Millisecond, ConnectAttempt: 500 * time.Millisecond})
+	took := time.Since(start)
+	if !errors.Is(err, ErrConnectTimeout) || !strings.Contains(err.Error(), "connect step expired") {
+		t.Errorf("%v: error %v, want ErrConnectTimeout", raddr, err)
+	}
+	if took > 4*time.Second {
+		t.Errorf("%v: failed after %v, the bound is 1.5 s", raddr, took)
 	}
 }

@@ -17,6 +17,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/goroce/goroce/cmd/rocectl/devstat"
 	"github.com/goroce/goroce/cuobj"
 	"github.com/goroce/goroce/cuobj/s3rdma"
 	"github.com/goroce/goroce/ib"
@@ -69,6 +72,7 @@ func runCuobj(args []string, stdout, stderr io.Writer) int {
 	}
 	rdmaAddr := fs.String("rdma", defRDMA, "`address` of the goroce device (the UDP link binds it)")
 	udpPort := fs.Int("udp-port", 4791, "UDP `port` of the RoCEv2 link, the same on both ends")
+	metrics := fs.String("metrics", "", devstat.MetricsUsage+" (serve)")
 	verbose := fs.Bool("v", false, "log what the cuObject layer does")
 	pathMTU := fs.Int("path-mtu", 0, "path `MTU` of the server's RC connections: 256 … 4096, what both ends' links carry; 0: the device's active MTU (serve)")
 	if err := cliflag.Parse(fs, args[1:]); err != nil {
@@ -101,13 +105,20 @@ func runCuobj(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	defer dev.Close()
+	reg := prometheus.NewRegistry()
+	stopStats, err := devstat.Start(dev, devstat.Options{Command: "cuobj " + sub, Metrics: *metrics, Registry: reg}, stderr)
+	if err != nil {
+		fmt.Fprintln(stderr, "rocectl cuobj "+sub+":", err)
+		return 1
+	}
+	defer stopStats()
 	switch sub {
 	case "serve":
 		if fs.NArg() != 1 {
 			fs.Usage()
 			return 2
 		}
-		return cuobjServe(dev, a, mtu, uint16(*udpPort), *listen, fs.Arg(0), telem, stdout, stderr)
+		return cuobjServe(dev, a, mtu, uint16(*udpPort), *listen, fs.Arg(0), telem, reg, stdout, stderr)
 	default:
 		if fs.NArg() != 2 {
 			fs.Usage()
@@ -131,7 +142,7 @@ func openEmbedded(a netip.Addr, port uint16, logger *slog.Logger) (*roce.Device,
 	return d, nil
 }
 
-func cuobjServe(dev *roce.Device, a netip.Addr, mtu ib.MTU, udpPort uint16, listen, dir string, telem *cuobj.Telemetry, stdout, stderr io.Writer) int {
+func cuobjServe(dev *roce.Device, a netip.Addr, mtu ib.MTU, udpPort uint16, listen, dir string, telem *cuobj.Telemetry, reg *prometheus.Registry, stdout, stderr io.Writer) int {
 	rs, err := cuobj.NewServer(dev, netip.AddrPortFrom(a, 18515), cuobj.ServerOptions{Telemetry: telem, PathMTU: mtu})
 	if err != nil {
 		fmt.Fprintln(stderr, "rocectl cuobj serve:", err)
@@ -143,6 +154,18 @@ func cuobjServe(dev *roce.Device, a netip.Addr, mtu ib.MTU, udpPort uint16, list
 		fmt.Fprintln(stderr, "rocectl cuobj serve:", err)
 		return 1
 	}
+	st := rs.Stats()
+	devstat.CounterFuncs(reg, "cuobj_server_", map[string]func() uint64{
+		"gets": st.Gets.Load, "get_bytes": st.GetBytes.Load, "puts": st.Puts.Load, "put_bytes": st.PutBytes.Load,
+		"failed": st.Failed.Load, "resets": st.Resets.Load, "refused": st.Refused.Load,
+		"plain_gets": s.PlainGets.Load, "plain_puts": s.PlainPuts.Load,
+	}, map[string]string{
+		"gets": "RDMA GETs completed.", "get_bytes": "Bytes written by RDMA GETs.",
+		"puts": "RDMA PUTs completed.", "put_bytes": "Bytes read by RDMA PUTs.",
+		"failed": "Failed RDMA completions.", "resets": "QP resets after failures.",
+		"refused":    "Requests refused before submission.",
+		"plain_gets": "S3 GETs served without RDMA.", "plain_puts": "S3 PUTs served without RDMA.",
+	})
 	ln, err := net.Listen("tcp", listen)
 	if err != nil {
 		fmt.Fprintln(stderr, "rocectl cuobj serve:", err)
@@ -159,7 +182,6 @@ func cuobjServe(dev *roce.Device, a netip.Addr, mtu ib.MTU, udpPort uint16, list
 	}()
 	fmt.Fprintf(stdout, "serving %s on http://%s, RDMA from %v (UDP link, port %d)\n", dir, ln.Addr(), a, udpPort)
 	err = hs.Serve(ln)
-	st := rs.Stats()
 	fmt.Fprintf(stdout, "RDMA: %d GETs (%d bytes written), %d PUTs (%d bytes read), %d failed; plain: %d GETs, %d PUTs\n",
 		st.Gets.Load(), st.GetBytes.Load(), st.Puts.Load(), st.PutBytes.Load(), st.Failed.Load(),
 		s.PlainGets.Load(), s.PlainPuts.Load())

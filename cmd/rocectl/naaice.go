@@ -14,6 +14,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/goroce/goroce/cmd/rocectl/devstat"
 	"github.com/goroce/goroce/internal/cliflag"
 	"github.com/goroce/goroce/naaice"
 	"github.com/goroce/goroce/naaice/mrsp"
@@ -97,6 +100,7 @@ func naaiceServe(args []string, stdout, stderr io.Writer) int {
 	rpcs := fs.Uint64("rpcs", 0, "exit after `N` RPCs were served (0: until interrupted)")
 	conns := fs.Int("conns", 16, "`connections` served at once")
 	link := fs.String("link", "auto", "packet `link`: xdp, udp or auto")
+	metrics := fs.String("metrics", "", devstat.MetricsUsage)
 	if err := cliflag.Parse(fs, args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
@@ -123,9 +127,17 @@ func naaiceServe(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	defer dev.Close()
+	reg := prometheus.NewRegistry()
+	stopStats, err := devstat.Start(dev, devstat.Options{Command: "naaice serve", Metrics: *metrics, Registry: reg}, stderr)
+	if err != nil {
+		fmt.Fprintln(stderr, "rocectl naaice serve:", err)
+		return 1
+	}
+	defer stopStats()
 	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	srv := naaice.NewServer(dev, naaice.ServerOptions{MaxConns: *conns, Logger: logger})
 	naaice.ExampleRoutines(srv)
+	naaiceMetrics(reg, srv)
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	if *rpcs > 0 {
@@ -180,6 +192,7 @@ func naaiceCall(args []string, stdout, stderr io.Writer) int {
 	ifname := fs.String("d", "", "network `interface` (default: the route to remote-ip)")
 	fs.StringVar(ifname, "i", "", "network `interface` (alias of -d)")
 	link := fs.String("link", "auto", "packet `link`: xdp, udp or auto")
+	metrics := fs.String("metrics", "", devstat.MetricsUsage)
 	timeout := fs.Duration("t", 2*time.Minute, "give up after this `duration`")
 	if err := cliflag.Parse(fs, args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -244,6 +257,12 @@ func naaiceCall(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	defer dev.Close()
+	stopStats, err := devstat.Start(dev, devstat.Options{Command: "naaice call", Metrics: *metrics}, stderr)
+	if err != nil {
+		fmt.Fprintln(stderr, "rocectl naaice call:", err)
+		return 1
+	}
+	defer stopStats()
 	err = naaiceRun(ctx, dev, local, netip.AddrPortFrom(remote, uint16(*port)), params, uint8(*fn), *rpcs, *pause, stdout)
 	desc := fmt.Sprintf("%d RPCs of function %d on %d regions (%s)", *rpcs, *fn, n, strings.Join(fields[:n], " "))
 	if err != nil {
@@ -315,4 +334,35 @@ func naaiceRun(ctx context.Context, dev *roce.Device, local netip.Addr, remote n
 	// Close sends the DREQ without waiting for the answer, as the C host's
 	// rdma_disconnect does: the C software NAA never sends a DREP.
 	return nil
+}
+
+// naaiceMetrics registers the software NAA's counters in reg, read from
+// srv.Counters at each scrape.
+func naaiceMetrics(reg *prometheus.Registry, srv *naaice.Server) {
+	ctr := func(get func(naaice.ServerCounters) uint64) func() uint64 {
+		return func() uint64 { return get(srv.Counters()) }
+	}
+	devstat.CounterFuncs(reg, "naaice_server_", map[string]func() uint64{
+		"accepted":          ctr(func(c naaice.ServerCounters) uint64 { return c.Accepted }),
+		"rejected":          ctr(func(c naaice.ServerCounters) uint64 { return c.Rejected }),
+		"rpcs":              ctr(func(c naaice.ServerCounters) uint64 { return c.RPCs }),
+		"rpc_errors":        ctr(func(c naaice.ServerCounters) uint64 { return c.RPCErrors }),
+		"mrsp_errors":       ctr(func(c naaice.ServerCounters) uint64 { return c.MRSPErrors }),
+		"unknown_function":  ctr(func(c naaice.ServerCounters) uint64 { return c.UnknownFunction }),
+		"host_aborts":       ctr(func(c naaice.ServerCounters) uint64 { return c.HostAborts }),
+		"out_of_order":      ctr(func(c naaice.ServerCounters) uint64 { return c.OutOfOrder }),
+		"completion_errors": ctr(func(c naaice.ServerCounters) uint64 { return c.CompletionErrors }),
+		"disconnects":       ctr(func(c naaice.ServerCounters) uint64 { return c.Disconnects }),
+		"idle_timeouts":     ctr(func(c naaice.ServerCounters) uint64 { return c.IdleTimeouts }),
+		"idle_evicted":      ctr(func(c naaice.ServerCounters) uint64 { return c.IdleEvicted }),
+	}, map[string]string{
+		"accepted": "Connections accepted.", "rejected": "Connections rejected.",
+		"rpcs": "RPCs completed.", "rpc_errors": "RPCs completed with a non-zero code.",
+		"mrsp_errors": "AARs answered with an MRSP error.", "unknown_function": "RPCs with no routine.",
+		"host_aborts": "Host error writes.", "out_of_order": "Messages or completions the state did not allow.",
+		"completion_errors": "Failed work completions.", "disconnects": "Hosts that left during an MRSP or RPC.",
+		"idle_timeouts": "Connections closed for idling.", "idle_evicted": "Idle connections closed to admit a new one.",
+	})
+	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "naaice_server_active_connections",
+		Help: "Connections being served."}, func() float64 { return float64(srv.Counters().Active) }))
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/vishvananda/netlink"
 
 	"github.com/goroce/goroce/cm/rping"
+	"github.com/goroce/goroce/cmd/rocectl/devstat"
 	"github.com/goroce/goroce/internal/cliflag"
 	"github.com/goroce/goroce/netdev"
 	"github.com/goroce/goroce/roce"
@@ -51,6 +52,8 @@ func runRping(args []string, stdout, stderr io.Writer) int {
 	_ = fs.Bool("d", false, "debug printfs (accepted for compatibility); -d `interface` names the interface, as -i")
 	ifname := fs.String("i", "", "network `interface` to run RoCEv2 on (default: the one owning -a, or routing to it)")
 	link := fs.String("link", "auto", "packet `link`: xdp, udp or auto")
+	metrics := fs.String("metrics", "", devstat.MetricsUsage)
+	connectTimeout := fs.Duration("connect-timeout", rping.DefaultConnectTimeout, "client: give up connecting after this `duration`, tries of "+rping.DefaultConnectAttempt.String()+" each")
 	if err := cliflag.Parse(fs, rpingInterfaceFlag(args)); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
@@ -72,7 +75,8 @@ func runRping(args []string, stdout, stderr io.Writer) int {
 	} else {
 		a = netip.IPv4Unspecified()
 	}
-	cfg := rping.Config{Size: *size, Count: *count, Verbose: *verbose, Validate: *validate, Out: stdout}
+	cfg := rping.Config{Size: *size, Count: *count, Verbose: *verbose, Validate: *validate, Out: stdout,
+		ConnectTimeout: *connectTimeout}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
 	name := *ifname
@@ -101,6 +105,12 @@ func runRping(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	defer dev.Close()
+	stopStats, err := devstat.Start(dev, devstat.Options{Command: "rping", Metrics: *metrics}, stderr)
+	if err != nil {
+		fmt.Fprintln(stderr, "rocectl rping:", err)
+		return 1
+	}
+	defer stopStats()
 	ap := netip.AddrPortFrom(a, uint16(*port))
 	if *server {
 		err = rping.Server(ctx, dev, ap, cfg)

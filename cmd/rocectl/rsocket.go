@@ -14,9 +14,13 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/goroce/goroce/cmd/rocectl/devstat"
 	"github.com/goroce/goroce/internal/cliflag"
 	"github.com/goroce/goroce/netdev"
 	"github.com/goroce/goroce/roce"
+	"github.com/goroce/goroce/rsocket"
 	"github.com/goroce/goroce/rsocket/rcopy"
 	"github.com/goroce/goroce/rsocket/riostream"
 	"github.com/goroce/goroce/rsocket/rstream"
@@ -39,14 +43,16 @@ func init() {
 
 // rsFlags are the goroce-only flags of the rsocket tools: where to run.
 type rsFlags struct {
-	ifname *string
-	link   *string
+	ifname  *string
+	link    *string
+	metrics *string
 }
 
 func addRSFlags(fs *flag.FlagSet) rsFlags {
 	return rsFlags{
-		ifname: fs.String("d", "", "goroce: network `interface` to run RoCEv2 on (default: the one owning -b, or routing to the server)"),
-		link:   fs.String("link", "auto", "goroce: packet `link`: xdp, udp or auto"),
+		ifname:  fs.String("d", "", "goroce: network `interface` to run RoCEv2 on (default: the one owning -b, or routing to the server)"),
+		link:    fs.String("link", "auto", "goroce: packet `link`: xdp, udp or auto"),
+		metrics: fs.String("metrics", "", "goroce: "+devstat.MetricsUsage),
 	}
 }
 
@@ -251,6 +257,12 @@ func runRstream(args []string, stdout, stderr io.Writer) int {
 			return 1
 		}
 		defer dev.Close()
+		stopStats, err := devstat.Start(dev, devstat.Options{Command: "rstream", Metrics: *rf.metrics, Registry: rsocketMetrics()}, stderr)
+		if err != nil {
+			fmt.Fprintln(stderr, "rocectl rstream:", err)
+			return 1
+		}
+		defer stopStats()
 	}
 	cfg := rstream.Config{Server: server, Dst: *sf.dst, Bind: *sf.bind, Port: *sf.port, BufferSize: *sf.buffer,
 		InlineSize: *sf.inline, Iterations: *sf.iters, Count: *sf.count, Size: sf.sizeValue(), SizeAll: sf.sizeAll,
@@ -299,6 +311,12 @@ func runRiostream(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	defer dev.Close()
+	stopStats, err := devstat.Start(dev, devstat.Options{Command: "riostream", Metrics: *rf.metrics, Registry: rsocketMetrics()}, stderr)
+	if err != nil {
+		fmt.Fprintln(stderr, "rocectl riostream:", err)
+		return 1
+	}
+	defer stopStats()
 	cfg := riostream.Config{Server: server, Dst: *sf.dst, Bind: *sf.bind, Port: *sf.port, BufferSize: *sf.buffer,
 		InlineSize: *sf.inline, Iterations: *sf.iters, Count: *sf.count, Size: sf.sizeValue(), SizeAll: sf.sizeAll,
 		Custom: sf.custom, Verify: sf.verify, IPv6: sf.v6, Out: stdout}
@@ -366,6 +384,12 @@ func runRcopy(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	defer dev.Close()
+	stopStats, err := devstat.Start(dev, devstat.Options{Command: "rcopy", Metrics: *rf.metrics, Registry: rsocketMetrics()}, stderr)
+	if err != nil {
+		fmt.Fprintln(stderr, "rocectl rcopy:", err)
+		return 1
+	}
+	defer stopStats()
 	if server {
 		s := &rcopy.Server{Dev: dev, Port: *port, Out: stdout}
 		if err := s.Run(ctx); err != nil {
@@ -379,4 +403,29 @@ func runRcopy(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	return 0
+}
+
+// rsocketMetrics is a registry of package rsocket's counters
+// (rsocket.ReadStats), read at each scrape.
+func rsocketMetrics() *prometheus.Registry {
+	reg := prometheus.NewRegistry()
+	st := func(get func(rsocket.Stats) uint64) func() uint64 {
+		return func() uint64 { return get(rsocket.ReadStats()) }
+	}
+	devstat.CounterFuncs(reg, "rsocket_", map[string]func() uint64{
+		"rejected_version":   st(func(s rsocket.Stats) uint64 { return s.RejectedVersion }),
+		"rejected_conn_data": st(func(s rsocket.Stats) uint64 { return s.RejectedConnData }),
+		"protocol_errors":    st(func(s rsocket.Stats) uint64 { return s.ProtocolErrors }),
+		"close_timeouts":     st(func(s rsocket.Stats) uint64 { return s.CloseTimeouts }),
+		"handshake_timeouts": st(func(s rsocket.Stats) uint64 { return s.HandshakeTimeouts }),
+	}, map[string]string{
+		"rejected_version":   "Connection requests refused for an rs_conn_data version other than 1.",
+		"rejected_conn_data": "Connection requests refused for malformed rs_conn_data.",
+		"protocol_errors":    "Connections ended because the peer broke the protocol.",
+		"close_timeouts":     "Closes that stopped waiting for the peer's DISCONNECT acknowledgement.",
+		"handshake_timeouts": "Accept handshakes abandoned (the peer never sent its RTU).",
+	})
+	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "rsocket_connections",
+		Help: "rsocket connections open."}, func() float64 { return float64(rsocket.ReadStats().Conns) }))
+	return reg
 }

@@ -25,21 +25,11 @@ func init() {
 	})
 }
 
-// publishStats makes dev's counters visible to "rocectl stat" (package
-// devstat) until the returned function is called. Commands that run a
-// device call it right after opening it:
-//
-//	defer publishStats(dev, "perf", stderr)()
-//
-// Failing to publish (another device already publishes the interface) is
-// reported on stderr and is not fatal.
+// publishStats makes dev's counters visible to "rocectl stat" until the
+// returned function is called (devstat.Start without metrics).
 func publishStats(dev *roce.Device, command string, stderr io.Writer) (stop func()) {
-	p, err := devstat.Publish(dev, command)
-	if err != nil {
-		fmt.Fprintf(stderr, "rocectl %s: counters not published: %v\n", command, err)
-		return func() {}
-	}
-	return func() { p.Close() }
+	stop, _ = devstat.Start(dev, devstat.Options{Command: command}, stderr)
+	return stop
 }
 
 // statEntry is what stat reports about one interface.

@@ -41,6 +41,12 @@ func TestValidate(t *testing.T) {
 		{"rstream", "-S 0", "rocectl rstream: -S 0: must be at least 1"},
 		{"rstream", "-p http", ""},
 		{"perf", "-s 0 -p 1", ""},
+		{"rping", "-metrics 127.0.0.1:0", ""},
+		{"rping", "-metrics :9100", ""},
+		{"rping", "-metrics [::1]:http", ""},
+		{"rping", "-metrics 9100", `rocectl rping: -metrics 9100: not host:port ("127.0.0.1:9100", ":9100")`},
+		{"rping", "-metrics 127.0.0.1:70000", "rocectl rping: -metrics 127.0.0.1:70000: must be at most 65535"},
+		{"rping", "-metrics 127.0.0.1:", "rocectl rping: -metrics 127.0.0.1:: no port"},
 	} {
 		fs := flag.NewFlagSet(tc.set, flag.ContinueOnError)
 		var out bytes.Buffer
@@ -50,6 +56,7 @@ func TestValidate(t *testing.T) {
 		fs.Int("t", 0, "")
 		fs.String("S", "", "")
 		fs.Duration("timeout", 0, "")
+		fs.String("metrics", "", "")
 		if tc.set == "rstream" {
 			fs = flag.NewFlagSet(tc.set, flag.ContinueOnError)
 			fs.SetOutput(&out)

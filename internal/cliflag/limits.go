@@ -7,6 +7,7 @@ import (
 	"bufio"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"strconv"
 	"strings"
@@ -77,25 +78,26 @@ var (
 var limits = map[string]map[string]check{
 	"perf": {"s": sizeOrZero, "n": itersOrZero, "x": gidIndex, "t": depthOrZero, "r": depthOrZero,
 		"Q": intRange(0, maxWR, "the deepest queue a QP takes"), "p": port, "timeout": timeout},
-	"pingpong":     {"s": sizeOrZero, "n": iters, "g": gidIndex, "r": depth, "p": port, "timeout": timeout},
-	"rstream":      rsLimits(true),
-	"riostream":    rsLimits(false),
-	"rcopy":        {"p": portOrName},
-	"rping":        {"p": port, "C": nonNegative, "S": intRange(rpingMinSize, 64*1024-1, "rping's buffer")},
-	"naaice serve": {"p": port, "conns": intRange(1, 1<<16, ""), "rpcs": nonNegative},
+	"pingpong":  {"s": sizeOrZero, "n": iters, "g": gidIndex, "r": depth, "p": port, "timeout": timeout},
+	"rstream":   rsLimits(true),
+	"riostream": rsLimits(false),
+	"rcopy":     {"p": portOrName, "metrics": listenAddr},
+	"rping": {"p": port, "C": nonNegative, "S": intRange(rpingMinSize, 64*1024-1, "rping's buffer"),
+		"metrics": listenAddr, "connect-timeout": period},
+	"naaice serve": {"p": port, "conns": intRange(1, 1<<16, ""), "rpcs": nonNegative, "metrics": listenAddr},
 	"naaice call": {"f": intRange(1, 127, "7-bit function code"), "n": positive, "p": port,
-		"pause": timeout, "t": period},
-	"fpga recv": {"count": nonNegative, "timeout": timeout, "peer-qpn": psn, "peer-rq-psn": psn,
+		"pause": timeout, "t": period, "metrics": listenAddr},
+	"fpga recv": {"metrics": listenAddr, "count": nonNegative, "timeout": timeout, "peer-qpn": psn, "peer-rq-psn": psn,
 		"peer-sq-psn": psn, "gid-index": gidIndex, "max-payload": size, "depth": depth,
 		"rnr-timer": intRange(0, 31, "5-bit code"), "idle": timeout, "hold": timeout},
-	"fpga send": {"count": nonNegative, "timeout": timeout, "peer-qpn": psn, "peer-rq-psn": psn,
+	"fpga send": {"metrics": listenAddr, "count": nonNegative, "timeout": timeout, "peer-qpn": psn, "peer-rq-psn": psn,
 		"peer-sq-psn": psn, "size": intRange(1, 4096, "the largest path MTU"), "rate": nonNegativeFloat,
 		"channel": intRange(0, 255, "8-bit"), "retry": intRange(0, 7, "3-bit"), "peer-mr-rkey": u32,
 		"peer-max-payload": sizeOrZero, "peer-depth": depthOrZero},
 	"capture":     {"c": nonNegative, "duration": timeout, "port": port, "s": intRange(1, 262144, "the pcap snapshot limit")},
-	"cuobj serve": {"udp-port": port},
-	"cuobj get":   {"udp-port": port},
-	"cuobj put":   {"udp-port": port},
+	"cuobj serve": {"udp-port": port, "metrics": listenAddr},
+	"cuobj get":   {"udp-port": port, "metrics": listenAddr},
+	"cuobj put":   {"udp-port": port, "metrics": listenAddr},
 	"link attach": {"port": port, "duration": timeout},
 }
 
@@ -104,11 +106,30 @@ const rpingMinSize = int64(len("2147483647") + 1 + len("rdma-ping-%d: ") + 1)
 
 func rsLimits(keepalive bool) map[string]check {
 	m := map[string]check{"S": transferSize, "C": positive, "I": positive, "B": intRange(0, 1<<30, ""),
-		"i": intRange(0, 1<<16, ""), "p": portOrName}
+		"i": intRange(0, 1<<16, ""), "p": portOrName, "metrics": listenAddr}
 	if keepalive {
 		m["k"] = nonNegative
 	}
 	return m
+}
+
+// listenAddr is a TCP address to listen on, as net.Listen takes it:
+// [host]:port, the port a number (0: any free port) or a service name.
+func listenAddr(s string) error {
+	host, p, err := net.SplitHostPort(s)
+	if err != nil {
+		return errors.New("not host:port (\"127.0.0.1:9100\", \":9100\")")
+	}
+	if strings.ContainsAny(host, "/ ") {
+		return errors.New("not a host name or address")
+	}
+	if p == "" {
+		return errors.New("no port")
+	}
+	if p[0] >= '0' && p[0] <= '9' || p[0] == '-' {
+		return intRange(0, 65535, "")(p)
+	}
+	return nil
 }
 
 // transferSize is rstream's -S: a size, or "all".

@@ -11,11 +11,14 @@
 // publishing devices of the caller's network namespace in
 // /proc/thread-self/net/unix. Only root and the publishing user may read.
 //
-// A command that opens a device publishes it in two lines:
+// A long-running command calls Start right after opening its device; it
+// publishes the device for the command's lifetime (a failure to publish is
+// a warning) and, with Options.Metrics, serves the device's counters and
+// the protocol's (Options.Registry) to Prometheus at /metrics:
 //
-//	pub, err := devstat.Publish(dev, "perf")
-//	if err != nil { ... } // a second device on the interface, for example
-//	defer pub.Close()
+//	stop, err := devstat.Start(dev, devstat.Options{Command: "rping", Metrics: addr}, stderr)
+//	if err != nil { ... } // the metrics address could not be listened on
+//	defer stop()
 //
 // ProgramStats reads the counters of the steering program (package bpf)
 // attached to an interface from the kernel, by program id, so it also

@@ -33,6 +33,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/goroce/goroce/cmd/rocectl/devstat"
 	"github.com/goroce/goroce/fpga"
 	"github.com/goroce/goroce/fpga/emulator"
 	"github.com/goroce/goroce/ib"
@@ -86,6 +89,9 @@ type RecvConfig struct {
 	Peer       *Params       // the FPGA's values from flags; nil: read a line from stdin
 	Write      bool          // accept only the gen-1 data path
 	Send       bool          // accept only the gen-2 data path
+	// Metrics, if set, gets the receive server's counters (fpga.Stats),
+	// read at each scrape.
+	Metrics *prometheus.Registry
 }
 
 // SendConfig configures "fpga send".
@@ -207,6 +213,9 @@ func Recv(ctx context.Context, dev *roce.Device, cfg RecvConfig, stdin io.Reader
 	defer s.Stop()
 	if log != nil {
 		s.SetLogger(log)
+	}
+	if cfg.Metrics != nil {
+		serverMetrics(cfg.Metrics, s)
 	}
 	switch {
 	case cfg.Write && !cfg.Send:
@@ -412,4 +421,29 @@ func Send(ctx context.Context, dev *roce.Device, cfg SendConfig, stdin io.Reader
 	}
 	printJSON(stdout, res)
 	return res, err
+}
+
+// serverMetrics registers the receive server's counters in reg.
+func serverMetrics(reg *prometheus.Registry, s *fpga.Server) {
+	st := func(get func(fpga.Stats) uint64) func() uint64 {
+		return func() uint64 { return get(s.Stats()) }
+	}
+	devstat.CounterFuncs(reg, "fpga_server_", map[string]func() uint64{
+		"frames":        st(func(x fpga.Stats) uint64 { return x.Frames }),
+		"bytes":         st(func(x fpga.Stats) uint64 { return x.Bytes }),
+		"bad_slot":      st(func(x fpga.Stats) uint64 { return x.BadSlot }),
+		"bad_length":    st(func(x fpga.Stats) uint64 { return x.BadLength }),
+		"bad_opcode":    st(func(x fpga.Stats) uint64 { return x.BadOpcode }),
+		"bad_status":    st(func(x fpga.Stats) uint64 { return x.BadStatus }),
+		"bad_duplicate": st(func(x fpga.Stats) uint64 { return x.BadDuplicate }),
+		"bad_release":   st(func(x fpga.Stats) uint64 { return x.BadRelease }),
+	}, map[string]string{
+		"frames": "Frames received.", "bytes": "Payload bytes received.",
+		"bad_slot":   "Completions with a work request ID out of range.",
+		"bad_length": "Completions of zero length or longer than the slot.",
+		"bad_opcode": "Completions of another data path.", "bad_status": "Error completions other than a flush.",
+		"bad_duplicate": "Second completions of a slot not posted.", "bad_release": "Frames released twice.",
+	})
+	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "fpga_server_held_slots",
+		Help: "Slots consumers hold now."}, func() float64 { return float64(s.Stats().Held) }))
 }

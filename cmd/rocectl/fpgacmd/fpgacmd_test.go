@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/goroce/goroce/link/udplink"
 	"github.com/goroce/goroce/netdev"
 	"github.com/goroce/goroce/roce"
@@ -76,9 +78,10 @@ func TestPipes(t *testing.T) {
 				depth = 4
 			}
 			recvDone := make(chan error, 1)
+			reg := prometheus.NewRegistry()
 			go func() {
 				_, err := Recv(ctx, host, RecvConfig{GIDIndex: -1, MaxPayload: 4096, Depth: depth, Count: n, Verify: true,
-					Hold: tc.hold, Out: &frames, Write: tc.write}, toRecv, io.MultiWriter(&recvOut, fromRecv), quiet)
+					Hold: tc.hold, Out: &frames, Write: tc.write, Metrics: reg}, toRecv, io.MultiWriter(&recvOut, fromRecv), quiet)
 				recvDone <- err
 			}()
 			sr, err := Send(ctx, fdev, SendConfig{Count: n, Size: 1000, Channel: 3, Write: tc.write}, toSend, io.MultiWriter(&sendOut, fromSend))
@@ -89,6 +92,10 @@ func TestPipes(t *testing.T) {
 				t.Fatalf("recv: %v\n%s", err, recvOut.String())
 			}
 			rr := lastResult(t, recvOut.String())
+			// --metrics: the receive server's counters, as scraped.
+			if got := gathered(t, reg, "fpga_server_frames_total"); got != n {
+				t.Errorf("fpga_server_frames_total %v, want %d", got, n)
+			}
 			if rr.Frames != n || rr.Bytes != n*1000 || rr.Errors != 0 || rr.DataErrors != 0 || rr.Channels["3"] != n || frames.Len() != n*1000 {
 				t.Fatalf("recv result %+v, %d bytes written", rr, frames.Len())
 			}
@@ -183,4 +190,23 @@ func osPipe(t *testing.T) (*os.File, *os.File) {
 	}
 	t.Cleanup(func() { r.Close(); w.Close() })
 	return r, w
+}
+
+// gathered is the value of the metric name in reg (-1: absent).
+func gathered(t *testing.T, reg *prometheus.Registry, name string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name && len(mf.GetMetric()) == 1 {
+			m := mf.GetMetric()[0]
+			if c := m.GetCounter(); c != nil {
+				return c.GetValue()
+			}
+			return m.GetGauge().GetValue()
+		}
+	}
+	return -1
 }

@@ -12,6 +12,9 @@ import (
 	"os/signal"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/goroce/goroce/cmd/rocectl/devstat"
 	"github.com/goroce/goroce/ib"
 	"github.com/goroce/goroce/internal/cliflag"
 	"github.com/goroce/goroce/netdev"
@@ -50,6 +53,7 @@ func run(mode string, args []string, stdin io.Reader, stdout, stderr io.Writer) 
 	ifname := fs.String("d", "", "network `interface` to run RoCEv2 on")
 	fs.StringVar(ifname, "i", "", "network `interface` (alias of -d)")
 	link := fs.String("link", "auto", "packet `link`: xdp, udp or auto")
+	metrics := fs.String("metrics", "", devstat.MetricsUsage)
 	pmtu := fs.Int("pmtu", 0, "path MTU in `bytes` (256..4096; 0: the port's active MTU)")
 	write := fs.Bool("write", false, "gen-1 data path: RDMA WRITE WITH IMMEDIATE (recv: accept only it)")
 	count := fs.Uint64("count", 0, "`frames` to send or receive (0: until interrupted)")
@@ -142,9 +146,16 @@ func run(mode string, args []string, stdin io.Reader, stdout, stderr io.Writer) 
 		return 1
 	}
 	defer dev.Close()
+	reg := prometheus.NewRegistry()
+	stopStats, err := devstat.Start(dev, devstat.Options{Command: "fpga " + mode, Metrics: *metrics, Registry: reg}, stderr)
+	if err != nil {
+		fmt.Fprintln(stderr, "rocectl fpga "+mode+":", err)
+		return 1
+	}
+	defer stopStats()
 	if mode == "recv" {
 		cfg := RecvConfig{GIDIndex: *gidIndex, MaxPayload: *maxPayload, Depth: *depth, PMTU: mtu, RNRTimer: uint8(*rnr),
-			Count: *count, Idle: *idle, Verify: *verify, Hold: *hold, Peer: peer, Write: *write, Send: *send}
+			Count: *count, Idle: *idle, Verify: *verify, Hold: *hold, Peer: peer, Write: *write, Send: *send, Metrics: reg}
 		if *fpgaIP != "" {
 			if cfg.FPGAAddr, err = netip.ParseAddr(*fpgaIP); err != nil {
 				fmt.Fprintln(stderr, "rocectl fpga:", err)
