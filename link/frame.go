@@ -150,20 +150,26 @@ type Header struct {
 }
 
 // HeaderSize returns the size of the prefix Put writes for this header
-// (Ethernet + IPv4 or IPv6 + UDP; an IPv4-mapped source is IPv4, as Put
-// writes it).
+// (Ethernet + IPv4 or IPv6 + UDP, as v4 says).
 func (h *Header) HeaderSize() int {
-	if h.SrcAddr.Unmap().Is4() {
+	if h.v4() {
 		return EthernetSize + IPv4Size + UDPSize
 	}
 	return EthernetSize + IPv6Size + UDPSize
 }
 
+// v4 reports whether Put writes an IPv4 header: when both addresses are
+// IPv4 or IPv4-mapped. Any other pair, mixed families included, is written
+// as IPv6 with the addresses' 16-byte forms, never a panic.
+func (h *Header) v4() bool {
+	return h.SrcAddr.Unmap().Is4() && h.DstAddr.Unmap().Is4()
+}
+
 // Put writes the Ethernet, IP and UDP headers for a payload of payloadLen
 // bytes into b[:h.HeaderSize()] and returns that size. The IPv4 header
 // checksum is computed; the UDP checksum is left zero (RoCEv2 does not use
-// it, and the ICRC masks it). SrcAddr and DstAddr must both be IPv4 (or
-// IPv4-mapped: they are unmapped) or both IPv6; b must be large enough.
+// it, and the ICRC masks it). Both addresses IPv4 (or IPv4-mapped: they are
+// unmapped) give an IPv4 header, anything else IPv6; b must be large enough.
 func (h *Header) Put(b []byte, payloadLen int) int {
 	src, dst := h.SrcAddr.Unmap(), h.DstAddr.Unmap()
 	n := h.HeaderSize()
@@ -172,7 +178,7 @@ func (h *Header) Put(b []byte, payloadLen int) int {
 	copy(b[6:12], h.Src[:])
 	ip := b[EthernetSize:]
 	var udp []byte
-	if src.Is4() {
+	if h.v4() {
 		binary.BigEndian.PutUint16(b[12:], EtherTypeIPv4)
 		ip[0] = 0x45
 		ip[1] = h.TOS

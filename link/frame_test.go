@@ -172,3 +172,26 @@ func FuzzParseFrame(f *testing.F) {
 		}
 	})
 }
+
+// A pair of addresses of mixed families (an IPv4-mapped source, an IPv6
+// destination, as an IPv6 frame from the wire may carry) is written as
+// IPv6, never a panic, and HeaderSize agrees with Put.
+func TestHeaderMixedFamilies(t *testing.T) {
+	for _, tc := range []struct{ src, dst string }{
+		{"::ffff:192.0.2.1", "fd00::2"},
+		{"fd00::1", "192.0.2.2"},
+	} {
+		h := Header{SrcAddr: netip.MustParseAddr(tc.src), DstAddr: netip.MustParseAddr(tc.dst), SrcPort: 49152, DstPort: 4791}
+		b := make([]byte, h.HeaderSize()+8)
+		if n := h.Put(b, 8); n != EthernetSize+IPv6Size+UDPSize || n != h.HeaderSize() {
+			t.Fatalf("%s → %s: Put wrote %d, HeaderSize %d", tc.src, tc.dst, n, h.HeaderSize())
+		}
+		f, err := ParseFrame(b)
+		if err != nil || f.Src != netip.AddrFrom16(h.SrcAddr.As16()) || f.Dst != netip.AddrFrom16(h.DstAddr.As16()) {
+			t.Fatalf("%s → %s: parsed %+v, %v", tc.src, tc.dst, f, err)
+		}
+	}
+	var zero Header // no addresses at all
+	b := make([]byte, zero.HeaderSize())
+	zero.Put(b, 0)
+}
