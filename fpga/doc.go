@@ -58,17 +58,9 @@
 // restarts its server. The new QP then takes every packet for a duplicate
 // (acknowledged and discarded) or for one out of sequence (NAKed), and no
 // frame ever completes. The server watches for this until its first frame:
-// when requests keep being rejected as duplicate or out of sequence (at
-// least 16, over half a second, in several of its samples, without a pause
-// of two seconds) and no frame has arrived, Err and Serve report
-// ErrPSNMismatch (the remedy is the firmware's soft reset before the FPGA
-// is programmed again). A stale sender retransmits at every timeout, so
-// its rejections last; a few stray packets do not end Serve: one spoofed
-// from another address is dropped by the QP's address check (bad_addr),
-// one from the FPGA's address with a wrong PSN is discarded as RC defines
-// (a duplicate is acknowledged, one out of sequence NAKed) and the QP
-// waits on for the expected PSN. The counters are the device's (the engine
-// keeps none per QP), so on a device shared with other RC traffic their
-// lasting rejections can also fire the check; it runs only until the
-// first frame.
+// when the device counts duplicate or out-of-sequence requests and no frame
+// has arrived, Err and Serve report ErrPSNMismatch (the remedy is the
+// firmware's soft reset before the FPGA is programmed again). The counters
+// are the device's, so on a device shared with other RC traffic the check
+// can also fire for their duplicates; it runs only until the first frame.
 package fpga

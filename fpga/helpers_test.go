@@ -30,15 +30,7 @@ var (
 // MTU 9000 with the given impairments (host→FPGA, FPGA→host).
 func memDevices(t testing.TB, toFPGA, toHost faultnet.Config) (host, fpgaDev *roce.Device) {
 	t.Helper()
-	host, fpgaDev, _, _ = memDevicesLinks(t, toFPGA, toHost)
-	return host, fpgaDev
-}
-
-// memDevicesLinks is memDevices that also returns the host's and the FPGA's
-// links, so a test can write frames of its own on the FPGA's side.
-func memDevicesLinks(t testing.TB, toFPGA, toHost faultnet.Config) (host, fpgaDev *roce.Device, la, lb *memlink.Link) {
-	t.Helper()
-	la, lb = memlink.PairWithOptions(memlink.Options{AtoB: toFPGA, BtoA: toHost, MTU: 9000})
+	la, lb := memlink.PairWithOptions(memlink.Options{AtoB: toFPGA, BtoA: toHost, MTU: 9000})
 	var err error
 	host, err = roce.OpenLink(la, roce.Options{Addrs: []netip.Addr{hostAddr}, Logger: quiet,
 		Neighbours: map[netip.Addr]net.HardwareAddr{fpgaAddr: lb.HardwareAddr()}})
@@ -52,7 +44,7 @@ func memDevicesLinks(t testing.TB, toFPGA, toHost faultnet.Config) (host, fpgaDe
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { fpgaDev.Close() })
-	return host, fpgaDev, la, lb
+	return host, fpgaDev
 }
 
 // hostParams are the server's values as PyRogue hands them to the FPGA.

@@ -521,29 +521,12 @@ func (s *Server) complete(wc *roce.WorkCompletion, path DataPath) bool {
 
 // watchPSN reports a sender whose PSNs do not match the new QP (see the
 // package documentation) until the first frame arrives.
-//
-// The engine counts duplicate and out-of-sequence requests per device, not
-// per QP, and does not expose a QP's expected PSN; the server's own signal
-// is its frames, so rejections count only while it has received none. A
-// few rejected packets are not a stale sender: RC discards a duplicate or
-// an out-of-window packet (one spoofed from the FPGA's address, say) and
-// goes on waiting for the expected PSN. Only a pattern that lasts is
-// reported (see psnGrace); a pause longer than psnQuiet starts the count
-// again.
 func (s *Server) watchPSN(ctx context.Context, base roce.Counters) {
 	defer close(s.watchDone)
 	t := time.NewTicker(psnTick)
 	defer t.Stop()
-	startPSN := s.qp.Attr().RQPSN
-	rejectedSince := func(c roce.Counters) (dup, oos, rejected uint64) {
-		dup, oos = c.DuplicateRequest-base.DuplicateRequest, c.OutOfSeqRequest-base.OutOfSeqRequest
-		// After one sequence NAK the responder drops further packets
-		// silently until the expected PSN comes (rcvd_dropped).
-		return dup, oos, dup + oos + c.RcvdDropped - base.RcvdDropped
-	}
-	var since, last time.Time // first and latest rejection of the pattern
-	var first, prev uint64    // rejections before the pattern, at the last tick
-	var ticks int             // ticks of the pattern that saw rejections
+	var since time.Time
+	var seen uint64
 	for {
 		select {
 		case <-ctx.Done():
@@ -551,31 +534,28 @@ func (s *Server) watchPSN(ctx context.Context, base roce.Counters) {
 		case <-t.C:
 		}
 		if s.frames.Load() > 0 {
-			return // the sender's PSNs match
+			return
 		}
-		dup, oos, rejected := rejectedSince(s.dev.Counters())
+		c := s.dev.Counters()
+		dup, oos := c.DuplicateRequest-base.DuplicateRequest, c.OutOfSeqRequest-base.OutOfSeqRequest
+		// After one sequence NAK the responder drops further packets
+		// silently until the expected PSN comes (rcvd_dropped).
+		rejected := dup + oos + c.RcvdDropped - base.RcvdDropped
 		if dup+oos == 0 {
-			continue // drops for other reasons do not start a pattern
+			continue
 		}
-		now := time.Now()
-		switch {
-		case rejected != prev && since.IsZero():
+		if since.IsZero() {
 			// A lost first packet also starts with a sequence NAK; the
 			// sender's retransmission mends that well within psnGrace.
-			since, first, ticks = now, prev, 0
-			fallthrough
-		case rejected != prev:
-			prev, last = rejected, now
-			ticks++
-		case since.IsZero():
-			continue
-		case now.Sub(last) > psnQuiet:
-			since = time.Time{} // a burst, not a stale sender
+			since, seen = time.Now(), rejected
 			continue
 		}
-		if now.Sub(since) >= psnGrace && ticks >= psnMinTicks && rejected-first >= psnMinRejected {
+		// A duplicate is answered with an ACK, so a sender whose PSNs are
+		// behind ours stops resending at once: before any frame arrived
+		// it can only be stale. Out-of-sequence requests must persist.
+		if time.Since(since) >= psnGrace && (rejected > seen || dup > 0) {
 			err := fmt.Errorf("%w: expected PSN %#x; since connecting %d duplicate, %d out-of-sequence and %d other rejected requests, no frame",
-				ErrPSNMismatch, startPSN, dup, oos, rejected-dup-oos)
+				ErrPSNMismatch, s.qp.Attr().RQPSN, dup, oos, rejected-dup-oos)
 			s.log.Error("fpga: sender PSNs do not match", "err", err)
 			s.setErr(err)
 			return
@@ -583,17 +563,11 @@ func (s *Server) watchPSN(ctx context.Context, base roce.Counters) {
 	}
 }
 
-// The PSN check samples the device counters every psnTick. It reports a
-// mismatch when psnMinRejected requests were rejected, in at least
-// psnMinTicks of its samples, over at least psnGrace, no two rejections
-// more than psnQuiet apart. A stale sender retransmits at every timeout,
-// so its rejections grow at nearly every tick.
+// The PSN check samples the device counters every psnTick and reports a
+// mismatch that has lasted psnGrace.
 const (
-	psnTick        = 50 * time.Millisecond
-	psnGrace       = 500 * time.Millisecond
-	psnQuiet       = 2 * time.Second
-	psnMinRejected = 16
-	psnMinTicks    = 4
+	psnTick  = 50 * time.Millisecond
+	psnGrace = 500 * time.Millisecond
 )
 
 // Stop ends the receive goroutine and frees the QP, the slab and the CQ.
