@@ -12,17 +12,14 @@ import (
 	"strings"
 )
 
-// resolveScript pings each address given after the MAC until one echo comes
-// back (at most 60 tries of a second each), pins each one's neighbour entry
-// to the MAC (nud permanent), then prints the guest's neighbour table.
-const resolveScript = `mac=$1; shift
-for a in "$@"; do
+// resolveScript pings each address given until one echo comes back (at most
+// 60 tries of a second each), then prints the guest's neighbour table.
+const resolveScript = `for a in "$@"; do
 	i=0
 	until ping -c 1 -W 1 "$a" >/dev/null 2>&1; do
 		i=$((i+1))
 		[ $i -lt 60 ] || { echo "no echo reply from $a after $i tries" >&2; exit 1; }
 	done
-	/sbin/ip neigh replace "$a" lladdr "$mac" dev eth0 nud permanent || exit 1
 done
 /sbin/ip neigh show dev eth0`
 
@@ -35,19 +32,13 @@ done
 // TCG guest's neighbour discovery can take longer than that. The guest pings
 // each address, retrying as a user checking a new link would, and the
 // resulting entries must name PeerMAC; anything else is an error.
-//
-// Once resolved, the entries are pinned (permanent): in a default series
-// run a guest's entry for the peer went incomplete minutes in, with rxe
-// counting packets sent that never left eth0, and the run hung; a lab's
-// peer never changes its MAC, so no case should depend on the guest
-// re-resolving it.
 func (g *Guest) ResolvePeer(ctx context.Context) error {
 	l := g.lab
 	addrs := []netip.Addr{l.PeerAddr}
 	if l.PeerAddr6.IsValid() && g.Addr6.IsValid() {
 		addrs = append(addrs, l.PeerAddr6)
 	}
-	args := []string{"sh", "-c", resolveScript, "sh", l.PeerMAC.String()}
+	args := []string{"sh", "-c", resolveScript, "sh"}
 	for _, a := range addrs {
 		args = append(args, a.String())
 	}
