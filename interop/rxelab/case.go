@@ -184,8 +184,20 @@ func runAttempt(t testing.TB, opts CaseOptions, fn func(context.Context, testing
 	if errors.Is(context.Cause(ctx), ErrLabFault) || ctx.Err() != nil {
 		t.Logf("rxelab: the case's context ended: %v", context.Cause(ctx))
 	}
+	if errors.Is(context.Cause(ctx), errNoProgress) {
+		// A case that stalled may stand on a guest whose NIC stopped
+		// transmitting without a word on its console: ask the guest.
+		for _, g := range opts.Guests {
+			if err := g.CheckTransmit(context.Background()); err != nil {
+				t.Logf("%v", err)
+			}
+		}
+	}
 	return a
 }
+
+// errNoProgress ends an attempt whose progress counter stood still.
+var errNoProgress = errors.New("rxelab: the case made no progress")
 
 // watchProgress ends the attempt (cancel with a cause) when progress()
 // stands still for stall.
@@ -204,7 +216,7 @@ func watchProgress(ctx context.Context, progress func() uint64, stall time.Durat
 			if v := progress(); v != last {
 				last, at = v, now
 			} else if now.Sub(at) >= stall {
-				cancel(fmt.Errorf("rxelab: the case made no progress for %v (a hang)", now.Sub(at).Round(time.Second)))
+				cancel(fmt.Errorf("%w for %v (a hang)", errNoProgress, now.Sub(at).Round(time.Second)))
 				return
 			}
 		}

@@ -311,3 +311,35 @@ func (l *Lab) Restart(ctx context.Context, g *Guest) error {
 	l.logf("rxelab: guest %s restarted in %.1fs", g.Name, g.Boot.Seconds())
 	return nil
 }
+
+// transmitScript prints eth0's tx_packets, pings the peer twice, and prints
+// tx_packets again: a guest whose NIC still transmits sends at least the
+// pings (or, with no neighbour entry, ARP requests) in between.
+const transmitScript = `t=/sys/class/net/eth0/statistics/tx_packets
+a=$(cat $t); ping -c 2 -W 1 "$1" >/dev/null 2>&1; sleep 1; b=$(cat $t)
+echo "$a $b"`
+
+// CheckTransmit asks the guest whether its NIC still transmits (eth0's
+// tx_packets before and after a ping of the peer) and records a lab fault
+// if it does not: seen in default series runs on a quiet host, a guest's
+// virtio-net stopped transmitting minutes in, before its ring filled and
+// the kernel's watchdog said so. It returns the fault, or nil.
+func (g *Guest) CheckTransmit(ctx context.Context) error {
+	if err := g.Fault(); err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	out, _, code, err := g.execUnwatched(ctx, "sh", "-c", transmitScript, "sh", g.lab.PeerAddr.String())
+	if err != nil || code != 0 {
+		return nil // no verdict: the watch judges a guest that runs no job
+	}
+	var before, after uint64
+	if _, err := fmt.Sscan(string(out), &before, &after); err != nil {
+		return nil
+	}
+	if after == before {
+		g.setFault(fmt.Sprintf("guest eth0 transmits nothing (tx_packets stayed %d while it pinged the peer)", before))
+	}
+	return g.Fault()
+}

@@ -165,3 +165,26 @@ func TestFaultErrorWraps(t *testing.T) {
 		t.Fatalf("%v", err)
 	}
 }
+
+// TestCaseRecoversSilentNIC: the guest's NIC stops transmitting without a
+// word on its console (as virtio-net did in default series runs); the case
+// stalls, Case asks the guest (CheckTransmit), finds eth0 transmitting
+// nothing, restarts the guest and reruns the case.
+func TestCaseRecoversSilentNIC(t *testing.T) {
+	lab := Get(t)
+	g := lab.Guests[0]
+	var attempts atomic.Int32
+	var still atomic.Uint64
+	lab.Case(t, CaseOptions{Timeout: 8 * time.Minute, Stall: 5 * time.Second, Progress: still.Load}, func(ctx context.Context, tb testing.TB) {
+		if attempts.Add(1) == 1 {
+			if _, errOut, code, err := g.Exec(ctx, "sh", "-c", "ip link set eth0 down"); err != nil || code != 0 {
+				tb.Fatalf("stopping the NIC: exit %d, %v, %s", code, err, errOut)
+			}
+			<-ctx.Done()
+			tb.Fatal(context.Cause(ctx))
+		}
+	})
+	if n := attempts.Load(); n != 2 {
+		t.Fatalf("the case ran %d times, want 2", n)
+	}
+}
