@@ -49,6 +49,10 @@ type Config struct {
 	MTU         int           // bridge, veth and guest netdev MTU (default 9000: rxe path MTU 4096)
 	IPv6        bool          // IPv6 on: rxeh0 gets fd77::1/64, guest i fd77::(2+i)/64
 	BootTimeout time.Duration // per guest, from qemu start to rxe0 ACTIVE (default 5 min)
+	// NIC is the guests' NIC model, "virtio" or "e1000" (default: the lab
+	// CLI's, virtio unless RXE_LAB_NIC says otherwise; RXE_LAB_NIC, when
+	// set, wins over this field too, for experiments).
+	NIC string
 	// Logf, if set, receives progress lines (boot times).
 	Logf func(format string, args ...any)
 }
@@ -65,6 +69,7 @@ type Lab struct {
 	Guests    []*Guest
 
 	cli         string
+	nic         string
 	bootTimeout time.Duration
 	logf        func(format string, args ...any)
 	restartMu   sync.Mutex    // held while a guest restarts; the watcher waits
@@ -157,6 +162,7 @@ func Start(ctx context.Context, cfg Config) (*Lab, error) {
 		cli:      cli,
 
 		bootTimeout: cfg.BootTimeout,
+		nic:         cfg.NIC,
 		logf:        cfg.Logf,
 		stopWatch:   make(chan struct{}),
 	}
@@ -232,6 +238,9 @@ func (l *Lab) boot(ctx context.Context, g *Guest, timeout time.Duration) error {
 		"--mtu", strconv.Itoa(l.MTU), "--timeout", strconv.Itoa(int(timeout.Seconds()))}
 	if g.Addr6.IsValid() {
 		args = append(args, "--addr6", g.Addr6.String()+"/64")
+	}
+	if l.nic != "" && os.Getenv("RXE_LAB_NIC") == "" {
+		args = append(args, "--nic", l.nic)
 	}
 	t0 := time.Now()
 	stdout, stderr, code, err := l.run(ctx, args...)
