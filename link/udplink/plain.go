@@ -322,17 +322,24 @@ func (l *PlainLink) send(payload []byte, f *link.Frame) error {
 
 // check parses frame and refuses what the link cannot send.
 func (l *PlainLink) check(frame []byte) (link.Frame, error) {
+	return checkFrame(frame, l.v6, l.wildcard, l.addr, l.port)
+}
+
+// checkFrame parses frame and refuses what a socket bound to addr:port
+// (IPv6 or not, wildcard or not) cannot send: another family, another
+// source port, another source address. Both links use it.
+func checkFrame(frame []byte, v6, wildcard bool, addr netip.Addr, port uint16) (link.Frame, error) {
 	f, err := link.ParseFrame(frame)
 	if err != nil {
 		return f, err
 	}
-	if (f.Version == 6) != l.v6 {
+	if (f.Version == 6) != v6 {
 		return f, link.ErrFamily
 	}
-	if f.SrcPort != l.port {
+	if f.SrcPort != port {
 		return f, link.ErrSourcePort
 	}
-	if !l.wildcard && f.Src != l.addr {
+	if !wildcard && f.Src != addr {
 		return f, link.ErrSourceAddr
 	}
 	return f, nil

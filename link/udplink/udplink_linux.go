@@ -510,20 +510,7 @@ func (l *Link) clearSend(count int) {
 
 // check parses frame and refuses what the link cannot send.
 func (l *Link) check(frame []byte) (link.Frame, error) {
-	f, err := link.ParseFrame(frame)
-	if err != nil {
-		return f, err
-	}
-	if (f.Version == 6) != l.v6 {
-		return f, link.ErrFamily
-	}
-	if f.SrcPort != l.port {
-		return f, link.ErrSourcePort
-	}
-	if !l.wildcard && f.Src != l.addr {
-		return f, link.ErrSourceAddr
-	}
-	return f, nil
+	return checkFrame(frame, l.v6, l.wildcard, l.addr, l.port)
 }
 
 // prepare fills send message k with frame, checked, as iovec j.
