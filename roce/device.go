@@ -315,7 +315,9 @@ func newDevice(l link.Link, opts Options, nl *netlinkWatch) (*Device, error) {
 		d.info.Name = opts.Interface
 	}
 	d.neigh = newNeighbours(opts.Neighbours, nl, d.linfo.Synthetic)
-	d.gids.Store(buildGIDTable(nil, d.mac, d.servedAddrs(opts.Addrs)))
+	if err := d.setGIDTable(buildGIDTable(nil, d.mac, d.servedAddrs(opts.Addrs))); err != nil {
+		return nil, err
+	}
 	if opts.Capture != nil {
 		tap, err := newPcapTap(opts.Capture)
 		if err != nil {
@@ -342,7 +344,9 @@ func newDevice(l link.Link, opts Options, nl *netlinkWatch) (*Device, error) {
 		d.extra = append(d.extra, nl)
 		if err := nl.watchAddrs(d.ctx, func(addrs []netip.Addr) {
 			old := d.gids.Load()
-			d.gids.Store(buildGIDTable(old, d.mac, d.servedAddrs(addrs)))
+			if err := d.setGIDTable(buildGIDTable(old, d.mac, d.servedAddrs(addrs))); err != nil {
+				d.log.Warn("roce: link keeps its old address filter", "interface", nl.ifname, "err", err)
+			}
 			d.log.Debug("roce: GID table updated", "interface", nl.ifname, "addrs", addrs)
 		}); err != nil {
 			d.cancel()

@@ -169,6 +169,26 @@ func (d *Device) GID(index int) (ib.GID, error) {
 // QueryGID is GID under its ibverbs name.
 func (d *Device) QueryGID(index int) (ib.GID, error) { return d.GID(index) }
 
+// setGIDTable publishes t and tells a link that filters by destination
+// address (link.AddrFilter: the AF_XDP steering program) which addresses
+// are now the device's, so frames to the interface's other addresses stay
+// with the kernel and whatever else runs RoCE there.
+func (d *Device) setGIDTable(t *gidTable) error {
+	d.gids.Store(t)
+	f, ok := d.link.(link.AddrFilter)
+	if !ok {
+		return nil
+	}
+	addrs := make([]netip.Addr, 0, len(t.index))
+	for g := range t.index {
+		addrs = append(addrs, g.Addr())
+	}
+	if err := f.SetLocalAddrs(addrs); err != nil {
+		return fmt.Errorf("roce: address filter of the link: %w", err)
+	}
+	return nil
+}
+
 // GIDs returns the populated entries of the GID table in index order.
 func (d *Device) GIDs() []GIDEntry {
 	t := d.gids.Load()
