@@ -232,6 +232,20 @@ func (e *Engine) allocQPN() (uint32, bool) {
 // QPN returns the queue pair number.
 func (q *QP) QPN() uint32 { return q.qpn }
 
+// PSNRejects counts the requests an RC QP's responder refused for their
+// PSN since the QP was created, whoever sent them from the peer's address.
+type PSNRejects struct {
+	Duplicate     uint64 // behind the expected PSN: acknowledged again, not executed
+	OutOfSequence uint64 // ahead of it: one sequence NAK per gap, then dropped
+}
+
+// PSNRejects returns the QP's own counts of requests refused for their PSN
+// (the device's duplicate_request and out_of_sequence counters sum every
+// QP's).
+func (q *QP) PSNRejects() PSNRejects {
+	return PSNRejects{Duplicate: q.resp.dupReqs, OutOfSequence: q.resp.oosReqs}
+}
+
 // Type returns the transport type.
 func (q *QP) Type() QPType {
 	if q.dc != nil {
