@@ -3,6 +3,7 @@ package roce
 import (
 	"fmt"
 	"net/netip"
+	"slices"
 
 	"github.com/goroce/goroce/ib"
 	"github.com/goroce/goroce/link"
@@ -127,9 +128,17 @@ func (d *Device) servedAddrs(addrs []netip.Addr) []netip.Addr {
 	if !ok {
 		return addrs
 	}
-	out := make([]netip.Addr, 0, len(addrs))
+	out := make([]netip.Addr, 0, len(addrs)+1)
 	for _, a := range addrs {
 		if s.ServesAddr(a) {
+			out = append(out, a)
+		}
+	}
+	// A link bound to one address serves it even where the interface
+	// does not list it: any 127.0.0.x on lo, so that two processes on one
+	// host each bind their own.
+	if b, ok := d.link.(interface{ LocalAddr() netip.AddrPort }); ok {
+		if a := b.LocalAddr().Addr().Unmap(); a.IsValid() && !a.IsUnspecified() && s.ServesAddr(a) && !slices.Contains(out, a) {
 			out = append(out, a)
 		}
 	}
