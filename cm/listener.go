@@ -433,8 +433,8 @@ type Request struct {
 	answered      atomic.Bool
 
 	// guarded by a.mu
-	slotFreed bool                    // its backlog slot is returned
-	halfOpen  *list.Element           // in l.halfOpen
+	slotFreed bool          // its backlog slot is returned
+	halfOpen  *list.Element // in l.halfOpen
 	// repQueued: its peer's address resolved and the REP is on its way
 	// (a.mu), so its RTU may come at any moment; a flood is dropped first.
 	repQueued bool
