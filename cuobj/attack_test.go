@@ -491,6 +491,37 @@ func TestAttackWindows(t *testing.T) {
 	wantAccessError(t, "window token given back", r.stealOn(ctx, ch0, lreg, tok, false))
 	untouched("a window token given back")
 
+	// A callback that hands its token to another server than the one the
+	// window is bound through gets a region instead (AllowServer).
+	connect("reconnect for AllowServer", 3, 4)
+	var bound, given Token
+	r.hook = func(h *Handle, info *RDMAInfo) error {
+		bound = info.Token
+		info.AllowServer(strangerIP)
+		given = info.Token
+		return nil
+	}
+	r.object = pattern(objSize, 10)
+	if n, err := r.cli.Get(ctx, "user", buf[off:off+objSize], 0, 0); err != nil || n != objSize {
+		t.Fatalf("Get handed to another server = %d, %v", n, err)
+	}
+	r.hook = nil
+	copy(private[off:], r.object)
+	untouched("Get handed to another server")
+	wantGrants("Get handed to another server", 4, 5)
+	if given.RKey == bound.RKey || given.Addr != bound.Addr || given.Size != bound.Size {
+		t.Errorf("AllowServer of another server: token %+v, was %+v; want a region over the same range", given, bound)
+	}
+
+	// Deregister invalidates the live windows over the registration.
+	if _, err := r.cli.GetRDMATokenFor(buf, objSize, off, OpGet, srvIP); err != nil {
+		t.Fatal(err)
+	}
+	wantGrants("GetRDMATokenFor before Deregister", 5, 5)
+	if err := r.cli.Deregister(buf); err != nil {
+		t.Fatalf("Deregister with a live window: %v", err)
+	}
+
 	waitCount(t, "client AccessErrors", st.AccessErrors.Load, 4)
 	if v := violations() - v0; v < 4 {
 		t.Errorf("client device rkey_violation rose by %d, want at least 4", v)

@@ -792,7 +792,7 @@ func (c *Client) grantWindow(sc *serverConn, r *region, off, size uint64, op OpT
 	}
 	g := &grant{mw: mw, wc: sc, rkey: key, rail: rl, reg: r, off: off, size: size, op: op}
 	if err := c.addGrant(g); err != nil {
-		c.unbind(g)
+		_ = c.unbind(g)
 		return Token{}, nil, err
 	}
 	c.stats.WindowGrants.Add(1)
