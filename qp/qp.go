@@ -107,6 +107,7 @@ type QP struct {
 	comp completer
 	resp responder
 	dc   *dcQP // DCI, DCT, or one initiator's responder state at a DCT
+	cc   ccQP  // congestion control (ccrate.go)
 
 	inReady   bool
 	readyNext *QP
@@ -591,6 +592,7 @@ func (q *QP) resetTransport() {
 	q.resp.reset(ib.PSN(q.attr.RQPSN))
 	q.resp.initResources(int(q.attr.MaxDestRdAtomic))
 	q.failure, q.cause, q.respFault, q.lostWC = nil, WCSuccess, false, false
+	q.cc = ccQP{}
 	if q.dc != nil {
 		q.resetDC()
 	}
@@ -896,7 +898,17 @@ func (q *QP) produce(now time.Duration, t *TxPacket) int {
 	if q.dc != nil {
 		return q.produceDC(now, t)
 	}
-	return q.produceBody(now, t)
+	if !q.ccApplies() {
+		return q.produceBody(now, t)
+	}
+	if q.produceCNP(t) {
+		return produced
+	}
+	r := q.produceBody(now, t)
+	if r == produced {
+		markECT(t)
+	}
+	return r
 }
 
 // produceBody is produce for every QP; DC QPs reach it through produceDC.
@@ -965,7 +977,7 @@ func (q *QP) mayHaveWork() bool {
 	if q.dc != nil && q.dc.hasControl(q) {
 		return true
 	}
-	return q.resp.outLen > 0 || q.req.idx != q.sqTail || q.req.needRetry
+	return q.resp.outLen > 0 || q.req.idx != q.sqTail || q.req.needRetry || q.cc.cnpPending
 }
 
 func (q *QP) fillAV(t *TxPacket, av *AddressVector) {
@@ -1012,7 +1024,7 @@ func (q *QP) deadline() (time.Duration, bool) {
 	if q.dc != nil && q.dc.lingerArmed && (!ok || q.dc.lingerAt < d) {
 		d, ok = q.dc.lingerAt, true
 	}
-	return d, ok
+	return q.ccDeadline(d, ok)
 }
 
 // advance runs the QP's timers due at now.
@@ -1042,6 +1054,7 @@ func (q *QP) advance(now time.Duration) {
 	if q.dc != nil {
 		q.advanceDC(now)
 	}
+	q.ccAdvance(now)
 }
 
 // pad returns the pad length for a payload of n bytes.
