@@ -23,6 +23,10 @@ type SwitchConfig struct {
 	Pmax   float64
 	// NoECN turns marking off (the switch only queues and drops).
 	NoECN bool
+	// MarkAtDequeue judges a frame by the queue it leaves behind when it
+	// leaves, rather than by the queue it joins: the mark then reaches
+	// the receiver without waiting through the queue it reports.
+	MarkAtDequeue bool
 	// Seed makes the marking decisions reproducible.
 	Seed uint64
 }
@@ -105,7 +109,7 @@ func (s *Switch) Enqueue(now time.Duration, frame []byte) bool {
 		b, s.bufs = s.bufs[n-1][:0], s.bufs[:n-1]
 	}
 	b = append(b, frame...)
-	if !s.cfg.NoECN && s.mark(q) {
+	if !s.cfg.NoECN && !s.cfg.MarkAtDequeue && s.mark(q) {
 		if markCE(b) {
 			s.stats.Marked++
 		}
@@ -152,6 +156,18 @@ func markCE(b []byte) bool {
 	return true
 }
 
+// behind returns the bytes queued after the frame at s.head that leaves at
+// t.
+func (s *Switch) behind(t time.Duration) int {
+	n := 0
+	for i := s.head; i < len(s.q); i++ {
+		if s.q[i].depart > t {
+			n += len(s.q[i].b)
+		}
+	}
+	return n
+}
+
 // Dequeue hands fn every frame that has left the port by now, in order;
 // the frame is valid only during the call.
 func (s *Switch) Dequeue(now time.Duration, fn func(frame []byte)) int {
@@ -162,6 +178,9 @@ func (s *Switch) Dequeue(now time.Duration, fn func(frame []byte)) int {
 		s.head++
 		s.stats.Departed++
 		s.stats.DepartedBytes += uint64(len(e.b))
+		if s.cfg.MarkAtDequeue && !s.cfg.NoECN && s.mark(s.behind(e.depart)) && markCE(e.b) {
+			s.stats.Marked++
+		}
 		fn(e.b)
 		s.bufs = append(s.bufs, e.b)
 		n++
