@@ -410,4 +410,3 @@ func TestDCQCNIncastTable(t *testing.T) {
 		t.Errorf("DCQCN on: p99 queue %d B above the marking region (Kmax %d B)", rOn.QueueP99, k.Kmax)
 	}
 }
-
