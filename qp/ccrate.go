@@ -14,8 +14,9 @@ type CCConfig struct {
 	// class; a QP that receives a packet marked CE sends its peer a CNP
 	// (notification point, at most one per MinTimeBetweenCNPs); a QP that
 	// receives a CNP cuts its send rate, which the engine enforces by
-	// pacing its requests (reaction point, DCQCN in dcqcn.go). UD and DC
-	// QPs are neither marked nor paced.
+	// pacing its requests and its READ responses (reaction point, DCQCN in
+	// dcqcn.go); ACKs and CNPs are not paced. UD and DC QPs are neither
+	// marked nor paced.
 	DCQCN bool
 	// Params are DCQCN's settings; zero fields take the defaults.
 	Params DCQCNParams
@@ -206,6 +207,26 @@ func (q *QP) paceCharge(now time.Duration, n int) {
 	q.cc.rp.OnSend(now, n)
 	if q.cc.rp.Limited() {
 		q.cc.pace.charge(n)
+	}
+}
+
+// ccHoldsResponse reports that a READ response stream at the head of the
+// responder's queue must wait for the QP's rate: READ responses are the
+// responder's data, and a CNP for them (the requester saw them marked)
+// names this QP. Single-packet responses (ACKs, atomic ACKs) are not held.
+func (q *QP) ccHoldsResponse(now time.Duration) bool {
+	return q.ccApplies() && q.resp.outLen > 0 && !q.resp.singleAtHead() && !q.paceOK(now)
+}
+
+// ccChargeResponse takes a READ response of n bytes in buf from the QP's
+// rate.
+func (q *QP) ccChargeResponse(now time.Duration, buf []byte, n int) {
+	if !q.ccApplies() {
+		return
+	}
+	switch buf[0] & 0x1F {
+	case opReadRespFirst, opReadRespMiddle, opReadRespLast, opReadRespOnly:
+		q.paceCharge(now, n)
 	}
 }
 

@@ -50,7 +50,7 @@ func newCCPair(t testing.TB, cc qp.CCConfig) *ccPair {
 		t.Fatal(err)
 	}
 	c.buf = make([]byte, 1<<20)
-	if c.mr, err = c.qb.PD.RegMR(c.buf, 0x10000, qp.AccessLocalWrite|qp.AccessRemoteWrite); err != nil {
+	if c.mr, err = c.qb.PD.RegMR(c.buf, 0x10000, qp.AccessLocalWrite|qp.AccessRemoteWrite|qp.AccessRemoteRead); err != nil {
 		t.Fatal(err)
 	}
 	if c.src, err = c.qa.PD.RegMR(make([]byte, 1<<20), 0x20000, qp.AccessLocalWrite); err != nil {
@@ -244,6 +244,49 @@ func TestCCReactionPointPaces(t *testing.T) {
 	}
 	if w := c.a.CCStats().RPPacedWaits; w < 60 {
 		t.Fatalf("only %d paced waits", w)
+	}
+}
+
+func TestCCReadResponsesPaced(t *testing.T) {
+	// A CNP cuts the responder's QP (B) to 100 Mb/s; A's 64 KiB READ then
+	// comes back at that rate: 62 response packets after the bucket's two,
+	// about 5.2 ms, while A's request itself is not held.
+	const rate = 100e6
+	c := newCCPair(t, qp.CCConfig{DCQCN: true, Params: qp.DCQCNParams{RateOnFirstCNP: 2 * rate, TimeReset: time.Second, ByteReset: 1 << 40}})
+	if err := c.b.Receive(cnpFor(t, c.qb.QP.QPN()), &qp.Source{SGID: c.gidA, DGID: c.gidB}); err != nil {
+		t.Fatal(err)
+	}
+	c.sgl[0].Length = 64 << 10
+	wr := qp.SendWR{Opcode: qp.WRRDMARead, RemoteAddr: c.mr.IOVA(), RKey: c.mr.RKey(), SGL: c.sgl, Flags: qp.SendSignaled}
+	if err := c.qa.QP.PostSend(&wr); err != nil {
+		t.Fatal(err)
+	}
+	wc := make([]qp.WorkCompletion, 1)
+	var done time.Duration
+	resp := 0
+	for c.clk.T < time.Second && done == 0 {
+		c.aToB(t, -1)
+		_, ops := c.bToA(t)
+		resp += len(ops)
+		if c.qa.SCQ.Poll(wc) == 1 {
+			if wc[0].Status != qp.WCSuccess {
+				t.Fatal(wc[0].Status)
+			}
+			done = c.clk.T
+			break
+		}
+		d, ok := c.b.NextDeadline()
+		if !ok {
+			t.Fatal("no pacing timer on the responder")
+		}
+		c.clk.T = max(d, c.clk.T+1)
+		c.b.Advance(c.clk.T)
+	}
+	if resp != 64 {
+		t.Fatalf("%d READ responses, want 64", resp)
+	}
+	if lo, hi := 5*time.Millisecond, 6*time.Millisecond; done < lo || done > hi {
+		t.Fatalf("READ completed at %v, want %v..%v", done, lo, hi)
 	}
 }
 
