@@ -130,8 +130,14 @@ func (q *QP) noteCE(src *Source) {
 // receiveCNP is the reaction point's input: a CNP for the QP it names.
 func (e *Engine) receiveCNP(p *ib.Packet, src *Source) error {
 	q := e.lookupQP(p.BTH.DestQP())
-	if q == nil || q.dc != nil {
+	if q == nil {
 		return ErrUnknownQP
+	}
+	if q.dc != nil {
+		// A DC QP takes no part in congestion control: the CNP is taken
+		// and ignored, as it is with congestion control off.
+		e.cc.stats.RPCNPIgnored++
+		return nil
 	}
 	if !q.fromPeer(src) {
 		e.stats.BadAddress++
@@ -154,7 +160,12 @@ func (e *Engine) receiveCNP(p *ib.Packet, src *Source) error {
 const cnpLen = ib.BTHSize + ib.CNPReservedSize + ib.ICRCSize
 
 // produceCNP writes a pending CNP into t. CNPs are not paced and leave
-// ahead of anything else of the QP, without ECT.
+// ahead of anything else of the QP, without ECT. The format is RoCEv2's
+// (Annex A17): BTH opcode 0x81 to the peer QP with BECN set, 16 reserved
+// zero bytes, ICRC. P_Key and PSN are not specified; as captures of mlx5
+// show, P_Key is the default 0xFFFF and the PSN 0. The traffic class is
+// the QP's with the ECN bits cleared (mlx5 can send CNPs with their own
+// DSCP and priority, np_cnp_dscp / np_cnp_prio: not here).
 func (q *QP) produceCNP(t *TxPacket) bool {
 	if !q.cc.cnpPending || t.Headroom < 0 || len(t.Buf)-t.Headroom < cnpLen {
 		return false
