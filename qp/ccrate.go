@@ -77,7 +77,9 @@ func (q *QP) CCRate() (int64, bool) {
 	if !q.e.cc.on {
 		return 0, false
 	}
-	q.ccInit()
+	if q.cc == nil || q.cc.rp.p == nil {
+		return q.e.cc.params.MaxRate, false // never limited
+	}
 	q.cc.rp.Advance(q.e.clock.Now())
 	return q.cc.rp.Rate(), q.cc.rp.Limited()
 }
@@ -100,7 +102,12 @@ func (e *Engine) CCMinRate() int64 {
 	return lo
 }
 
+// ccInit makes the QP's congestion control state when it is first used:
+// a QP of an engine without congestion control carries a nil pointer.
 func (q *QP) ccInit() {
+	if q.cc == nil {
+		q.cc = new(ccQP)
+	}
 	if q.cc.rp.p == nil {
 		q.cc.rp.init(&q.e.cc.params)
 	}
@@ -118,6 +125,7 @@ func (q *QP) noteCE(src *Source) {
 	}
 	e := q.e
 	e.cc.stats.NPECNMarked++
+	q.ccInit()
 	now := e.clock.Now()
 	if q.cc.cnpPending || q.cc.cnpSent && now-q.cc.cnpAt < e.cc.params.MinTimeBetweenCNPs {
 		e.cc.stats.NPCNPCoalesce++
@@ -167,7 +175,7 @@ const cnpLen = ib.BTHSize + ib.CNPReservedSize + ib.ICRCSize
 // the QP's with the ECN bits cleared (mlx5 can send CNPs with their own
 // DSCP and priority, np_cnp_dscp / np_cnp_prio: not here).
 func (q *QP) produceCNP(t *TxPacket) bool {
-	if !q.cc.cnpPending || t.Headroom < 0 || len(t.Buf)-t.Headroom < cnpLen {
+	if q.cc == nil || !q.cc.cnpPending || t.Headroom < 0 || len(t.Buf)-t.Headroom < cnpLen {
 		return false
 	}
 	q.cc.cnpPending = false
@@ -215,6 +223,7 @@ func (q *QP) paceOK(now time.Duration) bool {
 
 // paceCharge takes a request of n bytes sent at now from the QP's rate.
 func (q *QP) paceCharge(now time.Duration, n int) {
+	q.ccInit()
 	q.cc.rp.OnSend(now, n)
 	if q.cc.rp.Limited() {
 		q.cc.pace.charge(n)
@@ -243,7 +252,7 @@ func (q *QP) ccChargeResponse(now time.Duration, buf []byte, n int) {
 
 // ccDeadline folds the pacing timer into a QP's earliest deadline.
 func (q *QP) ccDeadline(d time.Duration, ok bool) (time.Duration, bool) {
-	if q.cc.paceArmed && (!ok || q.cc.paceAt < d) {
+	if q.cc != nil && q.cc.paceArmed && (!ok || q.cc.paceAt < d) {
 		return q.cc.paceAt, true
 	}
 	return d, ok
@@ -251,7 +260,7 @@ func (q *QP) ccDeadline(d time.Duration, ok bool) (time.Duration, bool) {
 
 // ccAdvance runs the pacing timer: the QP may send again.
 func (q *QP) ccAdvance(now time.Duration) {
-	if q.cc.paceArmed && now >= q.cc.paceAt {
+	if q.cc != nil && q.cc.paceArmed && now >= q.cc.paceAt {
 		q.cc.paceArmed = false
 		q.e.schedule(q)
 	}

@@ -107,7 +107,7 @@ type QP struct {
 	comp completer
 	resp responder
 	dc   *dcQP // DCI, DCT, or one initiator's responder state at a DCT
-	cc   ccQP  // congestion control (ccrate.go)
+	cc   *ccQP // congestion control (ccrate.go); nil until it is used
 
 	inReady   bool
 	readyNext *QP
@@ -592,7 +592,9 @@ func (q *QP) resetTransport() {
 	q.resp.reset(ib.PSN(q.attr.RQPSN))
 	q.resp.initResources(int(q.attr.MaxDestRdAtomic))
 	q.failure, q.cause, q.respFault, q.lostWC = nil, WCSuccess, false, false
-	q.cc = ccQP{}
+	if q.cc != nil {
+		*q.cc = ccQP{}
+	}
 	if q.dc != nil {
 		q.resetDC()
 	}
@@ -980,7 +982,7 @@ func (q *QP) mayHaveWork() bool {
 	if q.dc != nil && q.dc.hasControl(q) {
 		return true
 	}
-	return q.resp.outLen > 0 || q.req.idx != q.sqTail || q.req.needRetry || q.cc.cnpPending
+	return q.resp.outLen > 0 || q.req.idx != q.sqTail || q.req.needRetry || q.cc != nil && q.cc.cnpPending
 }
 
 func (q *QP) fillAV(t *TxPacket, av *AddressVector) {
