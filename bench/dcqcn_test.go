@@ -334,9 +334,10 @@ func defaultIncast() incastConfig {
 		Warmup:   20 * time.Millisecond,
 		MsgSize:  64 << 10,
 		Depth:    4,
-		// The paper's settings (§5, Table 2) where they differ from
-		// mlx5's: CNPs at most every 50 µs (N), the increase timer 55 µs,
-		// additive increase 40 Mb/s, F = 5, byte counter 10 MB.
+		// The paper's settings where they differ from mlx5's: CNPs at
+		// most every 50 µs (N), the increase timer 55 µs, additive
+		// increase 40 Mb/s, F = 5, byte counter 10 MB; hyper increase
+		// and the minimum rate are the model's own.
 		Params: qp.DCQCNParams{
 			MinTimeBetweenCNPs: 50 * time.Microsecond, TimeReset: 55 * time.Microsecond,
 			AIRate: 40e6, HAIRate: 400e6, Threshold: 5, ByteReset: 10 << 20, MinRate: 10e6,

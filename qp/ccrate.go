@@ -170,8 +170,8 @@ const cnpLen = ib.BTHSize + ib.CNPReservedSize + ib.ICRCSize
 // produceCNP writes a pending CNP into t. CNPs are not paced and leave
 // ahead of anything else of the QP, without ECT. The format is RoCEv2's
 // (Annex A17): BTH opcode 0x81 to the peer QP with BECN set, 16 reserved
-// zero bytes, ICRC. P_Key and PSN are not specified; as captures of mlx5
-// show, P_Key is the default 0xFFFF and the PSN 0. The traffic class is
+// zero bytes, ICRC. P_Key and PSN are not specified; public captures of
+// mlx5 CNPs show the default P_Key 0xFFFF and PSN 0, which this sends. The traffic class is
 // the QP's with the ECN bits cleared (mlx5 can send CNPs with their own
 // DSCP and priority, np_cnp_dscp / np_cnp_prio: not here).
 func (q *QP) produceCNP(t *TxPacket) bool {

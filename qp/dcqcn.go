@@ -201,8 +201,7 @@ func (r *DCQCN) OnCNP(now time.Duration) bool {
 		// it, not from what alpha decayed to while the flow was free.
 		r.alpha = float64(p.InitialAlpha) / 1023
 	}
-	// The cut uses alpha as it stands, then alpha takes this CNP
-	// (the paper's Figure 6: the update follows the cut).
+	// The cut uses alpha as it stands, then alpha takes this CNP.
 	f := r.alpha * 1024 / float64(uint64(1)<<p.GD)
 	f = min(f, 1-float64(p.MinDecFac)/100)
 	r.rt = r.rc
