@@ -335,11 +335,11 @@ func defaultIncast() incastConfig {
 		MsgSize:  64 << 10,
 		Depth:    4,
 		// The paper's settings where they differ from mlx5's: CNPs at
-		// most every 50 µs (N), the increase timer 55 µs, additive
-		// increase 40 Mb/s, F = 5, byte counter 10 MB; hyper increase
-		// and the minimum rate are the model's own.
+		// most every 50 µs (N), the increase and alpha timers 55 µs,
+		// additive increase 40 Mb/s, F = 5, byte counter 10 MB; hyper
+		// increase and the minimum rate are the model's own.
 		Params: qp.DCQCNParams{
-			MinTimeBetweenCNPs: 50 * time.Microsecond, TimeReset: 55 * time.Microsecond,
+			MinTimeBetweenCNPs: 50 * time.Microsecond, TimeReset: 55 * time.Microsecond, DCETCPRTT: 55 * time.Microsecond,
 			AIRate: 40e6, HAIRate: 400e6, Threshold: 5, ByteReset: 10 << 20, MinRate: 10e6,
 		},
 	}

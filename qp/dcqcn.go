@@ -11,6 +11,14 @@ import (
 // roce_rp/roce_np settings of ConnectX, rp_* and np_* in the mlx5 driver's
 // cc_params); a zero field takes the default given with it. Rates are in
 // bits per second.
+//
+// The defaults and formulas of the alpha and rate decrease settings
+// (dce_tcp_g, dce_tcp_rtt, initial_alpha_value, rate_to_set_on_first_cnp,
+// rpg_min_dec_fac, rpg_min_rate, rpg_gd, rate_reduce_monitor_period) are
+// those of NVIDIA's "DCQCN CC Parameters" table for ConnectX-4 and later;
+// the rate increase defaults (rpg_time_reset, rpg_byte_reset,
+// rpg_threshold, rpg_ai_rate, rpg_hai_rate) are MLNX_OFED's as usually
+// quoted, not confirmed against that table.
 type DCQCNParams struct {
 	// MaxRate (rp_max_rate) is the rate of a QP that is not limited,
 	// and the rate the first cut starts from. mlx5 takes the port speed;
@@ -45,8 +53,9 @@ type DCQCNParams struct {
 	// keeps of the old alpha: alpha = alpha×G/1024 + (1 - G/1024)×[CNP in
 	// the period]. Default 1019 (a gain of 5/1024, near the paper's 1/256).
 	DCETCPG int
-	// DCETCPRTT (dce_tcp_rtt): the alpha update period. Default 55 µs,
-	// the paper's K.
+	// DCETCPRTT (dce_tcp_rtt): the alpha update period. Default 1 µs
+	// (the paper's K is 55 µs). The updates are replayed on the next call,
+	// so a short period costs nothing while nothing happens.
 	DCETCPRTT time.Duration
 	// InitialAlpha (initial_alpha_value) in 1/1023. Default 1023 (alpha 1).
 	InitialAlpha int
@@ -89,7 +98,7 @@ func (p *DCQCNParams) fill() {
 	def(&p.HAIRate, 50e6)
 	def(&p.ByteReset, 32767)
 	defD(&p.TimeReset, 300*time.Microsecond)
-	defD(&p.DCETCPRTT, 55*time.Microsecond)
+	defD(&p.DCETCPRTT, time.Microsecond)
 	defD(&p.RateReduceMonitorPeriod, 4*time.Microsecond)
 	defD(&p.MinTimeBetweenCNPs, 4*time.Microsecond)
 	defI(&p.Threshold, 1)

@@ -184,7 +184,7 @@ func TestDCQCNDefaults(t *testing.T) {
 	want := qp.DCQCNParams{
 		MaxRate: 10e9, MinRate: 1e6, AIRate: 5e6, HAIRate: 50e6,
 		TimeReset: 300 * us, ByteReset: 32767, Threshold: 1, GD: 11, MinDecFac: 50,
-		DCETCPG: 1019, DCETCPRTT: 55 * us, InitialAlpha: 1023,
+		DCETCPG: 1019, DCETCPRTT: us, InitialAlpha: 1023,
 		RateReduceMonitorPeriod: 4 * us, MinTimeBetweenCNPs: 4 * us,
 	}
 	if p != want {
