@@ -236,6 +236,7 @@ func (q *QP) receive(p *ib.Packet, src *Source) error {
 		q.e.stats.BadAddress++
 		return ErrBadAddress
 	}
+	q.noteCE(src)
 	if isResp {
 		return q.complete(p, q.e.clock.Now())
 	}

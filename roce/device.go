@@ -70,6 +70,9 @@ type Options struct {
 	//
 	// Deprecated: use BusyPoll.
 	CQSpin time.Duration
+	// CC turns on congestion control (DCQCN: ECN marking, CNPs, per-QP
+	// rate limits; see CCConfig). Off by default.
+	CC CCConfig
 	// Fallback, if set, says why the link is not the one the caller asked
 	// for first (package netdev: why AF_XDP was not used). The device only
 	// reports it, in Info().Fallback.
@@ -297,7 +300,7 @@ func newDevice(l link.Link, opts Options, nl *netlinkWatch) (*Device, error) {
 	d.netMTU.Store(int64(mtu))
 	d.portUp.Store(true)
 	d.clock.start = d.start
-	eng, err := qp.New(qp.Config{Clock: &d.clock, PortMTU: ib.ActiveMTU(mtu)})
+	eng, err := qp.New(qp.Config{Clock: &d.clock, PortMTU: ib.ActiveMTU(mtu), CC: opts.CC})
 	if err != nil {
 		return nil, err
 	}

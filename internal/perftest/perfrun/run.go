@@ -52,6 +52,11 @@ func signalContext(timeout time.Duration) (context.Context, context.CancelFunc) 
 }
 
 func openDevice(ctx context.Context, ifname, link string, xdpBusyPoll time.Duration, stderr io.Writer) (*roce.Device, error) {
+	return openDeviceCC(ctx, ifname, link, xdpBusyPoll, roce.CCConfig{}, stderr)
+}
+
+// openDeviceCC is openDevice with congestion control cc.
+func openDeviceCC(ctx context.Context, ifname, link string, xdpBusyPoll time.Duration, cc roce.CCConfig, stderr io.Writer) (*roce.Device, error) {
 	if ifname == "" {
 		return nil, errors.New("-d <interface> is required")
 	}
@@ -60,7 +65,7 @@ func openDevice(ctx context.Context, ifname, link string, xdpBusyPoll time.Durat
 		return nil, err
 	}
 	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	opts := netdev.Options{Link: kind, Device: roce.Options{Logger: logger}}
+	opts := netdev.Options{Link: kind, Device: roce.Options{Logger: logger, CC: cc}}
 	opts.XDP.BusyPoll = xdpBusyPoll
 	return netdev.Open(ctx, ifname, opts)
 }
@@ -203,6 +208,7 @@ type perfFlags struct {
 	atomic   *string
 	conn     *string
 	timeout  *time.Duration
+	cc       *string
 }
 
 func newPerfFlags(stderr io.Writer) *perfFlags {
@@ -232,6 +238,7 @@ func newPerfFlags(stderr io.Writer) *perfFlags {
 	f.conn = fs.String("connection", "RC", "connection `type`: RC, or DC between goroce peers (perftest -c)")
 	fs.StringVar(f.conn, "c", "RC", "connection `type` (short for --connection)")
 	f.timeout = fs.Duration("timeout", 0, "give up after this `duration` (0: never; loopback: 60s)")
+	f.cc = fs.String("cc", "none", ccUsage)
 	return f
 }
 
@@ -306,7 +313,15 @@ func parsePerf(args []string, stdout, stderr io.Writer) (*perfArgs, int) {
 		fmt.Fprintf(stderr, "rocectl perf: -A %q: CMP_AND_SWAP or FETCH_AND_ADD\n", *f.atomic)
 		return nil, 2
 	}
+	if _, err := parseCC(*f.cc); err != nil {
+		fmt.Fprintln(stderr, "rocectl perf:", err)
+		return nil, 2
+	}
 	if *f.loopback {
+		if *f.cc != "none" {
+			fmt.Fprintln(stderr, "rocectl perf: --loopback takes no --cc (the kernel UDP link carries no ECN field)")
+			return nil, 2
+		}
 		if len(pos) > 0 {
 			fmt.Fprintln(stderr, "rocectl perf: --loopback takes no server address")
 			return nil, 2
@@ -349,7 +364,8 @@ func RunPerf(args []string, stdout, stderr io.Writer) int {
 	}
 	ctx, cancel := signalContext(*f.timeout)
 	defer cancel()
-	d, err := openDevice(ctx, *f.dev, *f.link, *f.xdpBusy, stderr)
+	cc, _ := parseCC(*f.cc) // checked by parsePerf
+	d, err := openDeviceCC(ctx, *f.dev, *f.link, *f.xdpBusy, cc, stderr)
 	if err != nil {
 		fmt.Fprintln(stderr, "rocectl perf:", err)
 		return 1
