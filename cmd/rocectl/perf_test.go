@@ -20,7 +20,7 @@ func TestPerfCommands(t *testing.T) {
 	}
 	out.Reset()
 	if code := run([]string{"help", "perf"}, &out, &errOut); code != 0 || !strings.Contains(out.String(), "--loopback") && !strings.Contains(out.String(), "-loopback") ||
-		!strings.Contains(out.String(), "-run_infinitely") || !strings.Contains(out.String(), "-qp value") {
+		!strings.Contains(out.String(), "-run_infinitely") || !strings.Contains(out.String(), "--qp (-q)") {
 		t.Errorf("help perf: exit %d, out %q", code, out.String())
 	}
 	out.Reset()

@@ -269,27 +269,58 @@ func newPerfFlags(stderr io.Writer) *perfFlags {
 	f.conn = fs.String("connection", "RC", "connection `type`: RC, or DC between goroce peers (perftest -c)")
 	fs.StringVar(f.conn, "c", "RC", "connection `type` (short for --connection)")
 	f.timeout = fs.Duration("timeout", 0, "give up after this `duration` (0: never; loopback: 60s, unless --run_infinitely)")
-	f.qps = fs.Int("q", 1, "number of QPs of a bandwidth test, each posted by its own goroutine; one report for all")
+	f.qps = fs.Int("q", 1, "`QPs` of a bandwidth test, each posted by its own goroutine; one report for all")
 	f.duration = fs.Int("D", 0, "run a bandwidth test for this many `seconds` instead of -n iterations (no peak)")
 	f.runInf = fs.Bool("run_infinitely", false, "report every -D seconds (default 5) until interrupted (write, read, atomic BW)")
 	f.duplex = fs.Bool("b", false, "bidirectional: both sides run at once and print the sum (write, read, atomic BW)")
 	f.noPeak = fs.Bool("N", false, "do not compute the peak bandwidth (reported as 0)")
-	f.inline = fs.Int("I", 0, "post messages of up to this many `bytes` inline (send, write): copied at post, not read from the MR")
-	f.postList = fs.Int("l", 1, "post this many work requests per call (one lock, one transmit pass)")
+	f.inline = fs.Int("I", 0, "post messages of up to this many `bytes` (at most 400) inline (send, write): copied at post, not read from the MR")
+	f.postList = fs.Int("l", 1, "post this many `WRs` per call (one lock, one transmit pass)")
 	f.qpTime = fs.Int("u", defQPTimeout, "QP ACK timeout `exponent`: 4.096 µs × 2^n per retry (0: none)")
-	f.tos = fs.Int("T", 0, "IP TOS `byte` (traffic class) of the test QP's packets")
+	f.tos = fs.Int("T", 0, "IP TOS `byte` (traffic class) of the test QP's packets (perftest: with -R only; here any RC QP)")
 	f.metrics = fs.String("metrics", "", "serve Prometheus metrics of the device(s) at `address:port`/metrics while running")
-	// perftest's long options.
-	for _, a := range []struct{ long, short string }{
-		{"ib-dev", "d"}, {"size", "s"}, {"iters", "n"}, {"gid-index", "x"}, {"mtu", "m"}, {"tx-depth", "t"},
-		{"rx-depth", "r"}, {"cq-mod", "Q"}, {"port", "p"}, {"all", "a"}, {"events", "e"}, {"CPU-freq", "F"},
-		{"rdma_cm", "R"}, {"atomic_type", "A"}, {"qp", "q"}, {"duration", "D"}, {"bidirectional", "b"},
-		{"noPeak", "N"}, {"inline_size", "I"}, {"post_list", "l"}, {"qp-timeout", "u"}, {"tos", "T"},
-	} {
+	// perftest's long options, left out of the flag list (aliasUsage).
+	for _, a := range perfAliases {
 		short := fs.Lookup(a.short)
-		fs.Var(short.Value, a.long, "same as -"+a.short)
+		fs.Var(short.Value, a.long, aliasUsage+a.short)
 	}
 	return f
+}
+
+// aliasUsage starts the usage of a long option, which printDefaults skips.
+const aliasUsage = "same as -"
+
+// perfAliases are perftest's long options of the flags rocectl has.
+var perfAliases = []struct{ long, short string }{
+	{"ib-dev", "d"}, {"size", "s"}, {"iters", "n"}, {"gid-index", "x"}, {"mtu", "m"}, {"tx-depth", "t"},
+	{"rx-depth", "r"}, {"cq-mod", "Q"}, {"port", "p"}, {"all", "a"}, {"events", "e"}, {"CPU-freq", "F"},
+	{"rdma_cm", "R"}, {"atomic_type", "A"}, {"qp", "q"}, {"duration", "D"}, {"bidirectional", "b"},
+	{"noPeak", "N"}, {"inline_size", "I"}, {"post_list", "l"}, {"qp-timeout", "u"}, {"tos", "T"},
+}
+
+// printDefaults prints the flags but the long aliases, then the aliases
+// on one line.
+func printDefaults(fs *flag.FlagSet) {
+	tmp := flag.NewFlagSet(fs.Name(), flag.ContinueOnError)
+	tmp.SetOutput(fs.Output())
+	fs.VisitAll(func(f *flag.Flag) {
+		if !strings.HasPrefix(f.Usage, aliasUsage) {
+			tmp.Var(f.Value, f.Name, f.Usage)
+			tmp.Lookup(f.Name).DefValue = f.DefValue
+		}
+	})
+	tmp.PrintDefaults()
+	var b strings.Builder
+	for i, a := range perfAliases {
+		switch {
+		case i > 0 && i%6 == 0:
+			b.WriteString(",\n  ")
+		case i > 0:
+			b.WriteString(", ")
+		}
+		fmt.Fprintf(&b, "--%s (-%s)", a.long, a.short)
+	}
+	fmt.Fprintf(fs.Output(), "\nperftest's long forms, also as --name=value:\n  %s\n", b.String())
 }
 
 // perfArgs is a perf command line, parsed and validated.
@@ -312,7 +343,7 @@ func parsePerf(args []string, stdout, stderr io.Writer) (*perfArgs, int) {
 			"tests: send-bw write-bw read-bw atomic-bw send-lat write-lat read-lat atomic-lat\n\n"+
 			"Runs perftest's ib_<test> against perftest or rocectl; without a server address\n"+
 			"it waits for a client. --loopback runs both ends here.\n\nflags:")
-		f.fs.PrintDefaults()
+		printDefaults(f.fs)
 	}
 	if len(args) > 0 && (args[0] == "-h" || args[0] == "-help" || args[0] == "--help") {
 		f.fs.SetOutput(stdout)
