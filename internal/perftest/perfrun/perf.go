@@ -310,6 +310,9 @@ type perf struct {
 	lanes []*perf
 	// wrs are the work requests of one post list (-l).
 	wrs []roce.SendWR
+	// afterRun, if set, ends what the run left going (a timed send
+	// server's receiving), before the QPs close.
+	afterRun func()
 }
 
 // allLanes returns the QPs of the test, p first.
@@ -596,6 +599,11 @@ func perfRun(ctx context.Context, dev *roce.Device, oob OOB, cfg PerfConfig, out
 			return last, nil
 		}
 	}
+	defer func() {
+		if p.afterRun != nil {
+			p.afterRun()
+		}
+	}()
 	o, err := perftest.RunScript(scriptCtx, c, cfg.Verb, cfg.Latency, p.me, hooks)
 	if err != nil {
 		return results, err
@@ -823,18 +831,31 @@ func (p *perf) runBW(ctx context.Context, r *PerfResult) error {
 		}
 		if ctl.timed {
 			timedRep, timerErr = p.timer(ctx, ctl)
-			ctl.stop.Store(true)
-			if recv {
-				stopLanes()
-			}
 			done := make(chan struct{})
 			go func() { wg.Wait(); close(done) }()
-			select {
-			case <-done:
-			case <-time.After(drainTimeout):
+			end := func() {
+				ctl.stop.Store(true)
+				select {
+				case <-done:
+				case <-time.After(drainTimeout):
+				}
 				stopLanes()
 				<-done
 			}
+			if recv && timerErr == nil {
+				// The sender's clock is not ours: keep receiving (and
+				// reposting) until the test closes, so that what it
+				// still sends finds receives.
+				stop := stopLanes
+				stopLanes = func() {}
+				// A receive error shows as a short count (and at the
+				// sender); the lanes' results are not read while they run.
+				p.afterRun = func() { ctl.stop.Store(true); stop(); <-done }
+				r.Iters, r.BW = timedRep.Iters, &timedRep
+				r.Elapsed = time.Since(ctl.start)
+				return nil
+			}
+			end()
 		} else {
 			wg.Wait()
 		}
@@ -990,6 +1011,9 @@ func (p *perf) bwClient(ctx context.Context, ctl *bwCtl) laneRun {
 		if ccnt < n {
 			k, err := pollWait(ctx, p.scq, wc[:], p.cfg.Events)
 			if err != nil {
+				if ctl.timed && ctl.stop.Load() {
+					return lr // given up on after the measured window
+				}
 				lr.err = fmt.Errorf("after %d posted, %d completed: %w", scnt, ccnt, err)
 				return lr
 			}
