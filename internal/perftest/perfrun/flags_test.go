@@ -8,6 +8,7 @@ import (
 	"context"
 	"encoding/binary"
 	"net"
+	"net/netip"
 	"strings"
 	"sync"
 	"testing"
@@ -184,49 +185,60 @@ func TestLoopbackPostListInline(t *testing.T) {
 	}
 }
 
-// -T sets the traffic class of the test QP's packets: every RoCE frame
-// the peer's device sees carries it.
+// -T sets the traffic class of the test QP's packets, over the Ethernet
+// exchange, over rdma_cm (-R, where perftest takes it) and from a DCI:
+// every frame of the test QP that the peer's device sees carries it.
 func TestPerfTOSOnTheWire(t *testing.T) {
-	da, db := udpPair(t)
-	var capture bytes.Buffer
-	if err := db.SetCapture(&capture); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	oobs := pairOOB(t)
-	cfg := PerfConfig{Verb: perftest.Write, Size: 1024, Iters: 20, GIDIndex: -1, TOS: 0x28, HasTOS: true}
-	errs := make(chan error, 1)
-	go func() {
-		_, err := Perf(ctx, db, oobs[0], cfg, &bytes.Buffer{}, false)
-		errs <- err
-	}()
-	if _, err := Perf(ctx, da, oobs[1], cfg, &bytes.Buffer{}, false); err != nil {
-		t.Fatal(err)
-	}
-	if err := <-errs; err != nil {
-		t.Fatal(err)
-	}
-	db.SetCapture(nil)
-	b := capture.Bytes()
-	if len(b) < 24 {
-		t.Fatal("no capture")
-	}
-	frames := 0
-	for off := 24; off+16 <= len(b); {
-		n := int(binary.LittleEndian.Uint32(b[off+8:]))
-		f := b[off+16 : min(off+16+n, len(b))]
-		off += 16 + n
-		if len(f) < 16 || f[12] != 0x08 || f[13] != 0x00 {
-			continue
-		}
-		frames++
-		if dscp := f[15] >> 2; dscp != 0x28>>2 {
-			t.Fatalf("frame %d: TOS %#x, want DSCP %d", frames, f[15], 0x28>>2)
-		}
-	}
-	if frames < 20 {
-		t.Errorf("%d IPv4 frames captured", frames)
+	for _, mode := range []string{"ethernet", "rdma_cm", "dc"} {
+		t.Run(mode, func(t *testing.T) {
+			da, db := udpPair(t)
+			var capture bytes.Buffer
+			if err := db.SetCapture(&capture); err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			oobs := pairOOB(t)
+			if mode == "rdma_cm" {
+				oobs[0] = OOB{RDMACM: &RDMACM{Listen: netip.AddrPortFrom(netip.IPv4Unspecified(), DefaultPort), listening: make(chan struct{})}}
+				oobs[1] = OOB{RDMACM: &RDMACM{Peer: netip.AddrPortFrom(netip.MustParseAddr("127.0.0.2"), DefaultPort)}}
+			}
+			const iters = 20
+			cfg := PerfConfig{Verb: perftest.Write, Size: 1024, Iters: iters, GIDIndex: -1, TOS: 0x28, HasTOS: true, DC: mode == "dc"}
+			errs := make(chan error, 1)
+			go func() {
+				_, err := Perf(ctx, db, oobs[0], cfg, &bytes.Buffer{}, false)
+				if err != nil {
+					cancel()
+				}
+				errs <- err
+			}()
+			if oobs[0].RDMACM != nil {
+				<-oobs[0].RDMACM.listening
+			}
+			if _, err := Perf(ctx, da, oobs[1], cfg, &bytes.Buffer{}, false); err != nil {
+				t.Fatal(err)
+			}
+			if err := <-errs; err != nil {
+				t.Fatal(err)
+			}
+			db.SetCapture(nil)
+			tos := map[byte]int{}
+			b := capture.Bytes()
+			for off := 24; off+16 <= len(b); {
+				n := int(binary.LittleEndian.Uint32(b[off+8:]))
+				f := b[off+16 : min(off+16+n, len(b))]
+				off += 16 + n
+				if len(f) >= 16 && f[12] == 0x08 && f[13] == 0x00 {
+					tos[f[15]>>2]++
+				}
+			}
+			// Over rdma_cm the CM's MADs and the control channel's SENDs
+			// keep TOS 0; everything else is the test QP's.
+			if tos[0x28>>2] < iters || mode != "rdma_cm" && len(tos) != 1 {
+				t.Errorf("frames by DSCP: %v, want %d or more with %d", tos, iters, 0x28>>2)
+			}
+		})
 	}
 }
 

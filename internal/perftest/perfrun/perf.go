@@ -518,7 +518,7 @@ func perfRun(ctx context.Context, dev *roce.Device, oob OOB, cfg PerfConfig, out
 	hooks := perftest.Hooks{
 		Connect: p.connect,
 		CMConnect: func(ctx context.Context) (perftest.Dest, error) {
-			conn, err := sess.connectTest(ctx, testQP, uint8(outReads), p.mtu)
+			conn, err := sess.connectTest(ctx, testQP, uint8(outReads), p.mtu, uint8(cfg.TOS))
 			if err != nil {
 				return p.me, err
 			}
