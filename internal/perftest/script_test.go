@@ -107,7 +107,7 @@ func TestRunScriptDuplex(t *testing.T) {
 	})
 	if runs.Load() != 2 || srv.RemoteReport == nil || cli.RemoteReport == nil ||
 		srv.RemoteReport.Iters != 11 || cli.RemoteReport.Iters != 10 {
-		t.Errorf("runs %d, server got %+v, client got %+v", runs, srv.RemoteReport, cli.RemoteReport)
+		t.Errorf("runs %d, server got %+v, client got %+v", runs.Load(), srv.RemoteReport, cli.RemoteReport)
 	}
 	// Refused where perftest's script differs.
 	a, _ := net.Pipe()
