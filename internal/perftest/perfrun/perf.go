@@ -358,12 +358,16 @@ func Perf(ctx context.Context, dev *roce.Device, oob OOB, cfg PerfConfig, out io
 }
 
 func perfRun(ctx context.Context, dev *roce.Device, oob OOB, cfg PerfConfig, out io.Writer, asJSON, checkData bool) ([]PerfResult, error) {
+	noPeakWarning := (cfg.Duration > 0 || cfg.RunInfinitely) && !cfg.NoPeak
 	if err := cfg.defaults(); err != nil {
 		return nil, err
 	}
 	p := &perf{cfg: cfg, dev: dev, out: out, checkData: checkData}
 	if asJSON {
 		p.out = io.Discard
+	}
+	if noPeakWarning {
+		fmt.Fprint(p.out, " WARNING: BW peak won't be measured in this run.\n")
 	}
 	p.role = perftest.Client
 	if oob.IsServer() {
