@@ -53,7 +53,7 @@ var badInputs = []struct {
 	{"perf write-bw --loopback -q 0", 2},
 	{"perf write-bw --loopback -q 1025", 2},
 	{"perf write-bw --loopback --qp=-3", 2},
-	{"perf write-bw --loopback -q 1024 -s 4294901760", 2},
+	{"perf write-bw --loopback -q 1024 -s 8388608", 2},
 	{"perf write-lat --loopback -q 2", 2},
 	{"perf write-bw --loopback -D 0", 2},
 	{"perf write-bw --loopback --duration=-1", 2},

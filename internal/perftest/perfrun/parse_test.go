@@ -32,7 +32,7 @@ func FuzzParse(f *testing.F) {
 		"\x00write-bw\n-l\n7\n-n\n1000",
 		"\x00write-lat\n-N\n-q\n2",
 		"\x00write-bw\n-u\n32\n-T\n256",
-		"\x00write-bw\n--size=4294901760\n--qp=1024",
+		"\x00write-bw\n--size=8388608\n--qp=1024",
 		"\x00write-bw\n--duration=99999999999\n--metrics\n:x",
 		"\x01rc\n--metrics\nnoport",
 	} {
