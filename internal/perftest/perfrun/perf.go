@@ -310,6 +310,9 @@ type perf struct {
 	lanes []*perf
 	// wrs are the work requests of one post list (-l).
 	wrs []roce.SendWR
+	// park makes the bandwidth loops wait for completions on the CQ at
+	// once, as with -e, instead of busy polling first (see runBW).
+	park bool
 	// afterRun, if set, ends what the run left going (a timed send
 	// server's receiving), before the QPs close.
 	afterRun func()
@@ -798,8 +801,13 @@ type laneRun struct {
 // all QPs' messages, from the first post to the last completion.
 func (p *perf) runBW(ctx context.Context, r *PerfResult) error {
 	lanes := p.allLanes()
+	// perftest polls all its QPs from one thread; here each QP has a
+	// goroutine, and more of them spinning than there are Ps starve those
+	// with work to do (the device's among them): they park instead, as
+	// the device's own further waiters do.
+	park := len(lanes) > runtime.GOMAXPROCS(0)
 	for _, l := range lanes {
-		l.size = p.size
+		l.size, l.park = p.size, park
 	}
 	recv := p.cfg.Verb == perftest.Send && p.role == perftest.Server
 	ctl := &bwCtl{timed: p.cfg.timed()}
@@ -1013,7 +1021,7 @@ func (p *perf) bwClient(ctx context.Context, ctl *bwCtl) laneRun {
 			scnt += list
 		}
 		if ccnt < n {
-			k, err := pollWait(ctx, p.scq, wc[:], p.cfg.Events)
+			k, err := pollWait(ctx, p.scq, wc[:], p.cfg.Events || p.park)
 			if err != nil {
 				if ctl.timed && ctl.stop.Load() {
 					return lr // given up on after the measured window
@@ -1100,7 +1108,7 @@ func (p *perf) bwServer(ctx context.Context, ctl *bwCtl) laneRun {
 	rcnt := 0
 	posted := p.cfg.RxDepth
 	for ctl.timed || rcnt < n {
-		k, err := pollWait(ctx, p.rcq, wc[:], p.cfg.Events)
+		k, err := pollWait(ctx, p.rcq, wc[:], p.cfg.Events || p.park)
 		if err != nil {
 			if ctl.timed && ctl.stop.Load() {
 				return lr
