@@ -19,7 +19,9 @@
 // has its own CQs, buffer and goroutine that posts and polls it, every QP's
 // record is swapped in perftest's order, and one report covers all the
 // messages: their post and completion times merged on one time line, as
-// perftest's single thread records them. Timed runs (-D, --run_infinitely)
+// perftest's single thread records them. With more QPs than Ps the
+// goroutines wait for completions parked on their CQ instead of busy
+// polling first: spinning ones starve those with work. Timed runs (-D, --run_infinitely)
 // count completions in a shared counter that a timer samples; a timed send
 // server keeps receiving until the test closes, since the sender stops on
 // its own clock. -b (write, read, atomic) runs both sides as senders and
