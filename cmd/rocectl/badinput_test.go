@@ -54,6 +54,8 @@ var badInputs = []struct {
 	{"perf write-bw --loopback -q 1025", 2},
 	{"perf write-bw --loopback --qp=-3", 2},
 	{"perf write-bw --loopback -q 1024 -s 8388608", 2},
+	{"perf write-bw --loopback -q 1024 -a", 2},
+	{"perf write-bw --loopback -q 600 -s 4000000", 2},
 	{"perf write-lat --loopback -q 2", 2},
 	{"perf write-bw --loopback -D 0", 2},
 	{"perf write-bw --loopback --duration=-1", 2},

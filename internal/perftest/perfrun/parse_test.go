@@ -35,6 +35,7 @@ func FuzzParse(f *testing.F) {
 		"\x00write-bw\n--size=8388608\n--qp=1024",
 		"\x00write-bw\n--duration=99999999999\n--metrics\n:x",
 		"\x01rc\n--metrics\nnoport",
+		"\x00write-bw\n-a\n-q\n1024",
 	} {
 		f.Add([]byte(seed))
 	}
@@ -50,7 +51,8 @@ func FuzzParse(f *testing.F) {
 					c.TxDepth > 1<<14 || c.RxDepth < 0 || c.RxDepth > 1<<14 || c.CQMod < 0 || len(p.pos) > 1 ||
 					c.NumQPs < 1 || c.NumQPs > cliflag.MaxPerfQPs || uint64(c.Size)*uint64(c.NumQPs) > cliflag.RegistrationLimit ||
 					c.Duration < 0 || c.Inline < 0 || c.Inline > MaxInline || c.PostList < 1 || c.PostList > 1<<14 ||
-					c.QPTimeout < -1 || c.QPTimeout > 31 || c.TOS < 0 || c.TOS > 255 {
+					c.QPTimeout < -1 || c.QPTimeout > 31 || c.TOS < 0 || c.TOS > 255 ||
+					c.RunAll && c.NumQPs > 1 && uint64(c.NumQPs)*2*maxRunAllSize > cliflag.RegistrationLimit {
 					t.Fatalf("%q passed as %+v", args, c)
 				}
 			}

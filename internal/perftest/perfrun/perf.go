@@ -235,6 +235,17 @@ func (c *PerfConfig) bwOptions() error {
 	case (c.RunInfinitely || c.Duration > 0) && c.RunAll:
 		return fmt.Errorf("-a runs a fixed number of iterations: not with -D or --run_infinitely")
 	}
+	if c.NumQPs > 1 {
+		// Each QP has a buffer of two halves, each the largest message or
+		// the page it cycles in.
+		half := max(c.Size, perftest.DefaultCycleBuffer)
+		if c.RunAll {
+			half = maxRunAllSize
+		}
+		if err := cliflag.CheckMemory(uint64(c.NumQPs) * 2 * uint64(half)); err != nil {
+			return fmt.Errorf("-q %d QPs with buffers of 2 × %d bytes: %w", c.NumQPs, half, err)
+		}
+	}
 	if c.RunInfinitely && c.Duration == 0 {
 		c.Duration = defDuration
 	}
