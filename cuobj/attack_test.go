@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"math/rand/v2"
 	"net"
 	"net/netip"
 	"testing"
@@ -14,12 +15,13 @@ import (
 	"github.com/goroce/goroce/cm"
 	"github.com/goroce/goroce/cm/mad"
 	"github.com/goroce/goroce/link/memlink"
+	"github.com/goroce/goroce/link/udplink"
 	"github.com/goroce/goroce/roce"
 )
 
 // The attacks of issue #28 on tokens and the client's listener, over
-// memlink. The exhaustion attacks on the server are in s3rdma (they need
-// its HTTP front end).
+// memlink and over the kernel UDP link on loopback. The exhaustion
+// attacks on the server are in s3rdma (they need its HTTP front end).
 
 // strangerIP is a second address of the server's device: a host that
 // sniffed a token but was not handed it.
@@ -42,6 +44,85 @@ func attackDevices(t testing.TB) (*roce.Device, *roce.Device) {
 	}
 	t.Cleanup(func() { db.Close() })
 	return da, db
+}
+
+// attackNet is the server's and the client's device an attack runs on,
+// and the addresses it uses: the server's device holds srv and stranger.
+type attackNet struct {
+	sdev, cdev         *roce.Device
+	srv, cli, stranger netip.Addr
+}
+
+// attackLink opens the devices of an attack over one kind of link.
+type attackLink struct {
+	name string
+	open func(t *testing.T) attackNet
+}
+
+// attackLinks are the links every attack runs over.
+var attackLinks = []attackLink{
+	{"memlink", func(t *testing.T) attackNet {
+		sdev, cdev := attackDevices(t)
+		return attackNet{sdev: sdev, cdev: cdev, srv: srvIP, cli: cliIP, stranger: strangerIP}
+	}},
+	{"udp", udpAttackNet},
+}
+
+// forAttackLinks runs fn in a subtest for each of attackLinks.
+func forAttackLinks(t *testing.T, fn func(t *testing.T, lk attackLink)) {
+	for _, lk := range attackLinks {
+		t.Run(lk.name, func(t *testing.T) { fn(t, lk) })
+	}
+}
+
+// udpAttackNet opens the server's and the client's device on kernel UDP
+// sockets on loopback, each sending to the other's kernel-chosen port.
+// The addresses are 127.R.S.1 (server), .2 (client) and .3 (stranger),
+// R and S random, so that another run of the suite on the same host at
+// the same time uses others. The server's link is bound to the IPv4
+// wildcard address, so that it serves both of its addresses on one port
+// (the client's device sends every packet to that one port). The
+// client's is too: DC has no path MTU negotiation (the client's DCT takes
+// its device's active MTU, the server's DCIs theirs), and a link bound to
+// a wildcard reports MTU 1500 where one bound to a loopback address
+// reports lo's.
+func udpAttackNet(t *testing.T) attackNet {
+	t.Helper()
+	b := [4]byte{127, byte(1 + rand.IntN(254)), byte(rand.IntN(256)), 1}
+	n := attackNet{srv: netip.AddrFrom4(b)}
+	b[3] = 2
+	n.cli = netip.AddrFrom4(b)
+	b[3] = 3
+	n.stranger = netip.AddrFrom4(b)
+	ls, err := udplink.ListenOptions(netip.AddrPortFrom(netip.IPv4Unspecified(), 0), udplink.Options{EphemeralPort: true})
+	if err != nil {
+		t.Skipf("no UDP socket on the IPv4 wildcard address: %v", err)
+	}
+	lc, err := udplink.ListenOptions(netip.AddrPortFrom(netip.IPv4Unspecified(), 0), udplink.Options{EphemeralPort: true})
+	if err != nil {
+		ls.Close()
+		t.Skipf("no second UDP socket on the IPv4 wildcard address: %v", err)
+	}
+	n.sdev, err = roce.OpenLink(ls, roce.Options{Addrs: []netip.Addr{n.srv, n.stranger}, Port: lc.LocalAddr().Port(), Logger: quietLog()})
+	if err != nil {
+		ls.Close()
+		lc.Close()
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { n.sdev.Close() })
+	n.cdev, err = roce.OpenLink(lc, roce.Options{Addrs: []netip.Addr{n.cli}, Port: ls.LocalAddr().Port(), Logger: quietLog()})
+	if err != nil {
+		lc.Close()
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { n.cdev.Close() })
+	// Runs before the devices close: the attack went over the sockets.
+	t.Cleanup(func() {
+		if s, c := n.sdev.Counters(), n.cdev.Counters(); s.RcvdPkts == 0 || c.RcvdPkts == 0 {
+			t.Errorf("the UDP link carried nothing: server %v, client %v", s.Map(), c.Map())
+		}
+	})
+	return n
 }
 
 // steal serves a request with a token the attacker holds, into or from
@@ -103,151 +184,155 @@ var attackProtos = []Proto{ProtoRC, ProtoDC}
 // server: the server's READ beyond the object fails with a remote access
 // error and fetches nothing, and the legitimate PUT still completes.
 func TestAttackWidenedToken(t *testing.T) {
-	for _, proto := range attackProtos {
-		t.Run(proto.String(), func(t *testing.T) {
-			sdev, cdev := attackDevices(t)
-			const regSize, objSize = 64 << 10, 4096
-			r := newRig(t, sdev, cdev, regSize, &ClientOptions{Proto: proto}, nil)
-			ctx := ctxT(t, 60*time.Second)
-			buf := pattern(regSize, 1) // beyond objSize: the client's private data
-			if err := r.cli.Register(buf); err != nil {
-				t.Fatal(err)
-			}
-			loot, err := r.srv.AllocHostBuffer(regSize)
-			if err != nil {
-				t.Fatal(err)
-			}
-			lreg, err := r.srv.RegisterBuffer(loot)
-			if err != nil {
-				t.Fatal(err)
-			}
-			var attacked bool
-			r.hook = func(h *Handle, info *RDMAInfo) error {
-				if attacked {
+	forAttackLinks(t, func(t *testing.T, lk attackLink) {
+		for _, proto := range attackProtos {
+			t.Run(proto.String(), func(t *testing.T) {
+				pair := lk.open(t)
+				const regSize, objSize = 64 << 10, 4096
+				r := newRigAt(t, pair.sdev, pair.cdev, pair.srv, regSize, &ClientOptions{Proto: proto}, nil)
+				ctx := ctxT(t, 60*time.Second)
+				buf := pattern(regSize, 1) // beyond objSize: the client's private data
+				if err := r.cli.Register(buf); err != nil {
+					t.Fatal(err)
+				}
+				loot, err := r.srv.AllocHostBuffer(regSize)
+				if err != nil {
+					t.Fatal(err)
+				}
+				lreg, err := r.srv.RegisterBuffer(loot)
+				if err != nil {
+					t.Fatal(err)
+				}
+				var attacked bool
+				r.hook = func(h *Handle, info *RDMAInfo) error {
+					if attacked {
+						return nil
+					}
+					attacked = true
+					tok := info.Token
+					tok.Size = regSize
+					wantAccessError(t, "widened PUT token", r.steal(ctx, lreg, tok, true))
 					return nil
 				}
-				attacked = true
-				tok := info.Token
-				tok.Size = regSize
-				wantAccessError(t, "widened PUT token", r.steal(ctx, lreg, tok, true))
-				return nil
-			}
-			n, err := r.cli.Put(ctx, "user", buf[:objSize], 0, 0)
-			if err != nil || n != objSize {
-				t.Fatalf("legitimate Put = %d, %v", n, err)
-			}
-			if !bytes.Equal(r.sbuf[:objSize], buf[:objSize]) {
-				t.Error("legitimate Put: data differs")
-			}
-			if !bytes.Equal(loot, make([]byte, regSize)) {
-				t.Error("the widened READ fetched client memory")
-			}
-			// A GET token widened the same way writes nothing beyond it.
-			attacked = false
-			r.object = pattern(objSize, 2)
-			r.hook = func(h *Handle, info *RDMAInfo) error {
-				if attacked {
+				n, err := r.cli.Put(ctx, "user", buf[:objSize], 0, 0)
+				if err != nil || n != objSize {
+					t.Fatalf("legitimate Put = %d, %v", n, err)
+				}
+				if !bytes.Equal(r.sbuf[:objSize], buf[:objSize]) {
+					t.Error("legitimate Put: data differs")
+				}
+				if !bytes.Equal(loot, make([]byte, regSize)) {
+					t.Error("the widened READ fetched client memory")
+				}
+				// A GET token widened the same way writes nothing beyond it.
+				attacked = false
+				r.object = pattern(objSize, 2)
+				r.hook = func(h *Handle, info *RDMAInfo) error {
+					if attacked {
+						return nil
+					}
+					attacked = true
+					tok := info.Token
+					tok.Size = regSize
+					copy(loot, bytes.Repeat([]byte{0xee}, regSize))
+					wantAccessError(t, "widened GET token", r.steal(ctx, lreg, tok, false))
 					return nil
 				}
-				attacked = true
-				tok := info.Token
-				tok.Size = regSize
-				copy(loot, bytes.Repeat([]byte{0xee}, regSize))
-				wantAccessError(t, "widened GET token", r.steal(ctx, lreg, tok, false))
-				return nil
-			}
-			if n, err := r.cli.Get(ctx, "user", buf[:objSize], 0, 0); err != nil || n != objSize {
-				t.Fatalf("legitimate Get = %d, %v", n, err)
-			}
-			if !bytes.Equal(buf[:objSize], r.object) || !bytes.Equal(buf[objSize:], pattern(regSize, 1)[objSize:]) {
-				t.Error("the widened WRITE changed client memory")
-			}
-			if proto == ProtoRC {
-				waitCount(t, "client AccessErrors", r.cli.Stats().AccessErrors.Load, 2)
-			}
-			t.Logf("%v: grants %d, revokes %d, access errors %d", proto, r.cli.Stats().Grants.Load(),
-				r.cli.Stats().Revokes.Load(), r.cli.Stats().AccessErrors.Load())
-		})
-	}
+				if n, err := r.cli.Get(ctx, "user", buf[:objSize], 0, 0); err != nil || n != objSize {
+					t.Fatalf("legitimate Get = %d, %v", n, err)
+				}
+				if !bytes.Equal(buf[:objSize], r.object) || !bytes.Equal(buf[objSize:], pattern(regSize, 1)[objSize:]) {
+					t.Error("the widened WRITE changed client memory")
+				}
+				if proto == ProtoRC {
+					waitCount(t, "client AccessErrors", r.cli.Stats().AccessErrors.Load, 2)
+				}
+				t.Logf("%v: grants %d, revokes %d, access errors %d", proto, r.cli.Stats().Grants.Load(),
+					r.cli.Stats().Revokes.Load(), r.cli.Stats().AccessErrors.Load())
+			})
+		}
+	})
 }
 
 // TestAttackReplay: tokens replayed after their request finished (as is
 // and widened), and one given back with PutRDMAToken, are dead.
 func TestAttackReplay(t *testing.T) {
-	for _, proto := range attackProtos {
-		t.Run(proto.String(), func(t *testing.T) {
-			sdev, cdev := attackDevices(t)
-			const regSize, objSize = 64 << 10, 4096
-			r := newRig(t, sdev, cdev, regSize, &ClientOptions{Proto: proto}, nil)
-			ctx := ctxT(t, 60*time.Second)
-			private := pattern(regSize, 3)
-			buf := append([]byte(nil), private...)
-			if err := r.cli.Register(buf); err != nil {
-				t.Fatal(err)
-			}
-			var sniffed []Token
-			r.hook = func(h *Handle, info *RDMAInfo) error {
-				sniffed = append(sniffed, info.Token)
-				return nil
-			}
-			r.object = pattern(objSize, 4)
-			if n, err := r.cli.Get(ctx, "user", buf[:objSize], 0, 0); err != nil || n != objSize {
-				t.Fatalf("Get = %d, %v", n, err)
-			}
-			if n, err := r.cli.Put(ctx, "user", buf[:objSize], 0, 0); err != nil || n != objSize {
-				t.Fatalf("Put = %d, %v", n, err)
-			}
-			copy(private, r.object) // what buf holds now
-			loot, _ := r.srv.AllocHostBuffer(regSize)
-			lreg, err := r.srv.RegisterBuffer(loot)
-			if err != nil {
-				t.Fatal(err)
-			}
-			get, put := sniffed[0], sniffed[1]
-			wideGet, widePut := get, put
-			wideGet.Size, widePut.Size = regSize, regSize
-			for _, c := range []struct {
-				what string
-				tok  Token
-				put  bool
-			}{{"GET token replayed", get, false}, {"GET token replayed widened", wideGet, false},
-				{"PUT token replayed", put, true}, {"PUT token replayed widened", widePut, true}} {
-				copy(loot, bytes.Repeat([]byte{0xee}, regSize))
-				if c.put {
-					clear(loot)
+	forAttackLinks(t, func(t *testing.T, lk attackLink) {
+		for _, proto := range attackProtos {
+			t.Run(proto.String(), func(t *testing.T) {
+				pair := lk.open(t)
+				const regSize, objSize = 64 << 10, 4096
+				r := newRigAt(t, pair.sdev, pair.cdev, pair.srv, regSize, &ClientOptions{Proto: proto}, nil)
+				ctx := ctxT(t, 60*time.Second)
+				private := pattern(regSize, 3)
+				buf := append([]byte(nil), private...)
+				if err := r.cli.Register(buf); err != nil {
+					t.Fatal(err)
 				}
-				wantDead(t, c.what, r.steal(ctx, lreg, c.tok, c.put))
-				if c.put && !bytes.Equal(loot, make([]byte, regSize)) {
-					t.Errorf("%s: fetched client memory", c.what)
+				var sniffed []Token
+				r.hook = func(h *Handle, info *RDMAInfo) error {
+					sniffed = append(sniffed, info.Token)
+					return nil
 				}
-			}
-			if !bytes.Equal(buf, private) {
-				t.Error("a replayed GET token changed client memory")
-			}
-			// A token from GetRDMAToken is live until PutRDMAToken.
-			desc, err := r.cli.GetRDMATokenFor(buf, objSize, 0, OpGet, srvIP)
-			if err != nil {
-				t.Fatal(err)
-			}
-			tok, _ := ParseToken(desc)
-			copy(loot, pattern(objSize, 5))
-			if err := r.steal(ctx, lreg, Token{Addr: tok.Addr, Size: objSize, RKey: tok.RKey, LID: tok.LID, QPN: tok.QPN,
-				HasGID: true, GID: tok.GID}, false); err != nil {
-				t.Fatalf("live token: %v", err)
-			}
-			if err := r.cli.PutRDMAToken(desc); err != nil {
-				t.Fatal(err)
-			}
-			wantDead(t, "token given back", r.steal(ctx, lreg, tok, false))
-			if proto == ProtoRC {
-				waitCount(t, "client AccessErrors", r.cli.Stats().AccessErrors.Load, 1)
-			}
-			st := r.cli.Stats()
-			if st.Grants.Load() != st.Revokes.Load() {
-				t.Errorf("grants %d, revokes %d: a token outlived its request", st.Grants.Load(), st.Revokes.Load())
-			}
-		})
-	}
+				r.object = pattern(objSize, 4)
+				if n, err := r.cli.Get(ctx, "user", buf[:objSize], 0, 0); err != nil || n != objSize {
+					t.Fatalf("Get = %d, %v", n, err)
+				}
+				if n, err := r.cli.Put(ctx, "user", buf[:objSize], 0, 0); err != nil || n != objSize {
+					t.Fatalf("Put = %d, %v", n, err)
+				}
+				copy(private, r.object) // what buf holds now
+				loot, _ := r.srv.AllocHostBuffer(regSize)
+				lreg, err := r.srv.RegisterBuffer(loot)
+				if err != nil {
+					t.Fatal(err)
+				}
+				get, put := sniffed[0], sniffed[1]
+				wideGet, widePut := get, put
+				wideGet.Size, widePut.Size = regSize, regSize
+				for _, c := range []struct {
+					what string
+					tok  Token
+					put  bool
+				}{{"GET token replayed", get, false}, {"GET token replayed widened", wideGet, false},
+					{"PUT token replayed", put, true}, {"PUT token replayed widened", widePut, true}} {
+					copy(loot, bytes.Repeat([]byte{0xee}, regSize))
+					if c.put {
+						clear(loot)
+					}
+					wantDead(t, c.what, r.steal(ctx, lreg, c.tok, c.put))
+					if c.put && !bytes.Equal(loot, make([]byte, regSize)) {
+						t.Errorf("%s: fetched client memory", c.what)
+					}
+				}
+				if !bytes.Equal(buf, private) {
+					t.Error("a replayed GET token changed client memory")
+				}
+				// A token from GetRDMAToken is live until PutRDMAToken.
+				desc, err := r.cli.GetRDMATokenFor(buf, objSize, 0, OpGet, pair.srv)
+				if err != nil {
+					t.Fatal(err)
+				}
+				tok, _ := ParseToken(desc)
+				copy(loot, pattern(objSize, 5))
+				if err := r.steal(ctx, lreg, Token{Addr: tok.Addr, Size: objSize, RKey: tok.RKey, LID: tok.LID, QPN: tok.QPN,
+					HasGID: true, GID: tok.GID}, false); err != nil {
+					t.Fatalf("live token: %v", err)
+				}
+				if err := r.cli.PutRDMAToken(desc); err != nil {
+					t.Fatal(err)
+				}
+				wantDead(t, "token given back", r.steal(ctx, lreg, tok, false))
+				if proto == ProtoRC {
+					waitCount(t, "client AccessErrors", r.cli.Stats().AccessErrors.Load, 1)
+				}
+				st := r.cli.Stats()
+				if st.Grants.Load() != st.Revokes.Load() {
+					t.Errorf("grants %d, revokes %d: a token outlived its request", st.Grants.Load(), st.Revokes.Load())
+				}
+			})
+		}
+	})
 }
 
 // dialClient connects to the client's listener from local with a hello
@@ -296,43 +381,45 @@ func wantRejected(t *testing.T, what string, c *cm.Conn, err error) {
 // a wrong endpoint nothing; the server itself, once the token is dead,
 // is refused too.
 func TestAttackListener(t *testing.T) {
-	sdev, cdev := attackDevices(t)
-	r := newRig(t, sdev, cdev, 4096, nil, nil)
-	ctx := ctxT(t, 90*time.Second)
-	buf := make([]byte, 4096)
-	if err := r.cli.Register(buf); err != nil {
-		t.Fatal(err)
-	}
-	r.object = pattern(4096, 6)
-	var tok Token
-	r.hook = func(h *Handle, info *RDMAInfo) error {
-		tok = info.Token
-		to := netip.AddrPortFrom(cliIP, tok.LID)
-		c, err := dialClient(ctx, t, sdev, strangerIP, to, tok.QPN)
-		wantRejected(t, "stranger with a live token's endpoint", c, err)
-		c, err = dialClient(ctx, t, sdev, srvIP, to, tok.QPN^1)
-		wantRejected(t, "wrong endpoint", c, err)
-		return nil
-	}
-	if n, err := r.cli.Get(ctx, "user", buf, 0, 0); err != nil || n != 4096 {
-		t.Fatalf("legitimate Get = %d, %v", n, err)
-	}
-	r.hook = nil
-	to := netip.AddrPortFrom(cliIP, tok.LID)
-	c, err := dialClient(ctx, t, sdev, strangerIP, to, tok.QPN)
-	wantRejected(t, "stranger after the request", c, err)
-	c, err = dialClient(ctx, t, sdev, srvIP, to, tok.QPN)
-	wantRejected(t, "the server's address with no live token", c, err)
-	st := r.cli.Stats()
-	// At least: a retransmitted REQ may be refused twice.
-	if st.Strangers.Load() < 3 || st.Refused.Load() < 4 {
-		t.Errorf("strangers %d, refused %d; want 3, 4", st.Strangers.Load(), st.Refused.Load())
-	}
-	// The legitimate server still works (its connection was accepted
-	// while its token lived and is kept).
-	if n, err := r.cli.Get(ctx, "user", buf, 0, 0); err != nil || n != 4096 || !bytes.Equal(buf, r.object) {
-		t.Fatalf("second Get = %d, %v", n, err)
-	}
+	forAttackLinks(t, func(t *testing.T, lk attackLink) {
+		pair := lk.open(t)
+		r := newRigAt(t, pair.sdev, pair.cdev, pair.srv, 4096, nil, nil)
+		ctx := ctxT(t, 90*time.Second)
+		buf := make([]byte, 4096)
+		if err := r.cli.Register(buf); err != nil {
+			t.Fatal(err)
+		}
+		r.object = pattern(4096, 6)
+		var tok Token
+		r.hook = func(h *Handle, info *RDMAInfo) error {
+			tok = info.Token
+			to := netip.AddrPortFrom(pair.cli, tok.LID)
+			c, err := dialClient(ctx, t, pair.sdev, pair.stranger, to, tok.QPN)
+			wantRejected(t, "stranger with a live token's endpoint", c, err)
+			c, err = dialClient(ctx, t, pair.sdev, pair.srv, to, tok.QPN^1)
+			wantRejected(t, "wrong endpoint", c, err)
+			return nil
+		}
+		if n, err := r.cli.Get(ctx, "user", buf, 0, 0); err != nil || n != 4096 {
+			t.Fatalf("legitimate Get = %d, %v", n, err)
+		}
+		r.hook = nil
+		to := netip.AddrPortFrom(pair.cli, tok.LID)
+		c, err := dialClient(ctx, t, pair.sdev, pair.stranger, to, tok.QPN)
+		wantRejected(t, "stranger after the request", c, err)
+		c, err = dialClient(ctx, t, pair.sdev, pair.srv, to, tok.QPN)
+		wantRejected(t, "the server's address with no live token", c, err)
+		st := r.cli.Stats()
+		// At least: a retransmitted REQ may be refused twice.
+		if st.Strangers.Load() < 3 || st.Refused.Load() < 4 {
+			t.Errorf("strangers %d, refused %d; want 3, 4", st.Strangers.Load(), st.Refused.Load())
+		}
+		// The legitimate server still works (its connection was accepted
+		// while its token lived and is kept).
+		if n, err := r.cli.Get(ctx, "user", buf, 0, 0); err != nil || n != 4096 || !bytes.Equal(buf, r.object) {
+			t.Fatalf("second Get = %d, %v", n, err)
+		}
+	})
 }
 
 // stealOn is steal on a given server channel.
@@ -354,179 +441,181 @@ func (r *rig) stealOn(ctx context.Context, ch uint16, loot *Buffer, tok Token, p
 // of the same server (another QP), it gets a remote access error, counted
 // by the client and its device, and client memory is untouched.
 func TestAttackWindows(t *testing.T) {
-	sdev, cdev := attackDevices(t)
-	const regSize, objSize, off = 64 << 10, 4096, 8192
-	r := newRig(t, sdev, cdev, regSize, &ClientOptions{Proto: ProtoRC, MemoryWindows: true}, nil)
-	ctx := ctxT(t, 90*time.Second)
-	private := pattern(regSize, 7)
-	buf := append([]byte(nil), private...)
-	if err := r.cli.Register(buf); err != nil {
-		t.Fatal(err)
-	}
-	reg := r.cli.regions[uintptrOf(buf)]
-	loot, err := r.srv.AllocHostBuffer(regSize)
-	if err != nil {
-		t.Fatal(err)
-	}
-	lreg, err := r.srv.RegisterBuffer(loot)
-	if err != nil {
-		t.Fatal(err)
-	}
-	st := r.cli.Stats()
-	wantGrants := func(step string, windows, regions uint64) {
-		t.Helper()
-		if w, g := st.WindowGrants.Load(), st.RegionGrants.Load(); w != windows || g != regions {
-			t.Fatalf("%s: %d window grants, %d region grants; want %d, %d", step, w, g, windows, regions)
+	forAttackLinks(t, func(t *testing.T, lk attackLink) {
+		pair := lk.open(t)
+		const regSize, objSize, off = 64 << 10, 4096, 8192
+		r := newRigAt(t, pair.sdev, pair.cdev, pair.srv, regSize, &ClientOptions{Proto: ProtoRC, MemoryWindows: true}, nil)
+		ctx := ctxT(t, 90*time.Second)
+		private := pattern(regSize, 7)
+		buf := append([]byte(nil), private...)
+		if err := r.cli.Register(buf); err != nil {
+			t.Fatal(err)
 		}
-	}
-	// connect serves a Get: with no live connection of the server's, its
-	// token is a region, and the server (re)connects through channel 0.
-	seed := uint64(100)
-	connect := func(step string, windows, regions uint64) {
-		t.Helper()
-		seed++
-		r.object = pattern(objSize, seed)
-		if n, err := r.cli.Get(ctx, "user", buf[:objSize], 0, 0); err != nil || n != objSize {
-			t.Fatalf("%s: Get = %d, %v", step, n, err)
+		reg := r.cli.regions[uintptrOf(buf)]
+		loot, err := r.srv.AllocHostBuffer(regSize)
+		if err != nil {
+			t.Fatal(err)
 		}
-		copy(private, r.object)
-		wantGrants(step, windows, regions)
-		// The client records the connection once the CM handshake is
-		// over, which may be after the server's WRITE.
-		deadline := time.Now().Add(20 * time.Second)
-		for r.cli.windowConn(r.cli.rails[0], srvIP) == nil {
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: no live connection of the server's", step)
+		lreg, err := r.srv.RegisterBuffer(loot)
+		if err != nil {
+			t.Fatal(err)
+		}
+		st := r.cli.Stats()
+		wantGrants := func(step string, windows, regions uint64) {
+			t.Helper()
+			if w, g := st.WindowGrants.Load(), st.RegionGrants.Load(); w != windows || g != regions {
+				t.Fatalf("%s: %d window grants, %d region grants; want %d, %d", step, w, g, windows, regions)
 			}
-			time.Sleep(time.Millisecond)
 		}
-	}
-	untouched := func(what string) {
-		t.Helper()
-		if !bytes.Equal(buf, private) {
-			t.Errorf("%s changed client memory", what)
+		// connect serves a Get: with no live connection of the server's, its
+		// token is a region, and the server (re)connects through channel 0.
+		seed := uint64(100)
+		connect := func(step string, windows, regions uint64) {
+			t.Helper()
+			seed++
+			r.object = pattern(objSize, seed)
+			if n, err := r.cli.Get(ctx, "user", buf[:objSize], 0, 0); err != nil || n != objSize {
+				t.Fatalf("%s: Get = %d, %v", step, n, err)
+			}
+			copy(private, r.object)
+			wantGrants(step, windows, regions)
+			// The client records the connection once the CM handshake is
+			// over, which may be after the server's WRITE.
+			deadline := time.Now().Add(20 * time.Second)
+			for r.cli.windowConn(r.cli.rails[0], pair.srv) == nil {
+				if time.Now().After(deadline) {
+					t.Fatalf("%s: no live connection of the server's", step)
+				}
+				time.Sleep(time.Millisecond)
+			}
 		}
-	}
-	lootClean := func(what string) {
-		t.Helper()
-		if !bytes.Equal(loot, make([]byte, regSize)) {
-			t.Errorf("%s fetched client memory", what)
+		untouched := func(what string) {
+			t.Helper()
+			if !bytes.Equal(buf, private) {
+				t.Errorf("%s changed client memory", what)
+			}
 		}
-	}
-	violations := func() uint64 { return cdev.Counters().RKeyViolation }
-	v0 := violations()
+		lootClean := func(what string) {
+			t.Helper()
+			if !bytes.Equal(loot, make([]byte, regSize)) {
+				t.Errorf("%s fetched client memory", what)
+			}
+		}
+		violations := func() uint64 { return pair.cdev.Counters().RKeyViolation }
+		v0 := violations()
 
-	connect("first Get", 0, 1)
-	ch0 := r.channel() // the channel whose connection serves the client
-	r.chans <- ch0
+		connect("first Get", 0, 1)
+		ch0 := r.channel() // the channel whose connection serves the client
+		r.chans <- ch0
 
-	// A callback's token is a window bound through that connection.
-	var sniffed Token
-	r.hook = func(h *Handle, info *RDMAInfo) error { sniffed = info.Token; return nil }
-	r.object = pattern(objSize, 9)
-	if n, err := r.cli.Get(ctx, "user", buf[off:off+objSize], 0, 0); err != nil || n != objSize {
-		t.Fatalf("Get through a window = %d, %v", n, err)
-	}
-	r.hook = nil
-	copy(private[off:], r.object)
-	untouched("Get through a window") // and it wrote the object
-	wantGrants("Get through a window", 1, 1)
-	if mr := reg.mrs[0]; sniffed.RKey == mr.RKey() || sniffed.Addr != mr.Addr()+off || sniffed.Size != objSize {
-		t.Fatalf("window token %+v: the registration's rkey %#x or the wrong range", sniffed, mr.RKey())
-	}
+		// A callback's token is a window bound through that connection.
+		var sniffed Token
+		r.hook = func(h *Handle, info *RDMAInfo) error { sniffed = info.Token; return nil }
+		r.object = pattern(objSize, 9)
+		if n, err := r.cli.Get(ctx, "user", buf[off:off+objSize], 0, 0); err != nil || n != objSize {
+			t.Fatalf("Get through a window = %d, %v", n, err)
+		}
+		r.hook = nil
+		copy(private[off:], r.object)
+		untouched("Get through a window") // and it wrote the object
+		wantGrants("Get through a window", 1, 1)
+		if mr := reg.mrs[0]; sniffed.RKey == mr.RKey() || sniffed.Addr != mr.Addr()+off || sniffed.Size != objSize {
+			t.Fatalf("window token %+v: the registration's rkey %#x or the wrong range", sniffed, mr.RKey())
+		}
 
-	// Replayed after its request: the window was invalidated.
-	ch := r.channel()
-	if ch != ch0 {
-		t.Fatalf("channel %d, want %d", ch, ch0)
-	}
-	wantAccessError(t, "window token replayed", r.stealOn(ctx, ch0, lreg, sniffed, false))
-	r.chans <- ch0
-	untouched("a replayed window token")
+		// Replayed after its request: the window was invalidated.
+		ch := r.channel()
+		if ch != ch0 {
+			t.Fatalf("channel %d, want %d", ch, ch0)
+		}
+		wantAccessError(t, "window token replayed", r.stealOn(ctx, ch0, lreg, sniffed, false))
+		r.chans <- ch0
+		untouched("a replayed window token")
 
-	// A live window (GetRDMATokenFor) works in range through its
-	// connection alone, and not beyond its range.
-	connect("reconnect", 1, 2)
-	desc, err := r.cli.GetRDMATokenFor(buf, objSize, off, OpPut, srvIP)
-	if err != nil {
-		t.Fatal(err)
-	}
-	wantGrants("GetRDMATokenFor", 2, 2)
-	tok, _ := ParseToken(desc)
-	if err := r.stealOn(ctx, ch0, lreg, tok, true); err != nil {
-		t.Fatalf("READ through a live window: %v", err)
-	}
-	if !bytes.Equal(loot[:objSize], buf[off:off+objSize]) {
-		t.Fatal("READ through a live window: data differs")
-	}
-	clear(loot)
-	other, err := r.srv.AllocateChannel()
-	if err != nil {
-		t.Fatal(err)
-	}
-	wantAccessError(t, "window token through another QP", r.stealOn(ctx, other, lreg, tok, true))
-	r.srv.FreeChannel(other)
-	lootClean("a window token through another QP")
-	wide := tok
-	wide.Size = regSize - off
-	wantAccessError(t, "widened window token", r.stealOn(ctx, ch0, lreg, wide, true))
-	lootClean("a widened window token")
-	if err := r.cli.PutRDMAToken(desc); err != nil {
-		t.Fatal(err)
-	}
+		// A live window (GetRDMATokenFor) works in range through its
+		// connection alone, and not beyond its range.
+		connect("reconnect", 1, 2)
+		desc, err := r.cli.GetRDMATokenFor(buf, objSize, off, OpPut, pair.srv)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wantGrants("GetRDMATokenFor", 2, 2)
+		tok, _ := ParseToken(desc)
+		if err := r.stealOn(ctx, ch0, lreg, tok, true); err != nil {
+			t.Fatalf("READ through a live window: %v", err)
+		}
+		if !bytes.Equal(loot[:objSize], buf[off:off+objSize]) {
+			t.Fatal("READ through a live window: data differs")
+		}
+		clear(loot)
+		other, err := r.srv.AllocateChannel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		wantAccessError(t, "window token through another QP", r.stealOn(ctx, other, lreg, tok, true))
+		r.srv.FreeChannel(other)
+		lootClean("a window token through another QP")
+		wide := tok
+		wide.Size = regSize - off
+		wantAccessError(t, "widened window token", r.stealOn(ctx, ch0, lreg, wide, true))
+		lootClean("a widened window token")
+		if err := r.cli.PutRDMAToken(desc); err != nil {
+			t.Fatal(err)
+		}
 
-	// A window given back (PutRDMAToken: LOCAL_INV) is dead on its own
-	// connection.
-	connect("reconnect again", 2, 3)
-	desc, err = r.cli.GetRDMATokenFor(buf, objSize, off, OpGet, srvIP)
-	if err != nil {
-		t.Fatal(err)
-	}
-	wantGrants("GetRDMATokenFor GET", 3, 3)
-	tok, _ = ParseToken(desc)
-	if err := r.cli.PutRDMAToken(desc); err != nil {
-		t.Fatal(err)
-	}
-	copy(loot, bytes.Repeat([]byte{0xee}, regSize))
-	wantAccessError(t, "window token given back", r.stealOn(ctx, ch0, lreg, tok, false))
-	untouched("a window token given back")
+		// A window given back (PutRDMAToken: LOCAL_INV) is dead on its own
+		// connection.
+		connect("reconnect again", 2, 3)
+		desc, err = r.cli.GetRDMATokenFor(buf, objSize, off, OpGet, pair.srv)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wantGrants("GetRDMATokenFor GET", 3, 3)
+		tok, _ = ParseToken(desc)
+		if err := r.cli.PutRDMAToken(desc); err != nil {
+			t.Fatal(err)
+		}
+		copy(loot, bytes.Repeat([]byte{0xee}, regSize))
+		wantAccessError(t, "window token given back", r.stealOn(ctx, ch0, lreg, tok, false))
+		untouched("a window token given back")
 
-	// A callback that hands its token to another server than the one the
-	// window is bound through gets a region instead (AllowServer).
-	connect("reconnect for AllowServer", 3, 4)
-	var bound, given Token
-	r.hook = func(h *Handle, info *RDMAInfo) error {
-		bound = info.Token
-		info.AllowServer(strangerIP)
-		given = info.Token
-		return nil
-	}
-	r.object = pattern(objSize, 10)
-	if n, err := r.cli.Get(ctx, "user", buf[off:off+objSize], 0, 0); err != nil || n != objSize {
-		t.Fatalf("Get handed to another server = %d, %v", n, err)
-	}
-	r.hook = nil
-	copy(private[off:], r.object)
-	untouched("Get handed to another server")
-	wantGrants("Get handed to another server", 4, 5)
-	if given.RKey == bound.RKey || given.Addr != bound.Addr || given.Size != bound.Size {
-		t.Errorf("AllowServer of another server: token %+v, was %+v; want a region over the same range", given, bound)
-	}
+		// A callback that hands its token to another server than the one the
+		// window is bound through gets a region instead (AllowServer).
+		connect("reconnect for AllowServer", 3, 4)
+		var bound, given Token
+		r.hook = func(h *Handle, info *RDMAInfo) error {
+			bound = info.Token
+			info.AllowServer(pair.stranger)
+			given = info.Token
+			return nil
+		}
+		r.object = pattern(objSize, 10)
+		if n, err := r.cli.Get(ctx, "user", buf[off:off+objSize], 0, 0); err != nil || n != objSize {
+			t.Fatalf("Get handed to another server = %d, %v", n, err)
+		}
+		r.hook = nil
+		copy(private[off:], r.object)
+		untouched("Get handed to another server")
+		wantGrants("Get handed to another server", 4, 5)
+		if given.RKey == bound.RKey || given.Addr != bound.Addr || given.Size != bound.Size {
+			t.Errorf("AllowServer of another server: token %+v, was %+v; want a region over the same range", given, bound)
+		}
 
-	// Deregister invalidates the live windows over the registration.
-	if _, err := r.cli.GetRDMATokenFor(buf, objSize, off, OpGet, srvIP); err != nil {
-		t.Fatal(err)
-	}
-	wantGrants("GetRDMATokenFor before Deregister", 5, 5)
-	if err := r.cli.Deregister(buf); err != nil {
-		t.Fatalf("Deregister with a live window: %v", err)
-	}
+		// Deregister invalidates the live windows over the registration.
+		if _, err := r.cli.GetRDMATokenFor(buf, objSize, off, OpGet, pair.srv); err != nil {
+			t.Fatal(err)
+		}
+		wantGrants("GetRDMATokenFor before Deregister", 5, 5)
+		if err := r.cli.Deregister(buf); err != nil {
+			t.Fatalf("Deregister with a live window: %v", err)
+		}
 
-	waitCount(t, "client AccessErrors", st.AccessErrors.Load, 4)
-	if v := violations() - v0; v < 4 {
-		t.Errorf("client device rkey_violation rose by %d, want at least 4", v)
-	}
-	if st.Grants.Load() != st.Revokes.Load() {
-		t.Errorf("grants %d, revokes %d: a window outlived its token", st.Grants.Load(), st.Revokes.Load())
-	}
+		waitCount(t, "client AccessErrors", st.AccessErrors.Load, 4)
+		if v := violations() - v0; v < 4 {
+			t.Errorf("client device rkey_violation rose by %d, want at least 4", v)
+		}
+		if st.Grants.Load() != st.Revokes.Load() {
+			t.Errorf("grants %d, revokes %d: a window outlived its token", st.Grants.Load(), st.Revokes.Load())
+		}
+	})
 }
