@@ -94,6 +94,12 @@ func udpAttackNet(t *testing.T) attackNet {
 	n.cli = netip.AddrFrom4(b)
 	b[3] = 3
 	n.stranger = netip.AddrFrom4(b)
+	// Linux routes all of 127.0.0.0/8 to lo; some systems only 127.0.0.1.
+	probe, err := net.ListenUDP("udp4", net.UDPAddrFromAddrPort(netip.AddrPortFrom(n.cli, 0)))
+	if err != nil {
+		t.Skipf("no UDP socket on %v: %v", n.cli, err)
+	}
+	probe.Close()
 	ls, err := udplink.ListenOptions(netip.AddrPortFrom(netip.IPv4Unspecified(), 0), udplink.Options{EphemeralPort: true})
 	if err != nil {
 		t.Skipf("no UDP socket on the IPv4 wildcard address: %v", err)
