@@ -57,7 +57,11 @@ func TestCuobjCommand(t *testing.T) {
 	srvAddr, cliAddr := "127.0.0.3", "127.0.0.4"
 	port := strconv.Itoa(freeUDPPort(t, srvAddr, cliAddr))
 	dir := t.TempDir()
-	os.Mkdir(filepath.Join(dir, "bkt"), 0o755)
+	// The server and the clients sign with the same key pair.
+	t.Setenv("AWS_ACCESS_KEY_ID", "GRCMDTESTKEY00000001")
+	t.Setenv("AWS_SECRET_ACCESS_KEY", "cmd-test-secret-0123456789abcdefghijklm")
+	t.Setenv("AWS_REGION", "us-east-1")
+	os.Mkdir(filepath.Join(dir, "bkt"), 0o755) // a directory is a bucket
 	ctx, cancel := context.WithCancel(context.Background())
 	old := cuobjSignalContext
 	cuobjSignalContext = func() (context.Context, context.CancelFunc) { return context.WithCancel(ctx) }
@@ -87,6 +91,9 @@ func TestCuobjCommand(t *testing.T) {
 			t.Errorf("serve summary: %s", sout.String())
 		}
 	}()
+	if !strings.Contains(sout.String(), "requests must be signed with the key pair of AWS_ACCESS_KEY_ID") {
+		t.Errorf("serve banner: %s", sout.String())
+	}
 	in := filepath.Join(t.TempDir(), "in")
 	data := make([]byte, 3<<20+17)
 	rand.Read(data)
@@ -121,7 +128,7 @@ func TestCuobjCommand(t *testing.T) {
 	}
 	script := `
 import boto3, sys, hashlib
-s3 = boto3.client("s3", endpoint_url=sys.argv[1], aws_access_key_id="x", aws_secret_access_key="x", region_name="us-east-1")
+s3 = boto3.client("s3", endpoint_url=sys.argv[1], region_name="us-east-1")  # keys from the environment
 s3.put_object(Bucket="bkt", Key="plain/one", Body=b"hello boto3")
 assert s3.get_object(Bucket="bkt", Key="plain/one")["Body"].read() == b"hello boto3"
 body = s3.get_object(Bucket="bkt", Key="obj")["Body"].read()
@@ -131,6 +138,7 @@ assert keys == ["obj", "plain/one"], keys
 s3.delete_object(Bucket="bkt", Key="plain/one")
 `
 	cmd := exec.Command(py, "-c", script, endpoint)
+	cmd.Env = append(os.Environ(), "AWS_CA_BUNDLE=") // plain HTTP
 	res, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("boto3: %v\n%s", err, res)
