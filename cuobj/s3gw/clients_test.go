@@ -91,6 +91,9 @@ print("ok")
 // download, listings with a delimiter and pages, batch delete; the
 // multipart object is also read by RDMA, byte for byte.
 func TestBoto3(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: a real client takes tens of seconds")
+	}
 	py := pythonWithBoto3()
 	if py == "" {
 		t.Skip("no python3 with boto3 (Debian package python3-boto3)")
@@ -133,6 +136,9 @@ func TestBoto3(t *testing.T) {
 // file above its multipart threshold both ways, ls, sync both ways, rm,
 // rb.
 func TestAWSCLI(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: a real client takes tens of seconds")
+	}
 	aws, err := exec.LookPath("aws")
 	if err != nil || exec.Command(aws, "--version").Run() != nil {
 		t.Skip("no AWS CLI (Debian package awscli)")

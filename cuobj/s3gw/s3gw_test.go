@@ -317,6 +317,10 @@ func TestSymlinkOut(t *testing.T) {
 			t.Errorf("GET %s: %d %q", p, resp.StatusCode, firstLine(body))
 		}
 	}
+	// Listings do not walk into them.
+	if b := e.s.mustOK(t, "GET", "/bucket?list-type=2", nil); bytes.Contains(b, []byte("secret")) {
+		t.Errorf("the listing shows what is outside: %s", b)
+	}
 	// Writes through them land nowhere outside.
 	for _, p := range []string{"/bucket/dirlink/new", "/linkbucket/new"} {
 		e.s.do(t, "PUT", p, []byte("in"), nil)
@@ -370,4 +374,53 @@ func TestSlowClientsCut(t *testing.T) {
 	for range 3 {
 		s.mustOK(t, "GET", "/bucket?list-type=2", nil)
 	}
+}
+
+// TestRDMAUploadPart: the parts of a multipart upload sent by RDMA (a
+// token, no body) make the object, byte for byte.
+func TestRDMAUploadPart(t *testing.T) {
+	e := setup(t, true, nil)
+	part1, part2 := data(5<<20), data(70000) // all parts but the last are 5 MiB at least
+	b := e.s.mustOK(t, "POST", "/bucket/mp?uploads", nil)
+	id := between(string(b), "<UploadId>", "</UploadId>")
+	if id == "" {
+		t.Fatalf("CreateMultipartUpload: %s", b)
+	}
+	var etags []string
+	for i, p := range [][]byte{part1, part2} {
+		if err := e.cli.RDMA().Register(p); err != nil {
+			t.Fatal(err)
+		}
+		tok, err := e.cli.RDMA().GetRDMATokenFor(p, uint64(len(p)), 0, cuobj.OpPut, srvIP)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, body := e.s.do(t, "PUT", "/bucket/mp?partNumber="+string(rune('1'+i))+"&uploadId="+id, nil, map[string]string{s3rdma.HeaderToken: tok})
+		_ = e.cli.RDMA().PutRDMAToken(tok)
+		if resp.StatusCode != 200 || resp.Header.Get(s3rdma.HeaderReply) != "200" {
+			t.Fatalf("UploadPart %d: %d %q %s", i+1, resp.StatusCode, resp.Header.Get(s3rdma.HeaderReply), body)
+		}
+		etags = append(etags, resp.Header.Get("ETag"))
+	}
+	done := "<CompleteMultipartUpload>"
+	for i, et := range etags {
+		done += "<Part><PartNumber>" + string(rune('1'+i)) + "</PartNumber><ETag>" + et + "</ETag></Part>"
+	}
+	done += "</CompleteMultipartUpload>"
+	e.s.mustOK(t, "POST", "/bucket/mp?uploadId="+id, []byte(done))
+	if got := e.s.mustOK(t, "GET", "/bucket/mp", nil); !bytes.Equal(got, append(append([]byte(nil), part1...), part2...)) {
+		t.Fatalf("the object of two RDMA parts differs (%d bytes)", len(got))
+	}
+	if st := e.g.Stats(); st.RDMAPuts.Load() != 2 || st.RDMABytes.Load() != uint64(len(part1)+len(part2)) {
+		t.Errorf("%d RDMA puts, %d bytes", st.RDMAPuts.Load(), st.RDMABytes.Load())
+	}
+}
+
+func between(s, a, b string) string {
+	_, s, ok := strings.Cut(s, a)
+	if !ok {
+		return ""
+	}
+	s, _, _ = strings.Cut(s, b)
+	return s
 }
