@@ -133,8 +133,11 @@ func (c *Client) Head(ctx context.Context, bucket, key string) (int64, error) {
 	return resp.ContentLength, nil
 }
 
-// emptySHA256 is the payload hash of a request without a body.
-const emptySHA256 = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
+// Payload hashes: of a request without a body, and of an RDMA PUT.
+const (
+	emptySHA256     = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
+	unsignedPayload = "UNSIGNED-PAYLOAD"
+)
 
 // do signs req (SigV4, every header but the few the signer leaves out,
 // so the RDMA token too) for a body whose SHA-256 is payloadHash, and
@@ -237,7 +240,8 @@ func (c *Client) putChunk(h *cuobj.Handle, chunk []byte, off int64, info *cuobj.
 	req.Header.Set(HeaderToken, info.Desc)
 	req.Header.Set(HeaderAgent, AgentCuObj)
 	req.ContentLength = 0
-	resp, err := c.do(req, emptySHA256)
+	// As the protocol has it: the body that counts moves by RDMA.
+	resp, err := c.do(req, unsignedPayload)
 	if err != nil {
 		return 0, err
 	}
