@@ -111,6 +111,10 @@ func New(o Options) (*Gateway, error) {
 	o.fill()
 	var ms meta.MetadataStorer = meta.XattrMeta{}
 	if o.SideCarDir != "" {
+		// Absolute: the posix backend changes the working directory.
+		if o.SideCarDir, err = filepath.Abs(o.SideCarDir); err != nil {
+			return nil, err
+		}
 		sc, err := meta.NewSideCar(o.SideCarDir)
 		if err != nil {
 			return nil, fmt.Errorf("s3gw: sidecar: %w", err)

@@ -424,3 +424,24 @@ func between(s, a, b string) string {
 	s, _, _ = strings.Cut(s, b)
 	return s
 }
+
+// TestSideCar: with a sidecar directory the metadata lives there, not in
+// extended attributes, and the gateway works the same.
+func TestSideCar(t *testing.T) {
+	dir, side := t.TempDir(), t.TempDir()
+	_, url := gateway(t, Options{Dir: dir, SideCarDir: side})
+	s := &signer{url: url, creds: creds}
+	s.mustOK(t, "PUT", "/bucket", nil)
+	s.mustOK(t, "PUT", "/bucket/o", []byte("with a sidecar"))
+	s.mustOK(t, "PUT", "/bucket/o?tagging", []byte(`<Tagging><TagSet><Tag><Key>k</Key><Value>v</Value></Tag></TagSet></Tagging>`))
+	if b := s.mustOK(t, "GET", "/bucket/o?tagging", nil); !strings.Contains(string(b), "<Value>v</Value>") {
+		t.Errorf("tags: %s", b)
+	}
+	if got := s.mustOK(t, "GET", "/bucket/o", nil); string(got) != "with a sidecar" {
+		t.Errorf("object: %q", got)
+	}
+	ents, _ := os.ReadDir(side)
+	if len(ents) == 0 {
+		t.Error("nothing in the sidecar directory")
+	}
+}
