@@ -42,6 +42,9 @@ type rdmaBackend struct {
 	log         *slog.Logger
 	bodyTimeout time.Duration
 	stats       Stats
+	// base bounds every RDMA transfer: Gateway.Close cancels it. (Not the
+	// fasthttp.RequestCtx: its Done races with the server's shutdown.)
+	base context.Context
 }
 
 func apiErr(status int, code, msg string) s3err.APIError {
@@ -173,7 +176,7 @@ func (b *rdmaBackend) readBody(rctx *fasthttp.RequestCtx, key string, tok cuobj.
 	case n == 0:
 		return nil, 0, nil, apiErr(http.StatusBadRequest, "InvalidRequest", "an empty object goes by plain HTTP")
 	}
-	ctx, cancel := context.WithTimeout(rctx, b.bodyTimeout)
+	ctx, cancel := context.WithTimeout(b.base, b.bodyTimeout)
 	r, err := b.start(ctx, rctx, key, tok, raw, n)
 	if err != nil {
 		cancel()
@@ -291,7 +294,7 @@ func (b *rdmaBackend) GetObject(ctx context.Context, in *s3.GetObjectInput) (*s3
 		reply = http.StatusNoContent
 	} else {
 		key := deref(in.Key)
-		tctx, cancel := context.WithTimeout(rctx, b.bodyTimeout)
+		tctx, cancel := context.WithTimeout(b.base, b.bodyTimeout)
 		defer cancel()
 		r, err := b.start(tctx, rctx, key, tok, raw, n)
 		if err != nil {

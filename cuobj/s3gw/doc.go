@@ -21,6 +21,15 @@
 // a cuobj.Server a token is declined with 501 and the client falls back
 // to HTTP.
 //
+// What versitygw lacks is added here: the posix backend follows symbolic
+// links, so a middleware refuses (403) a bucket, key or copy source that
+// leads through one out of the directory; versitygw has no option for
+// fasthttp's timeouts, so New sets the header, body and idle timeouts on
+// the server of versitygw's (unexported) fiber app. The posix backend
+// works relative to the process's working directory, which it changes to
+// the directory: one Gateway per process at a time, and Close changes it
+// back.
+//
 // Only this package and cmd/rocectl import versitygw (internal/layering
 // enforces it): the rest of goroce builds without it.
 package s3gw

@@ -79,6 +79,7 @@ type Gateway struct {
 	app  *fiber.App
 	be   *rdmaBackend
 	wd   string // the working directory before New: the posix backend changes it
+	stop context.CancelFunc
 	once sync.Once
 }
 
@@ -140,7 +141,8 @@ func New(o Options) (*Gateway, error) {
 		_ = os.Chdir(wd)
 		return nil, fmt.Errorf("s3gw: %w", err)
 	}
-	be := &rdmaBackend{Backend: px, rdma: o.RDMA, max: o.MaxObjectSize, log: o.Logger, bodyTimeout: o.BodyTimeout}
+	base, stop := context.WithCancel(context.Background())
+	be := &rdmaBackend{Backend: px, rdma: o.RDMA, max: o.MaxObjectSize, log: o.Logger, bodyTimeout: o.BodyTimeout, base: base}
 	// One account: auth.New would choose the same, and say so on stdout.
 	iam := auth.NewIAMServiceSingle(auth.Account{Access: o.AccessKey, Secret: o.SecretKey, Role: auth.RoleAdmin})
 	opts := []s3api.Option{
@@ -153,12 +155,14 @@ func New(o Options) (*Gateway, error) {
 	srv, err := s3api.New(be, middlewares.RootUserConfig{Access: o.AccessKey, Secret: o.SecretKey}, o.Region, iam,
 		nil, nil, nil, nil, opts...)
 	if err != nil {
+		stop()
 		px.Shutdown()
 		_ = os.Chdir(wd)
 		return nil, fmt.Errorf("s3gw: %w", err)
 	}
 	app, err := fiberApp(srv)
 	if err != nil {
+		stop()
 		px.Shutdown()
 		_ = os.Chdir(wd)
 		return nil, err
@@ -174,7 +178,7 @@ func New(o Options) (*Gateway, error) {
 	hs.HeaderReceived = func(*fasthttp.RequestHeader) fasthttp.RequestConfig {
 		return fasthttp.RequestConfig{ReadTimeout: body}
 	}
-	return &Gateway{srv: srv, app: app, be: be, wd: wd}, nil
+	return &Gateway{srv: srv, app: app, be: be, wd: wd, stop: stop}, nil
 }
 
 func (o *Options) fill() {
@@ -287,6 +291,7 @@ func (g *Gateway) Close() error {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		err = g.app.ShutdownWithContext(ctx)
+		g.stop() // transfers still running after the grace period
 		g.be.Shutdown()
 		if e := os.Chdir(g.wd); err == nil {
 			err = e
