@@ -307,7 +307,7 @@ func TestRedirectTestRun(t *testing.T) {
 			t.Fatalf("test run on queue %d: %v", queue, err)
 		}
 		after, _ := p.Stats()
-		return ret, Stats{after.Redirected - before.Redirected, after.NoSocket - before.NoSocket, after.Passed - before.Passed}
+		return ret, after.sub(before)
 	}
 	var xsk *testXSK
 	pair.B.Do(func() error { xsk = newTestXSK(t, pair.VethB.Index, 2); return nil })

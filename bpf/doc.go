@@ -17,6 +17,11 @@
 //     EtherType 0x86DD: IPv6. The version must be 6 and the Next Header UDP;
 //     extension headers are not walked (such frames pass).
 //  3. UDP (8 bytes): the destination port must equal Options.Port (4791).
+//  4. Once SetLocalAddrs has been called, the IP destination address must
+//     be one of those it set (a hash map the device keeps in step with its
+//     GID table); a frame to any other address is another stack's (rdma_rxe,
+//     or a goroce device on the kernel UDP link bound to another address of
+//     the same interface) and passes to the kernel, counted as OtherAddr.
 //
 // A frame that matches goes to bpf_redirect_map(xsks, ctx->rx_queue_index,
 // XDP_PASS): to the AF_XDP socket registered for its RX queue, or, when
@@ -34,7 +39,7 @@
 // (veth with a peer MTU above 3506, jumbo frames).
 //
 // A per-CPU array counts each decision (Stats): redirected, matched but no
-// socket registered, and passed.
+// socket registered, passed, and passed for another address.
 //
 // # Attaching
 //

@@ -21,6 +21,9 @@ var (
 	// ErrPermission is returned when the process may not load or attach BPF
 	// programs.
 	ErrPermission = errors.New("bpf: permission denied (needs CAP_BPF and CAP_NET_ADMIN, or CAP_SYS_ADMIN)")
+	// ErrAddr is returned by SetLocalAddrs for an invalid address or too
+	// many of them (MaxAddrs).
+	ErrAddr = errors.New("bpf: bad local address list")
 	// ErrBusy is returned when the interface already has an XDP program that
 	// is not ours.
 	ErrBusy = errors.New("bpf: interface already has an XDP program")

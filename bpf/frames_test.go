@@ -4,6 +4,7 @@ package bpf
 
 import (
 	"encoding/binary"
+	"net/netip"
 )
 
 // frame describes a test frame; zero values give IPv4/UDP to DefaultPort.
@@ -11,13 +12,14 @@ type frame struct {
 	tags     []uint16 // TPIDs of VLAN tags, outermost first
 	ethType  uint16   // overrides the EtherType after the tags
 	ipv6     bool
-	version  byte   // overrides the IP version nibble
-	ihl      byte   // IPv4 header length in words (0: 5)
-	optFill  []byte // IPv4 option bytes (repeated to fill IHL)
-	proto    byte   // 0: UDP
-	nextHdr  byte   // IPv6 next header (0: proto)
-	extHdr   bool   // IPv6: insert a hop-by-hop header before the transport
-	fragment uint16 // IPv4 flags+fragment offset field (0: DF)
+	version  byte       // overrides the IP version nibble
+	ihl      byte       // IPv4 header length in words (0: 5)
+	optFill  []byte     // IPv4 option bytes (repeated to fill IHL)
+	proto    byte       // 0: UDP
+	nextHdr  byte       // IPv6 next header (0: proto)
+	extHdr   bool       // IPv6: insert a hop-by-hop header before the transport
+	fragment uint16     // IPv4 flags+fragment offset field (0: DF)
+	dst      netip.Addr // destination address (zero: 10.77.0.2 or fd00::2)
 	sport    uint16
 	dport    uint16 // 0: DefaultPort
 	payload  int
@@ -90,6 +92,10 @@ func (f frame) bytes() []byte {
 		h[7] = 64
 		h[8], h[23] = 0xfd, 1
 		h[24], h[39] = 0xfd, 2
+		if f.dst.IsValid() {
+			a := f.dst.As16()
+			copy(h[24:], a[:])
+		}
 		b = append(b, h...)
 		b = append(b, ext...)
 	default:
@@ -116,6 +122,10 @@ func (f frame) bytes() []byte {
 		h[8] = 64
 		h[9] = proto
 		copy(h[12:], []byte{10, 77, 0, 1, 10, 77, 0, 2})
+		if f.dst.Is4() {
+			a := f.dst.As4()
+			copy(h[16:], a[:])
+		}
 		for i := 20; i < hl; i++ {
 			if len(f.optFill) > 0 {
 				h[i] = f.optFill[(i-20)%len(f.optFill)]

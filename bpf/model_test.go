@@ -4,17 +4,20 @@ package bpf
 
 import (
 	"encoding/binary"
+	"net/netip"
 	"testing"
 )
 
 // model is the program's decision written in Go, from the description in
-// doc.go; the kernel's verdicts are checked against it.
-func model(b []byte, port uint16) verdict {
+// doc.go; the kernel's verdicts are checked against it. A nil local means
+// the address filter is off.
+func model(b []byte, port uint16, local map[netip.Addr]bool) verdict {
 	be := binary.BigEndian
 	if len(b) < 14 {
 		return pass
 	}
 	et, off := be.Uint16(b[12:]), 14
+	var dst netip.Addr
 	for range 2 {
 		if et != 0x8100 && et != 0x88a8 {
 			break
@@ -29,11 +32,13 @@ func model(b []byte, port uint16) verdict {
 		if len(b) < off+20 || b[off]>>4 != 4 || b[off]&0xf < 5 || b[off+9] != 17 || be.Uint16(b[off+6:])&0x3fff != 0 {
 			return pass
 		}
+		dst = netip.AddrFrom4([4]byte(b[off+16 : off+20]))
 		off += int(b[off]&0xf) * 4
 	case 0x86dd:
 		if len(b) < off+40 || b[off]>>4 != 6 || b[off+6] != 17 {
 			return pass
 		}
+		dst = netip.AddrFrom16([16]byte(b[off+24 : off+40])).Unmap()
 		off += 40
 	default:
 		return pass
@@ -41,12 +46,15 @@ func model(b []byte, port uint16) verdict {
 	if len(b) < off+8 || be.Uint16(b[off+2:]) != port {
 		return pass
 	}
+	if local != nil && !local[dst] {
+		return otherAddr
+	}
 	return steer
 }
 
 func TestModelAgreesWithCases(t *testing.T) {
 	for _, tc := range frameCases() {
-		if got := model(tc.f.bytes(), DefaultPort); got != tc.want {
+		if got := model(tc.f.bytes(), DefaultPort, nil); got != tc.want {
 			t.Errorf("%s: model says %v, want %v", tc.name, got, tc.want)
 		}
 	}
@@ -67,7 +75,7 @@ func TestMutations(t *testing.T) {
 		if rnd()%4 == 0 {
 			data = data[:14+int(rnd())%(len(data)-13)]
 		}
-		want := model(data, DefaultPort)
+		want := model(data, DefaultPort, nil)
 		t.Run("", func(t *testing.T) {
 			if i%500 == 0 {
 				t.Logf("mutation %d: % x", i, data)
@@ -85,10 +93,13 @@ func FuzzProgram(f *testing.F) {
 	}
 	f.Add(make([]byte, 14))
 	p := requireBPF(f, Options{})
+	filtered := requireBPF(f, Options{})
+	setFilter(f, filtered)
 	f.Fuzz(func(t *testing.T, data []byte) {
 		if len(data) < 14 || len(data) > 3000 {
 			return // test runs need an Ethernet header and fit one page
 		}
-		checkVerdict(t, p, data, model(data, DefaultPort))
+		checkVerdict(t, p, data, model(data, DefaultPort, nil))
+		checkVerdict(t, filtered, data, model(data, DefaultPort, filterAddrs))
 	})
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"net/netip"
 	"sync"
 
 	"github.com/cilium/ebpf"
@@ -22,6 +23,10 @@ const DefaultQueues = 64
 
 // maxQueues bounds Options.Queues; no NIC has more RX queues.
 const maxQueues = 4096
+
+// MaxAddrs bounds SetLocalAddrs: the size of the program's address map. A
+// RoCE device's GID table has far fewer entries.
+const MaxAddrs = 256
 
 // Options configures Load.
 type Options struct {
@@ -42,6 +47,7 @@ type Stats struct {
 	Redirected uint64 // steered to an AF_XDP socket
 	NoSocket   uint64 // matched the port, but no socket was registered for the RX queue: passed on
 	Passed     uint64 // not RoCEv2 (or malformed/truncated): passed to the kernel stack
+	OtherAddr  uint64 // RoCEv2, but to an address outside SetLocalAddrs: passed to the kernel stack
 }
 
 // Indexes of the stats array.
@@ -49,6 +55,7 @@ const (
 	statRedirected = iota
 	statNoSocket
 	statPassed
+	statOtherAddr
 	numStats
 )
 
@@ -72,6 +79,8 @@ type Program struct {
 	prog        *ebpf.Program
 	xsks        *ebpf.Map
 	stats       *ebpf.Map
+	addrs       *ebpf.Map // destination addresses steered when filtering
+	filter      *ebpf.Map // [0] != 0: steer only frames to addrs
 	attachments map[*Attachment]struct{}
 	closed      bool
 }
@@ -115,21 +124,47 @@ func Load(opts Options) (*Program, error) {
 		xsks.Close()
 		return nil, loadError("create stats map", err, &UnsupportedError{Feature: "per-CPU array map", MinKernel: "4.6"})
 	}
-	spec := programSpec(opts.Port, opts.Frags)
-	if err := spec.Instructions.AssociateMap("xsks", xsks); err != nil {
-		xsks.Close()
-		stats.Close()
-		return nil, err
-	}
-	if err := spec.Instructions.AssociateMap("stats", stats); err != nil {
-		xsks.Close()
-		stats.Close()
-		return nil, err
-	}
-	prog, err := ebpf.NewProgram(spec)
+	addrs, err := ebpf.NewMap(&ebpf.MapSpec{
+		Name:       "goroce_addrs",
+		Type:       ebpf.Hash,
+		KeySize:    16,
+		ValueSize:  4,
+		MaxEntries: MaxAddrs,
+	})
 	if err != nil {
 		xsks.Close()
 		stats.Close()
+		return nil, loadError("create address map", err, &UnsupportedError{Feature: "hash map", MinKernel: "3.19"})
+	}
+	filter, err := ebpf.NewMap(&ebpf.MapSpec{
+		Name:       "goroce_filter",
+		Type:       ebpf.Array,
+		KeySize:    4,
+		ValueSize:  4,
+		MaxEntries: 1,
+	})
+	if err != nil {
+		xsks.Close()
+		stats.Close()
+		addrs.Close()
+		return nil, loadError("create filter map", err, &UnsupportedError{Feature: "array map", MinKernel: "3.19"})
+	}
+	closeMaps := func() {
+		xsks.Close()
+		stats.Close()
+		addrs.Close()
+		filter.Close()
+	}
+	spec := programSpec(opts.Port, opts.Frags)
+	for name, m := range map[string]*ebpf.Map{"xsks": xsks, "stats": stats, "addrs": addrs, "filter": filter} {
+		if err := spec.Instructions.AssociateMap(name, m); err != nil {
+			closeMaps()
+			return nil, err
+		}
+	}
+	prog, err := ebpf.NewProgram(spec)
+	if err != nil {
+		closeMaps()
 		if opts.Frags && errors.Is(err, unix.EINVAL) && !haveFrags() {
 			return nil, fmt.Errorf("load XDP program: %w", &UnsupportedError{Feature: "XDP frags (BPF_F_XDP_HAS_FRAGS)", MinKernel: "5.18", Err: err})
 		}
@@ -140,6 +175,8 @@ func Load(opts Options) (*Program, error) {
 		prog:        prog,
 		xsks:        xsks,
 		stats:       stats,
+		addrs:       addrs,
+		filter:      filter,
 		attachments: make(map[*Attachment]struct{}),
 	}, nil
 }
@@ -188,6 +225,18 @@ func be16(v uint16) int32 {
 	return int32(binary.NativeEndian.Uint16(binary.BigEndian.AppendUint16(nil, v)))
 }
 
+// be32 is be16 for the 32-bit word of the bytes of v.
+func be32(v uint32) int64 {
+	return int64(int32(binary.NativeEndian.Uint32(binary.BigEndian.AppendUint32(nil, v))))
+}
+
+// Stack slots of the program: the destination address as an address-map
+// key (16 bytes, IPv4 as ::ffff:a.b.c.d), and a 4-byte map key.
+const (
+	stackAddr = -24
+	stackKey  = -4
+)
+
 // programSpec assembles the steering program; doc.go describes its logic.
 func programSpec(port uint16, frags bool) *ebpf.ProgramSpec {
 	const (
@@ -232,6 +281,12 @@ func programSpec(port uint16, frags bool) *ebpf.ProgramSpec {
 		asm.Mov.Reg(next, cur).WithSymbol("ipv4"),
 		asm.Add.Imm(next, 20),
 		asm.JGT.Reg(next, end, "pass"),
+		// The destination as an IPv4-mapped address-map key.
+		asm.StoreImm(asm.RFP, stackAddr, 0, asm.Word),
+		asm.StoreImm(asm.RFP, stackAddr+4, 0, asm.Word),
+		asm.StoreImm(asm.RFP, stackAddr+8, be32(0x0000ffff), asm.Word),
+		asm.LoadMem(asm.R2, cur, 16, asm.Word),
+		asm.StoreMem(asm.RFP, stackAddr+12, asm.R2, asm.Word),
 		asm.LoadMem(asm.R0, cur, 0, asm.Byte),
 		asm.Mov.Reg(asm.R1, asm.R0),
 		asm.RSh.Imm(asm.R1, 4),
@@ -252,6 +307,15 @@ func programSpec(port uint16, frags bool) *ebpf.ProgramSpec {
 		asm.Mov.Reg(next, cur).WithSymbol("ipv6"),
 		asm.Add.Imm(next, 40),
 		asm.JGT.Reg(next, end, "pass"),
+	)
+	// The destination address (bytes 24..39) as the address-map key.
+	for i := int16(0); i < 16; i += 4 {
+		insns = append(insns,
+			asm.LoadMem(asm.R2, cur, 24+i, asm.Word),
+			asm.StoreMem(asm.RFP, stackAddr+i, asm.R2, asm.Word),
+		)
+	}
+	insns = append(insns,
 		asm.LoadMem(asm.R0, cur, 0, asm.Byte),
 		asm.RSh.Imm(asm.R0, 4),
 		asm.JNE.Imm(asm.R0, 6, "pass"),
@@ -266,9 +330,29 @@ func programSpec(port uint16, frags bool) *ebpf.ProgramSpec {
 		asm.LoadMem(asm.R1, cur, 2, asm.Half),
 		asm.JNE.Imm(asm.R1, be16(port), "pass"),
 
+		// With the filter on (filter[0] != 0), the destination must be one
+		// of addrs; otherwise the frame is another host's business (another
+		// RoCE stack on this interface, or the kernel's).
+		asm.StoreImm(asm.RFP, stackKey, 0, asm.Word),
+		asm.Mov.Reg(asm.R2, asm.RFP),
+		asm.Add.Imm(asm.R2, stackKey),
+		asm.LoadMapPtr(asm.R1, 0).WithReference("filter"),
+		asm.FnMapLookupElem.Call(),
+		asm.JEq.Imm(asm.R0, 0, "redirect"),
+		asm.LoadMem(asm.R1, asm.R0, 0, asm.Word),
+		asm.JEq.Imm(asm.R1, 0, "redirect"),
+		asm.Mov.Reg(asm.R2, asm.RFP),
+		asm.Add.Imm(asm.R2, stackAddr),
+		asm.LoadMapPtr(asm.R1, 0).WithReference("addrs"),
+		asm.FnMapLookupElem.Call(),
+		asm.JNE.Imm(asm.R0, 0, "redirect"),
+		asm.Mov.Imm(ret, xdpPass),
+		asm.Mov.Imm(asm.R1, statOtherAddr),
+		asm.Ja.Label("count"),
+
 		// bpf_redirect_map(&xsks, ctx->rx_queue_index, XDP_PASS): an empty
 		// slot yields XDP_PASS.
-		asm.LoadMem(asm.R2, ctx, mdRxQueueIndex, asm.Word),
+		asm.LoadMem(asm.R2, ctx, mdRxQueueIndex, asm.Word).WithSymbol("redirect"),
 		asm.LoadMapPtr(asm.R1, 0).WithReference("xsks"),
 		asm.Mov.Imm(asm.R3, xdpPass),
 		asm.FnRedirectMap.Call(),
@@ -282,9 +366,9 @@ func programSpec(port uint16, frags bool) *ebpf.ProgramSpec {
 		asm.Mov.Imm(asm.R1, statPassed),
 
 		// stats[R1]++ (per-CPU, so a plain add).
-		asm.StoreMem(asm.RFP, -4, asm.R1, asm.Word).WithSymbol("count"),
+		asm.StoreMem(asm.RFP, stackKey, asm.R1, asm.Word).WithSymbol("count"),
 		asm.Mov.Reg(asm.R2, asm.RFP),
-		asm.Add.Imm(asm.R2, -4),
+		asm.Add.Imm(asm.R2, stackKey),
 		asm.LoadMapPtr(asm.R1, 0).WithReference("stats"),
 		asm.FnMapLookupElem.Call(),
 		asm.JEq.Imm(asm.R0, 0, "out"),
@@ -371,6 +455,84 @@ func (p *Program) Unregister(queue int) error {
 	return nil
 }
 
+// SetLocalAddrs makes the program steer only frames addressed to one of
+// addrs (an IPv4 address also matches in its IPv4-mapped IPv6 form);
+// frames to any other address pass to the kernel and count as OtherAddr.
+// A device keeps this in step with its GID table, so that another RoCE
+// stack on the same interface (rdma_rxe, or a goroce device on the kernel
+// UDP link bound to another address) still gets its own frames. Until the
+// first call the program steers every frame to the RoCEv2 port. The
+// update adds before it removes, so a frame to an address served both
+// before and after is never passed.
+func (p *Program) SetLocalAddrs(addrs []netip.Addr) error {
+	want := make(map[[16]byte]bool, len(addrs))
+	for _, a := range addrs {
+		if !a.IsValid() {
+			return fmt.Errorf("%w: invalid address", ErrAddr)
+		}
+		want[a.Unmap().As16()] = true
+	}
+	if len(want) > MaxAddrs {
+		return fmt.Errorf("%w: %d addresses, at most %d", ErrAddr, len(want), MaxAddrs)
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return ErrClosed
+	}
+	for k := range want {
+		if err := p.addrs.Update(k, uint32(1), ebpf.UpdateAny); err != nil {
+			return fmt.Errorf("bpf: add address %v: %w", netip.AddrFrom16(k).Unmap(), err)
+		}
+	}
+	var stale [][16]byte
+	var k [16]byte
+	var v uint32
+	it := p.addrs.Iterate()
+	for it.Next(&k, &v) {
+		if !want[k] {
+			stale = append(stale, k)
+		}
+	}
+	if err := it.Err(); err != nil {
+		return fmt.Errorf("bpf: list addresses: %w", err)
+	}
+	for _, k := range stale {
+		if err := p.addrs.Delete(k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			return fmt.Errorf("bpf: remove address %v: %w", netip.AddrFrom16(k).Unmap(), err)
+		}
+	}
+	if err := p.filter.Update(uint32(0), uint32(1), ebpf.UpdateAny); err != nil {
+		return fmt.Errorf("bpf: turn the address filter on: %w", err)
+	}
+	return nil
+}
+
+// LocalAddrs returns the addresses set by SetLocalAddrs and whether the
+// filter is on (false: every frame to the port is steered).
+func (p *Program) LocalAddrs() ([]netip.Addr, bool, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return nil, false, ErrClosed
+	}
+	var on uint32
+	if err := p.filter.Lookup(uint32(0), &on); err != nil {
+		return nil, false, fmt.Errorf("bpf: read the address filter: %w", err)
+	}
+	var out []netip.Addr
+	var k [16]byte
+	var v uint32
+	it := p.addrs.Iterate()
+	for it.Next(&k, &v) {
+		out = append(out, netip.AddrFrom16(k).Unmap())
+	}
+	if err := it.Err(); err != nil {
+		return nil, false, fmt.Errorf("bpf: list addresses: %w", err)
+	}
+	return out, on != 0, nil
+}
+
 // Stats returns the decision counters summed over all CPUs.
 func (p *Program) Stats() (Stats, error) {
 	p.mu.Lock()
@@ -380,7 +542,7 @@ func (p *Program) Stats() (Stats, error) {
 	}
 	var s Stats
 	var perCPU []uint64
-	for i, dst := range []*uint64{&s.Redirected, &s.NoSocket, &s.Passed} {
+	for i, dst := range []*uint64{&s.Redirected, &s.NoSocket, &s.Passed, &s.OtherAddr} {
 		if err := p.stats.Lookup(uint32(i), &perCPU); err != nil {
 			return Stats{}, fmt.Errorf("bpf: read stats: %w", err)
 		}
@@ -409,6 +571,6 @@ func (p *Program) Close() error {
 	for _, a := range atts {
 		errs = append(errs, a.Close())
 	}
-	errs = append(errs, p.prog.Close(), p.xsks.Close(), p.stats.Close())
+	errs = append(errs, p.prog.Close(), p.xsks.Close(), p.stats.Close(), p.addrs.Close(), p.filter.Close())
 	return errors.Join(errs...)
 }

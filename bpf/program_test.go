@@ -40,11 +40,17 @@ func requireBPF(t testing.TB, opts Options) *Program {
 type verdict int
 
 const (
-	steer verdict = iota // matched: redirected, or passed for want of a socket
-	pass
+	steer     verdict = iota // matched: redirected, or passed for want of a socket
+	pass                     // not RoCEv2: passed
+	otherAddr                // RoCEv2 to an address the filter does not hold: passed
 )
 
-func (v verdict) String() string { return [...]string{"steer", "pass"}[v] }
+func (v verdict) String() string { return [...]string{"steer", "pass", "other-addr"}[v] }
+
+// sub returns the counters that moved from before to s.
+func (s Stats) sub(before Stats) Stats {
+	return Stats{s.Redirected - before.Redirected, s.NoSocket - before.NoSocket, s.Passed - before.Passed, s.OtherAddr - before.OtherAddr}
+}
 
 // run test-runs p on data and returns the XDP action and which counter
 // moved; exactly one must.
@@ -62,8 +68,8 @@ func run(t *testing.T, p *Program, data []byte) (uint32, Stats) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d := Stats{after.Redirected - before.Redirected, after.NoSocket - before.NoSocket, after.Passed - before.Passed}
-	if d.Redirected+d.NoSocket+d.Passed != 1 {
+	d := after.sub(before)
+	if d.Redirected+d.NoSocket+d.Passed+d.OtherAddr != 1 {
 		t.Fatalf("counters moved by %+v for one frame", d)
 	}
 	return ret, d
@@ -76,8 +82,11 @@ func checkVerdict(t *testing.T, p *Program, data []byte, want verdict) {
 		t.Fatalf("action %d, want XDP_PASS (%d): no socket is registered", ret, xdpPass)
 	}
 	got := pass
-	if d.NoSocket == 1 {
+	switch {
+	case d.NoSocket == 1:
 		got = steer
+	case d.OtherAddr == 1:
+		got = otherAddr
 	}
 	if got != want {
 		t.Fatalf("verdict %v, want %v (counters %+v) for % x", got, want, d, data)

@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"net/netip"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/goroce/goroce/cm/mad"
@@ -25,12 +26,16 @@ type agent struct {
 	gsi      *roce.QP
 	slab     *roce.RecvSlab
 	inflight int // MADs posted and not yet completed (agent goroutine only)
+	// unresolved counts MADs dropped for a neighbour that was not known
+	// (and did not resolve in the background, or was not tried).
+	unresolved atomic.Uint64
 
 	mu        sync.Mutex // guards everything below
 	eng       *Engine
 	ids       map[uint32]*idState
 	listeners map[uint64]*Listener
 	ahs       map[[2]netip.Addr]*roce.AH
+	resolving map[netip.Addr]struct{} // neighbours being resolved off the agent's goroutine (mu)
 	refs      int
 	stopping  bool
 
@@ -86,13 +91,19 @@ func (a *agent) poke() {
 }
 
 const (
+	// maxResolving bounds the neighbour resolutions the agent runs in the
+	// background at once (resolveLater).
+	maxResolving = 32
+	// resolveTimeout bounds one of them.
+	resolveTimeout = 3 * time.Second
+
 	gsiRecvBuffers = 64
 	gsiSendWR      = 256
 )
 
 func startAgent(dev *roce.Device, o *ManagerOptions) (_ *agent, err error) {
 	a := &agent{dev: dev, ids: map[uint32]*idState{}, listeners: map[uint64]*Listener{},
-		ahs: map[[2]netip.Addr]*roce.AH{}, kick: make(chan struct{}, 1), done: make(chan struct{})}
+		ahs: map[[2]netip.Addr]*roce.AH{}, resolving: map[netip.Addr]struct{}{}, kick: make(chan struct{}, 1), done: make(chan struct{})}
 	defer func() {
 		if err != nil {
 			a.teardown()
@@ -328,13 +339,22 @@ func (a *agent) sendMAD(o *Outbound) error {
 	ah := a.ahs[key]
 	a.mu.Unlock()
 	if ah == nil {
-		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-		var err error
-		ah, err = a.pd.CreateAH(ctx, roce.AddressVector{DGID: ib.GIDFromAddr(o.Path.Remote),
-			SGID: ib.GIDFromAddr(o.Path.Local), TrafficClass: o.Path.TrafficClass, HopLimit: o.Path.HopLimit})
+		// Never wait for a neighbour here: this goroutine also receives
+		// MADs and runs the retry timers, and under a flood of REQs
+		// spoofed from addresses that answer nothing, each REJ would hold
+		// it for seconds while real peers' RTUs overflow QP1's receive
+		// queue. Only a neighbour already known makes an AH now (every
+		// REP's is: the handshake resolves it first, as Dial does for a
+		// REQ); any other is resolved in the background and this MAD is
+		// dropped, to be sent again by its retry timer or the peer's.
+		done, cancel := context.WithCancel(context.Background())
 		cancel()
+		var err error
+		ah, err = a.pd.CreateAH(done, roce.AddressVector{DGID: ib.GIDFromAddr(o.Path.Remote),
+			SGID: ib.GIDFromAddr(o.Path.Local), TrafficClass: o.Path.TrafficClass, HopLimit: o.Path.HopLimit})
 		if err != nil {
-			return err // the retry timer sends it again
+			a.resolveLater(o.Path.Remote)
+			return err
 		}
 		a.mu.Lock()
 		a.ahs[key] = ah
@@ -346,6 +366,32 @@ func (a *agent) sendMAD(o *Outbound) error {
 		a.inflight++
 	}
 	return err
+}
+
+// resolveLater resolves addr's neighbour in the background, unless it is
+// being resolved already or maxResolving resolutions run (a flood from
+// many addresses then has most of its answers dropped at once).
+func (a *agent) resolveLater(addr netip.Addr) {
+	a.mu.Lock()
+	_, busy := a.resolving[addr]
+	if busy || len(a.resolving) >= maxResolving {
+		a.mu.Unlock()
+		a.unresolved.Add(1)
+		return
+	}
+	a.resolving[addr] = struct{}{}
+	a.mu.Unlock()
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), resolveTimeout)
+		_, err := a.dev.ResolveNeighbour(ctx, addr)
+		cancel()
+		a.mu.Lock()
+		delete(a.resolving, addr)
+		a.mu.Unlock()
+		if err != nil {
+			a.unresolved.Add(1)
+		}
+	}()
 }
 
 // dispatchLocked hands engine events to listeners and waiting IDs.

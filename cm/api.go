@@ -52,6 +52,14 @@ type QPOptions struct {
 	// receives (rdma_cm applications post them before rdma_connect and
 	// rdma_accept). An error aborts the connection.
 	Prepare func(c *Conn) error
+	// Release, if set, runs once when the CM frees the connection's QP:
+	// after a handshake that failed or was abandoned (a listener's
+	// half-open handshakes displaced by a flood among them), or at Close.
+	// It is the place to deregister what Prepare registered in the
+	// connection's PD, which is closed right after it; a listener's
+	// Prepare runs for every handshake it answers, not only the ones
+	// Accept returns.
+	Release func(c *Conn)
 }
 
 // DialOptions configure Dial. The zero value dials like rdma_cm with
@@ -123,6 +131,7 @@ type Conn struct {
 	local, remote netip.AddrPort
 	privateData   []byte
 	access        roce.Access // QPOptions.Access
+	release       func(*Conn) // QPOptions.Release, until it ran
 	// UD
 	remoteQPN, remoteQKey uint32
 	ah                    *roce.AH
@@ -251,6 +260,13 @@ func (c *Conn) freeQP() error {
 	if c.qp != nil {
 		errs = append(errs, c.qp.Close())
 	}
+	if c.release != nil {
+		// After the QP, which may still reach the memory, and before
+		// the PD, which refuses to close while it is registered.
+		release := c.release
+		c.release = nil
+		release(c)
+	}
 	if c.ownCQs {
 		errs = append(errs, c.scq.Close(), c.rcq.Close())
 	}
@@ -300,6 +316,7 @@ func (c *Conn) newQP(dev *roce.Device, o *QPOptions, typ roce.QPType) error {
 	if err := c.qp.Modify(context.Background(), &attr, mask); err != nil {
 		return err
 	}
+	c.release = o.Release
 	if o.Prepare != nil {
 		return o.Prepare(c)
 	}

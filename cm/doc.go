@@ -18,12 +18,18 @@
 // the handshakes in the background, returning established connections
 // only. Admission follows TCP's SYN queue: a request being answered
 // leaves the backlog for a bounded half-open table
-// ([ListenOptions.MaxHalfOpen]; when it is full the oldest entry is
-// abandoned with a REJ) and lasts at most [ListenOptions.HalfOpenTimeout]
-// whatever timeouts the peer's REQ asks for; established connections are
-// never displaced. REQs are rate-limited per source address before they
-// create any state ([Config.REQRate]). [Listener.Stats] and
-// [Manager.Stats] count what was dropped.
+// ([ListenOptions.MaxHalfOpen]; when it is full the oldest entry still
+// waiting for its peer's address is abandoned with a REJ, else the oldest,
+// so a real peer whose REP went out keeps its place under a flood spoofed
+// from addresses that answer nothing) and lasts at most
+// [ListenOptions.HalfOpenTimeout] whatever timeouts the peer's REQ asks
+// for; established connections are never displaced. REQs are rate-limited
+// per source address before they create any state ([Config.REQRate]). The
+// CM's goroutine never waits for a neighbour: a MAD to an address not yet
+// resolved is dropped for its retry while the address resolves in the
+// background. [Listener.Stats] and [Manager.Stats] count what was
+// dropped. [QPOptions.Release] frees what [QPOptions.Prepare] registered
+// for a handshake that never completes.
 // [Listener.Request] hands out requests unanswered, as rdma_get_request:
 // the server reads the peer's private data and answers with
 // [Request.Accept], with its own QP options, access flags and REP private

@@ -237,6 +237,11 @@ type Stats struct {
 	RejectsIssued uint64 // REJs sent without a local ID (no listener, stale)
 	Clamped       uint64 // peer timeouts lowered to Config.MaxPeerCMTimeout
 	RateLimited   uint64 // REQs dropped by the per-source rate limit (Config.REQRate)
+	// Unresolved counts MADs a Manager did not send because their
+	// destination's neighbour was not known yet; it is resolved in the
+	// background, and the retry timer (or the peer's) sends again. A
+	// flood spoofed from addresses that answer nothing shows here.
+	Unresolved uint64
 }
 
 // Engine is the Communication Manager of one port: MAD transaction layer,

@@ -167,7 +167,7 @@ func (l *Listener) startLocked(r *Request, parent context.Context) {
 	l.freeSlotLocked(r)
 	r.halfOpen = l.halfOpen.PushBack(r)
 	for l.halfOpen.Len() > l.opts.MaxHalfOpen {
-		old := l.halfOpen.Remove(l.halfOpen.Front()).(*Request)
+		old := l.halfOpen.Remove(l.victimLocked(r)).(*Request)
 		old.halfOpen = nil
 		// Its handshake goroutine sends the REJ and frees the QP. A REJ
 		// rather than silence: a real peer cut off this way learns it at
@@ -176,6 +176,21 @@ func (l *Listener) startLocked(r *Request, parent context.Context) {
 		old.cancel(ErrHalfOpenDropped)
 		l.stats.HalfOpenDropped++
 	}
+}
+
+// victimLocked picks the half-open handshake to abandon for r: the oldest
+// one that has not sent its REP, else the oldest. A REQ spoofed from an
+// address that answers no ARP or neighbour solicitation never gets as far
+// as its REP, so under such a flood a real peer, whose REP went out and
+// whose RTU is on its way, keeps its place however slowly it answers; a
+// REQ spoofed from a real host's address gets a REP that host rejects.
+func (l *Listener) victimLocked(r *Request) *list.Element {
+	for e := l.halfOpen.Front(); e != nil; e = e.Next() {
+		if v := e.Value.(*Request); v != r && !v.repQueued {
+			return e
+		}
+	}
+	return l.halfOpen.Front()
 }
 
 // leaveHalfOpenLocked takes r out of the half-open table if it is there.
@@ -418,8 +433,11 @@ type Request struct {
 	answered      atomic.Bool
 
 	// guarded by a.mu
-	slotFreed bool                    // its backlog slot is returned
-	halfOpen  *list.Element           // in l.halfOpen
+	slotFreed bool          // its backlog slot is returned
+	halfOpen  *list.Element // in l.halfOpen
+	// repQueued: its peer's address resolved and the REP is on its way
+	// (a.mu), so its RTU may come at any moment; a flood is dropped first.
+	repQueued bool
 	hctx      context.Context         // of its handshake (startLocked)
 	cancel    context.CancelCauseFunc // ends its handshake
 }
@@ -614,6 +632,7 @@ func (r *Request) accept(o *AcceptOptions) (*Conn, error) {
 			_ = e.Reject(c.id, mad.RejConsumerDefined, nil, nil)
 			return nil
 		}
+		r.repQueued = true
 		return nil
 	})
 	if err != nil || qerr != nil {

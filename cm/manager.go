@@ -53,7 +53,9 @@ func NewManager(dev *roce.Device, opts ManagerOptions) (*Manager, error) {
 func (m *Manager) Stats() Stats {
 	m.a.mu.Lock()
 	defer m.a.mu.Unlock()
-	return m.a.eng.Stats()
+	s := m.a.eng.Stats()
+	s.Unresolved = m.a.unresolved.Load()
+	return s
 }
 
 // Device returns the device whose CM m is.

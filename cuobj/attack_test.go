@@ -334,3 +334,199 @@ func TestAttackListener(t *testing.T) {
 		t.Fatalf("second Get = %d, %v", n, err)
 	}
 }
+
+// stealOn is steal on a given server channel.
+func (r *rig) stealOn(ctx context.Context, ch uint16, loot *Buffer, tok Token, put bool) error {
+	req := &Request{Key: "attack", Local: loot, RemoteAddr: tok.Addr, Size: uint64(tok.Size), Token: tok.String(), Channel: ch}
+	var err error
+	if put {
+		_, err = r.srv.HandlePutObject(ctx, req)
+	} else {
+		_, err = r.srv.HandleGetObject(ctx, req)
+	}
+	return err
+}
+
+// TestAttackWindows: with ClientOptions.MemoryWindows, tokens are type 2
+// windows bound through the server's connection. A window works in range
+// on that connection; replayed after its request or after PutRDMAToken
+// (the window invalidated), widened, or used through another connection
+// of the same server (another QP), it gets a remote access error, counted
+// by the client and its device, and client memory is untouched.
+func TestAttackWindows(t *testing.T) {
+	sdev, cdev := attackDevices(t)
+	const regSize, objSize, off = 64 << 10, 4096, 8192
+	r := newRig(t, sdev, cdev, regSize, &ClientOptions{Proto: ProtoRC, MemoryWindows: true}, nil)
+	ctx := ctxT(t, 90*time.Second)
+	private := pattern(regSize, 7)
+	buf := append([]byte(nil), private...)
+	if err := r.cli.Register(buf); err != nil {
+		t.Fatal(err)
+	}
+	reg := r.cli.regions[uintptrOf(buf)]
+	loot, err := r.srv.AllocHostBuffer(regSize)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lreg, err := r.srv.RegisterBuffer(loot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := r.cli.Stats()
+	wantGrants := func(step string, windows, regions uint64) {
+		t.Helper()
+		if w, g := st.WindowGrants.Load(), st.RegionGrants.Load(); w != windows || g != regions {
+			t.Fatalf("%s: %d window grants, %d region grants; want %d, %d", step, w, g, windows, regions)
+		}
+	}
+	// connect serves a Get: with no live connection of the server's, its
+	// token is a region, and the server (re)connects through channel 0.
+	seed := uint64(100)
+	connect := func(step string, windows, regions uint64) {
+		t.Helper()
+		seed++
+		r.object = pattern(objSize, seed)
+		if n, err := r.cli.Get(ctx, "user", buf[:objSize], 0, 0); err != nil || n != objSize {
+			t.Fatalf("%s: Get = %d, %v", step, n, err)
+		}
+		copy(private, r.object)
+		wantGrants(step, windows, regions)
+		// The client records the connection once the CM handshake is
+		// over, which may be after the server's WRITE.
+		deadline := time.Now().Add(20 * time.Second)
+		for r.cli.windowConn(r.cli.rails[0], srvIP) == nil {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: no live connection of the server's", step)
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	untouched := func(what string) {
+		t.Helper()
+		if !bytes.Equal(buf, private) {
+			t.Errorf("%s changed client memory", what)
+		}
+	}
+	lootClean := func(what string) {
+		t.Helper()
+		if !bytes.Equal(loot, make([]byte, regSize)) {
+			t.Errorf("%s fetched client memory", what)
+		}
+	}
+	violations := func() uint64 { return cdev.Counters().RKeyViolation }
+	v0 := violations()
+
+	connect("first Get", 0, 1)
+	ch0 := r.channel() // the channel whose connection serves the client
+	r.chans <- ch0
+
+	// A callback's token is a window bound through that connection.
+	var sniffed Token
+	r.hook = func(h *Handle, info *RDMAInfo) error { sniffed = info.Token; return nil }
+	r.object = pattern(objSize, 9)
+	if n, err := r.cli.Get(ctx, "user", buf[off:off+objSize], 0, 0); err != nil || n != objSize {
+		t.Fatalf("Get through a window = %d, %v", n, err)
+	}
+	r.hook = nil
+	copy(private[off:], r.object)
+	untouched("Get through a window") // and it wrote the object
+	wantGrants("Get through a window", 1, 1)
+	if mr := reg.mrs[0]; sniffed.RKey == mr.RKey() || sniffed.Addr != mr.Addr()+off || sniffed.Size != objSize {
+		t.Fatalf("window token %+v: the registration's rkey %#x or the wrong range", sniffed, mr.RKey())
+	}
+
+	// Replayed after its request: the window was invalidated.
+	ch := r.channel()
+	if ch != ch0 {
+		t.Fatalf("channel %d, want %d", ch, ch0)
+	}
+	wantAccessError(t, "window token replayed", r.stealOn(ctx, ch0, lreg, sniffed, false))
+	r.chans <- ch0
+	untouched("a replayed window token")
+
+	// A live window (GetRDMATokenFor) works in range through its
+	// connection alone, and not beyond its range.
+	connect("reconnect", 1, 2)
+	desc, err := r.cli.GetRDMATokenFor(buf, objSize, off, OpPut, srvIP)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantGrants("GetRDMATokenFor", 2, 2)
+	tok, _ := ParseToken(desc)
+	if err := r.stealOn(ctx, ch0, lreg, tok, true); err != nil {
+		t.Fatalf("READ through a live window: %v", err)
+	}
+	if !bytes.Equal(loot[:objSize], buf[off:off+objSize]) {
+		t.Fatal("READ through a live window: data differs")
+	}
+	clear(loot)
+	other, err := r.srv.AllocateChannel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantAccessError(t, "window token through another QP", r.stealOn(ctx, other, lreg, tok, true))
+	r.srv.FreeChannel(other)
+	lootClean("a window token through another QP")
+	wide := tok
+	wide.Size = regSize - off
+	wantAccessError(t, "widened window token", r.stealOn(ctx, ch0, lreg, wide, true))
+	lootClean("a widened window token")
+	if err := r.cli.PutRDMAToken(desc); err != nil {
+		t.Fatal(err)
+	}
+
+	// A window given back (PutRDMAToken: LOCAL_INV) is dead on its own
+	// connection.
+	connect("reconnect again", 2, 3)
+	desc, err = r.cli.GetRDMATokenFor(buf, objSize, off, OpGet, srvIP)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantGrants("GetRDMATokenFor GET", 3, 3)
+	tok, _ = ParseToken(desc)
+	if err := r.cli.PutRDMAToken(desc); err != nil {
+		t.Fatal(err)
+	}
+	copy(loot, bytes.Repeat([]byte{0xee}, regSize))
+	wantAccessError(t, "window token given back", r.stealOn(ctx, ch0, lreg, tok, false))
+	untouched("a window token given back")
+
+	// A callback that hands its token to another server than the one the
+	// window is bound through gets a region instead (AllowServer).
+	connect("reconnect for AllowServer", 3, 4)
+	var bound, given Token
+	r.hook = func(h *Handle, info *RDMAInfo) error {
+		bound = info.Token
+		info.AllowServer(strangerIP)
+		given = info.Token
+		return nil
+	}
+	r.object = pattern(objSize, 10)
+	if n, err := r.cli.Get(ctx, "user", buf[off:off+objSize], 0, 0); err != nil || n != objSize {
+		t.Fatalf("Get handed to another server = %d, %v", n, err)
+	}
+	r.hook = nil
+	copy(private[off:], r.object)
+	untouched("Get handed to another server")
+	wantGrants("Get handed to another server", 4, 5)
+	if given.RKey == bound.RKey || given.Addr != bound.Addr || given.Size != bound.Size {
+		t.Errorf("AllowServer of another server: token %+v, was %+v; want a region over the same range", given, bound)
+	}
+
+	// Deregister invalidates the live windows over the registration.
+	if _, err := r.cli.GetRDMATokenFor(buf, objSize, off, OpGet, srvIP); err != nil {
+		t.Fatal(err)
+	}
+	wantGrants("GetRDMATokenFor before Deregister", 5, 5)
+	if err := r.cli.Deregister(buf); err != nil {
+		t.Fatalf("Deregister with a live window: %v", err)
+	}
+
+	waitCount(t, "client AccessErrors", st.AccessErrors.Load, 4)
+	if v := violations() - v0; v < 4 {
+		t.Errorf("client device rkey_violation rose by %d, want at least 4", v)
+	}
+	if st.Grants.Load() != st.Revokes.Load() {
+		t.Errorf("grants %d, revokes %d: a window outlived its token", st.Grants.Load(), st.Revokes.Load())
+	}
+}

@@ -176,3 +176,43 @@ func benchGrant(b *testing.B, size int) {
 		}
 	}
 }
+
+// BenchmarkGrantWindow is BenchmarkGrant with ClientOptions.MemoryWindows:
+// a type 2 window bound through the server's connection, invalidated and
+// deallocated at PutRDMAToken.
+func BenchmarkGrantWindow4KiB(b *testing.B) { benchGrantWindow(b, 4096) }
+func BenchmarkGrantWindow1MiB(b *testing.B) { benchGrantWindow(b, 1<<20) }
+
+func benchGrantWindow(b *testing.B, size int) {
+	sdev, cdev := memDevices(b, faultnet.Config{}, faultnet.Config{})
+	r := newRig(b, sdev, cdev, size, &ClientOptions{MemoryWindows: true}, nil)
+	buf := make([]byte, size)
+	if err := r.cli.Register(buf); err != nil {
+		b.Fatal(err)
+	}
+	r.object = pattern(size, 1)
+	if _, err := r.cli.Get(ctxT(b, time.Minute), "user", buf, 0, 0); err != nil {
+		b.Fatal(err)
+	}
+	for deadline := time.Now().Add(20 * time.Second); r.cli.windowConn(r.cli.rails[0], srvIP) == nil; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			b.Fatal("no live connection of the server's")
+		}
+	}
+	w0 := r.cli.Stats().WindowGrants.Load()
+	n := 0
+	b.ReportAllocs()
+	for b.Loop() {
+		tok, err := r.cli.GetRDMATokenFor(buf, uint64(size), 0, OpGet, srvIP)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := r.cli.PutRDMAToken(tok); err != nil {
+			b.Fatal(err)
+		}
+		n++
+	}
+	if w := r.cli.Stats().WindowGrants.Load() - w0; w != uint64(n) {
+		b.Fatalf("%d of %d grants were windows", w, n)
+	}
+}

@@ -71,11 +71,30 @@ type RDMAInfo struct {
 // token lives, the client's listener accepts connections from it. Call it
 // before sending the descriptor. A callback that names no server relies
 // on ClientOptions.Servers (see the package documentation).
+//
+// A token whose memory window is bound through another server's
+// connection than a's (see ClientOptions.MemoryWindows) is replaced here
+// by one that a can use: Desc and Token change, so read them after the
+// call.
 func (i *RDMAInfo) AllowServer(a netip.Addr) {
 	if i == nil || i.c == nil || i.g == nil {
 		return
 	}
 	i.c.allow(i.g, a)
+	if g := i.g; g.wc != nil && g.wc.from != a.Unmap() && a.IsValid() {
+		// The window is usable through its connection only: give the
+		// server a region instead (the fallback of grantRange).
+		if err := i.c.revoke(g); err != nil {
+			i.c.telem.error("revoke", "err", err)
+		}
+		tok, ng, err := i.c.grantMR(g.rail, g.reg, g.off, g.size, g.op)
+		if err != nil {
+			i.c.telem.error("grant", "err", err)
+			return
+		}
+		i.c.allow(ng, a)
+		i.g, i.Token, i.Desc = ng, tok, tok.String()
+	}
 }
 
 // Handle identifies one callback invocation (the callback's handle).
@@ -164,6 +183,21 @@ type ClientOptions struct {
 	// token admits any address while it lives (weaker; see the package
 	// documentation).
 	Servers []netip.Addr
+	// MemoryWindows makes an RC client grant tokens as type 2 memory
+	// windows over one registration per buffer, bound through the
+	// connection of the server the token is for and invalidated when the
+	// token dies, instead of a memory region per token. A window is
+	// usable through that connection alone, so one is bound only when the
+	// client can tell which connection the server will use: the server
+	// has exactly one live connection to the client (for a callback's
+	// token, the client has exactly one live connection). Otherwise, and
+	// on DC (a DCT posts no binds), the token gets a region as without
+	// this option (ClientStats.WindowGrants and RegionGrants say which).
+	// A server that serves one client through several channels at once
+	// would find a window bound to another channel's connection: enable
+	// windows only for servers that serve the client through one
+	// connection (Tunables.MaxChannelsPerClient 1 at its front end).
+	MemoryWindows bool
 	// Backups are the backup devices of a multipath client
 	// (rdma_multipath_enabled; see multipath.go): each listens on its
 	// first address and Addr's port (RC) or has a DCT (DC). With
@@ -189,10 +223,11 @@ type Client struct {
 	wg       sync.WaitGroup
 
 	servers []netip.Addr // ClientOptions.Servers, unmapped
+	windows bool         // ClientOptions.MemoryWindows, on RC
 
 	mu      sync.RWMutex
 	regions map[uintptr]*region
-	conns   map[*cm.Conn]struct{}
+	conns   map[*cm.Conn]*serverConn
 	tokens  map[string]*grant // issued by GetRDMAToken, not yet put
 	// allowed counts the live grants naming each server address; unnamed
 	// those naming none.
@@ -213,9 +248,11 @@ type ClientStats struct {
 	// Strangers counts connection requests refused because no live token
 	// was handed to their address.
 	Strangers atomic.Uint64
-	// Grants and Revokes count the per-token memory regions made and
-	// destroyed; Grants − Revokes are live.
-	Grants, Revokes atomic.Uint64
+	// Grants and Revokes count the per-token grants made and destroyed;
+	// Grants − Revokes are live. WindowGrants of the grants were memory
+	// windows (ClientOptions.MemoryWindows), RegionGrants memory regions.
+	Grants, Revokes            atomic.Uint64
+	WindowGrants, RegionGrants atomic.Uint64
 	// AccessErrors counts server connections ended by a remote access
 	// error: an access outside every live token's range or with a dead
 	// token's rkey.
@@ -227,7 +264,8 @@ type ClientStats struct {
 
 // region is one registration. Its memory regions (one per rail) grant
 // no remote access: their keys never leave the client. Remote access is
-// granted per token (grant).
+// granted per token (grant). With windows on, the regions allow binding
+// windows (AccessMWBind), which still grants no remote access by itself.
 type region struct {
 	buf    []byte
 	start  uintptr
@@ -235,16 +273,77 @@ type region struct {
 	grants map[*grant]struct{} // live grants over the registration; guarded by Client.mu
 }
 
-// grant is one token's access: a memory region over exactly the token's
-// range, remote WRITE for a GET and remote READ for a PUT, destroyed
-// (revoke) when the request ends or the token is put back. A later switch
-// to type 2 memory windows changes grantRange and revoke only.
+// grant is one token's access over exactly the token's range, remote
+// WRITE for a GET and remote READ for a PUT, destroyed (revoke) when the
+// request ends or the token is put back: a memory region of its own, or a
+// type 2 memory window bound through one server connection and
+// invalidated at the end.
 type grant struct {
-	mr     *roce.MR
+	mr     *roce.MR    // region path
+	mw     *roce.MW    // window path
+	wc     *serverConn // window path: the connection it is bound through
+	rkey   uint32      // window path: its key while bound
+	rail   *rail
 	reg    *region
+	off    uint64
+	size   uint64
+	op     OpType
 	server netip.Addr // named by AllowServer; invalid: none
 	done   bool       // revoked; guarded by Client.mu
 }
+
+// serverConn is an accepted server connection. Windows are bound and
+// invalidated by local work requests on its QP, one at a time.
+type serverConn struct {
+	conn *cm.Conn
+	rail *rail
+	from netip.Addr // the server's address, unmapped
+
+	mu  sync.Mutex // one local work request at a time; guards seq and wc
+	seq uint64
+	wc  [4]roce.WorkCompletion
+}
+
+// localTimeout bounds a bind or an invalidation: they complete as soon as
+// the device's send queue reaches them, unless the device is stuck.
+const localTimeout = 10 * time.Second
+
+// local posts a local work request (BIND_MW, LOCAL_INV) on the
+// connection's QP and waits for its completion.
+func (s *serverConn) local(wr *roce.SendWR) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), localTimeout)
+	defer cancel()
+	s.seq++
+	wr.ID, wr.Flags = s.seq, wr.Flags|roce.SendSignaled
+	if err := s.conn.QP().PostSend(wr); err != nil {
+		return err
+	}
+	cq := s.conn.SendCQ()
+	for {
+		n := cq.Poll(s.wc[:])
+		for _, wc := range s.wc[:n] {
+			// Older IDs are of requests whose wait timed out.
+			if wc.WRID != wr.ID {
+				continue
+			}
+			if wc.Status != roce.WCSuccess {
+				return fmt.Errorf("%v: %v", wr.Opcode, wc.Status)
+			}
+			return nil
+		}
+		if n > 0 {
+			continue
+		}
+		if err := cq.Wait(ctx); err != nil {
+			return fmt.Errorf("%v: %w", wr.Opcode, err)
+		}
+	}
+}
+
+// live reports whether the connection can still carry a server's access.
+func (s *serverConn) live() bool { return s.conn.Err() == nil && s.conn.QP().Err() == nil }
 
 // NewClient creates a client on dev with the application's callbacks and
 // starts listening for servers.
@@ -259,7 +358,7 @@ func NewClient(dev *roce.Device, ops Ops, o ClientOptions) (*Client, error) {
 		return nil, newErr(op, syscall.EPROTONOSUPPORT, ErrUnsupported, "%v", o.Proto)
 	}
 	c := &Client{ops: ops, proto: o.Proto, telem: newTelemetry(o.Telemetry, "cuobj-client"),
-		regions: map[uintptr]*region{}, conns: map[*cm.Conn]struct{}{}, tokens: map[string]*grant{},
+		regions: map[uintptr]*region{}, conns: map[*cm.Conn]*serverConn{}, tokens: map[string]*grant{},
 		allowed:  map[netip.Addr]int{},
 		endpoint: 1 + rand.Uint32N(0xFFFFFE)}
 	if o.Config != nil {
@@ -277,6 +376,7 @@ func NewClient(dev *roce.Device, ops Ops, o ClientOptions) (*Client, error) {
 			c.proto = ProtoDC
 		}
 	}
+	c.windows = o.MemoryWindows && c.proto == ProtoRC
 	for _, a := range o.Servers {
 		c.servers = append(c.servers, a.Unmap())
 	}
@@ -483,7 +583,9 @@ func (c *Client) answer(r *rail, req *cm.Request) {
 	defer cancel()
 	conn, err := req.Accept(ctx, cm.AcceptOptions{
 		QP: cm.QPOptions{PD: r.pd, Access: roce.AccessLocalWrite | roce.AccessRemoteWrite | roce.AccessRemoteRead,
-			Cap: roce.QPCap{MaxSendWR: 1, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1}},
+			// The send queue carries the binds and invalidations of
+			// windows (one at a time) and nothing else.
+			Cap: roce.QPCap{MaxSendWR: 4, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1}},
 		PrivateData: appendHello(nil, c.proto, c.endpoint),
 	})
 	if err != nil {
@@ -496,19 +598,26 @@ func (c *Client) answer(r *rail, req *cm.Request) {
 		_ = conn.Close()
 		return
 	}
-	c.conns[conn] = struct{}{}
+	c.conns[conn] = &serverConn{conn: conn, rail: r, from: conn.RemoteAddr().Addr().Unmap()}
 	c.mu.Unlock()
 	c.stats.Connections.Add(1)
 	c.telem.info("server connected", "from", conn.RemoteAddr(), "qpn", conn.QP().QPN())
 	failed := conn.QP().Failed()
-wait:
-	select {
-	case <-failed:
+	counted := false
+	// count counts a remote access error once, whichever of the QP's
+	// failure and the connection's end is seen first.
+	count := func() {
 		var qe *roce.QPError
-		if errors.As(conn.QP().Err(), &qe) && qe.Status == roce.WCRemAccessErr {
+		if !counted && errors.As(conn.QP().Err(), &qe) && qe.Status == roce.WCRemAccessErr {
+			counted = true
 			c.stats.AccessErrors.Add(1)
 			c.telem.error("server access refused", "from", conn.RemoteAddr(), "err", qe)
 		}
+	}
+wait:
+	select {
+	case <-failed:
+		count()
 		failed = nil
 		goto wait
 	case <-conn.Done():
@@ -520,6 +629,7 @@ wait:
 		_ = conn.Disconnect(dctx)
 		dcancel()
 	}
+	count()
 	c.mu.Lock()
 	delete(c.conns, conn)
 	c.mu.Unlock()
@@ -556,8 +666,12 @@ func (c *Client) RegisterMemory(buf []byte, t MemoryType) error {
 		}
 	}
 	reg := &region{buf: buf, start: start, grants: map[*grant]struct{}{}}
+	access := roce.AccessLocalWrite
+	if c.windows {
+		access |= roce.AccessMWBind
+	}
 	for _, r := range c.rails {
-		mr, err := r.pd.RegisterMR(buf, roce.AccessLocalWrite)
+		mr, err := r.pd.RegisterMR(buf, access)
 		if err != nil {
 			_ = reg.close()
 			return newErr(op, syscall.ENOMEM, ErrInvalid, "%v", err)
@@ -611,30 +725,132 @@ func (r *region) sync(OpType) {
 // grantRange gives remote access to exactly size bytes at off of the
 // registration on one rail, for op, and returns the token naming it. The
 // rkey is the grant's own: it dies with revoke, and the registration's
-// keys never leave the client.
-func (c *Client) grantRange(rl *rail, r *region, off, size uint64, op OpType) (Token, *grant, error) {
-	access := roce.AccessLocalWrite | roce.AccessRemoteWrite
+// keys never leave the client. With windows on, the grant is a type 2
+// window bound through the connection of server (invalid: of the only
+// server connected) when there is exactly one; otherwise a region.
+func (c *Client) grantRange(rl *rail, r *region, off, size uint64, op OpType, server netip.Addr) (Token, *grant, error) {
+	if sc := c.windowConn(rl, server); sc != nil {
+		tok, g, err := c.grantWindow(sc, r, off, size, op)
+		if err == nil {
+			return tok, g, nil
+		}
+		if errors.Is(err, ErrNotRegistered) {
+			return Token{}, nil, err
+		}
+		// The connection failed under the bind, or the device has no
+		// windows left: a region does the same.
+		c.telem.error("window bind failed, granting a region", "err", err)
+	}
+	return c.grantMR(rl, r, off, size, op)
+}
+
+// grantAccess is the remote access a token grants for op.
+func grantAccess(op OpType) roce.Access {
 	if op == OpPut {
-		access = roce.AccessRemoteRead
+		return roce.AccessRemoteRead
+	}
+	return roce.AccessRemoteWrite
+}
+
+// grantMR grants the range as a memory region of its own.
+func (c *Client) grantMR(rl *rail, r *region, off, size uint64, op OpType) (Token, *grant, error) {
+	access := grantAccess(op)
+	if op == OpGet {
+		access |= roce.AccessLocalWrite
 	}
 	mr, err := rl.pd.RegisterMR(r.buf[off:off+size:off+size], access)
 	if err != nil {
 		return Token{}, nil, newErr("grant", syscall.ENOMEM, ErrInvalid, "%v", err)
 	}
-	g := &grant{mr: mr, reg: r}
-	c.mu.Lock()
-	if c.closed.Load() || c.regions[r.start] != r {
-		c.mu.Unlock()
+	g := &grant{mr: mr, rail: rl, reg: r, off: off, size: size, op: op}
+	if err := c.addGrant(g); err != nil {
 		_ = mr.Close()
-		return Token{}, nil, newErr("grant", syscall.EINVAL, ErrNotRegistered, "deregistered")
+		return Token{}, nil, err
 	}
-	r.grants[g] = struct{}{}
+	c.stats.RegionGrants.Add(1)
+	return c.token(rl, mr.Addr(), size, mr.RKey()), g, nil
+}
+
+// grantWindow grants the range as a type 2 window of the registration's
+// region, bound through sc.
+func (c *Client) grantWindow(sc *serverConn, r *region, off, size uint64, op OpType) (Token, *grant, error) {
+	rl := sc.rail
+	mw, err := rl.pd.AllocMW(roce.MWType2)
+	if err != nil {
+		return Token{}, nil, err
+	}
+	mr := r.mrs[rl.idx]
+	// A type 2 bind names the window's next key: the same index, the
+	// consumer key (the low 8 bits) one on.
+	key := mw.RKey()
+	key = key&^0xFF | (key+1)&0xFF
+	wr := roce.SendWR{Opcode: roce.WRBindMW, MW: mw, RKey: key,
+		Bind: roce.MWBindInfo{MR: mr, Addr: mr.Addr() + off, Length: size, Access: grantAccess(op)}}
+	if err := sc.local(&wr); err != nil {
+		_ = mw.Close()
+		return Token{}, nil, err
+	}
+	g := &grant{mw: mw, wc: sc, rkey: key, rail: rl, reg: r, off: off, size: size, op: op}
+	if err := c.addGrant(g); err != nil {
+		_ = c.unbind(g)
+		return Token{}, nil, err
+	}
+	c.stats.WindowGrants.Add(1)
+	return c.token(rl, mr.Addr()+off, size, key), g, nil
+}
+
+// addGrant records a new grant on its registration, unless the
+// registration has gone.
+func (c *Client) addGrant(g *grant) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed.Load() || c.regions[g.reg.start] != g.reg {
+		return newErr("grant", syscall.EINVAL, ErrNotRegistered, "deregistered")
+	}
+	g.reg.grants[g] = struct{}{}
 	c.unnamed++
-	c.mu.Unlock()
 	c.stats.Grants.Add(1)
-	tok := Token{Addr: mr.Addr(), Size: uint32(size), RKey: mr.RKey(), LID: rl.addr.Port(),
+	return nil
+}
+
+func (c *Client) token(rl *rail, addr, size uint64, rkey uint32) Token {
+	return Token{Addr: addr, Size: uint32(size), RKey: rkey, LID: rl.addr.Port(),
 		QPN: rl.endpoint, HasGID: true, GID: rl.gid}
-	return tok, g, nil
+}
+
+// windowConn returns the connection to bind a window through: the only
+// live connection of server on rl (invalid server: the only live
+// connection on rl), or nil when windows are off or the client cannot
+// tell which connection the server will use.
+func (c *Client) windowConn(rl *rail, server netip.Addr) *serverConn {
+	if !c.windows {
+		return nil
+	}
+	server = server.Unmap()
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	var only *serverConn
+	for _, sc := range c.conns {
+		if sc.rail != rl || (server.IsValid() && sc.from != server) || !sc.live() {
+			continue
+		}
+		if only != nil {
+			return nil
+		}
+		only = sc
+	}
+	return only
+}
+
+// unbind invalidates a grant's window (LOCAL_INV through the connection
+// it was bound through) and deallocates it, which revokes its key even
+// where the invalidation could not run (the connection failed).
+func (c *Client) unbind(g *grant) error {
+	inv := roce.SendWR{Opcode: roce.WRLocalInv, InvalidateRKey: g.rkey}
+	if err := g.wc.local(&inv); err != nil && g.wc.live() {
+		c.telem.error("window invalidation failed", "err", err)
+	}
+	return g.mw.Close()
 }
 
 // allow records the server a grant's token is handed to.
@@ -720,7 +936,11 @@ func (c *Client) detachLocked(r *region) []*grant {
 func (c *Client) destroy(gs []*grant) error {
 	var errs []error
 	for _, g := range gs {
-		errs = append(errs, g.mr.Close())
+		if g.mw != nil {
+			errs = append(errs, c.unbind(g))
+		} else {
+			errs = append(errs, g.mr.Close())
+		}
 		c.stats.Revokes.Add(1)
 	}
 	return errors.Join(errs...)
@@ -782,7 +1002,7 @@ func (c *Client) GetRDMATokenFor(buf []byte, size, offset uint64, op OpType, ser
 	if size == 0 || offset > n || size > n-offset {
 		return "", newErr(name, syscall.EINVAL, ErrRange, "%d bytes at offset %d of a %d-byte registration", size, offset, n)
 	}
-	tok, g, err := c.grantRange(c.pick(), r, offset, size, op)
+	tok, g, err := c.grantRange(c.pick(), r, offset, size, op, server)
 	if err != nil {
 		err.(*Error).Op = name
 		return "", err
@@ -920,7 +1140,7 @@ func (c *Client) call(ctx context.Context, cb Callback, h *Handle, chunk []byte,
 	for attempt := 0; ; attempt++ {
 		c.stats.Callbacks.Add(1)
 		rl := c.pick()
-		tok, g, err := c.grantRange(rl, r, roff, uint64(len(chunk)), op)
+		tok, g, err := c.grantRange(rl, r, roff, uint64(len(chunk)), op, netip.Addr{})
 		if err != nil {
 			return 0, err
 		}
@@ -928,8 +1148,8 @@ func (c *Client) call(ctx context.Context, cb Callback, h *Handle, chunk []byte,
 		n, err := cb(h, chunk, off, &info)
 		// The attempt is over, whatever its outcome: its token dies, so a
 		// replay (or a server still at work after a timeout) gets a remote
-		// access error.
-		if rerr := c.revoke(g); rerr != nil {
+		// access error. AllowServer may have replaced the grant.
+		if rerr := c.revoke(info.g); rerr != nil {
 			c.telem.error("revoke", "err", rerr)
 		}
 		if Retryable(err) {

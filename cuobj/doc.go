@@ -70,12 +70,13 @@
 //
 //   - What: remote WRITE (GET token) or READ (PUT token) of exactly
 //     [raddr, raddr+rsize) of the client's memory, through an rkey of its
-//     own: each token is a memory region registered over that range alone
-//     (grantRange). The registration's own regions grant no remote access
-//     and their keys never leave the client. A widened token (rsize or
-//     raddr changed) reaches nothing outside the range: the access fails
-//     with a remote access error (IBV_WC_REM_ACCESS_ERR at the server),
-//     counted by the client as ClientStats.AccessErrors (RC).
+//     own: by default each token is a memory region registered over that
+//     range alone (grantRange). The registration's own regions grant no
+//     remote access and their keys never leave the client. A widened
+//     token (rsize or raddr changed) reaches nothing outside the range:
+//     the access fails with a remote access error (IBV_WC_REM_ACCESS_ERR
+//     at the server), counted by the client as ClientStats.AccessErrors
+//     (RC) and by its device as rkey_violation.
 //   - For how long: the region is deregistered when the callback attempt
 //     that made it returns (success, failure, timeout or cancellation of
 //     the request), or, for GetRDMAToken, at PutRDMAToken, Deregister or
@@ -97,13 +98,31 @@
 //     who reaches the client's DCT with its DC key, for as long as it
 //     lives.
 //
-// Type 2 memory windows would bind a token's rkey to one server's QP and
-// close the last two gaps; they are not used yet (grantRange and revoke
-// are where they would go). A grant costs the client about a microsecond
-// (BenchmarkGrant) and one key: the device never honours a key twice and
-// retires a key slot after 255 uses, so one client can make about 2^24 ×
-// 255 (4 × 10^9) tokens in its life, some two days at 25,000 tokens a
-// second; past that a token fails with ENOMEM.
+// With ClientOptions.MemoryWindows (RC), a token is instead a type 2
+// memory window over exactly its range of the buffer's one registration
+// (which allows binding windows and grants nothing itself), bound through
+// the connection of the server the token is for and invalidated
+// (LOCAL_INV) when the token dies, as a region is deregistered. A window
+// is honoured on the QP it was bound through alone: another connection,
+// even one from the server's own address (a host that can send from it),
+// gets a remote access error with the token, and a server's kept
+// connection reaches only the windows bound through it. The
+// client can bind a window only when it can tell which connection the
+// server will use, the server having exactly one live connection to it;
+// otherwise the token is a region (ClientStats.WindowGrants and
+// RegionGrants count which), and a server that serves the client through
+// several channels at once would find a window bound to another channel's
+// connection (see MemoryWindows). goroce's windows are qualified against
+// rxe's in both directions (interop/mw). DC tokens are always regions: a
+// DCT posts no binds.
+//
+// A grant costs the client about a microsecond (BenchmarkGrant) and one
+// key: the device never honours a key twice and retires a key slot after
+// 255 uses, so one client can make about 2^24 × 255 (4 × 10^9) tokens in
+// its life, some two days at 25,000 tokens a second; past that a token
+// fails with ENOMEM. A window grant costs the same key, plus a bind and
+// an invalidation that each wait for their completion: a few
+// microseconds (BenchmarkGrantWindow, about three times a region's).
 //
 // The server admits work so that tokens naming clients that do not exist
 // cost little (Tunables): a front end takes a channel with

@@ -58,9 +58,13 @@
 // restarts its server. The new QP then takes every packet for a duplicate
 // (acknowledged and discarded) or for one out of sequence (NAKed), and no
 // frame ever completes. The server watches for this until its first frame:
-// when the device counts duplicate or out-of-sequence requests and no frame
-// has arrived, Err and Serve report ErrPSNMismatch (the remedy is the
-// firmware's soft reset before the FPGA is programmed again). The counters
-// are the device's, so on a device shared with other RC traffic the check
-// can also fire for their duplicates; it runs only until the first frame.
+// when its QP keeps refusing requests for their PSN (duplicates or a gap,
+// seen in several samples over half a second) and no frame has arrived,
+// Err and Serve report ErrPSNMismatch (the remedy is the firmware's soft
+// reset before the FPGA is programmed again). The counts are the server
+// QP's own, so other RC traffic on the device cannot trip the check, and a
+// few packets spoofed from the FPGA's address at wrong PSNs are refused as
+// RC refuses any duplicate or gap without ending Serve; packets from any
+// other address never reach the QP (bad_addr). A sender that keeps sending
+// at wrong PSNs from the FPGA's address cannot be told from a stale FPGA.
 package fpga

@@ -250,9 +250,6 @@ func (s *Server) CompleteConnection(ctx context.Context, fpgaQPN, fpgaRqPSN uint
 	if err := s.slab.postAll(); err != nil {
 		return err
 	}
-	// The PSN check's base is taken before RTR: a sender that never
-	// stopped sends from the moment the QP accepts packets.
-	base := s.dev.Counters()
 	err := s.qp.Modify(ctx, &roce.QPAttr{State: roce.StateRTR, PathMTU: pmtu, DestQPN: fpgaQPN, RQPSN: fpgaRqPSN,
 		MaxDestRdAtomic: 16, MinRNRTimer: minRNRTimer,
 		AV: roce.AddressVector{DGID: s.fpgaGID, SGID: s.hostGID, HopLimit: 64}},
@@ -269,7 +266,7 @@ func (s *Server) CompleteConnection(ctx context.Context, fpgaQPN, fpgaRqPSN uint
 	s.cancel = cancel
 	s.watchDone = make(chan struct{})
 	go s.run(rctx)
-	go s.watchPSN(rctx, base)
+	go s.watchPSN(rctx)
 	return nil
 }
 
@@ -520,13 +517,19 @@ func (s *Server) complete(wc *roce.WorkCompletion, path DataPath) bool {
 }
 
 // watchPSN reports a sender whose PSNs do not match the new QP (see the
-// package documentation) until the first frame arrives.
-func (s *Server) watchPSN(ctx context.Context, base roce.Counters) {
+// package documentation) until the first frame arrives. It reads the
+// server QP's own counts of requests refused for their PSN, so other RC
+// traffic on the device cannot trip it, and it wants the refusals to go on:
+// a stale sender retries until its retry count runs out, while a few
+// packets spoofed from the FPGA's address at wrong PSNs are what RC calls
+// duplicates or a gap, refused and forgotten.
+func (s *Server) watchPSN(ctx context.Context) {
 	defer close(s.watchDone)
 	t := time.NewTicker(psnTick)
 	defer t.Stop()
-	var since time.Time
-	var seen uint64
+	var first time.Time
+	var last uint64
+	ticks := 0
 	for {
 		select {
 		case <-ctx.Done():
@@ -536,26 +539,19 @@ func (s *Server) watchPSN(ctx context.Context, base roce.Counters) {
 		if s.frames.Load() > 0 {
 			return
 		}
-		c := s.dev.Counters()
-		dup, oos := c.DuplicateRequest-base.DuplicateRequest, c.OutOfSeqRequest-base.OutOfSeqRequest
-		// After one sequence NAK the responder drops further packets
-		// silently until the expected PSN comes (rcvd_dropped).
-		rejected := dup + oos + c.RcvdDropped - base.RcvdDropped
-		if dup+oos == 0 {
-			continue
+		r := s.qp.PSNRejects()
+		if n := r.Duplicate + r.OutOfSequence; n != last {
+			last = n
+			ticks++
+			if first.IsZero() {
+				first = time.Now()
+			}
 		}
-		if since.IsZero() {
-			// A lost first packet also starts with a sequence NAK; the
-			// sender's retransmission mends that well within psnGrace.
-			since, seen = time.Now(), rejected
-			continue
-		}
-		// A duplicate is answered with an ACK, so a sender whose PSNs are
-		// behind ours stops resending at once: before any frame arrived
-		// it can only be stale. Out-of-sequence requests must persist.
-		if time.Since(since) >= psnGrace && (rejected > seen || dup > 0) {
-			err := fmt.Errorf("%w: expected PSN %#x; since connecting %d duplicate, %d out-of-sequence and %d other rejected requests, no frame",
-				ErrPSNMismatch, s.qp.Attr().RQPSN, dup, oos, rejected-dup-oos)
+		// A lost first packet also starts with a sequence NAK; the
+		// sender's retransmission mends that well within psnGrace.
+		if ticks >= psnTicks && time.Since(first) >= psnGrace {
+			err := fmt.Errorf("%w: expected PSN %#x; since connecting %d duplicate and %d out-of-sequence requests from the FPGA's address over %v, no frame",
+				ErrPSNMismatch, s.qp.Attr().RQPSN, r.Duplicate, r.OutOfSequence, time.Since(first).Round(time.Millisecond))
 			s.log.Error("fpga: sender PSNs do not match", "err", err)
 			s.setErr(err)
 			return
@@ -563,11 +559,12 @@ func (s *Server) watchPSN(ctx context.Context, base roce.Counters) {
 	}
 }
 
-// The PSN check samples the device counters every psnTick and reports a
-// mismatch that has lasted psnGrace.
+// The PSN check samples the QP's counters every psnTick and reports a
+// mismatch once refusals were seen in psnTicks samples spanning psnGrace.
 const (
 	psnTick  = 50 * time.Millisecond
 	psnGrace = 500 * time.Millisecond
+	psnTicks = 4
 )
 
 // Stop ends the receive goroutine and frees the QP, the slab and the CQ.

@@ -227,7 +227,7 @@ func TestBadCompletions(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if err := q.Connect(ctx, &roce.ConnectAttr{RemoteQPN: s.QPN(), RemoteGID: s.GID(), RemotePSN: s.RqPSN(),
-		LocalPSN: s.SqPSN(), PathMTU: ib.MTU4096, RNRRetry: 7, RetryCnt: 1, Timeout: 10, MinRNRTimer: 1, NoDefaults: true}); err != nil {
+		LocalPSN: s.SqPSN(), PathMTU: ib.MTU4096, RNRRetry: 7, RetryCnt: 7, Timeout: 14, MinRNRTimer: 1, NoDefaults: true}); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.CompleteConnection(ctx, q.QPN(), s.SqPSN(), ib.MTU4096, 1); err != nil {

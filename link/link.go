@@ -69,6 +69,16 @@ type AddrServer interface {
 	ServesAddr(addr netip.Addr) bool
 }
 
+// AddrFilter is implemented by links that can take from the interface only
+// the RoCEv2 frames addressed to some of its addresses (the AF_XDP link's
+// steering program), leaving the rest to the kernel and whatever else runs
+// RoCE on the interface. A device calls SetLocalAddrs with the addresses of
+// its GID table whenever the table changes. Until the first call such a
+// link takes every RoCEv2 frame.
+type AddrFilter interface {
+	SetLocalAddrs(addrs []netip.Addr) error
+}
+
 // TxLender is implemented by links that lend their transmit buffers (the
 // UMEM of an AF_XDP socket): a frame built in a lent buffer is sent from
 // where it was built, saving the copy WriteBatch makes. A device uses it

@@ -26,6 +26,15 @@
 // go-back-N does not resend a full window per lost packet. New PSNs still
 // leave in order and every resend starts at the first unacknowledged one.
 //
+// Congestion control (Config.CC, off by default) is DCQCN as ConnectX runs
+// it, which rxe does not (ccrate.go): with it on, packets leave ECT(0), a
+// CE-marked packet makes its QP send the peer a CNP (at most one per
+// min_time_between_cnps), and a CNP cuts the QP's rate by the DCQCN state
+// machine of dcqcn.go, a pure struct driven by the engine's clock. A
+// token bucket (pace.go) holds the QP's requests and READ responses to that
+// rate; it composes with the loss window of cc.go, which bounds what is in
+// flight. CNPs and ACKs are not paced; UD and DC QPs take no part.
+//
 // Memory windows of type 1 and 2 (mw.go) follow rxe_mw.c: binds by
 // QP.BindMW or BIND_MW work requests, LOCAL_INV and SEND_WITH_INV for type
 // 2 windows, and an R_Key that names a window grants only the window's

@@ -37,6 +37,8 @@ type Config struct {
 	// PortMTU is the active MTU of the port: the UD payload limit. Default MTU1024
 	// (what rxe reports on a 1500-byte netdev).
 	PortMTU ib.MTU
+	// CC turns on congestion control (ccrate.go); off by default.
+	CC CCConfig
 }
 
 // AddressVector says where packets of a QP (RC/UC) or of a UD send go.
@@ -131,6 +133,7 @@ type Engine struct {
 
 	onEvent func(Event) // asynchronous events (events.go)
 	dc      dcEngine
+	cc      ccEngine
 }
 
 // New creates an engine.
@@ -151,6 +154,9 @@ func New(cfg Config) (*Engine, error) {
 		nextQPN: firstQPN,
 	}
 	e.keys.init()
+	if err := e.cc.init(cfg.CC); err != nil {
+		return nil, err
+	}
 	return e, nil
 }
 
@@ -295,6 +301,13 @@ func (e *Engine) Receive(p *ib.Packet, src *Source) error {
 	}
 	if p.BTH.Opcode().Transport() == ib.TransportDC {
 		err := e.receiveDC(p, src)
+		if err != nil {
+			e.stats.RxDropped++
+		}
+		return err
+	}
+	if p.BTH.Opcode() == ib.CNP {
+		err := e.receiveCNP(p, src)
 		if err != nil {
 			e.stats.RxDropped++
 		}

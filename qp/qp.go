@@ -107,6 +107,7 @@ type QP struct {
 	comp completer
 	resp responder
 	dc   *dcQP // DCI, DCT, or one initiator's responder state at a DCT
+	cc   *ccQP // congestion control (ccrate.go); nil until it is used
 
 	inReady   bool
 	readyNext *QP
@@ -231,6 +232,20 @@ func (e *Engine) allocQPN() (uint32, bool) {
 
 // QPN returns the queue pair number.
 func (q *QP) QPN() uint32 { return q.qpn }
+
+// PSNRejects counts the requests an RC QP's responder refused for their
+// PSN since the QP was created, whoever sent them from the peer's address.
+type PSNRejects struct {
+	Duplicate     uint64 // behind the expected PSN: acknowledged again, not executed
+	OutOfSequence uint64 // ahead of it: one sequence NAK per gap, then dropped
+}
+
+// PSNRejects returns the QP's own counts of requests refused for their PSN
+// (the device's duplicate_request and out_of_sequence counters sum every
+// QP's).
+func (q *QP) PSNRejects() PSNRejects {
+	return PSNRejects{Duplicate: q.resp.dupReqs, OutOfSequence: q.resp.oosReqs}
+}
 
 // Type returns the transport type.
 func (q *QP) Type() QPType {
@@ -591,6 +606,9 @@ func (q *QP) resetTransport() {
 	q.resp.reset(ib.PSN(q.attr.RQPSN))
 	q.resp.initResources(int(q.attr.MaxDestRdAtomic))
 	q.failure, q.cause, q.respFault, q.lostWC = nil, WCSuccess, false, false
+	if q.cc != nil {
+		*q.cc = ccQP{}
+	}
 	if q.dc != nil {
 		q.resetDC()
 	}
@@ -896,7 +914,17 @@ func (q *QP) produce(now time.Duration, t *TxPacket) int {
 	if q.dc != nil {
 		return q.produceDC(now, t)
 	}
-	return q.produceBody(now, t)
+	if !q.ccApplies() {
+		return q.produceBody(now, t)
+	}
+	if q.produceCNP(t) {
+		return produced
+	}
+	r := q.produceBody(now, t)
+	if r == produced {
+		markECT(t)
+	}
+	return r
 }
 
 // produceBody is produce for every QP; DC QPs reach it through produceDC.
@@ -937,9 +965,12 @@ func (q *QP) produceBody(now time.Duration, t *TxPacket) int {
 			return produced
 		}
 	}
-	if n, ok := q.resp.produce(q, buf, t); ok {
+	if q.ccHoldsResponse(now) {
+		// A READ response stream waits for the QP's rate (ccrate.go).
+	} else if n, ok := q.resp.produce(q, buf, t); ok {
 		t.Len = n
 		q.reqTurn = true
+		q.ccChargeResponse(now, buf, n)
 		return produced
 	}
 	if n, ok := q.request(now, buf, t); ok {
@@ -965,7 +996,7 @@ func (q *QP) mayHaveWork() bool {
 	if q.dc != nil && q.dc.hasControl(q) {
 		return true
 	}
-	return q.resp.outLen > 0 || q.req.idx != q.sqTail || q.req.needRetry
+	return q.resp.outLen > 0 || q.req.idx != q.sqTail || q.req.needRetry || q.cc != nil && q.cc.cnpPending
 }
 
 func (q *QP) fillAV(t *TxPacket, av *AddressVector) {
@@ -1012,7 +1043,7 @@ func (q *QP) deadline() (time.Duration, bool) {
 	if q.dc != nil && q.dc.lingerArmed && (!ok || q.dc.lingerAt < d) {
 		d, ok = q.dc.lingerAt, true
 	}
-	return d, ok
+	return q.ccDeadline(d, ok)
 }
 
 // advance runs the QP's timers due at now.
@@ -1042,6 +1073,7 @@ func (q *QP) advance(now time.Duration) {
 	if q.dc != nil {
 		q.advanceDC(now)
 	}
+	q.ccAdvance(now)
 }
 
 // pad returns the pad length for a payload of n bytes.

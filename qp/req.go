@@ -82,7 +82,13 @@ func (q *QP) request(now time.Duration, buf []byte, t *TxPacket) (int, bool) {
 				return 0, false
 			}
 		}
+		if q.ccApplies() && !q.paceOK(now) {
+			return 0, false
+		}
 		n, ok := q.requestRCUC(now, w, buf, t)
+		if ok && q.ccApplies() {
+			q.paceCharge(now, n)
+		}
 		if !ok && q.state == StateRTS {
 			continue // the WQE failed locally and was completed; try the next
 		}

@@ -76,6 +76,9 @@ type responder struct {
 	res     []respRes
 	resHead int
 
+	// Requests refused for their PSN since the QP was created (PSNRejects).
+	dupReqs, oosReqs uint64
+
 	out     []outEntry
 	outHead int
 	outLen  int
@@ -233,6 +236,7 @@ func (q *QP) receive(p *ib.Packet, src *Source) error {
 		q.e.stats.BadAddress++
 		return ErrBadAddress
 	}
+	q.noteCE(src)
 	if isResp {
 		return q.complete(p, q.e.clock.Now())
 	}
@@ -328,6 +332,7 @@ func (q *QP) checkPSN(p *ib.Packet, psn ib.PSN, low uint8, cl uint16) (done bool
 	d := ib.PSNDiff(psn, r.epsn)
 	if q.typ == RC {
 		if d > 0 {
+			r.oosReqs++
 			if !r.nakSent {
 				r.nakSent = true
 				q.e.stats.SeqNAKsSent++
@@ -336,6 +341,7 @@ func (q *QP) checkPSN(p *ib.Packet, psn ib.PSN, low uint8, cl uint16) (done bool
 			return true, ErrDropped
 		}
 		if d < 0 {
+			r.dupReqs++
 			return true, q.duplicate(p, psn, low, cl)
 		}
 		r.nakSent = false

@@ -56,6 +56,12 @@ type Counters struct {
 	Probes              uint64 // probes: resends of the first unacknowledged PSN after a few round trips without progress
 	SpuriousProbes      uint64 // spurious_probes: probes found needless (the path had stalled, nothing was lost)
 	RKeyViolation       uint64 // rkey_violation: requests refused with a remote access error NAK (R_Key of no MR or window of the QP's PD, access or range not granted)
+
+	// Congestion control (Options.CC), under mlx5's names.
+	NPECNMarked  uint64 // np_ecn_marked_roce_packets: CE-marked packets received
+	NPCNPSent    uint64 // np_cnp_sent: CNPs sent
+	RPCNPHandled uint64 // rp_cnp_handled: CNPs that cut a QP's rate
+	RPCNPIgnored uint64 // rp_cnp_ignored: CNPs within the rate reduce monitor period, or with congestion control off
 }
 
 // CounterNames lists the counters in the order Each reports them.
@@ -65,6 +71,7 @@ var CounterNames = []string{
 	"completer_retry_err", "send_err", "rdma_sends", "rdma_recvs", "icrc_err", "bad_frame",
 	"bad_dgid", "unknown_qp", "bad_key", "bad_addr", "rcvd_dropped", "no_neighbour", "link_err", "timeouts",
 	"cq_overflow", "probes", "spurious_probes", "rkey_violation",
+	"np_ecn_marked_roce_packets", "np_cnp_sent", "rp_cnp_handled", "rp_cnp_ignored",
 }
 
 // Each calls fn for every counter with its rxe-style name.
@@ -75,6 +82,7 @@ func (c Counters) Each(fn func(name string, value uint64)) {
 		c.CompleterRetryErr, c.SendErr, c.RDMASends, c.RDMARecvs, c.ICRCErr, c.BadFrame,
 		c.BadDGID, c.UnknownQP, c.BadKey, c.BadAddr, c.RcvdDropped, c.NoNeighbour, c.LinkErr, c.Timeouts,
 		c.CQOverflow, c.Probes, c.SpuriousProbes, c.RKeyViolation,
+		c.NPECNMarked, c.NPCNPSent, c.RPCNPHandled, c.RPCNPIgnored,
 	}
 	for i, name := range CounterNames {
 		fn(name, v[i])
@@ -92,8 +100,12 @@ func (c Counters) Map() map[string]uint64 {
 func (d *Device) Counters() Counters {
 	d.mu.Lock()
 	s := d.eng.Stats()
+	cc := d.eng.CCStats()
 	d.mu.Unlock()
-	return d.counters(s)
+	c := d.counters(s)
+	c.NPECNMarked, c.NPCNPSent = cc.NPECNMarked, cc.NPCNPSent
+	c.RPCNPHandled, c.RPCNPIgnored = cc.RPCNPHandled, cc.RPCNPIgnored
+	return c
 }
 
 func (d *Device) counters(s qp.Stats) Counters {

@@ -70,6 +70,9 @@ type Options struct {
 	//
 	// Deprecated: use BusyPoll.
 	CQSpin time.Duration
+	// CC turns on congestion control (DCQCN: ECN marking, CNPs, per-QP
+	// rate limits; see CCConfig). Off by default.
+	CC CCConfig
 	// Fallback, if set, says why the link is not the one the caller asked
 	// for first (package netdev: why AF_XDP was not used). The device only
 	// reports it, in Info().Fallback.
@@ -297,7 +300,7 @@ func newDevice(l link.Link, opts Options, nl *netlinkWatch) (*Device, error) {
 	d.netMTU.Store(int64(mtu))
 	d.portUp.Store(true)
 	d.clock.start = d.start
-	eng, err := qp.New(qp.Config{Clock: &d.clock, PortMTU: ib.ActiveMTU(mtu)})
+	eng, err := qp.New(qp.Config{Clock: &d.clock, PortMTU: ib.ActiveMTU(mtu), CC: opts.CC})
 	if err != nil {
 		return nil, err
 	}
@@ -315,7 +318,9 @@ func newDevice(l link.Link, opts Options, nl *netlinkWatch) (*Device, error) {
 		d.info.Name = opts.Interface
 	}
 	d.neigh = newNeighbours(opts.Neighbours, nl, d.linfo.Synthetic)
-	d.gids.Store(buildGIDTable(nil, d.mac, d.servedAddrs(opts.Addrs)))
+	if err := d.setGIDTable(buildGIDTable(nil, d.mac, d.servedAddrs(opts.Addrs))); err != nil {
+		return nil, err
+	}
 	if opts.Capture != nil {
 		tap, err := newPcapTap(opts.Capture)
 		if err != nil {
@@ -342,7 +347,9 @@ func newDevice(l link.Link, opts Options, nl *netlinkWatch) (*Device, error) {
 		d.extra = append(d.extra, nl)
 		if err := nl.watchAddrs(d.ctx, func(addrs []netip.Addr) {
 			old := d.gids.Load()
-			d.gids.Store(buildGIDTable(old, d.mac, d.servedAddrs(addrs)))
+			if err := d.setGIDTable(buildGIDTable(old, d.mac, d.servedAddrs(addrs))); err != nil {
+				d.log.Warn("roce: link keeps its old address filter", "interface", nl.ifname, "err", err)
+			}
 			d.log.Debug("roce: GID table updated", "interface", nl.ifname, "addrs", addrs)
 		}); err != nil {
 			d.cancel()

@@ -3,6 +3,7 @@ package roce
 import (
 	"fmt"
 	"net/netip"
+	"slices"
 
 	"github.com/goroce/goroce/ib"
 	"github.com/goroce/goroce/link"
@@ -127,9 +128,17 @@ func (d *Device) servedAddrs(addrs []netip.Addr) []netip.Addr {
 	if !ok {
 		return addrs
 	}
-	out := make([]netip.Addr, 0, len(addrs))
+	out := make([]netip.Addr, 0, len(addrs)+1)
 	for _, a := range addrs {
 		if s.ServesAddr(a) {
+			out = append(out, a)
+		}
+	}
+	// A link bound to one address serves it even where the interface
+	// does not list it: any 127.0.0.x on lo, so that two processes on one
+	// host each bind their own.
+	if b, ok := d.link.(interface{ LocalAddr() netip.AddrPort }); ok {
+		if a := b.LocalAddr().Addr().Unmap(); a.IsValid() && !a.IsUnspecified() && s.ServesAddr(a) && !slices.Contains(out, a) {
 			out = append(out, a)
 		}
 	}
@@ -168,6 +177,26 @@ func (d *Device) GID(index int) (ib.GID, error) {
 
 // QueryGID is GID under its ibverbs name.
 func (d *Device) QueryGID(index int) (ib.GID, error) { return d.GID(index) }
+
+// setGIDTable publishes t and tells a link that filters by destination
+// address (link.AddrFilter: the AF_XDP steering program) which addresses
+// are now the device's, so frames to the interface's other addresses stay
+// with the kernel and whatever else runs RoCE there.
+func (d *Device) setGIDTable(t *gidTable) error {
+	d.gids.Store(t)
+	f, ok := d.link.(link.AddrFilter)
+	if !ok {
+		return nil
+	}
+	addrs := make([]netip.Addr, 0, len(t.index))
+	for g := range t.index {
+		addrs = append(addrs, g.Addr())
+	}
+	if err := f.SetLocalAddrs(addrs); err != nil {
+		return fmt.Errorf("roce: address filter of the link: %w", err)
+	}
+	return nil
+}
 
 // GIDs returns the populated entries of the GID table in index order.
 func (d *Device) GIDs() []GIDEntry {

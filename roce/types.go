@@ -24,6 +24,8 @@ type (
 	AddressVector = qp.AddressVector
 	// QPAttr holds the modifiable attributes of a queue pair (struct ibv_qp_attr).
 	QPAttr = qp.QPAttr
+	// PSNRejects counts the requests a QP refused for their PSN.
+	PSNRejects = qp.PSNRejects
 	// AttrMask selects the QPAttr fields Modify sets (ibv_qp_attr_mask).
 	AttrMask = qp.AttrMask
 	// QPCap sizes a queue pair's work queues.

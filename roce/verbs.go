@@ -683,6 +683,15 @@ func (q *QP) Attr() QPAttr {
 	return q.q.Attr()
 }
 
+// PSNRejects returns the requests this RC QP refused for their PSN: a
+// peer (or someone sending from its address) at PSNs the QP does not
+// expect.
+func (q *QP) PSNRejects() PSNRejects {
+	q.d.mu.Lock()
+	defer q.d.mu.Unlock()
+	return q.q.PSNRejects()
+}
+
 // SourcePort returns the UDP source port of the QP's packets: the link's
 // fixed port, the AV's, or rxe's hash of the QPN.
 func (q *QP) SourcePort() uint16 {

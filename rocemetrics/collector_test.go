@@ -59,8 +59,8 @@ func TestCollector(t *testing.T) {
 	if err := cq.Wait(wctx); err != nil {
 		t.Fatal(err)
 	}
-	if n, err := testutil.GatherAndCount(reg); err != nil || n != len(roce.CounterNames)+3 {
-		t.Fatalf("%d metrics (%v), want %d", n, err, len(roce.CounterNames)+3)
+	if n, err := testutil.GatherAndCount(reg); err != nil || n != len(roce.CounterNames)+4 {
+		t.Fatalf("%d metrics (%v), want %d", n, err, len(roce.CounterNames)+4)
 	}
 	want := `
 # HELP roce_sent_pkts_total Frames handed to the link.

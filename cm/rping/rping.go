@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/netip"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/goroce/goroce/cm"
@@ -143,11 +144,16 @@ func (e *endpoint) close() {
 			_ = mr.Close()
 		}
 	}
+	e.recvMR, e.sendMR, e.rdmaMR, e.startMR = nil, nil, nil, nil
 }
 
+// qpCap is rping's QP: a few sends, two receives, one SGE each.
+var qpCap = roce.QPCap{MaxSendWR: sqDepth, MaxRecvWR: 2, MaxSendSGE: 1, MaxRecvSGE: 1}
+
 func qpOptions(e *endpoint, client bool) cm.QPOptions {
-	return cm.QPOptions{Cap: roce.QPCap{MaxSendWR: sqDepth, MaxRecvWR: 2, MaxSendSGE: 1, MaxRecvSGE: 1},
-		Prepare: func(c *cm.Conn) error { return e.prepare(c, client) }}
+	// A failed attempt's registrations go with its PD.
+	return cm.QPOptions{Cap: qpCap, Prepare: func(c *cm.Conn) error { return e.prepare(c, client) },
+		Release: func(*cm.Conn) { e.close() }}
 }
 
 // errDisconnected ends a run when the peer disconnects.
@@ -313,9 +319,29 @@ func Server(ctx context.Context, dev *roce.Device, laddr netip.AddrPort, cfg Con
 	if err := cfg.check(); err != nil {
 		return err
 	}
-	e := &endpoint{cfg: cfg}
-	defer e.close()
-	l, err := cm.Listen(ctx, dev, laddr, cm.ListenOptions{QP: qpOptions(e, false),
+	// Every handshake the listener answers gets its own endpoint: under a
+	// flood of requests that never complete, many are half-open at once,
+	// and each releases its registrations when the listener drops it.
+	var mu sync.Mutex
+	eps := map[*cm.Conn]*endpoint{}
+	opts := cm.QPOptions{Cap: qpCap,
+		Prepare: func(c *cm.Conn) error {
+			e := &endpoint{cfg: cfg}
+			mu.Lock()
+			eps[c] = e
+			mu.Unlock()
+			return e.prepare(c, false)
+		},
+		Release: func(c *cm.Conn) {
+			mu.Lock()
+			e := eps[c]
+			delete(eps, c)
+			mu.Unlock()
+			if e != nil {
+				e.close()
+			}
+		}}
+	l, err := cm.Listen(ctx, dev, laddr, cm.ListenOptions{QP: opts,
 		ResponderResources: 1, InitiatorDepth: 1, RNRRetryCount: 7, Backlog: 3})
 	if err != nil {
 		return err
@@ -326,6 +352,12 @@ func Server(ctx context.Context, dev *roce.Device, laddr netip.AddrPort, cfg Con
 		return err
 	}
 	defer conn.Close()
+	mu.Lock()
+	e := eps[conn]
+	mu.Unlock()
+	if e == nil {
+		return fmt.Errorf("%w: accepted a connection that was not prepared", ErrProtocol)
+	}
 	err = e.server(ctx)
 	if errors.Is(err, errDisconnected) {
 		fmt.Fprintln(cfg.Out, "server DISCONNECT EVENT...")

@@ -354,7 +354,7 @@ func attachForeground(o *linkOpts, p *bpf.Program, ifi *net.Interface, mode bpf.
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "%s: redirected %d no_socket %d passed %d; detached\n", o.dev, st.Redirected, st.NoSocket, st.Passed)
+	fmt.Fprintf(stdout, "%s: redirected %d no_socket %d passed %d other_addr %d; detached\n", o.dev, st.Redirected, st.NoSocket, st.Passed, st.OtherAddr)
 	return a.Close()
 }
 
@@ -453,6 +453,7 @@ type steeringEntry struct {
 	Redirected uint64 `json:"redirected"`
 	NoSocket   uint64 `json:"no_socket"`
 	Passed     uint64 `json:"passed"`
+	OtherAddr  uint64 `json:"other_addr"`
 }
 
 // pinnedProgram returns the program id a pin's link holds and its
@@ -501,7 +502,7 @@ func xdpEntry(ifi net.Interface, pinDir string) (*linkEntry, error) {
 	e.Goroce = info.Name == devstat.ProgramName
 	if e.Goroce {
 		if st, err := devstat.ProgramStats(info.ProgramID); err == nil {
-			e.Steering = &steeringEntry{st.Redirected, st.NoSocket, st.Passed}
+			e.Steering = &steeringEntry{st.Redirected, st.NoSocket, st.Passed, st.OtherAddr}
 		} else {
 			e.StatsErr = err.Error()
 		}

@@ -1,10 +1,16 @@
 package main
 
-import "github.com/goroce/goroce/internal/perftest/perfrun"
+import (
+	"io"
+
+	"github.com/goroce/goroce/internal/perftest/perfrun"
+)
 
 func init() {
 	register("pingpong", command{
 		summary: "ibv_rc_pingpong / ibv_ud_pingpong compatible test (rc|ud), either role",
-		run:     perfrun.RunPingpong,
+		run: func(args []string, stdout, stderr io.Writer) int {
+			return perfrun.RunPingpongStats(args, stdout, stderr, perfStats(stderr))
+		},
 	})
 }

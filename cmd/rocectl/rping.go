@@ -50,6 +50,7 @@ func runRping(args []string, stdout, stderr io.Writer) int {
 	verbose := fs.Bool("v", false, "display ping data to stdout")
 	validate := fs.Bool("V", false, "validate ping data")
 	_ = fs.Bool("d", false, "debug printfs (accepted for compatibility); -d `interface` names the interface, as -i")
+	source := fs.String("I", "", "client: source `address` (the kernel UDP link binds it; the server binds -a)")
 	ifname := fs.String("i", "", "network `interface` to run RoCEv2 on (default: the one owning -a, or routing to it)")
 	link := fs.String("link", "auto", "packet `link`: xdp, udp or auto")
 	metrics := fs.String("metrics", "", devstat.MetricsUsage)
@@ -99,7 +100,19 @@ func runRping(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	dev, err := netdev.Open(ctx, name, netdev.Options{Link: kind, Device: roce.Options{Logger: logger}})
+	var local netip.Addr
+	switch {
+	case *server && !a.IsUnspecified():
+		local = a
+	case !*server && *source != "":
+		ips, err := net.DefaultResolver.LookupNetIP(context.Background(), "ip", *source)
+		if err != nil || len(ips) == 0 {
+			fmt.Fprintln(stderr, "getaddrinfo failed - invalid source address")
+			return 1
+		}
+		local = ips[0].Unmap()
+	}
+	dev, err := netdev.Open(ctx, name, netdev.Options{Link: kind, UDPAddr: local, Device: roce.Options{Logger: logger}})
 	if err != nil {
 		fmt.Fprintln(stderr, "rocectl rping:", err)
 		return 1
@@ -163,7 +176,13 @@ func rpingInterface(a netip.Addr, server bool) (string, error) {
 		for _, ifc := range ifs {
 			addrs, _ := ifc.Addrs()
 			for _, x := range addrs {
-				if p, err := netip.ParsePrefix(x.String()); err == nil && p.Addr().Unmap() == a {
+				p, err := netip.ParsePrefix(x.String())
+				if err != nil {
+					continue
+				}
+				// Every address of a loopback prefix is the host's own
+				// (127.0.0.5 on lo's 127.0.0.1/8).
+				if p.Addr().Unmap() == a || ifc.Flags&net.FlagLoopback != 0 && p.Contains(a) {
 					return ifc.Name, nil
 				}
 			}

@@ -58,8 +58,10 @@ func addRSFlags(fs *flag.FlagSet) rsFlags {
 
 // open opens the goroce device for a tool whose address is a (the server
 // to reach, or the address to bind; unspecified for a server bound to
-// any address).
-func (f rsFlags) open(ctx context.Context, a netip.Addr, server bool, stderr io.Writer) (*roce.Device, error) {
+// any address). The kernel UDP link binds local when it is given (a
+// client's -b), a server's own address otherwise, so that two processes on
+// one host, each on its own 127.0.0.x, can talk.
+func (f rsFlags) open(ctx context.Context, a netip.Addr, server bool, local netip.Addr, stderr io.Writer) (*roce.Device, error) {
 	name := *f.ifname
 	if name == "" {
 		var err error
@@ -78,7 +80,22 @@ func (f rsFlags) open(ctx context.Context, a netip.Addr, server bool, stderr io.
 		return nil, fmt.Errorf("unknown link %q (udp, xdp or auto)", *f.link)
 	}
 	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	return netdev.Open(ctx, name, netdev.Options{Link: kind, Device: roce.Options{Logger: logger}})
+	if server && !local.IsValid() && !a.IsUnspecified() {
+		local = a
+	}
+	return netdev.Open(ctx, name, netdev.Options{Link: kind, UDPAddr: local, Device: roce.Options{Logger: logger}})
+}
+
+// localAddr is a client's -b address (invalid when not given).
+func (s *streamFlags) localAddr(server bool) (netip.Addr, error) {
+	if server || *s.bind == "" {
+		return netip.Addr{}, nil
+	}
+	a, err := lookup(*s.bind, s.v6)
+	if err != nil {
+		return a, fmt.Errorf("getaddrinfo: %v", err)
+	}
+	return a, nil
 }
 
 // lookup resolves a tool's host argument as getaddrinfo would.
@@ -250,9 +267,14 @@ func runRstream(args []string, stdout, stderr io.Writer) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
+	local, err := sf.localAddr(server)
+	if err != nil {
+		fmt.Fprintln(stdout, err)
+		return 1
+	}
 	var dev *roce.Device
 	if !sf.sockets {
-		if dev, err = rf.open(ctx, a, server, stderr); err != nil {
+		if dev, err = rf.open(ctx, a, server, local, stderr); err != nil {
 			fmt.Fprintln(stderr, "rocectl rstream:", err)
 			return 1
 		}
@@ -303,9 +325,14 @@ func runRiostream(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stdout, err)
 		return 1
 	}
+	local, err := sf.localAddr(server)
+	if err != nil {
+		fmt.Fprintln(stdout, err)
+		return 1
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
-	dev, err := rf.open(ctx, a, server, stderr)
+	dev, err := rf.open(ctx, a, server, local, stderr)
 	if err != nil {
 		fmt.Fprintln(stderr, "rocectl riostream:", err)
 		return 1
@@ -378,7 +405,7 @@ func runRcopy(args []string, stdout, stderr io.Writer) int {
 			return 1
 		}
 	}
-	dev, err := rf.open(ctx, a, server, stderr)
+	dev, err := rf.open(ctx, a, server, netip.Addr{}, stderr)
 	if err != nil {
 		fmt.Fprintln(stderr, "rocectl rcopy:", err)
 		return 1

@@ -238,7 +238,7 @@ func writeStat(w io.Writer, e statEntry) {
 		if s.Mode != "" {
 			fmt.Fprintf(w, " %s", s.Mode)
 		}
-		fmt.Fprintf(w, ": redirected %d no_socket %d passed %d\n", s.Redirected, s.NoSocket, s.Passed)
+		fmt.Fprintf(w, ": redirected %d no_socket %d passed %d other_addr %d\n", s.Redirected, s.NoSocket, s.Passed, s.OtherAddr)
 	}
 	if e.Error != "" {
 		fmt.Fprintf(w, "\t(%s)\n", e.Error)

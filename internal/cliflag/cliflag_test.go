@@ -69,3 +69,33 @@ func TestValidate(t *testing.T) {
 		}
 	}
 }
+
+// perf's perftest flags are checked under their short and long names
+// alike, and -s × -q against memory.
+func TestPerfLimits(t *testing.T) {
+	for _, tc := range []struct{ args, want string }{
+		{"-q 2 --qp=1024 -D 5 -I 400 -l 16 -u 31 -T 255", ""},
+		{"--qp=1025", "rocectl perf: -qp 1025: must be at most 1024 (each QP has its own buffer, CQs and goroutine)"},
+		{"-q 0", "rocectl perf: -q 0: must be at least 1"},
+		{"--duration=0", "rocectl perf: -duration 0: must be at least 1"},
+		{"-I 401", "rocectl perf: -I 401: must be at most 400 (the largest inline payload of a goroce QP)"},
+		{"--inline_size=-1", "rocectl perf: -inline_size -1: must not be negative"},
+		{"--post_list=0", "rocectl perf: -post_list 0: must be at least 1"},
+		{"-u 32", "rocectl perf: -u 32: must be at most 31 (5-bit exponent)"},
+		{"--tos=256", "rocectl perf: -tos 256: must be at most 255 (8-bit)"},
+		{"--size=8388608 --qp=1024", "rocectl perf: -s 8388608 × -q 1024: must be at most 4294901760 (the registration limit)"},
+	} {
+		fs := flag.NewFlagSet("perf", flag.ContinueOnError)
+		var out bytes.Buffer
+		fs.SetOutput(&out)
+		for _, f := range []struct{ short, long string }{{"s", "size"}, {"q", "qp"}, {"D", "duration"}, {"I", "inline_size"},
+			{"l", "post_list"}, {"u", "qp-timeout"}, {"T", "tos"}} {
+			v := fs.Int(f.short, 0, "")
+			fs.IntVar(v, f.long, 0, "")
+		}
+		err := Parse(fs, strings.Fields(tc.args))
+		if got := strings.TrimSpace(out.String()); got != tc.want || (err == nil) != (tc.want == "") {
+			t.Errorf("perf %s: error %v, printed %q, want %q", tc.args, err, got, tc.want)
+		}
+	}
+}

@@ -43,9 +43,45 @@ func iterations(lo int64) check {
 }
 
 // products lists, per flag set, flags whose product is one registered
-// buffer (fpga recv registers max-payload × depth as one region).
+// buffer (fpga recv registers max-payload × depth as one region) or the
+// memory of several (perf registers a buffer of twice -s per QP).
 var products = map[string][][2]string{
 	"fpga recv": {{"max-payload", "depth"}},
+	"perf":      {{"s", "q"}}, // --size and --qp share their values
+}
+
+// MaxPerfQPs bounds perf's -q: each QP has its own buffer, CQs and posting
+// goroutine (perftest allows 16384).
+const MaxPerfQPs = 1024
+
+// MaxInline is the largest inline payload a goroce QP takes (qp.MaxInline;
+// perftest allows 1024).
+const MaxInline = 400
+
+// perfLimits are perf's checks, under perftest's short and long names.
+func perfLimits() map[string]check {
+	m := map[string]check{"timeout": timeout, "metrics": listenAddr}
+	for _, c := range []struct {
+		short, long string
+		check       check
+	}{
+		{"s", "size", sizeOrZero},
+		{"n", "iters", itersOrZero},
+		{"x", "gid-index", gidIndex},
+		{"t", "tx-depth", depthOrZero},
+		{"r", "rx-depth", depthOrZero},
+		{"Q", "cq-mod", depthOrZero},
+		{"p", "port", port},
+		{"q", "qp", intRange(1, MaxPerfQPs, "each QP has its own buffer, CQs and goroutine")},
+		{"D", "duration", intRange(1, 1<<31-1, "")},
+		{"I", "inline_size", intRange(0, MaxInline, "the largest inline payload of a goroce QP")},
+		{"l", "post_list", depth},
+		{"u", "qp-timeout", intRange(0, 31, "5-bit exponent")},
+		{"T", "tos", intRange(0, 255, "8-bit")},
+	} {
+		m[c.short], m[c.long] = c.check, c.check
+	}
+	return m
 }
 
 // Shared checks, named for what they mean.
@@ -76,9 +112,8 @@ var (
 // a flag's name to the check of its value. Only flags the user set are
 // checked: defaults such as 0 for "the test's default" are valid by design.
 var limits = map[string]map[string]check{
-	"perf": {"s": sizeOrZero, "n": itersOrZero, "x": gidIndex, "t": depthOrZero, "r": depthOrZero,
-		"Q": intRange(0, maxWR, "the deepest queue a QP takes"), "p": port, "timeout": timeout},
-	"pingpong":  {"s": sizeOrZero, "n": iters, "g": gidIndex, "r": depth, "p": port, "timeout": timeout},
+	"perf":      perfLimits(),
+	"pingpong":  {"s": sizeOrZero, "n": iters, "g": gidIndex, "r": depth, "p": port, "timeout": timeout, "metrics": listenAddr},
 	"rstream":   rsLimits(true),
 	"riostream": rsLimits(false),
 	"rcopy":     {"p": portOrName, "metrics": listenAddr},

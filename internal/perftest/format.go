@@ -82,6 +82,10 @@ type Params struct {
 	OutReads    int
 	ReportGbits bool
 	RDMACM      bool // -R: QPs connected and data exchanged with rdma_cm
+	Duplex      bool // -b
+	PostList    int  // -l; shown above 1
+	TOS         int  // -T; shown over rdma_cm when HasTOS
+	HasTOS      bool
 }
 
 // Preamble is what perftest prints before it connects: a separator for
@@ -118,6 +122,12 @@ func Header(p *Params) string {
 	if p.Latency {
 		b.WriteString("Latency ")
 	} else {
+		if p.Duplex {
+			b.WriteString("Bidirectional ")
+		}
+		if p.PostList > 1 {
+			b.WriteString("Post List ")
+		}
 		b.WriteString("BW ")
 	}
 	b.WriteString("Test\n")
@@ -129,8 +139,11 @@ func Header(p *Params) string {
 	fmt.Fprintf(&b, " Connection type : %s\t\tUsing SRQ      : %s\n", p.Conn, "OFF")
 	fmt.Fprintf(&b, " PCIe relax order: %s\n", p.PCIeRelax)
 	fmt.Fprintf(&b, " ibv_wr* API     : %s\n", onOff(p.WRAPI))
-	if p.Role == Client {
+	if p.Role == Client || p.Duplex {
 		fmt.Fprintf(&b, " TX depth        : %d\n", p.TxDepth)
+	}
+	if p.PostList > 1 {
+		fmt.Fprintf(&b, " Post List       : %d\n", p.PostList)
 	}
 	if p.Verb == Send && p.Role == Server {
 		fmt.Fprintf(&b, " RX depth        : %d\n", p.RxDepth)
@@ -151,6 +164,9 @@ func Header(p *Params) string {
 	fmt.Fprintf(&b, " rdma_cm QPs\t : %s\n", onOff(p.RDMACM))
 	if p.RDMACM {
 		b.WriteString(" Data ex. method : rdma_cm")
+		if p.HasTOS {
+			fmt.Fprintf(&b, " \tTOS    : %d", p.TOS)
+		}
 		if p.Role == Server {
 			b.WriteString("\n" + Line + " Waiting for client rdma_cm QP to connect\n" +
 				" Please run the same command with the IB/RoCE interface IP")

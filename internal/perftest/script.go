@@ -27,6 +27,17 @@ type Hooks struct {
 	// Run is the data phase of this side. Passive sides (the server of a
 	// write, read or atomic test) have none.
 	Run func(ctx context.Context) (BWReport, error)
+	// More are the records of this side's further QPs of a bandwidth test
+	// with several (perftest -q): perftest swaps every QP's record in the
+	// first handshake and in the one that prints the remote addresses, and
+	// the first QP's in every other.
+	More []Dest
+	// ConnectMore connects the further QPs to the peer's records, after
+	// Connect (not over rdma_cm).
+	ConnectMore func(ctx context.Context, rem []Dest) error
+	// Duplex is perftest -b for a write, read or atomic bandwidth test:
+	// both sides run, then swap reports and print their sum.
+	Duplex bool
 }
 
 // Outcome is what a script learned from the peer.
@@ -37,6 +48,8 @@ type Outcome struct {
 	RemoteReport *BWReport
 	// Report is this side's own (from Run).
 	Report BWReport
+	// MoreRemote are the peer's records of its further QPs (Hooks.More).
+	MoreRemote []Dest
 }
 
 // HasRun reports whether this side of the test runs a data phase.
@@ -53,9 +66,9 @@ func HasRun(verb Verb, latency bool, role Role) bool {
 	return false
 }
 
-// RunScript runs the exchanges of one perftest test (one QP, a fixed
-// iteration count, no duplex, no rdma_cm) after Setup, in perftest 6.06's
-// order, calling the hooks where the tool does its RDMA work:
+// RunScript runs the exchanges of one perftest test after Setup, in
+// perftest 6.06's order, calling the hooks where the tool does its RDMA
+// work:
 //
 //	write/read/atomic BW:  hs, connect, hs, hs; server: hs, reports, close;
 //	                       client: run, hs, reports, close
@@ -63,6 +76,12 @@ func HasRun(verb Verb, latency bool, role Role) bool {
 //	write latency:         hs, hs, connect, hs, hs, run (no close)
 //	read/atomic latency:   hs, hs, connect, hs, hs; server: close;
 //	                       client: run, close
+//	write/read/atomic BW, duplex (-b): hs, connect, hs, hs, hs, run,
+//	                       reports, close
+//
+// With several QPs (Hooks.More) the first handshake, and the one before
+// (write, read, atomic) or after (send) the address lines, swap every QP's
+// record in turn.
 //
 // Every handshake swaps the same record: the peer uses them as barriers.
 // Over rdma_cm (-R) the script starts with handshake, CMConnect, handshake,
@@ -99,6 +118,27 @@ func RunScript(ctx context.Context, c *Conn, verb Verb, latency bool, me Dest, h
 		}
 		return nil
 	}
+	// hsAll swaps every QP's record, the first QP's last so that
+	// out.Remote stays the peer's first.
+	hsAll := func(step string) error {
+		if len(h.More) == 0 {
+			return hs(step)
+		}
+		if err := hs(step); err != nil {
+			return err
+		}
+		first := out.Remote
+		out.MoreRemote = out.MoreRemote[:0]
+		for i, d := range h.More {
+			rem, err := c.HandShake(ctx, d)
+			if err != nil {
+				return fmt.Errorf("%s (QP %d): %w", step, i+2, err)
+			}
+			out.MoreRemote = append(out.MoreRemote, rem)
+		}
+		out.Remote = first
+		return nil
+	}
 	addresses := func() {
 		if h.Addresses != nil {
 			h.Addresses(me, out.Remote)
@@ -124,7 +164,13 @@ func RunScript(ctx context.Context, c *Conn, verb Verb, latency bool, me Dest, h
 		me = d
 		h.Connect = nil
 	}
-	if err := hs("first handshake"); err != nil {
+	if len(h.More) > 0 && (latency || c.RDMACM()) {
+		return out, fmt.Errorf("perftest: several QPs run bandwidth tests over Ethernet exchange only")
+	}
+	if h.Duplex && (latency || verb == Send) {
+		return out, fmt.Errorf("perftest: duplex script for write, read and atomic bandwidth only")
+	}
+	if err := hsAll("first handshake"); err != nil {
 		return out, err
 	}
 	// Latency tests other than send handshake twice before connecting.
@@ -136,13 +182,29 @@ func RunScript(ctx context.Context, c *Conn, verb Verb, latency bool, me Dest, h
 	if err := connect(); err != nil {
 		return out, err
 	}
+	if len(h.More) > 0 && h.ConnectMore != nil {
+		if err := h.ConnectMore(ctx, out.MoreRemote); err != nil {
+			return out, err
+		}
+	}
+	// Which of the two handshakes around the address lines carries every
+	// QP's record: the first in write, read and atomic tests, the second in
+	// send tests.
 	if !latency || verb == Send {
-		if err := hs("handshake after connect"); err != nil {
+		step := hs
+		if verb != Send {
+			step = hsAll
+		}
+		if err := step("handshake after connect"); err != nil {
 			return out, err
 		}
 	}
 	addresses()
-	if err := hs("handshake after printing addresses"); err != nil {
+	step := hs
+	if verb == Send {
+		step = hsAll
+	}
+	if err := step("handshake after printing addresses"); err != nil {
 		return out, err
 	}
 
@@ -173,6 +235,20 @@ func RunScript(ctx context.Context, c *Conn, verb Verb, latency bool, me Dest, h
 				return out, err
 			}
 		}
+		return out, closeTest()
+
+	case h.Duplex: // write, read, atomic bandwidth, both ways
+		if err := hs("handshake before the run"); err != nil {
+			return out, err
+		}
+		if err := run(); err != nil {
+			return out, err
+		}
+		rem, err := c.ExchangeBWReports(ctx, out.Report)
+		if err != nil {
+			return out, fmt.Errorf("report exchange: %w", err)
+		}
+		out.RemoteReport = &rem
 		return out, closeTest()
 
 	default: // write, read, atomic bandwidth

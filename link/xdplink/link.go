@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -18,9 +19,10 @@ import (
 )
 
 var (
-	_ link.Link     = (*Link)(nil)
-	_ link.Poller   = (*Link)(nil)
-	_ link.TxLender = (*Link)(nil)
+	_ link.Link       = (*Link)(nil)
+	_ link.Poller     = (*Link)(nil)
+	_ link.TxLender   = (*Link)(nil)
+	_ link.AddrFilter = (*Link)(nil)
 )
 
 // ErrClosed is returned by a closed Link.
@@ -530,6 +532,16 @@ func (l *Link) SteeringStats() (bpf.Stats, error) {
 		return bpf.Stats{}, ErrClosed
 	}
 	return l.prog.Stats()
+}
+
+// SetLocalAddrs makes the steering program take only frames addressed to
+// addrs (link.AddrFilter); frames to the interface's other addresses go to
+// the kernel, where another RoCE stack may serve them.
+func (l *Link) SetLocalAddrs(addrs []netip.Addr) error {
+	if l.closed.Load() {
+		return ErrClosed
+	}
+	return l.prog.SetLocalAddrs(addrs)
 }
 
 // AttachMode returns how the steering program is attached.

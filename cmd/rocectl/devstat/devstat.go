@@ -55,4 +55,5 @@ type Steering struct {
 	Redirected uint64 `json:"redirected"`
 	NoSocket   uint64 `json:"no_socket"`
 	Passed     uint64 `json:"passed"`
+	OtherAddr  uint64 `json:"other_addr"`
 }

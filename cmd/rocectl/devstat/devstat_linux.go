@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/netip"
 	"os"
 	"sort"
 	"strings"
@@ -23,7 +24,7 @@ import (
 
 // FromStats converts bpf.Stats.
 func FromStats(s bpf.Stats) *Steering {
-	return &Steering{Redirected: s.Redirected, NoSocket: s.NoSocket, Passed: s.Passed}
+	return &Steering{Redirected: s.Redirected, NoSocket: s.NoSocket, Passed: s.Passed, OtherAddr: s.OtherAddr}
 }
 
 // steeringLink is implemented by the AF_XDP link.
@@ -47,12 +48,24 @@ type Publisher struct {
 // netdev.Open), since abstract sockets belong to a network namespace. command
 // names the rocectl command that runs the device, for the reader's
 // information.
+//
+// A device on the kernel UDP link bound to one address, on an interface
+// another process already publishes (two processes on lo, each on its own
+// 127.0.0.x), publishes as IF@ADDR instead.
 func Publish(dev *roce.Device, command string) (*Publisher, error) {
 	name := dev.Info().Name
 	if err := checkName(name); err != nil {
 		return nil, err
 	}
 	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: SocketPrefix + name, Net: "unix"})
+	if errors.Is(err, syscall.EADDRINUSE) {
+		if b, ok := dev.Link().(interface{ LocalAddr() netip.AddrPort }); ok {
+			if a := b.LocalAddr().Addr(); a.IsValid() && !a.IsUnspecified() {
+				name += "@" + a.String()
+				ln, err = net.ListenUnix("unix", &net.UnixAddr{Name: SocketPrefix + name, Net: "unix"})
+			}
+		}
+	}
 	if err != nil {
 		if errors.Is(err, syscall.EADDRINUSE) {
 			return nil, fmt.Errorf("%w: %s", ErrPublished, name)
@@ -65,10 +78,15 @@ func Publish(dev *roce.Device, command string) (*Publisher, error) {
 	return p, nil
 }
 
-// checkName refuses names that cannot be interface names, so a reader
-// cannot be pointed at an unrelated abstract socket.
+// checkName refuses names that cannot be interface names (optionally
+// followed by @ and an IP address), so a reader cannot be pointed at an
+// unrelated abstract socket.
 func checkName(name string) error {
-	if name == "" || len(name) >= unix.IFNAMSIZ || strings.ContainsAny(name, "/ \x00") {
+	ifname, addr, bound := strings.Cut(name, "@")
+	if ifname == "" || len(ifname) >= unix.IFNAMSIZ || strings.ContainsAny(ifname, "/ \x00") {
+		return fmt.Errorf("devstat: invalid interface name %q", name)
+	}
+	if a, err := netip.ParseAddr(addr); bound && (err != nil || a.String() != addr) {
 		return fmt.Errorf("devstat: invalid interface name %q", name)
 	}
 	return nil
@@ -273,7 +291,11 @@ func ProgramStats(progID uint32) (bpf.Stats, error) {
 func readStats(m *ebpf.Map) (bpf.Stats, error) {
 	var s bpf.Stats
 	var perCPU []uint64
-	for i, dst := range []*uint64{&s.Redirected, &s.NoSocket, &s.Passed} {
+	fields := []*uint64{&s.Redirected, &s.NoSocket, &s.Passed, &s.OtherAddr}
+	if info, err := m.Info(); err == nil && int(info.MaxEntries) < len(fields) {
+		fields = fields[:info.MaxEntries] // a program from before OtherAddr
+	}
+	for i, dst := range fields {
 		if err := m.Lookup(uint32(i), &perCPU); err != nil {
 			return bpf.Stats{}, fmt.Errorf("devstat: read counters: %w", err)
 		}

@@ -41,9 +41,15 @@ func TestParseUnix(t *testing.T) {
 }
 
 func TestCheckName(t *testing.T) {
-	for _, n := range []string{"", "a/b", "has space", "0123456789abcdef", "x\x00"} {
+	for _, n := range []string{"", "a/b", "has space", "0123456789abcdef", "x\x00",
+		"lo@", "@127.0.0.5", "lo@127.0.0.5/8", "lo@127.0.0.05", "lo@::ffff:127.0.0.5x", "lo@1@2", "lo@a/../b"} {
 		if checkName(n) == nil {
 			t.Errorf("checkName(%q) accepted", n)
+		}
+	}
+	for _, n := range []string{"lo", "eth0@192.168.100.200", "lo@127.0.0.5", "veth1@fd00::2"} {
+		if err := checkName(n); err != nil {
+			t.Errorf("checkName(%q): %v", n, err)
 		}
 	}
 	if _, err := Query(context.Background(), "../x"); err == nil {

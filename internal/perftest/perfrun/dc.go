@@ -50,13 +50,14 @@ func (p *perf) closeDC() {
 // connectDC activates the DCI and the DCT and makes the address handle of
 // the peer's DCT.
 func (p *perf) connectDC(ctx context.Context) error {
-	err := p.q.ActivateDC(ctx, &roce.DCAttr{PathMTU: p.mtu, LocalPSN: p.me.PSN, Timeout: 14, RetryCnt: 7,
+	err := p.q.ActivateDC(ctx, &roce.DCAttr{PathMTU: p.mtu, LocalPSN: p.me.PSN, Timeout: uint8(p.cfg.QPTimeout), RetryCnt: 7,
 		RNRRetry: 7, RdAtomic: ourOutReads, NoDefaults: true})
 	if err == nil {
 		err = p.dct.ActivateDC(ctx, &roce.DCAttr{PathMTU: p.mtu, MinRNRTimer: 12, RdAtomic: ourOutReads, NoDefaults: true})
 	}
 	if err == nil {
-		p.ah, err = p.pd.CreateAH(ctx, roce.AddressVector{DGID: p.rem.GID, SGID: p.me.GID, HopLimit: 0xFF})
+		p.ah, err = p.pd.CreateAH(ctx, roce.AddressVector{DGID: p.rem.GID, SGID: p.me.GID, HopLimit: 0xFF,
+			TrafficClass: uint8(p.cfg.TOS)})
 	}
 	if err != nil {
 		return fmt.Errorf("Unable to Connect the HCA's through the link: %w", err)

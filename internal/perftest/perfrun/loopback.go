@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"time"
 
 	"github.com/goroce/goroce/link/udplink"
 	"github.com/goroce/goroce/roce"
@@ -27,6 +28,12 @@ import (
 // follows it (roce.Options.AckWithReply): the peer that takes them is
 // this process, which completes them in the order they come.
 func Loopback(ctx context.Context, cfg PerfConfig, out io.Writer, asJSON bool) (client, server []PerfResult, err error) {
+	return loopback(ctx, cfg, out, asJSON, nil)
+}
+
+// loopback is Loopback with stats called on each device once open, the
+// client's first (both ends' counters are then visible to "rocectl stat").
+func loopback(ctx context.Context, cfg PerfConfig, out io.Writer, asJSON bool, stats func(d *roce.Device, server bool) (func(), error)) (client, server []PerfResult, err error) {
 	lo, lo2 := netip.MustParseAddr("127.0.0.1"), netip.MustParseAddr("127.0.0.2")
 	la, err := udplink.ListenOptions(netip.AddrPortFrom(lo, 0), udplink.Options{EphemeralPort: true})
 	if err != nil {
@@ -51,6 +58,15 @@ func Loopback(ctx context.Context, cfg PerfConfig, out io.Writer, asJSON bool) (
 		return nil, nil, err
 	}
 	defer db.Close()
+	if stats != nil {
+		for i, d := range []*roce.Device{da, db} {
+			stop, err := stats(d, i == 1)
+			if err != nil {
+				return nil, nil, err
+			}
+			defer stop()
+		}
+	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, nil, err
@@ -73,8 +89,17 @@ func Loopback(ctx context.Context, cfg PerfConfig, out io.Writer, asJSON bool) (
 		srvOOB = OOB{RDMACM: &RDMACM{Listen: netip.AddrPortFrom(netip.IPv4Unspecified(), DefaultPort), listening: make(chan struct{})}}
 		cliOOB = OOB{RDMACM: &RDMACM{Peer: netip.AddrPortFrom(lo2, DefaultPort)}}
 	}
+	srvCtx, cancelSrv := ctx, context.CancelFunc(func() {})
+	if cfg.RunInfinitely {
+		// An interrupt ends the client's run; the server then follows the
+		// client's closing exchanges, or gives up with it.
+		srvCtx, cancelSrv = context.WithCancel(context.WithoutCancel(ctx))
+		defer cancelSrv()
+		stop := context.AfterFunc(ctx, func() { time.AfterFunc(2*drainTimeout, cancelSrv) })
+		defer stop()
+	}
 	go func() {
-		r, err := perfRun(ctx, db, srvOOB, cfg, &srvOut, false, true)
+		r, err := perfRun(srvCtx, db, srvOOB, cfg, &srvOut, false, true)
 		if err != nil {
 			cancel()
 		}
@@ -91,6 +116,7 @@ func Loopback(ctx context.Context, cfg PerfConfig, out io.Writer, asJSON bool) (
 	client, cerr := perfRun(ctx, da, cliOOB, cfg, out, asJSON, true)
 	if cerr != nil {
 		cancel()
+		cancelSrv()
 	}
 	s := <-srvDone
 	server = s.r

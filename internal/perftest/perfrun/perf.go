@@ -9,13 +9,17 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"runtime"
+	"slices"
+	"sync"
 	"sync/atomic"
 	"time"
 	"unsafe"
 
 	"github.com/goroce/goroce/cm"
 	"github.com/goroce/goroce/ib"
+	"github.com/goroce/goroce/internal/cliflag"
 	"github.com/goroce/goroce/internal/perftest"
 	"github.com/goroce/goroce/roce"
 )
@@ -32,6 +36,14 @@ const (
 	atomicSize    = 8
 	ourOutReads   = 16 // the QP's RdAtomic: what we accept and issue
 	maxRunAllSize = 1 << 23
+	defQPTimeout  = 14              // perftest's DEF_QP_TIME
+	defDuration   = 5 * time.Second // perftest's DEF_DURATION
+	// MaxInline is the most -I takes: the largest inline payload a goroce
+	// QP holds (perftest allows 1024, what mlx5 does).
+	MaxInline = cliflag.MaxInline
+	// drainTimeout bounds waiting for the last completions of a timed
+	// run and the exchanges after an interrupted one.
+	drainTimeout = 10 * time.Second
 )
 
 // PerfConfig configures one perftest-compatible test.
@@ -57,7 +69,39 @@ type PerfConfig struct {
 	// DC (--connection DC) runs the test from a DCI to the peer's DCT
 	// (goroce peers only).
 	DC bool
+	// NumQPs (-q) runs a bandwidth test on this many QPs at once, each
+	// posted and polled by its own goroutine on its own CQs and buffer;
+	// the report is the sum, as perftest prints it (default 1).
+	NumQPs int
+	// Duration (-D) runs a bandwidth test for this long instead of Iters
+	// messages; the report covers the middle, without a quarter of it at
+	// each end (perftest's margin), and has no peak.
+	Duration time.Duration
+	// RunInfinitely (--run_infinitely) reports every Duration (default 5s)
+	// until ctx ends; the test then closes as usual (write, read, atomic).
+	RunInfinitely bool
+	// Duplex (-b) runs a write, read or atomic bandwidth test both ways at
+	// once; each side prints the sum of both reports.
+	Duplex bool
+	NoPeak bool // -N: no peak bandwidth (reported as 0)
+	// Inline (-I) posts messages of up to this many bytes inline: the
+	// payload is copied into the work request when it is posted, instead of
+	// read from the memory region when the packet is built. Send and write.
+	Inline int
+	// PostList (-l) posts this many work requests with one call, under one
+	// lock and one transmit pass (default 1).
+	PostList int
+	// QPTimeout (-u) is the local ACK timeout exponent, 4.096 µs × 2^n per
+	// retry; 0 is perftest's 14 and a negative value asks for 0 (none).
+	QPTimeout int
+	// TOS (-T) is the IP TOS byte (traffic class) of the test traffic;
+	// HasTOS says it was given.
+	TOS    int
+	HasTOS bool
 }
+
+// timed reports whether a bandwidth run is bounded by time, not Iters.
+func (c *PerfConfig) timed() bool { return c.Duration > 0 }
 
 // PerfResult is one size's outcome.
 type PerfResult struct {
@@ -98,6 +142,9 @@ func (c *PerfConfig) defaults() error {
 	if c.Latency && c.Iters < 5 {
 		return fmt.Errorf("latency tests need at least 5 iterations")
 	}
+	if err := c.bwOptions(); err != nil {
+		return err
+	}
 	userCQMod := c.CQMod != 0
 	if c.TxDepth == 0 {
 		c.TxDepth = defTxBW
@@ -105,7 +152,7 @@ func (c *PerfConfig) defaults() error {
 			c.TxDepth = 1
 		}
 	}
-	if c.TxDepth > c.Iters {
+	if c.TxDepth > c.Iters && !c.timed() {
 		c.TxDepth = c.Iters
 	}
 	if c.RxDepth == 0 {
@@ -114,7 +161,7 @@ func (c *PerfConfig) defaults() error {
 			c.RxDepth = 1
 		}
 	}
-	if c.Verb == perftest.Send && c.RxDepth > c.Iters {
+	if c.Verb == perftest.Send && c.RxDepth > c.Iters && !c.timed() {
 		c.RxDepth = c.Iters
 	}
 	if c.CQMod == 0 {
@@ -123,11 +170,98 @@ func (c *PerfConfig) defaults() error {
 	if c.Size > cqModMaxSize && !c.RunAll && !c.Events && !userCQMod {
 		c.CQMod = 1
 	}
+	if c.PostList > 1 {
+		if c.PostList > c.TxDepth {
+			return fmt.Errorf("post list %d is larger than the TX depth %d", c.PostList, c.TxDepth)
+		}
+		if !c.timed() && c.Iters%c.PostList != 0 {
+			return fmt.Errorf("Number of iterations must be a multiple of post list size")
+		}
+		if !userCQMod {
+			c.CQMod = c.PostList // "CQ moderation will be the size of the post list"
+		} else if c.PostList%c.CQMod != 0 {
+			return fmt.Errorf("Post list size must be a multiple of CQ moderation")
+		}
+	}
 	if c.CQMod > c.TxDepth {
 		c.CQMod = c.TxDepth
 	}
 	if c.RunAll && c.Verb == perftest.Send {
 		return fmt.Errorf("-a with send tests is not supported")
+	}
+	return nil
+}
+
+// bwOptions checks and completes the options of bandwidth tests (-q, -D,
+// --run_infinitely, -b, -N, -l) and -I, -u, with perftest's messages where
+// it refuses the same.
+func (c *PerfConfig) bwOptions() error {
+	if c.NumQPs == 0 {
+		c.NumQPs = 1
+	}
+	if c.PostList == 0 {
+		c.PostList = 1
+	}
+	if c.NumQPs < 0 || c.PostList < 0 || c.Inline < 0 || c.Duration < 0 {
+		return fmt.Errorf("negative -q, -l, -I or -D")
+	}
+	switch {
+	case c.Latency && c.NumQPs > 1:
+		return fmt.Errorf("Multiple QPs only available on bw tests")
+	case c.Latency && c.Duplex:
+		return fmt.Errorf("Bidirectional is only available in BW test")
+	case c.Latency && c.NoPeak:
+		return fmt.Errorf("NoPeak only valid for BW tests")
+	case c.Latency && c.PostList > 1:
+		return fmt.Errorf("Post list is supported in BW tests only")
+	case c.Latency && c.RunInfinitely:
+		return fmt.Errorf("run_infinitely exists only in BW tests for now.")
+	case c.Latency && c.Duration > 0:
+		return fmt.Errorf("-D: duration runs are bandwidth tests here")
+	case c.Inline > MaxInline:
+		return fmt.Errorf("-I %d: at most %d (the largest inline payload of a goroce QP)", c.Inline, MaxInline)
+	case c.Inline > 0 && (c.Verb == perftest.Read || c.Verb == perftest.Atomic):
+		return fmt.Errorf("Inline feature not available on READ/Atomic verbs")
+	case c.NumQPs > 1 && (c.DC || c.RDMACM):
+		return fmt.Errorf("-q: several QPs run over RC with the Ethernet exchange only (no -R, no DC)")
+	case c.Duplex && c.Verb == perftest.Send:
+		return fmt.Errorf("-b: bidirectional send is not implemented here (write, read and atomic are)")
+	case c.Duplex && (c.DC || c.RunAll || c.RunInfinitely):
+		return fmt.Errorf("-b: not with DC, -a or --run_infinitely")
+	case c.RunInfinitely && c.Verb == perftest.Send:
+		return fmt.Errorf("--run_infinitely: write, read and atomic tests only here")
+	case (c.RunInfinitely || c.Duration > 0) && c.Events:
+		return fmt.Errorf("Duration mode doesn't work with events.")
+	case (c.RunInfinitely || c.Duration > 0) && c.RunAll:
+		return fmt.Errorf("-a runs a fixed number of iterations: not with -D or --run_infinitely")
+	}
+	if c.NumQPs > 1 {
+		// Each QP has a buffer of two halves, each the largest message or
+		// the page it cycles in.
+		half := max(c.Size, perftest.DefaultCycleBuffer)
+		if c.RunAll {
+			half = maxRunAllSize
+		}
+		if err := cliflag.CheckMemory(uint64(c.NumQPs) * 2 * uint64(half)); err != nil {
+			return fmt.Errorf("-q %d QPs with buffers of 2 × %d bytes: %w", c.NumQPs, half, err)
+		}
+	}
+	if c.RunInfinitely && c.Duration == 0 {
+		c.Duration = defDuration
+	}
+	if c.timed() {
+		c.NoPeak = true // perftest: "BW peak won't be measured in this run"
+	}
+	switch {
+	case c.QPTimeout == 0:
+		c.QPTimeout = defQPTimeout
+	case c.QPTimeout < 0:
+		c.QPTimeout = 0
+	case c.QPTimeout > 31:
+		return fmt.Errorf("-u %d: the ACK timeout is a 5-bit exponent (0 to 31)", c.QPTimeout)
+	}
+	if c.HasTOS && (c.TOS < 0 || c.TOS > 255) {
+		return fmt.Errorf("-T %d: a TOS byte is 0 to 255", c.TOS)
 	}
 	return nil
 }
@@ -182,6 +316,53 @@ type perf struct {
 	dct *roce.QP
 	srq *roce.SRQ
 	ah  *roce.AH
+	// -q: the further QPs, each a perf of its own (CQs, buffer, QP,
+	// records) sharing the PD and the layout; nil in the lanes themselves.
+	lanes []*perf
+	// wrs are the work requests of one post list (-l).
+	wrs []roce.SendWR
+	// park makes the bandwidth loops wait for completions on the CQ at
+	// once, as with -e, instead of busy polling first (see runBW).
+	park bool
+	// afterRun, if set, ends what the run left going (a timed send
+	// server's receiving), before the QPs close.
+	afterRun func()
+}
+
+// allLanes returns the QPs of the test, p first.
+func (p *perf) allLanes() []*perf {
+	return append([]*perf{p}, p.lanes...)
+}
+
+// addLane creates QP i > 1 of a multi-QP test with its own CQs, buffer and
+// QP, laid out as the first; closers collects what to close, in order.
+func (p *perf) addLane(qpCap roce.QPCap, depth int, closers *[]func()) (*perf, error) {
+	l := &perf{cfg: p.cfg, dev: p.dev, pd: p.pd, half: p.half, cycle: p.cycle, line: p.line, mtu: p.mtu,
+		role: p.role, size: p.size, out: p.out, params: p.params, checkData: p.checkData}
+	var err error
+	if l.scq, err = p.dev.CreateCQ(depth); err != nil {
+		return nil, err
+	}
+	*closers = append(*closers, func() { l.scq.Close() })
+	if l.rcq, err = p.dev.CreateCQ(depth); err != nil {
+		return nil, err
+	}
+	*closers = append(*closers, func() { l.rcq.Close() })
+	l.buf = make([]byte, 2*l.half)
+	access := roce.AccessLocalWrite | roce.AccessRemoteWrite | roce.AccessRemoteRead | roce.AccessRemoteAtomic
+	if l.mr, err = p.pd.RegisterMR(l.buf, access); err != nil {
+		return nil, err
+	}
+	*closers = append(*closers, func() { l.mr.Close() })
+	if l.q, err = p.pd.CreateQP(&roce.QPInitAttr{Type: roce.RC, SendCQ: l.scq, RecvCQ: l.rcq, Cap: qpCap}); err != nil {
+		return nil, err
+	}
+	*closers = append(*closers, func() { l.q.Close() })
+	fillPattern(l.buf[:l.half], 1)
+	fillPattern(l.buf[l.half:], 2)
+	l.me = perftest.Dest{OutReads: p.me.OutReads, PSN: randPSN(), QPN: l.q.QPN(), RKey: l.mr.RKey(),
+		VAddr: l.mr.Addr() + uint64(l.half), GID: p.me.GID, GIDIndex: p.me.GIDIndex}
+	return l, nil
 }
 
 // Perf runs one perftest test on dev against the peer behind oob, writing
@@ -191,12 +372,16 @@ func Perf(ctx context.Context, dev *roce.Device, oob OOB, cfg PerfConfig, out io
 }
 
 func perfRun(ctx context.Context, dev *roce.Device, oob OOB, cfg PerfConfig, out io.Writer, asJSON, checkData bool) ([]PerfResult, error) {
+	noPeakWarning := (cfg.Duration > 0 || cfg.RunInfinitely) && !cfg.NoPeak
 	if err := cfg.defaults(); err != nil {
 		return nil, err
 	}
 	p := &perf{cfg: cfg, dev: dev, out: out, checkData: checkData}
 	if asJSON {
 		p.out = io.Discard
+	}
+	if noPeakWarning {
+		fmt.Fprint(p.out, " WARNING: BW peak won't be measured in this run.\n")
 	}
 	p.role = perftest.Client
 	if oob.IsServer() {
@@ -220,9 +405,10 @@ func perfRun(ctx context.Context, dev *roce.Device, oob OOB, cfg PerfConfig, out
 	}
 	p.params = &perftest.Params{RDMACM: oob.RDMACM != nil,
 		Verb: cfg.Verb, AtomicOp: cfg.AtomicOp, Latency: cfg.Latency, Role: p.role,
-		Device: cfg.Device, NumQPs: 1, Conn: connName(cfg.DC), Transport: "IB", PCIeRelax: "OFF",
+		Device: cfg.Device, NumQPs: cfg.NumQPs, Conn: connName(cfg.DC), Transport: "IB", PCIeRelax: "OFF",
 		UseEvent: cfg.Events, TxDepth: cfg.TxDepth, RxDepth: cfg.RxDepth, CQMod: cfg.CQMod,
 		LinkType: "Ethernet", GIDIndex: cfg.GIDIndex, OutReads: outReads, ReportGbits: cfg.Gbits,
+		InlineSize: cfg.Inline, Duplex: cfg.Duplex, PostList: cfg.PostList, TOS: cfg.TOS, HasTOS: cfg.HasTOS,
 	}
 	if p.params.Device == "" {
 		p.params.Device = dev.Info().Name
@@ -242,7 +428,8 @@ func perfRun(ctx context.Context, dev *roce.Device, oob OOB, cfg PerfConfig, out
 		return nil, err
 	}
 	defer p.rcq.Close()
-	qpCap := roce.QPCap{MaxSendWR: cfg.TxDepth + 1, MaxRecvWR: max(cfg.RxDepth, 1), MaxSendSGE: 1, MaxRecvSGE: 1}
+	qpCap := roce.QPCap{MaxSendWR: cfg.TxDepth + 1, MaxRecvWR: max(cfg.RxDepth, 1), MaxSendSGE: 1, MaxRecvSGE: 1,
+		MaxInlineData: cfg.Inline}
 
 	var c *perftest.Conn
 	var sess *cmSession
@@ -310,13 +497,46 @@ func perfRun(ctx context.Context, dev *roce.Device, oob OOB, cfg PerfConfig, out
 	if p.dct != nil {
 		p.me.QPN = p.dct.QPN() // the peer's DCI targets our DCT
 	}
+	var closers []func()
+	defer func() {
+		for i := len(closers) - 1; i >= 0; i-- {
+			closers[i]()
+		}
+	}()
+	var more []perftest.Dest
+	for i := 1; i < cfg.NumQPs; i++ {
+		l, err := p.addLane(qpCap, depth, &closers)
+		if err != nil {
+			return nil, fmt.Errorf("QP %d: %w", i+1, err)
+		}
+		p.lanes = append(p.lanes, l)
+		more = append(more, l.me)
+	}
 	fmt.Fprint(p.out, perftest.Header(p.params))
+
+	// --run_infinitely ends its run when ctx does; the exchanges after it
+	// then still need a context, bounded by drainTimeout.
+	runCtx, scriptCtx := ctx, ctx
+	var running atomic.Bool
+	if cfg.RunInfinitely {
+		sc, cancel := context.WithCancel(context.WithoutCancel(ctx))
+		defer cancel()
+		stop := context.AfterFunc(ctx, func() {
+			if !running.Load() {
+				cancel()
+				return
+			}
+			time.AfterFunc(drainTimeout, cancel)
+		})
+		defer stop()
+		scriptCtx = sc
+	}
 
 	var results []PerfResult
 	hooks := perftest.Hooks{
 		Connect: p.connect,
 		CMConnect: func(ctx context.Context) (perftest.Dest, error) {
-			conn, err := sess.connectTest(ctx, testQP, uint8(outReads), p.mtu)
+			conn, err := sess.connectTest(ctx, testQP, uint8(outReads), p.mtu, uint8(cfg.TOS))
 			if err != nil {
 				return p.me, err
 			}
@@ -324,18 +544,49 @@ func perfRun(ctx context.Context, dev *roce.Device, oob OOB, cfg PerfConfig, out
 			p.me.QPN, p.me.PSN = p.q.QPN(), p.q.Attr().SQPSN
 			return p.me, nil
 		},
+		More: more,
+		ConnectMore: func(ctx context.Context, rems []perftest.Dest) error {
+			if len(rems) != len(p.lanes) {
+				return fmt.Errorf("%d further records for %d further QPs", len(rems), len(p.lanes))
+			}
+			for i, l := range p.lanes {
+				l.rem = rems[i]
+				if err := l.connect(ctx, rems[i]); err != nil {
+					return fmt.Errorf("QP %d: %w", i+2, err)
+				}
+			}
+			return nil
+		},
+		Duplex: cfg.Duplex,
 		Addresses: func(local, remote perftest.Dest) {
 			p.rem = remote
 			fmt.Fprint(p.out, perftest.AddrLines(p.params, false, local))
+			for _, l := range p.lanes {
+				fmt.Fprint(p.out, perftest.AddrLines(p.params, false, l.me))
+			}
 			fmt.Fprint(p.out, perftest.AddrLines(p.params, true, remote))
+			for _, l := range p.lanes {
+				fmt.Fprint(p.out, perftest.AddrLines(p.params, true, l.rem))
+			}
 			if !(cfg.Latency && p.role == perftest.Server && cfg.Verb != perftest.Send && cfg.Verb != perftest.Write) {
 				fmt.Fprint(p.out, perftest.ResultColumns(p.params))
 			}
 		},
-		PrepareRecv: func(ctx context.Context) error { return p.postRecvs(cfg.RxDepth) },
+		PrepareRecv: func(ctx context.Context) error {
+			for _, l := range p.allLanes() {
+				if err := l.postRecvs(cfg.RxDepth); err != nil {
+					return err
+				}
+			}
+			return nil
+		},
 	}
-	if perftest.HasRun(cfg.Verb, cfg.Latency, p.role) {
+	if perftest.HasRun(cfg.Verb, cfg.Latency, p.role) || cfg.Duplex {
 		hooks.Run = func(ctx context.Context) (perftest.BWReport, error) {
+			if cfg.RunInfinitely {
+				running.Store(true)
+				ctx = runCtx
+			}
 			sizes := []int{cfg.Size}
 			if cfg.RunAll {
 				sizes = sizes[:0]
@@ -353,7 +604,11 @@ func perfRun(ctx context.Context, dev *roce.Device, oob OOB, cfg PerfConfig, out
 				results = append(results, r)
 				if r.BW != nil {
 					last = *r.BW
-					fmt.Fprint(p.out, perftest.FormatBW(p.params, *r.BW))
+					// Duplex rows are the sum, printed after the exchange;
+					// run_infinitely printed its rows as it went.
+					if !cfg.Duplex && !cfg.RunInfinitely {
+						fmt.Fprint(p.out, perftest.FormatBW(p.params, *r.BW))
+					}
 				}
 				if r.Lat != nil {
 					fmt.Fprint(p.out, r.Lat.Format())
@@ -362,11 +617,28 @@ func perfRun(ctx context.Context, dev *roce.Device, oob OOB, cfg PerfConfig, out
 			return last, nil
 		}
 	}
-	o, err := perftest.RunScript(ctx, c, cfg.Verb, cfg.Latency, p.me, hooks)
+	defer func() {
+		if p.afterRun != nil {
+			p.afterRun()
+		}
+	}()
+	o, err := perftest.RunScript(scriptCtx, c, cfg.Verb, cfg.Latency, p.me, hooks)
 	if err != nil {
 		return results, err
 	}
-	if o.RemoteReport != nil {
+	switch {
+	case o.RemoteReport != nil && cfg.Duplex:
+		// print_full_bw_report(my, rem): the two directions' sum.
+		rep := o.Report
+		rem := *o.RemoteReport
+		rep.BWPeak += rem.BWPeak
+		rep.BWAvg += rem.BWAvg
+		rep.MsgRate += rem.MsgRate
+		fmt.Fprint(p.out, perftest.FormatBW(p.params, rep))
+		results = append(results, PerfResult{Size: rep.Size, Iters: rep.Iters, BW: &rep})
+	case o.RemoteReport != nil && cfg.RunInfinitely:
+		fmt.Fprint(p.out, " Client closed connection\n")
+	case o.RemoteReport != nil:
 		fmt.Fprint(p.out, perftest.FormatBW(p.params, *o.RemoteReport))
 		rep := *o.RemoteReport
 		results = append(results, PerfResult{Size: rep.Size, Iters: rep.Iters, BW: &rep})
@@ -405,8 +677,8 @@ func (p *perf) connect(ctx context.Context, rem perftest.Dest) error {
 	}
 	err := p.q.Connect(ctx, &roce.ConnectAttr{
 		RemoteQPN: rem.QPN, RemoteGID: rem.GID, RemotePSN: rem.PSN, LocalPSN: p.me.PSN,
-		SGID: p.me.GID, PathMTU: p.mtu, Timeout: 14, RetryCnt: 7, RNRRetry: 7, MinRNRTimer: 12,
-		RdAtomic: ourOutReads, HopLimit: 0xFF, NoDefaults: true,
+		SGID: p.me.GID, PathMTU: p.mtu, Timeout: uint8(p.cfg.QPTimeout), RetryCnt: 7, RNRRetry: 7, MinRNRTimer: 12,
+		RdAtomic: ourOutReads, HopLimit: 0xFF, TrafficClass: uint8(p.cfg.TOS), NoDefaults: true,
 	})
 	if err != nil {
 		return fmt.Errorf("Unable to Connect the HCA's through the link: %w", err)
@@ -448,12 +720,13 @@ func (p *perf) run(ctx context.Context) (PerfResult, error) {
 		err = p.latSend(ctx, &r)
 	case p.cfg.Latency:
 		err = p.latRead(ctx, &r)
-	case p.cfg.Verb == perftest.Send && p.role == perftest.Server:
-		err = p.bwServer(ctx, &r)
 	default:
-		err = p.bwClient(ctx, &r)
+		err = p.runBW(ctx, &r)
 	}
-	r.DataErrors = p.dataErrors
+	r.DataErrors = 0
+	for _, l := range p.allLanes() {
+		r.DataErrors += l.dataErrors
+	}
 	return r, err
 }
 
@@ -473,9 +746,14 @@ func (p *perf) remoteAddr(i int) uint64 {
 }
 
 func (p *perf) sendWR(i int, signaled bool) *roce.SendWR {
+	p.fillWR(&p.wr, i, signaled)
+	return &p.wr
+}
+
+// fillWR sets wr to message i; the work requests share p.sge.
+func (p *perf) fillWR(wr *roce.SendWR, i int, signaled bool) {
 	p.sge[0] = p.mr.SGE(0, p.size)
-	p.wr = roce.SendWR{ID: uint64(i), SGL: p.sge[:]}
-	wr := &p.wr
+	*wr = roce.SendWR{ID: uint64(i), SGL: p.sge[:]}
 	if signaled {
 		wr.Flags = roce.SendSignaled
 	}
@@ -495,6 +773,11 @@ func (p *perf) sendWR(i int, signaled bool) *roce.SendWR {
 			wr.CompareAdd = 1
 		}
 	}
+	if p.size <= p.cfg.Inline && (p.cfg.Verb == perftest.Send || p.cfg.Verb == perftest.Write) {
+		// Copied into the send queue now, not read from the MR later.
+		wr.Flags |= roce.SendInline
+		wr.Inline, wr.SGL = p.buf[:p.size], nil
+	}
 	if p.ah != nil {
 		wr.AH, wr.RemoteQPN, wr.DCKey = p.ah, p.rem.QPN, PerfDCKey
 	}
@@ -506,53 +789,311 @@ func (p *perf) sendWR(i int, signaled bool) *roce.SendWR {
 			wr.RemoteAddr = p.remoteAddr(i)
 		}
 	}
-	return wr
 }
 
-// bwClient is run_iter_bw: keep up to TX depth messages outstanding, a
-// completion requested every CQ moderation messages and for the last.
-func (p *perf) bwClient(ctx context.Context, r *PerfResult) error {
+// bwCtl coordinates the QPs of one bandwidth run.
+type bwCtl struct {
+	start time.Time // the origin of every lane's timestamps
+	timed bool      // -D or --run_infinitely: run until stop
+	stop  atomic.Bool
+	count atomic.Uint64 // messages completed (sender) or received, all QPs
+}
+
+// laneRun is one QP's part of a bandwidth run.
+type laneRun struct {
+	t           perftest.BWTimes // sender, counted run
+	first, last time.Duration    // receiver: first and last receive
+	n           int
+	err         error
+}
+
+// runBW runs a bandwidth test's data phase on every QP at once, one
+// goroutine each, and sums the result as perftest does: one report over
+// all QPs' messages, from the first post to the last completion.
+func (p *perf) runBW(ctx context.Context, r *PerfResult) error {
+	lanes := p.allLanes()
+	// perftest polls all its QPs from one thread; here each QP has a
+	// goroutine, and more of them spinning than there are Ps starve those
+	// with work to do (the device's among them): they park instead, as
+	// the device's own further waiters do.
+	park := len(lanes) > runtime.GOMAXPROCS(0)
+	for _, l := range lanes {
+		l.size, l.park = p.size, park
+	}
+	recv := p.cfg.Verb == perftest.Send && p.role == perftest.Server
+	ctl := &bwCtl{timed: p.cfg.timed()}
+	res := make([]laneRun, len(lanes))
+	lctx := ctx
+	var stopLanes context.CancelFunc = func() {}
+	if ctl.timed {
+		// The lanes end on ctl.stop; an interrupt (ctx) ends the run
+		// through the timer, and the senders then drain.
+		lctx, stopLanes = context.WithCancel(context.WithoutCancel(ctx))
+	}
+	defer stopLanes()
+	ctl.start = time.Now()
+	run := func(i int) {
+		if recv {
+			res[i] = lanes[i].bwServer(lctx, ctl)
+		} else {
+			res[i] = lanes[i].bwClient(lctx, ctl)
+		}
+	}
+	var timedRep perftest.BWReport
+	var timerErr error
+	if len(lanes) == 1 && !ctl.timed {
+		run(0)
+	} else {
+		var wg sync.WaitGroup
+		for i := range lanes {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				run(i)
+			}()
+		}
+		if ctl.timed {
+			timedRep, timerErr = p.timer(ctx, ctl)
+			done := make(chan struct{})
+			go func() { wg.Wait(); close(done) }()
+			end := func() {
+				ctl.stop.Store(true)
+				select {
+				case <-done:
+				case <-time.After(drainTimeout):
+				}
+				stopLanes()
+				<-done
+			}
+			if recv && timerErr == nil {
+				// The sender's clock is not ours: keep receiving (and
+				// reposting) until the test closes, so that what it
+				// still sends finds receives.
+				stop := stopLanes
+				stopLanes = func() {}
+				// A receive error shows as a short count (and at the
+				// sender); the lanes' results are not read while they run.
+				p.afterRun = func() { ctl.stop.Store(true); stop(); <-done }
+				r.Iters, r.BW = timedRep.Iters, &timedRep
+				r.Elapsed = time.Since(ctl.start)
+				return nil
+			}
+			end()
+		} else {
+			wg.Wait()
+		}
+	}
+	r.Elapsed = time.Since(ctl.start)
+	for _, l := range res {
+		if l.err != nil {
+			return l.err
+		}
+	}
+	if timerErr != nil {
+		return timerErr
+	}
+	format := float64(1 << 20)
+	if p.cfg.Gbits {
+		format = 125e6
+	}
+	switch {
+	case ctl.timed:
+		r.Iters = timedRep.Iters
+		r.BW = &timedRep
+	case recv:
+		first, last, n := res[0].first, res[0].last, 0
+		for _, l := range res {
+			first, last, n = min(first, l.first), max(last, l.last), n+l.n
+		}
+		sec := max((last - first).Seconds(), 1e-9)
+		r.Iters = uint64(n)
+		r.BW = &perftest.BWReport{Size: uint64(p.size), Iters: uint64(n),
+			BWAvg: float64(p.size) * float64(n) / sec / format, MsgRate: float64(n) / sec / 1e6}
+	default:
+		t := res[0].t
+		if len(res) > 1 {
+			t = mergeTimes(res)
+		}
+		rep := perftest.BWReportFrom(uint64(p.size), p.cfg.CQMod, t, p.cfg.Gbits)
+		if p.cfg.NoPeak {
+			rep.BWPeak = 0
+		}
+		r.Iters = rep.Iters
+		r.BW = &rep
+	}
+	return nil
+}
+
+// mergeTimes puts every QP's timestamps on one time line, in order, as
+// perftest's single thread records them across its QPs.
+func mergeTimes(res []laneRun) perftest.BWTimes {
+	var t perftest.BWTimes
+	for _, l := range res {
+		t.Posted = append(t.Posted, l.t.Posted...)
+		t.Completed = append(t.Completed, l.t.Completed...)
+	}
+	slices.Sort(t.Posted)
+	slices.Sort(t.Completed)
+	return t
+}
+
+// timer measures a timed run: with -D the messages of its middle (a
+// quarter of the duration, perftest's margin, left out at each end); with
+// --run_infinitely one report per period, printed, until ctx ends.
+func (p *perf) timer(ctx context.Context, ctl *bwCtl) (perftest.BWReport, error) {
+	format := float64(1 << 20)
+	if p.cfg.Gbits {
+		format = 125e6
+	}
+	report := func(n uint64, d time.Duration) perftest.BWReport {
+		sec := max(d.Seconds(), 1e-9)
+		return perftest.BWReport{Size: uint64(p.size), Iters: n,
+			BWAvg: float64(p.size) * float64(n) / sec / format, MsgRate: float64(n) / sec / 1e6}
+	}
+	d := p.cfg.Duration
+	if p.cfg.RunInfinitely {
+		var last perftest.BWReport
+		prev, at := ctl.count.Load(), time.Now()
+		for sleepCtx(ctx, d) {
+			c, now := ctl.count.Load(), time.Now()
+			last = report(c-prev, now.Sub(at))
+			fmt.Fprint(p.out, perftest.FormatBW(p.params, last))
+			prev, at = c, now
+		}
+		return last, nil // an interrupt is how this run ends
+	}
+	margin := d / 4
+	if !sleepCtx(ctx, margin) {
+		return perftest.BWReport{}, ctx.Err()
+	}
+	c0, t0 := ctl.count.Load(), time.Now()
+	if !sleepCtx(ctx, d-2*margin) {
+		return perftest.BWReport{}, ctx.Err()
+	}
+	c1, t1 := ctl.count.Load(), time.Now()
+	if !sleepCtx(ctx, margin) {
+		return perftest.BWReport{}, ctx.Err()
+	}
+	return report(c1-c0, t1.Sub(t0)), nil
+}
+
+// sleepCtx sleeps for d unless ctx ends first; it reports whether it slept.
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// bwClient is run_iter_bw: keep up to TX depth messages outstanding, posted
+// a post list (-l) at a time, a completion requested every CQ moderation
+// messages and for the last. A timed run posts until ctl.stop, then waits
+// for what it posted.
+func (p *perf) bwClient(ctx context.Context, ctl *bwCtl) laneRun {
+	var lr laneRun
 	n := p.cfg.Iters
-	cqMod := p.cfg.CQMod
-	t := perftest.BWTimes{Posted: make([]time.Duration, n), Completed: make([]time.Duration, n)}
+	if ctl.timed {
+		n = math.MaxInt
+	} else {
+		lr.t = perftest.BWTimes{Posted: make([]time.Duration, n), Completed: make([]time.Duration, n)}
+	}
+	cqMod, list := p.cfg.CQMod, max(p.cfg.PostList, 1)
+	if len(p.wrs) != list {
+		p.wrs = make([]roce.SendWR, list)
+	}
 	var wc [16]roce.WorkCompletion
-	start := time.Now()
 	scnt, ccnt := 0, 0
+	signaledTo := -1 // the last signaled message posted
 	for scnt < n || ccnt < n {
-		for scnt < n && scnt-ccnt+1 <= p.cfg.TxDepth {
-			signaled := scnt%cqMod == cqMod-1 || scnt == n-1
-			wr := p.sendWR(scnt, signaled)
-			t.Posted[scnt] = time.Since(start)
-			if err := p.q.PostSend(wr); err != nil {
-				return fmt.Errorf("Couldn't post send: scnt=%d: %w", scnt, err)
+		if ctl.timed && ctl.stop.Load() {
+			break
+		}
+		for scnt < n && scnt-ccnt+list <= p.cfg.TxDepth {
+			now := time.Since(ctl.start)
+			for k := range p.wrs {
+				i := scnt + k
+				signaled := i%cqMod == cqMod-1 || i == n-1
+				if signaled {
+					signaledTo = i
+				}
+				p.fillWR(&p.wrs[k], i, signaled)
+				if !ctl.timed {
+					lr.t.Posted[i] = now
+				}
+			}
+			if _, err := p.q.PostSendBatch(p.wrs); err != nil {
+				lr.err = fmt.Errorf("Couldn't post send: scnt=%d: %w", scnt, err)
+				return lr
+			}
+			scnt += list
+		}
+		if ccnt < n {
+			k, err := pollWait(ctx, p.scq, wc[:], p.cfg.Events || p.park)
+			if err != nil {
+				if ctl.timed && ctl.stop.Load() {
+					return lr // given up on after the measured window
+				}
+				lr.err = fmt.Errorf("after %d posted, %d completed: %w", scnt, ccnt, err)
+				return lr
+			}
+			if c, err := p.completed(wc[:k], ccnt, n, lr.t.Completed, ctl); err != nil {
+				lr.err = err
+				return lr
+			} else {
+				ccnt = c
+			}
+		}
+	}
+	if ctl.timed {
+		// Ask for a completion covering the tail, then wait for it.
+		if scnt > ccnt && signaledTo < scnt-1 {
+			if err := p.q.PostSend(p.sendWR(scnt, true)); err != nil {
+				lr.err = fmt.Errorf("Couldn't post send: scnt=%d: %w", scnt, err)
+				return lr
 			}
 			scnt++
 		}
-		if ccnt < n {
-			k, err := pollWait(ctx, p.scq, wc[:], p.cfg.Events)
+		for ccnt < scnt {
+			k, err := pollWait(ctx, p.scq, wc[:], false)
 			if err != nil {
-				return fmt.Errorf("after %d posted, %d completed: %w", scnt, ccnt, err)
+				return lr // given up on: the QP's close flushes the rest
 			}
-			now := time.Since(start)
-			for i := 0; i < k; i++ {
-				if wc[i].Status != roce.WCSuccess {
-					return &WCError{wc[i]}
-				}
-				end := min(int(wc[i].WRID)+1, n)
-				for j := ccnt; j < end; j++ {
-					t.Completed[j] = now
-				}
-				ccnt = max(ccnt, end)
+			if ccnt, err = p.completed(wc[:k], ccnt, scnt, nil, ctl); err != nil {
+				lr.err = err
+				return lr
 			}
 		}
+		return lr
 	}
-	r.Elapsed = time.Since(start)
-	rep := perftest.BWReportFrom(uint64(p.size), cqMod, t, p.cfg.Gbits)
-	r.BW = &rep
 	if p.checkData && p.cfg.Verb == perftest.Read {
 		p.checkPattern(p.buf[:p.size], 2, int(p.remoteAddr(n-1)-p.rem.VAddr))
 	}
-	return nil
+	return lr
+}
+
+// completed takes a batch of send completions: each covers every message
+// up to its own. It returns the new count of completed messages and
+// records their time in times, if set.
+func (p *perf) completed(wc []roce.WorkCompletion, ccnt, n int, times []time.Duration, ctl *bwCtl) (int, error) {
+	now := time.Since(ctl.start)
+	for i := range wc {
+		if wc[i].Status != roce.WCSuccess {
+			return ccnt, &WCError{wc[i]}
+		}
+		end := min(int(wc[i].WRID)+1, n)
+		for j := ccnt; j < end && times != nil; j++ {
+			times[j] = now
+		}
+		if end > ccnt {
+			ctl.count.Add(uint64(end - ccnt))
+			ccnt = end
+		}
+	}
+	return ccnt, nil
 }
 
 // checkPattern compares b with the pattern a goroce peer's buffer holds
@@ -569,48 +1110,49 @@ func (p *perf) checkPattern(b []byte, seed byte, off int) {
 }
 
 // bwServer is run_iter_bw_server: receive the client's messages, keeping
-// receives posted, and time from the first to the last.
-func (p *perf) bwServer(ctx context.Context, r *PerfResult) error {
+// receives posted, and time from the first to the last. A timed run
+// receives until ctl.stop.
+func (p *perf) bwServer(ctx context.Context, ctl *bwCtl) laneRun {
+	var lr laneRun
 	n := p.cfg.Iters
 	var wc [16]roce.WorkCompletion
-	var first, last time.Time
 	rcnt := 0
 	posted := p.cfg.RxDepth
-	for rcnt < n {
-		k, err := pollWait(ctx, p.rcq, wc[:], p.cfg.Events)
+	for ctl.timed || rcnt < n {
+		k, err := pollWait(ctx, p.rcq, wc[:], p.cfg.Events || p.park)
 		if err != nil {
-			return fmt.Errorf("after %d received: %w", rcnt, err)
+			if ctl.timed && ctl.stop.Load() {
+				return lr
+			}
+			lr.err = fmt.Errorf("after %d received: %w", rcnt, err)
+			return lr
 		}
-		now := time.Now()
+		now := time.Since(ctl.start)
 		if rcnt == 0 {
-			first = now
+			lr.first = now
 		}
 		for i := 0; i < k; i++ {
 			if wc[i].Status != roce.WCSuccess {
-				return &WCError{wc[i]}
+				lr.err = &WCError{wc[i]}
+				return lr
 			}
 			if p.checkData && rcnt == n-1 {
 				p.checkPattern(p.buf[p.half:p.half+p.size], 1, 0)
 			}
 			rcnt++
-			if posted < n {
+			if posted < n || ctl.timed {
 				if err := p.postRecv(wc[i].WRID); err != nil {
-					return fmt.Errorf("rcnt=%d: %w", rcnt, err)
+					lr.err = fmt.Errorf("rcnt=%d: %w", rcnt, err)
+					return lr
 				}
 				posted++
 			}
 		}
-		last = now
+		ctl.count.Add(uint64(k))
+		lr.last = now
 	}
-	r.Elapsed = last.Sub(first)
-	sec := max(r.Elapsed.Seconds(), 1e-9)
-	format := float64(1 << 20)
-	if p.cfg.Gbits {
-		format = 125e6
-	}
-	r.BW = &perftest.BWReport{Size: uint64(p.size), Iters: uint64(n),
-		BWAvg: float64(p.size) * float64(n) / sec / format, MsgRate: float64(n) / sec / 1e6}
-	return nil
+	lr.n = rcnt
+	return lr
 }
 
 // byteAt loads the byte at b[i] atomically (the device writes it from

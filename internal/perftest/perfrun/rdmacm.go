@@ -225,8 +225,10 @@ func (s *cmSession) connectControl(ctx context.Context, testQP cm.QPOptions, out
 }
 
 // connectTest connects the test QP (create_rdma_cm_connection). A client
-// asks for the path MTU both ends agreed on in the exchange.
-func (s *cmSession) connectTest(ctx context.Context, testQP cm.QPOptions, outReads uint8, mtu ib.MTU) (*cm.Conn, error) {
+// asks for the path MTU both ends agreed on in the exchange, and for the
+// traffic class of -T (perftest's rdma_set_option RDMA_OPTION_ID_TOS); the
+// server's QP takes the path of the client's request.
+func (s *cmSession) connectTest(ctx context.Context, testQP cm.QPOptions, outReads uint8, mtu ib.MTU, tos uint8) (*cm.Conn, error) {
 	var err error
 	if s.ln != nil {
 		s.test, err = s.ln.Accept(ctx)
@@ -234,7 +236,8 @@ func (s *cmSession) connectTest(ctx context.Context, testQP cm.QPOptions, outRea
 		s.ln = nil
 	} else {
 		s.test, err = cmDialRetry(ctx, s.dev, s.cfg.Peer, "test QP", cm.DialOptions{QP: testQP,
-			RetryCount: 7, RNRRetryCount: 7, ResponderResources: outReads, InitiatorDepth: outReads, PathMTU: mtu})
+			RetryCount: 7, RNRRetryCount: 7, ResponderResources: outReads, InitiatorDepth: outReads, PathMTU: mtu,
+			TrafficClass: tos})
 	}
 	if err != nil {
 		return nil, fmt.Errorf("rdma_cm test connection: %w", err)

@@ -52,6 +52,11 @@ func signalContext(timeout time.Duration) (context.Context, context.CancelFunc) 
 }
 
 func openDevice(ctx context.Context, ifname, link string, xdpBusyPoll time.Duration, stderr io.Writer) (*roce.Device, error) {
+	return openDeviceCC(ctx, ifname, link, xdpBusyPoll, roce.CCConfig{}, stderr)
+}
+
+// openDeviceCC is openDevice with congestion control cc.
+func openDeviceCC(ctx context.Context, ifname, link string, xdpBusyPoll time.Duration, cc roce.CCConfig, stderr io.Writer) (*roce.Device, error) {
 	if ifname == "" {
 		return nil, errors.New("-d <interface> is required")
 	}
@@ -60,7 +65,7 @@ func openDevice(ctx context.Context, ifname, link string, xdpBusyPoll time.Durat
 		return nil, err
 	}
 	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	opts := netdev.Options{Link: kind, Device: roce.Options{Logger: logger}}
+	opts := netdev.Options{Link: kind, Device: roce.Options{Logger: logger, CC: cc}}
 	opts.XDP.BusyPoll = xdpBusyPoll
 	return netdev.Open(ctx, ifname, opts)
 }
@@ -86,12 +91,26 @@ func startCPUProfile(path string) (func(), error) {
 	return func() { pprof.StopCPUProfile(); f.Close() }, nil
 }
 
+// StartStats publishes a running device's counters for "rocectl stat"
+// and, with metrics set, serves them to Prometheus on that address, until
+// stop is called. rocectl passes its devstat.Start; nil publishes nothing.
+type StartStats func(dev *roce.Device, command, metrics string) (stop func(), err error)
+
+// startStats calls stats, if set, on dev.
+func startStats(stats StartStats, dev *roce.Device, command, metrics string) (func(), error) {
+	if stats == nil {
+		return func() {}, nil
+	}
+	return stats(dev, command, metrics)
+}
+
 // pingpongArgs is a pingpong command line, parsed and validated.
 type pingpongArgs struct {
 	cfg                  PingpongConfig
 	dev, link            string
 	port                 int
 	xdpBusyPoll, timeout time.Duration
+	metrics              string
 	pos                  []string // the server address, if any
 }
 
@@ -117,6 +136,7 @@ func parsePingpong(args []string, stdout, stderr io.Writer) (*pingpongArgs, int)
 	link := fs.String("link", "auto", "packet `link`: xdp, udp or auto (xdp, falling back to udp)")
 	xdpBusyPoll := fs.Duration("xdp-busy-poll", 0, xdpBusyPollUsage)
 	timeout := fs.Duration("timeout", 0, "give up after this `duration` (0: never)")
+	metrics := fs.String("metrics", "", "serve Prometheus metrics of the device at `address:port`/metrics while running")
 	if len(args) > 0 && (args[0] == "-h" || args[0] == "-help" || args[0] == "--help") {
 		fs.SetOutput(stdout)
 		fs.Usage()
@@ -144,11 +164,17 @@ func parsePingpong(args []string, stdout, stderr io.Writer) (*pingpongArgs, int)
 		return nil, 2
 	}
 	return &pingpongArgs{cfg: PingpongConfig{Type: typ, Size: *size, Iters: *iters, RxDepth: *rx, MTU: m, Events: *events,
-		GIDIndex: *gidx}, dev: *dev, link: *link, port: *port, xdpBusyPoll: *xdpBusyPoll, timeout: *timeout, pos: pos}, 0
+		GIDIndex: *gidx}, dev: *dev, link: *link, port: *port, xdpBusyPoll: *xdpBusyPoll, timeout: *timeout,
+		metrics: *metrics, pos: pos}, 0
 }
 
 // RunPingpong is "rocectl pingpong {rc,ud} [flags] [server]".
 func RunPingpong(args []string, stdout, stderr io.Writer) int {
+	return RunPingpongStats(args, stdout, stderr, nil)
+}
+
+// RunPingpongStats is RunPingpong publishing the device with stats.
+func RunPingpongStats(args []string, stdout, stderr io.Writer, stats StartStats) int {
 	a, code := parsePingpong(args, stdout, stderr)
 	if a == nil {
 		return code
@@ -162,6 +188,12 @@ func RunPingpong(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	defer d.Close()
+	stop, err := startStats(stats, d, "pingpong", a.metrics)
+	if err != nil {
+		fmt.Fprintln(stderr, "rocectl pingpong:", err)
+		return 1
+	}
+	defer stop()
 	var oob OOB
 	if len(pos) == 1 {
 		oob.Dial = DialRetry(peerAddr(pos[0], a.port), 0)
@@ -203,6 +235,17 @@ type perfFlags struct {
 	atomic   *string
 	conn     *string
 	timeout  *time.Duration
+	cc       *string
+	qps      *int
+	duration *int
+	runInf   *bool
+	duplex   *bool
+	noPeak   *bool
+	inline   *int
+	postList *int
+	qpTime   *int
+	tos      *int
+	metrics  *string
 }
 
 func newPerfFlags(stderr io.Writer) *perfFlags {
@@ -231,8 +274,60 @@ func newPerfFlags(stderr io.Writer) *perfFlags {
 	f.atomic = fs.String("A", "FETCH_AND_ADD", "atomic `type`: CMP_AND_SWAP or FETCH_AND_ADD")
 	f.conn = fs.String("connection", "RC", "connection `type`: RC, or DC between goroce peers (perftest -c)")
 	fs.StringVar(f.conn, "c", "RC", "connection `type` (short for --connection)")
-	f.timeout = fs.Duration("timeout", 0, "give up after this `duration` (0: never; loopback: 60s)")
+	f.timeout = fs.Duration("timeout", 0, "give up after this `duration` (0: never; loopback: 60s, unless --run_infinitely)")
+	f.cc = fs.String("cc", "none", ccUsage)
+	f.qps = fs.Int("q", 1, "`QPs` of a bandwidth test, each posted by its own goroutine; one report for all")
+	f.duration = fs.Int("D", 0, "run a bandwidth test for this many `seconds` instead of -n iterations (no peak)")
+	f.runInf = fs.Bool("run_infinitely", false, "report every -D seconds (default 5) until interrupted (write, read, atomic BW)")
+	f.duplex = fs.Bool("b", false, "bidirectional: both sides run at once and print the sum (write, read, atomic BW)")
+	f.noPeak = fs.Bool("N", false, "do not compute the peak bandwidth (reported as 0)")
+	f.inline = fs.Int("I", 0, "post messages of up to this many `bytes` (at most 400) inline (send, write): copied at post, not read from the MR")
+	f.postList = fs.Int("l", 1, "post this many `WRs` per call (one lock, one transmit pass)")
+	f.qpTime = fs.Int("u", defQPTimeout, "QP ACK timeout `exponent`: 4.096 µs × 2^n per retry (0: none)")
+	f.tos = fs.Int("T", 0, "IP TOS `byte` (traffic class) of the test QP's packets (perftest: with -R only; here any RC QP)")
+	f.metrics = fs.String("metrics", "", "serve Prometheus metrics of the device(s) at `address:port`/metrics while running")
+	// perftest's long options, left out of the flag list (aliasUsage).
+	for _, a := range perfAliases {
+		short := fs.Lookup(a.short)
+		fs.Var(short.Value, a.long, aliasUsage+a.short)
+	}
 	return f
+}
+
+// aliasUsage starts the usage of a long option, which printDefaults skips.
+const aliasUsage = "same as -"
+
+// perfAliases are perftest's long options of the flags rocectl has.
+var perfAliases = []struct{ long, short string }{
+	{"ib-dev", "d"}, {"size", "s"}, {"iters", "n"}, {"gid-index", "x"}, {"mtu", "m"}, {"tx-depth", "t"},
+	{"rx-depth", "r"}, {"cq-mod", "Q"}, {"port", "p"}, {"all", "a"}, {"events", "e"}, {"CPU-freq", "F"},
+	{"rdma_cm", "R"}, {"atomic_type", "A"}, {"qp", "q"}, {"duration", "D"}, {"bidirectional", "b"},
+	{"noPeak", "N"}, {"inline_size", "I"}, {"post_list", "l"}, {"qp-timeout", "u"}, {"tos", "T"},
+}
+
+// printDefaults prints the flags but the long aliases, then the aliases
+// on one line.
+func printDefaults(fs *flag.FlagSet) {
+	tmp := flag.NewFlagSet(fs.Name(), flag.ContinueOnError)
+	tmp.SetOutput(fs.Output())
+	fs.VisitAll(func(f *flag.Flag) {
+		if !strings.HasPrefix(f.Usage, aliasUsage) {
+			tmp.Var(f.Value, f.Name, f.Usage)
+			tmp.Lookup(f.Name).DefValue = f.DefValue
+		}
+	})
+	tmp.PrintDefaults()
+	var b strings.Builder
+	for i, a := range perfAliases {
+		switch {
+		case i > 0 && i%6 == 0:
+			b.WriteString(",\n  ")
+		case i > 0:
+			b.WriteString(", ")
+		}
+		fmt.Fprintf(&b, "--%s (-%s)", a.long, a.short)
+	}
+	fmt.Fprintf(fs.Output(), "\nperftest's long forms, also as --name=value:\n  %s\n", b.String())
 }
 
 // perfArgs is a perf command line, parsed and validated.
@@ -255,7 +350,7 @@ func parsePerf(args []string, stdout, stderr io.Writer) (*perfArgs, int) {
 			"tests: send-bw write-bw read-bw atomic-bw send-lat write-lat read-lat atomic-lat\n\n"+
 			"Runs perftest's ib_<test> against perftest or rocectl; without a server address\n"+
 			"it waits for a client. --loopback runs both ends here.\n\nflags:")
-		f.fs.PrintDefaults()
+		printDefaults(f.fs)
 	}
 	if len(args) > 0 && (args[0] == "-h" || args[0] == "-help" || args[0] == "--help") {
 		f.fs.SetOutput(stdout)
@@ -288,6 +383,21 @@ func parsePerf(args []string, stdout, stderr io.Writer) (*perfArgs, int) {
 		Verb: test.Verb, Latency: test.Latency, Size: *f.size, Iters: *f.iters, TxDepth: *f.txDepth,
 		RxDepth: *f.rxDepth, CQMod: *f.cqMod, MTU: m, GIDIndex: *f.gid, Events: *f.events,
 		Gbits: *f.gbits, RunAll: *f.all, Device: *f.dev, RDMACM: *f.rdmaCM,
+		NumQPs: *f.qps, Duration: time.Duration(*f.duration) * time.Second, RunInfinitely: *f.runInf,
+		Duplex: *f.duplex, NoPeak: *f.noPeak, Inline: *f.inline, PostList: *f.postList,
+		QPTimeout: *f.qpTime, TOS: *f.tos,
+	}
+	set := setFlags(f.fs)
+	cfg.HasTOS = set["T"] || set["tos"]
+	if cfg.QPTimeout == 0 {
+		cfg.QPTimeout = -1 // -u 0: no timeout; PerfConfig's 0 is the default
+	}
+	// Everything checkable without a device is checked here, so that the
+	// command fails before it opens anything.
+	check := cfg
+	if err := check.defaults(); err != nil {
+		fmt.Fprintln(stderr, "rocectl perf:", err)
+		return nil, 2
 	}
 	switch strings.ToUpper(*f.conn) {
 	case "RC":
@@ -306,7 +416,15 @@ func parsePerf(args []string, stdout, stderr io.Writer) (*perfArgs, int) {
 		fmt.Fprintf(stderr, "rocectl perf: -A %q: CMP_AND_SWAP or FETCH_AND_ADD\n", *f.atomic)
 		return nil, 2
 	}
+	if _, err := parseCC(*f.cc); err != nil {
+		fmt.Fprintln(stderr, "rocectl perf:", err)
+		return nil, 2
+	}
 	if *f.loopback {
+		if *f.cc != "none" {
+			fmt.Fprintln(stderr, "rocectl perf: --loopback takes no --cc (the kernel UDP link carries no ECN field)")
+			return nil, 2
+		}
 		if len(pos) > 0 {
 			fmt.Fprintln(stderr, "rocectl perf: --loopback takes no server address")
 			return nil, 2
@@ -323,6 +441,12 @@ func parsePerf(args []string, stdout, stderr io.Writer) (*perfArgs, int) {
 
 // RunPerf is "rocectl perf {send,write,read,atomic}-{bw,lat} [flags] [server]".
 func RunPerf(args []string, stdout, stderr io.Writer) int {
+	return RunPerfStats(args, stdout, stderr, nil)
+}
+
+// RunPerfStats is RunPerf publishing its device(s) with stats; with
+// --loopback both ends are published and --metrics serves the server's.
+func RunPerfStats(args []string, stdout, stderr io.Writer, stats StartStats) int {
 	p, code := parsePerf(args, stdout, stderr)
 	if p == nil {
 		return code
@@ -330,7 +454,7 @@ func RunPerf(args []string, stdout, stderr io.Writer) int {
 	f, cfg, pos := p.f, p.cfg, p.pos
 	if *f.loopback {
 		timeout := *f.timeout
-		if timeout == 0 {
+		if timeout == 0 && !cfg.RunInfinitely {
 			timeout = time.Minute
 		}
 		ctx, cancel := signalContext(timeout)
@@ -341,7 +465,17 @@ func RunPerf(args []string, stdout, stderr io.Writer) int {
 			return 1
 		}
 		defer stopProf()
-		if _, _, err := Loopback(ctx, cfg, stdout, *f.json); err != nil {
+		var hook func(*roce.Device, bool) (func(), error)
+		if stats != nil {
+			hook = func(d *roce.Device, server bool) (func(), error) {
+				m := ""
+				if server {
+					m = *f.metrics
+				}
+				return stats(d, "perf", m)
+			}
+		}
+		if _, _, err := loopback(ctx, cfg, stdout, *f.json, hook); err != nil {
 			fmt.Fprintln(stderr, "rocectl perf:", err)
 			return 1
 		}
@@ -349,12 +483,19 @@ func RunPerf(args []string, stdout, stderr io.Writer) int {
 	}
 	ctx, cancel := signalContext(*f.timeout)
 	defer cancel()
-	d, err := openDevice(ctx, *f.dev, *f.link, *f.xdpBusy, stderr)
+	cc, _ := parseCC(*f.cc) // checked by parsePerf
+	d, err := openDeviceCC(ctx, *f.dev, *f.link, *f.xdpBusy, cc, stderr)
 	if err != nil {
 		fmt.Fprintln(stderr, "rocectl perf:", err)
 		return 1
 	}
 	defer d.Close()
+	stopStats, err := startStats(stats, d, "perf", *f.metrics)
+	if err != nil {
+		fmt.Fprintln(stderr, "rocectl perf:", err)
+		return 1
+	}
+	defer stopStats()
 	stopProf, err := startCPUProfile(*f.cpuProf)
 	if err != nil {
 		fmt.Fprintln(stderr, "rocectl perf: --cpuprofile:", err)

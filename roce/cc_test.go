@@ -1,0 +1,114 @@
+package roce
+
+import (
+	"net"
+	"net/netip"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/goroce/goroce/link"
+	"github.com/goroce/goroce/link/memlink"
+)
+
+// ceLink marks every ECN-capable frame it sends CE, as a congested switch
+// port would, and counts the ECN fields it saw.
+type ceLink struct {
+	*memlink.Link
+	ect, notECT atomic.Int64
+}
+
+func (l *ceLink) WriteBatch(frames [][]byte) (int, error) {
+	for _, f := range frames {
+		fr, err := link.ParseFrame(f)
+		if err != nil {
+			continue
+		}
+		if fr.TOS&3 == 0 {
+			l.notECT.Add(1)
+			continue
+		}
+		l.ect.Add(1)
+		ip := f[fr.IPOffset:]
+		if fr.Version == 4 {
+			ip[1] |= 3
+			ip[10], ip[11] = 0, 0
+			c := link.IPv4Checksum(ip[:link.IPv4Size])
+			ip[10], ip[11] = byte(c>>8), byte(c)
+		}
+	}
+	return l.Link.WriteBatch(frames)
+}
+
+func ccPair(t *testing.T, cc CCConfig) (*ceLink, *Device, *Device) {
+	t.Helper()
+	la, lb := memlink.PairWithOptions(memlink.Options{HardwareAddrA: macA, HardwareAddrB: macB})
+	ml := &ceLink{Link: la}
+	da, err := OpenLink(ml, Options{Addrs: []netip.Addr{addrA}, Neighbours: map[netip.Addr]net.HardwareAddr{addrB: macB}, CC: cc})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { da.Close() })
+	db, err := OpenLink(lb, Options{Addrs: []netip.Addr{addrB}, Neighbours: map[netip.Addr]net.HardwareAddr{addrA: macA}, CC: cc})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	return ml, da, db
+}
+
+// TestCCDevice runs RC WRITEs from A to B through a link that marks A's
+// ECN-capable frames CE: with congestion control on, A sends ECT(0), B
+// answers marks with CNPs, and A's QP is rate-limited; with it off, A
+// sends Not-ECT and nothing of it happens.
+func TestCCDevice(t *testing.T) {
+	for _, on := range []bool{false, true} {
+		name := "off"
+		if on {
+			name = "on"
+		}
+		t.Run(name, func(t *testing.T) {
+			ml, da, db := ccPair(t, CCConfig{DCQCN: on})
+			a, b := newEndpoint(t, da, RC, 1<<16), newEndpoint(t, db, RC, 1<<16)
+			connect(t, a, b, addrA, addrB, ConnectAttr{})
+			const msgs, size = 8, 8192
+			for i := range msgs {
+				if err := a.qp.PostSend(&SendWR{ID: uint64(i), Opcode: WRRDMAWrite, Flags: SendSignaled,
+					SGL: []SGE{a.mr.SGE(0, size)}, RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for range msgs {
+				wantOK(t, waitWC(t, a.scq, 10*time.Second), WCRDMAWrite)
+			}
+			ca, cb := da.Counters(), db.Counters()
+			rate, limited := a.qp.CCRate()
+			if !on {
+				if ml.ect.Load() != 0 || ml.notECT.Load() == 0 {
+					t.Fatalf("ECT %d, Not-ECT %d frames", ml.ect.Load(), ml.notECT.Load())
+				}
+				if cb.NPECNMarked+cb.NPCNPSent+ca.RPCNPHandled+ca.RPCNPIgnored != 0 || limited || rate != 0 {
+					t.Fatalf("counters %+v / %+v, rate %d %v", ca, cb, rate, limited)
+				}
+				return
+			}
+			if ml.notECT.Load() != 0 || ml.ect.Load() == 0 {
+				t.Fatalf("ECT %d, Not-ECT %d frames", ml.ect.Load(), ml.notECT.Load())
+			}
+			if cb.NPECNMarked == 0 || cb.NPCNPSent == 0 || cb.NPCNPSent > cb.NPECNMarked {
+				t.Fatalf("B: np_ecn_marked_roce_packets %d, np_cnp_sent %d", cb.NPECNMarked, cb.NPCNPSent)
+			}
+			if ca.RPCNPHandled == 0 || ca.RPCNPHandled+ca.RPCNPIgnored != cb.NPCNPSent {
+				t.Fatalf("A: rp_cnp_handled %d, rp_cnp_ignored %d; B sent %d", ca.RPCNPHandled, ca.RPCNPIgnored, cb.NPCNPSent)
+			}
+			if ca.BadFrame+ca.RcvdDropped+ca.UnknownQP != 0 {
+				t.Fatalf("A dropped CNPs: %+v", ca)
+			}
+			// The rate may have recovered by now on a slow machine; the
+			// lowest rate seen is not kept, so only its bounds are checked.
+			if rate <= 0 || rate > 10e9 {
+				t.Fatalf("rate %d", rate)
+			}
+		})
+	}
+}
