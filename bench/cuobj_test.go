@@ -6,7 +6,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"net/http/httptest"
+	"net"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/goroce/goroce/cuobj"
+	"github.com/goroce/goroce/cuobj/s3gw"
 	"github.com/goroce/goroce/cuobj/s3rdma"
 	"github.com/goroce/goroce/roce"
 )
@@ -104,7 +105,7 @@ func (r *cuobjRig) clientBuf(t *testing.T, size int) []byte {
 // same two devices, and the same 1 MiB GET and PUT over DC (protocol
 // 1001) beside them; 4 KiB GETs per second from 128 goroutines over 128
 // server channels; and the time per object the S3 control path
-// (cuobj/s3rdma, HTTP on loopback) adds to a bare cuObject GET.
+// (cuobj/s3gw, HTTP on loopback) adds to a bare cuObject GET.
 //
 //	go test ./bench -run TestCuObjectTable -count=1 -v -args -cuobjbench.duration=3s -cuobjbench.rounds=3
 func TestCuObjectTable(t *testing.T) {
@@ -231,7 +232,7 @@ func TestCuObjectTable(t *testing.T) {
 	fmt.Println("goal: ratio >= 0.9")
 	fmt.Printf("GET 4 KiB, %d goroutines over %d channels: %.0f ops/s (one at a time: %.0f ops/s, %.1f µs each)\n",
 		cuobjChannels, cuobjChannels, m("par4K"), 1/m("get4K"), us("get4K"))
-	fmt.Println("S3 control path (cuobj/s3rdma, HTTP on loopback, object read from a file, a server channel and buffer per request) against a bare cuObject GET:")
+	fmt.Println("S3 control path (cuobj/s3gw: versitygw, SigV4, HTTP on loopback, object read from a file, a server channel and buffer per request) against a bare cuObject GET:")
 	w = tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(w, "object\tS3 GET (µs)\tcuObject GET (µs)\tadded (µs)\t")
 	fmt.Fprintf(w, "4 KiB\t%.1f\t%.1f\t%.1f\t\n", us("s3get4K"), us("get4K"), us("s3add4K"))
@@ -239,7 +240,7 @@ func TestCuObjectTable(t *testing.T) {
 	w.Flush()
 }
 
-// s3Getter sets up an S3 server (cuobj/s3rdma, objects in a directory,
+// s3Getter sets up an S3 server (cuobj/s3gw, objects in a directory,
 // its own cuObject server on sdev) and a client on cdev; the function it
 // returns times GETs of an object of the given size.
 func s3Getter(t *testing.T, ctx context.Context, sdev, cdev *roce.Device, saddr netip.Addr) func(size int, d time.Duration) time.Duration {
@@ -252,14 +253,20 @@ func s3Getter(t *testing.T, ctx context.Context, sdev, cdev *roce.Device, saddr 
 	if err := os.Mkdir(filepath.Join(dir, "bucket"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	s, err := s3rdma.NewServer(dir, rs, nil)
+	creds := s3rdma.Credentials{AccessKey: "GRBENCHKEY0000000001", SecretKey: "bench-secret-0123456789abcdefghijklmnopq"}
+	g, err := s3gw.New(s3gw.Options{Dir: dir, RDMA: rs, AccessKey: creds.AccessKey, SecretKey: creds.SecretKey})
 	if err != nil {
 		t.Fatal(err)
 	}
-	hs := httptest.NewServer(s)
-	t.Cleanup(hs.Close)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		g.Close()
+		t.Fatal(err)
+	}
+	go g.Serve(ln)
+	t.Cleanup(func() { g.Close() })
 	cfg := cuobj.DefaultConfig()
-	c, err := s3rdma.NewClient(cdev, hs.URL, s3rdma.ClientOptions{RDMA: cuobj.ClientOptions{Config: &cfg}})
+	c, err := s3rdma.NewClient(cdev, "http://"+ln.Addr().String(), s3rdma.ClientOptions{Credentials: creds, RDMA: cuobj.ClientOptions{Config: &cfg}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -21,7 +21,7 @@ import (
 
 // The attacks of issue #28 on tokens and the client's listener, over
 // memlink and over the kernel UDP link on loopback. The exhaustion
-// attacks on the server are in s3rdma (they need its HTTP front end).
+// attacks on the server are in s3gw (they need its HTTP front end).
 
 // strangerIP is a second address of the server's device: a host that
 // sniffed a token but was not handed it.

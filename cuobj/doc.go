@@ -130,6 +130,7 @@
 // reaches the client with Connect (bounded by ConnectTimeout), and only
 // then reserves memory with Reserve (bounded by MaxHeldBytes), allocates
 // its buffer and reads its file. Refusals are an *OverloadError
-// (ErrOverloaded; s3rdma answers 503 SlowDown with Retry-After) or
-// ErrConnectTimeout (s3rdma: 504), each counted in ServerStats.
+// (ErrOverloaded; the S3 gateway, cuobj/s3gw, answers 503 SlowDown with
+// Retry-After) or ErrConnectTimeout (s3gw: 504), each counted in
+// ServerStats.
 package cuobj

@@ -8,12 +8,10 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"net/http"
 	"net/netip"
 	"net/url"
 	"os"
 	"os/signal"
-	"strconv"
 	"strings"
 	"time"
 
@@ -21,6 +19,7 @@ import (
 
 	"github.com/goroce/goroce/cmd/rocectl/devstat"
 	"github.com/goroce/goroce/cuobj"
+	"github.com/goroce/goroce/cuobj/s3gw"
 	"github.com/goroce/goroce/cuobj/s3rdma"
 	"github.com/goroce/goroce/ib"
 	"github.com/goroce/goroce/internal/cliflag"
@@ -40,16 +39,19 @@ var cuobjSignalContext = func() (context.Context, context.CancelFunc) {
 	return signal.NotifyContext(context.Background(), os.Interrupt)
 }
 
-const cuobjUsage = `usage: rocectl cuobj serve [--listen ADDR:PORT] [--rdma ADDR] [--udp-port N] DIR
+const cuobjUsage = `usage: rocectl cuobj serve [--listen ADDR:PORT] [--rdma ADDR] [--udp-port N] [--sidecar DIR2] DIR
        rocectl cuobj put [--rdma ADDR] [--udp-port N] http://ADDR:PORT/BUCKET/KEY FILE
        rocectl cuobj get [--rdma ADDR] [--udp-port N] http://ADDR:PORT/BUCKET/KEY FILE
 
-serve answers S3 requests on --listen with the objects in DIR (DIR/BUCKET/KEY);
-requests with an x-amz-rdma-token move the object by RDMA (RC, rdma_cm) on a
-goroce device over the kernel UDP link bound to --rdma, which needs no root.
-put and get move a file by RDMA from a goroce device of their own and print
-what moved by RDMA and at what rate; a server without RDMA makes them fall
-back to HTTP.
+serve answers S3 requests on --listen with the objects in DIR (DIR/BUCKET/KEY):
+an S3 gateway (versitygw) whose requests with an x-amz-rdma-token move the
+object by RDMA (RC, rdma_cm) on a goroce device over the kernel UDP link bound
+to --rdma, which needs no root. Every request must be signed (SigV4) with the
+key pair in AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY; without them serve
+makes one and prints it.
+put and get sign with the same variables, move a file by RDMA from a goroce
+device of their own and print what moved by RDMA and at what rate; a server
+without RDMA makes them fall back to HTTP, and an empty object goes by HTTP.
 
 flags:`
 
@@ -74,6 +76,7 @@ func runCuobj(args []string, stdout, stderr io.Writer) int {
 	udpPort := fs.Int("udp-port", 4791, "UDP `port` of the RoCEv2 link, the same on both ends")
 	metrics := fs.String("metrics", "", devstat.MetricsUsage+" (serve)")
 	verbose := fs.Bool("v", false, "log what the cuObject layer does")
+	sidecar := fs.String("sidecar", "", "`directory` outside DIR for object metadata, for a DIR whose file system keeps no user xattrs (serve)")
 	pathMTU := fs.Int("path-mtu", 0, "path `MTU` of the server's RC connections: 256 … 4096, what both ends' links carry; 0: the device's active MTU (serve)")
 	if err := cliflag.Parse(fs, args[1:]); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -118,7 +121,7 @@ func runCuobj(args []string, stdout, stderr io.Writer) int {
 			fs.Usage()
 			return 2
 		}
-		return cuobjServe(dev, a, mtu, uint16(*udpPort), *listen, fs.Arg(0), telem, reg, stdout, stderr)
+		return cuobjServe(dev, a, mtu, uint16(*udpPort), *listen, fs.Arg(0), *sidecar, logger, telem, reg, stdout, stderr)
 	default:
 		if fs.NArg() != 2 {
 			fs.Usage()
@@ -142,23 +145,41 @@ func openEmbedded(a netip.Addr, port uint16, logger *slog.Logger) (*roce.Device,
 	return d, nil
 }
 
-func cuobjServe(dev *roce.Device, a netip.Addr, mtu ib.MTU, udpPort uint16, listen, dir string, telem *cuobj.Telemetry, reg *prometheus.Registry, stdout, stderr io.Writer) int {
+func cuobjServe(dev *roce.Device, a netip.Addr, mtu ib.MTU, udpPort uint16, listen, dir, sidecar string, logger *slog.Logger, telem *cuobj.Telemetry, reg *prometheus.Registry, stdout, stderr io.Writer) int {
+	creds, fromEnv := s3rdma.CredentialsFromEnv()
+	if !fromEnv {
+		// Nothing anonymous: without credentials in the environment the
+		// server makes a key pair and says how clients use it.
+		var err error
+		if creds, err = s3rdma.GenerateCredentials(); err != nil {
+			fmt.Fprintln(stderr, "rocectl cuobj serve:", err)
+			return 1
+		}
+	}
 	rs, err := cuobj.NewServer(dev, netip.AddrPortFrom(a, 18515), cuobj.ServerOptions{Telemetry: telem, PathMTU: mtu})
 	if err != nil {
 		fmt.Fprintln(stderr, "rocectl cuobj serve:", err)
 		return 1
 	}
 	defer rs.Close()
-	s, err := s3rdma.NewServer(dir, rs, nil)
+	ln, err := net.Listen("tcp", listen)
 	if err != nil {
 		fmt.Fprintln(stderr, "rocectl cuobj serve:", err)
 		return 1
 	}
-	st := rs.Stats()
+	defer ln.Close()
+	g, err := s3gw.New(s3gw.Options{Dir: dir, RDMA: rs, AccessKey: creds.AccessKey, SecretKey: creds.SecretKey,
+		Region: creds.Region, SideCarDir: sidecar, Logger: logger})
+	if err != nil {
+		fmt.Fprintln(stderr, "rocectl cuobj serve:", err)
+		return 1
+	}
+	defer g.Close()
+	st, gs := rs.Stats(), g.Stats()
 	devstat.CounterFuncs(reg, "cuobj_server_", map[string]func() uint64{
 		"gets": st.Gets.Load, "get_bytes": st.GetBytes.Load, "puts": st.Puts.Load, "put_bytes": st.PutBytes.Load,
 		"failed": st.Failed.Load, "resets": st.Resets.Load, "refused": st.Refused.Load,
-		"plain_gets": s.PlainGets.Load, "plain_puts": s.PlainPuts.Load,
+		"plain_gets": gs.PlainGets.Load, "plain_puts": gs.PlainPuts.Load,
 	}, map[string]string{
 		"gets": "RDMA GETs completed.", "get_bytes": "Bytes written by RDMA GETs.",
 		"puts": "RDMA PUTs completed.", "put_bytes": "Bytes read by RDMA PUTs.",
@@ -166,26 +187,24 @@ func cuobjServe(dev *roce.Device, a netip.Addr, mtu ib.MTU, udpPort uint16, list
 		"refused":    "Requests refused before submission.",
 		"plain_gets": "S3 GETs served without RDMA.", "plain_puts": "S3 PUTs served without RDMA.",
 	})
-	ln, err := net.Listen("tcp", listen)
-	if err != nil {
-		fmt.Fprintln(stderr, "rocectl cuobj serve:", err)
-		return 1
-	}
 	ctx, stop := cuobjSignalContext()
 	defer stop()
-	hs := &http.Server{Handler: s, ReadHeaderTimeout: 10 * time.Second}
 	go func() {
 		<-ctx.Done()
-		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = hs.Shutdown(sctx)
+		_ = g.Close()
 	}()
 	fmt.Fprintf(stdout, "serving %s on http://%s, RDMA from %v (UDP link, port %d)\n", dir, ln.Addr(), a, udpPort)
-	err = hs.Serve(ln)
+	if fromEnv {
+		fmt.Fprintf(stdout, "requests must be signed with the key pair of %s and %s\n", s3rdma.EnvAccessKey, s3rdma.EnvSecretKey)
+	} else {
+		fmt.Fprintf(stdout, "no %s and %s in the environment: requests must be signed with this key pair; for clients:\n%s",
+			s3rdma.EnvAccessKey, s3rdma.EnvSecretKey, creds.Exports())
+	}
+	err = g.Serve(ln)
 	fmt.Fprintf(stdout, "RDMA: %d GETs (%d bytes written), %d PUTs (%d bytes read), %d failed; plain: %d GETs, %d PUTs\n",
 		st.Gets.Load(), st.GetBytes.Load(), st.Puts.Load(), st.PutBytes.Load(), st.Failed.Load(),
-		s.PlainGets.Load(), s.PlainPuts.Load())
-	if err != nil && !errors.Is(err, http.ErrServerClosed) {
+		gs.PlainGets.Load(), gs.PlainPuts.Load())
+	if err != nil && !errors.Is(err, net.ErrClosed) {
 		fmt.Fprintln(stderr, "rocectl cuobj serve:", err)
 		return 1
 	}
@@ -229,24 +248,23 @@ func cuobjTransfer(dev *roce.Device, put bool, rawURL, file string, telem *cuobj
 			fmt.Fprintln(stderr, "rocectl cuobj:", err)
 			return 1
 		}
-		if len(buf) == 0 {
-			fmt.Fprintln(stderr, "rocectl cuobj: an empty object has nothing to move by RDMA")
-			return 1
-		}
 	} else {
-		size, err := headSize(ctx, "http://"+u.Host+"/"+bucket+"/"+key)
+		size, err := c.Head(ctx, bucket, key)
 		if err != nil {
 			fmt.Fprintln(stderr, "rocectl cuobj:", err)
 			return 1
 		}
 		if size == 0 {
+			fmt.Fprintf(stdout, "GET %s/%s: 0 bytes, an empty object: nothing to move\n", bucket, key)
 			return writeFile(file, nil, stderr)
 		}
 		buf = make([]byte, size)
 	}
-	if err := c.RDMA().Register(buf); err != nil {
-		fmt.Fprintln(stderr, "rocectl cuobj:", err)
-		return 1
+	if len(buf) > 0 {
+		if err := c.RDMA().Register(buf); err != nil {
+			fmt.Fprintln(stderr, "rocectl cuobj:", err)
+			return 1
+		}
 	}
 	start := time.Now()
 	var n int64
@@ -271,6 +289,9 @@ func cuobjTransfer(dev *roce.Device, put bool, rawURL, file string, telem *cuobj
 	if put {
 		op = "PUT"
 	}
+	if len(buf) == 0 {
+		how = "by HTTP (an empty object has nothing to move by RDMA)"
+	}
 	if byRDMA {
 		how = "by RDMA"
 		if put {
@@ -282,22 +303,6 @@ func cuobjTransfer(dev *roce.Device, put bool, rawURL, file string, telem *cuobj
 	fmt.Fprintf(stdout, "%s %s/%s: %d bytes %s in %v, %.1f MB/s\n", op, bucket, key, n, how,
 		el.Round(time.Microsecond), float64(n)/el.Seconds()/1e6)
 	return 0
-}
-
-func headSize(ctx context.Context, u string) (int64, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodHead, u, nil)
-	if err != nil {
-		return 0, err
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return 0, err
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return 0, fmt.Errorf("HEAD %s: %s", u, resp.Status)
-	}
-	return strconv.ParseInt(resp.Header.Get("Content-Length"), 10, 64)
 }
 
 func writeFile(name string, b []byte, stderr io.Writer) int {

@@ -57,7 +57,11 @@ func TestCuobjCommand(t *testing.T) {
 	srvAddr, cliAddr := "127.0.0.3", "127.0.0.4"
 	port := strconv.Itoa(freeUDPPort(t, srvAddr, cliAddr))
 	dir := t.TempDir()
-	os.Mkdir(filepath.Join(dir, "bkt"), 0o755)
+	// The server and the clients sign with the same key pair.
+	t.Setenv("AWS_ACCESS_KEY_ID", "GRCMDTESTKEY00000001")
+	t.Setenv("AWS_SECRET_ACCESS_KEY", "cmd-test-secret-0123456789abcdefghijklm")
+	t.Setenv("AWS_REGION", "us-east-1")
+	os.Mkdir(filepath.Join(dir, "bkt"), 0o755) // a directory is a bucket
 	ctx, cancel := context.WithCancel(context.Background())
 	old := cuobjSignalContext
 	cuobjSignalContext = func() (context.Context, context.CancelFunc) { return context.WithCancel(ctx) }
@@ -87,6 +91,9 @@ func TestCuobjCommand(t *testing.T) {
 			t.Errorf("serve summary: %s", sout.String())
 		}
 	}()
+	if !strings.Contains(sout.String(), "requests must be signed with the key pair of AWS_ACCESS_KEY_ID") {
+		t.Errorf("serve banner: %s", sout.String())
+	}
 	in := filepath.Join(t.TempDir(), "in")
 	data := make([]byte, 3<<20+17)
 	rand.Read(data)
@@ -121,7 +128,7 @@ func TestCuobjCommand(t *testing.T) {
 	}
 	script := `
 import boto3, sys, hashlib
-s3 = boto3.client("s3", endpoint_url=sys.argv[1], aws_access_key_id="x", aws_secret_access_key="x", region_name="us-east-1")
+s3 = boto3.client("s3", endpoint_url=sys.argv[1], region_name="us-east-1")  # keys from the environment
 s3.put_object(Bucket="bkt", Key="plain/one", Body=b"hello boto3")
 assert s3.get_object(Bucket="bkt", Key="plain/one")["Body"].read() == b"hello boto3"
 body = s3.get_object(Bucket="bkt", Key="obj")["Body"].read()
@@ -131,6 +138,7 @@ assert keys == ["obj", "plain/one"], keys
 s3.delete_object(Bucket="bkt", Key="plain/one")
 `
 	cmd := exec.Command(py, "-c", script, endpoint)
+	cmd.Env = append(os.Environ(), "AWS_CA_BUNDLE=") // plain HTTP
 	res, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("boto3: %v\n%s", err, res)
@@ -160,4 +168,73 @@ func pythonWithBoto3() string {
 		}
 	}
 	return ""
+}
+
+// TestCuobjServeMakesKeys: without credentials in the environment, serve
+// makes a key pair and prints the exports; a client with them is served,
+// one without a key is refused.
+func TestCuobjServeMakesKeys(t *testing.T) {
+	srvAddr, cliAddr := "127.0.0.5", "127.0.0.6"
+	port := strconv.Itoa(freeUDPPort(t, srvAddr, cliAddr))
+	dir := t.TempDir()
+	os.Mkdir(filepath.Join(dir, "bkt"), 0o755)
+	t.Setenv("AWS_ACCESS_KEY_ID", "")
+	t.Setenv("AWS_SECRET_ACCESS_KEY", "")
+	ctx, cancel := context.WithCancel(context.Background())
+	old := cuobjSignalContext
+	cuobjSignalContext = func() (context.Context, context.CancelFunc) { return context.WithCancel(ctx) }
+	defer func() { cuobjSignalContext = old }()
+	var sout, serr syncBuffer
+	done := make(chan int, 1)
+	go func() {
+		done <- run([]string{"cuobj", "serve", "--listen", "127.0.0.1:0", "--rdma", srvAddr, "--udp-port", port, dir}, &sout, &serr)
+	}()
+	defer func() {
+		cancel()
+		if code := <-done; code != 0 {
+			t.Errorf("serve exited %d: %s", code, serr.String())
+		}
+	}()
+	re := regexp.MustCompile(`(?s)on (http://[0-9.:]+),.*export AWS_ACCESS_KEY_ID=(\S+)\nexport AWS_SECRET_ACCESS_KEY=(\S+)\n`)
+	var m []string
+	for deadline := time.Now().Add(20 * time.Second); m == nil; time.Sleep(20 * time.Millisecond) {
+		m = re.FindStringSubmatch(sout.String())
+		if m == nil && time.Now().After(deadline) {
+			t.Fatalf("serve printed no key pair: %s %s", sout.String(), serr.String())
+		}
+	}
+	in := filepath.Join(t.TempDir(), "in")
+	os.WriteFile(in, []byte("made keys"), 0o644)
+	var out, errOut bytes.Buffer
+	if code := run([]string{"cuobj", "put", "--rdma", cliAddr, "--udp-port", port, m[1] + "/bkt/obj", in}, &out, &errOut); code == 0 {
+		t.Fatalf("put without keys succeeded: %s", out.String())
+	}
+	t.Setenv("AWS_ACCESS_KEY_ID", m[2])
+	t.Setenv("AWS_SECRET_ACCESS_KEY", m[3]+"x")
+	if code := run([]string{"cuobj", "put", "--rdma", cliAddr, "--udp-port", port, m[1] + "/bkt/obj", in}, &out, &errOut); code == 0 {
+		t.Fatalf("put with a wrong secret succeeded: %s", out.String())
+	}
+	t.Setenv("AWS_SECRET_ACCESS_KEY", m[3])
+	errOut.Reset()
+	if code := run([]string{"cuobj", "put", "--rdma", cliAddr, "--udp-port", port, m[1] + "/bkt/obj", in}, &out, &errOut); code != 0 {
+		t.Fatalf("put with the printed keys: %d %s", code, errOut.String())
+	}
+	if b, _ := os.ReadFile(filepath.Join(dir, "bkt", "obj")); string(b) != "made keys" {
+		t.Errorf("stored %q", b)
+	}
+	// An empty file goes by HTTP, and says so.
+	empty := filepath.Join(t.TempDir(), "empty")
+	os.WriteFile(empty, nil, 0o644)
+	out.Reset()
+	if code := run([]string{"cuobj", "put", "--rdma", cliAddr, "--udp-port", port, m[1] + "/bkt/empty", empty}, &out, &errOut); code != 0 || !strings.Contains(out.String(), "by HTTP (an empty object") {
+		t.Errorf("empty put: %d %s %s", code, out.String(), errOut.String())
+	}
+	out.Reset()
+	got := filepath.Join(t.TempDir(), "got")
+	if code := run([]string{"cuobj", "get", "--rdma", cliAddr, "--udp-port", port, m[1] + "/bkt/empty", got}, &out, &errOut); code != 0 || !strings.Contains(out.String(), "empty object") {
+		t.Errorf("empty get: %d %s %s", code, out.String(), errOut.String())
+	}
+	if st, err := os.Stat(got); err != nil || st.Size() != 0 {
+		t.Errorf("empty get wrote %v %v", st, err)
+	}
 }

@@ -3,6 +3,8 @@ package s3rdma
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -11,6 +13,10 @@ import (
 	"strings"
 	"sync/atomic"
 	"syscall"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	v4 "github.com/aws/aws-sdk-go-v2/aws/signer/v4"
 
 	"github.com/goroce/goroce/cuobj"
 	"github.com/goroce/goroce/roce"
@@ -22,6 +28,9 @@ type Client struct {
 	endpoint string // "http://host:port"
 	http     *http.Client
 	rdma     *cuobj.Client
+	creds    aws.Credentials
+	region   string
+	signer   *v4.Signer
 
 	// Counters: objects and bytes moved by RDMA and over HTTP.
 	RDMAObjects, HTTPObjects atomic.Uint64
@@ -32,12 +41,30 @@ type Client struct {
 type ClientOptions struct {
 	HTTP *http.Client        // default http.DefaultClient
 	RDMA cuobj.ClientOptions // options of the cuObject client
+	// Credentials sign every request (SigV4); the zero value takes them
+	// from the environment (CredentialsFromEnv).
+	Credentials Credentials
 }
 
 // NewClient makes a client of the S3 endpoint ("http://host:port") that
 // moves data by RDMA on dev.
 func NewClient(dev *roce.Device, endpoint string, o ClientOptions) (*Client, error) {
-	c := &Client{endpoint: strings.TrimSuffix(endpoint, "/"), http: o.HTTP}
+	cr := o.Credentials
+	if cr.AccessKey == "" && cr.SecretKey == "" {
+		var ok bool
+		if cr, ok = CredentialsFromEnv(); !ok {
+			return nil, fmt.Errorf("s3rdma: no credentials: set %s and %s", EnvAccessKey, EnvSecretKey)
+		}
+	}
+	if cr.AccessKey == "" || cr.SecretKey == "" {
+		return nil, errors.New("s3rdma: credentials need both an access key and a secret key")
+	}
+	if cr.Region == "" {
+		cr.Region = DefaultRegion
+	}
+	c := &Client{endpoint: strings.TrimSuffix(endpoint, "/"), http: o.HTTP, region: cr.Region,
+		creds:  aws.Credentials{AccessKeyID: cr.AccessKey, SecretAccessKey: cr.SecretKey},
+		signer: v4.NewSigner(func(so *v4.SignerOptions) { so.DisableURIPathEscaping = true })}
 	if c.http == nil {
 		c.http = http.DefaultClient
 	}
@@ -74,14 +101,57 @@ func (c *Client) Get(ctx context.Context, bucket, key string, buf []byte) (int64
 
 // Put stores data, which must be registered with c.RDMA(), as object
 // bucket/key, and says whether it went by RDMA. Objects larger than one
-// callback (cuobj.MaxOpSize) are refused: S3 has no offset PUT.
+// callback (cuobj.MaxOpSize) are refused: S3 has no offset PUT. An empty
+// object has nothing to move by RDMA: it goes by plain HTTP.
 func (c *Client) Put(ctx context.Context, bucket, key string, data []byte) (bool, error) {
+	r := &request{bucket: bucket, key: key}
+	if len(data) == 0 {
+		_, err := c.httpPut(ctx, r, nil)
+		return false, err
+	}
 	if c.rdma.MaxRequestCallbackSize(data) < int64(len(data)) {
 		return false, fmt.Errorf("s3rdma: %d-byte object: one PUT moves at most %d bytes", len(data), c.rdma.MaxRequestCallbackSize(data))
 	}
-	r := &request{bucket: bucket, key: key}
 	_, err := c.rdma.Put(ctx, r, data, 0, 0)
 	return r.rdma.Load(), err
+}
+
+// Head returns the size of object bucket/key.
+func (c *Client) Head(ctx context.Context, bucket, key string) (int64, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodHead, c.url(&request{bucket: bucket, key: key}), nil)
+	if err != nil {
+		return 0, err
+	}
+	resp, err := c.do(req, emptySHA256)
+	if err != nil {
+		return 0, err
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return 0, fmt.Errorf("s3rdma: HEAD %s/%s: %s", bucket, key, resp.Status)
+	}
+	return resp.ContentLength, nil
+}
+
+// Payload hashes: of a request without a body, and of an RDMA PUT.
+const (
+	emptySHA256     = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
+	unsignedPayload = "UNSIGNED-PAYLOAD"
+)
+
+// do signs req (SigV4, every header but the few the signer leaves out,
+// so the RDMA token too) for a body whose SHA-256 is payloadHash, and
+// sends it.
+func (c *Client) do(req *http.Request, payloadHash string) (*http.Response, error) {
+	req.Header.Set("X-Amz-Content-Sha256", payloadHash)
+	if err := c.signer.SignHTTP(req.Context(), c.creds, req, payloadHash, "s3", c.region, time.Now()); err != nil {
+		return nil, fmt.Errorf("s3rdma: sign: %w", err)
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", syscall.ECONNREFUSED, err)
+	}
+	return resp, nil
 }
 
 // statusErr maps an HTTP failure to an errno: 5xx and 429 are retryable
@@ -111,9 +181,9 @@ func (c *Client) getChunk(h *cuobj.Handle, chunk []byte, off int64, info *cuobj.
 	req.Header.Set(HeaderToken, info.Desc)
 	req.Header.Set(HeaderAgent, AgentCuObj)
 	req.Header.Set("Range", fmt.Sprintf("bytes=%d-%d", off, off+int64(len(chunk))-1))
-	resp, err := c.http.Do(req)
+	resp, err := c.do(req, emptySHA256)
 	if err != nil {
-		return 0, fmt.Errorf("%w: %v", syscall.ECONNREFUSED, err)
+		return 0, err
 	}
 	defer resp.Body.Close()
 	switch {
@@ -141,9 +211,9 @@ func (c *Client) httpGet(ctx context.Context, r *request, chunk []byte, off int6
 		return 0, err
 	}
 	req.Header.Set("Range", fmt.Sprintf("bytes=%d-%d", off, off+int64(len(chunk))-1))
-	resp, err := c.http.Do(req)
+	resp, err := c.do(req, emptySHA256)
 	if err != nil {
-		return 0, fmt.Errorf("%w: %v", syscall.ECONNREFUSED, err)
+		return 0, err
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode == http.StatusRequestedRangeNotSatisfiable && off > 0 {
@@ -169,11 +239,11 @@ func (c *Client) putChunk(h *cuobj.Handle, chunk []byte, off int64, info *cuobj.
 	}
 	req.Header.Set(HeaderToken, info.Desc)
 	req.Header.Set(HeaderAgent, AgentCuObj)
-	req.Header.Set("X-Amz-Content-Sha256", "UNSIGNED-PAYLOAD")
 	req.ContentLength = 0
-	resp, err := c.http.Do(req)
+	// As the protocol has it: the body that counts moves by RDMA.
+	resp, err := c.do(req, unsignedPayload)
 	if err != nil {
-		return 0, fmt.Errorf("%w: %v", syscall.ECONNREFUSED, err)
+		return 0, err
 	}
 	defer resp.Body.Close()
 	switch {
@@ -193,9 +263,10 @@ func (c *Client) httpPut(ctx context.Context, r *request, data []byte) (int, err
 	if err != nil {
 		return 0, err
 	}
-	resp, err := c.http.Do(req)
+	sum := sha256.Sum256(data)
+	resp, err := c.do(req, hex.EncodeToString(sum[:]))
 	if err != nil {
-		return 0, fmt.Errorf("%w: %v", syscall.ECONNREFUSED, err)
+		return 0, err
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode/100 != 2 {

@@ -1,6 +1,6 @@
-// Package s3rdma is the S3-over-RDMA control path of cuObject: an S3
-// server that stores objects in a directory and a client, speaking the
-// public header protocol.
+// Package s3rdma is the client side of cuObject's S3-over-RDMA control
+// path, speaking the public header protocol; its server is package
+// cuobj/s3gw.
 //
 // A request that carries x-amz-rdma-token moves the object by RDMA: for a
 // GET the server RDMA WRITEs it into the client's memory, for a PUT it
@@ -10,20 +10,19 @@
 // holds its start) and, for a GET, x-amz-rdma-bytes-transferred. A server
 // without RDMA answers 501 NotImplemented, and the client falls back to
 // the HTTP body (GET) or sends the body (PUT); an invalid token is 400
-// InvalidRDMAToken, a failed transfer 500 RDMATransferFailed.
+// InvalidRDMAToken, a failed transfer 500 RDMATransferFailed. An empty
+// object goes by plain HTTP.
 //
-// Without a token the server is a plain S3 server (GET, PUT, HEAD, DELETE
-// of objects, PUT of a bucket, ListObjectsV2), so ordinary S3 clients work
-// on the same objects. It does not check signatures.
+// Every request is signed with SigV4 (the AWS SDK's signer), the token
+// headers among the signed ones, with credentials from ClientOptions or
+// the environment (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_REGION).
 package s3rdma
 
 // Header names of the protocol.
 const (
-	HeaderToken       = "X-Amz-Rdma-Token"
-	HeaderReply       = "X-Amz-Rdma-Reply"
-	HeaderBytes       = "X-Amz-Rdma-Bytes-Transferred"
-	HeaderAgent       = "X-Amz-Rdma-Agent"
-	AgentCuObj        = "cuobj"
-	errInvalidToken   = "InvalidRDMAToken"
-	errTransferFailed = "RDMATransferFailed"
+	HeaderToken = "X-Amz-Rdma-Token"
+	HeaderReply = "X-Amz-Rdma-Reply"
+	HeaderBytes = "X-Amz-Rdma-Bytes-Transferred"
+	HeaderAgent = "X-Amz-Rdma-Agent"
+	AgentCuObj  = "cuobj"
 )

@@ -373,3 +373,73 @@ func TestBenchImportsNoInterop(t *testing.T) {
 		}
 	}
 }
+
+// gatewayDeps are the S3 gateway's modules (versitygw, its web framework
+// and HTTP server): only the gateway package and the command that serves
+// it may depend on them, even indirectly, so that the rest of goroce
+// builds without them.
+var gatewayDeps = []string{"github.com/versity/", "github.com/gofiber/", "github.com/valyala/"}
+
+var gatewayUsers = []string{"cuobj/s3gw", "cmd/rocectl"}
+
+// awsUsers may import the AWS SDK (the client's SigV4 signer).
+var awsUsers = []string{"cuobj/s3rdma", "cuobj/s3gw", "cmd/rocectl"}
+
+func TestGatewayDepsConfined(t *testing.T) {
+	for _, p := range listPackages(t) {
+		from, ok := rel(p.ImportPath)
+		if !ok {
+			continue
+		}
+		for _, d := range p.Deps {
+			for _, g := range gatewayDeps {
+				if strings.HasPrefix(d, g) && !slices.Contains(gatewayUsers, from) {
+					t.Errorf("%s depends on %s: only %v may", from, d, gatewayUsers)
+				}
+			}
+		}
+		for _, imp := range p.Imports {
+			if strings.HasPrefix(imp, "github.com/aws/") && !slices.Contains(awsUsers, from) {
+				t.Errorf("%s imports %s: only %v may", from, imp, awsUsers)
+			}
+		}
+	}
+}
+
+// The gateway and the command build without cgo: no package they depend
+// on, outside the standard library (which has pure-Go fallbacks), has
+// cgo files. (Listing is cheap; a CGO_ENABLED=0 build of all of
+// versitygw is not, on a busy machine.)
+func TestGatewayBuildsWithoutCgo(t *testing.T) {
+	gotool := goTool(t)
+	cmd := exec.Command(gotool, "list", "-e", "-deps", "-json=ImportPath,Standard,CgoFiles,Error", "./cuobj/s3gw", "./cmd/rocectl")
+	cmd.Dir = moduleRoot(t, gotool)
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=1")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("go list: %v\n%s", err, stderr.Bytes())
+	}
+	n := 0
+	for dec := json.NewDecoder(bytes.NewReader(out)); dec.More(); n++ {
+		var p struct {
+			ImportPath string
+			Standard   bool
+			CgoFiles   []string
+			Error      *struct{ Err string }
+		}
+		if err := dec.Decode(&p); err != nil {
+			t.Fatalf("go list output: %v", err)
+		}
+		if p.Error != nil {
+			t.Errorf("%s: %s", p.ImportPath, p.Error.Err)
+		}
+		if !p.Standard && len(p.CgoFiles) > 0 {
+			t.Errorf("%s has cgo files %v", p.ImportPath, p.CgoFiles)
+		}
+	}
+	if n < 100 {
+		t.Errorf("go list found only %d packages", n)
+	}
+}

@@ -1,9 +1,7 @@
-package s3rdma
+package s3gw
 
 import (
 	"context"
-	"os"
-	"path/filepath"
 	"testing"
 )
 
@@ -18,9 +16,7 @@ func BenchmarkS3RDMAGet1MiB(b *testing.B) { benchGet(b, 1<<20) }
 
 func benchGet(b *testing.B, size int) {
 	e := setupB(b)
-	if err := os.WriteFile(filepath.Join(e.dir, "bucket", "o"), data(size), 0o644); err != nil {
-		b.Fatal(err)
-	}
+	e.s.mustOK(b, "PUT", "/bucket/o", data(size))
 	buf := make([]byte, size)
 	if err := e.cli.RDMA().Register(buf); err != nil {
 		b.Fatal(err)

@@ -1,28 +1,23 @@
-package s3rdma
+package s3gw
 
 import (
 	"context"
-	"io"
-	"log/slog"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"net/netip"
-	"os"
-	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/goroce/goroce/cuobj"
-	"github.com/goroce/goroce/link/memlink"
-	"github.com/goroce/goroce/roce"
+	"github.com/goroce/goroce/cuobj/s3rdma"
 )
 
-// The exhaustion attacks of issue #28 on the server: many RDMA requests
-// whose token names a client that never answers, sent anonymously from
-// an HTTP address of their own, while a legitimate client keeps working.
+// The exhaustion attacks of issue #28 on the gateway: many RDMA requests
+// whose token names a client that never answers, sent (signed: the
+// attacker holds a key) from an HTTP address of their own, while a
+// legitimate client keeps working.
 
 // phantomIP is a client that does not exist: the server's device sends
 // to the client's MAC, whose device drops what is not for its address,
@@ -31,62 +26,44 @@ var phantomIP = netip.MustParseAddr("10.0.0.9")
 
 type attackEnv struct {
 	rs     *cuobj.Server
-	s      *Server
-	hs     *httptest.Server
-	cli    *Client
+	g      *Gateway
+	url    string
+	cli    *s3rdma.Client
 	dir    string
 	tun    cuobj.Tunables
-	attack []*http.Client // HTTP from 127.0.0.2 …: the attacker's own addresses
+	attack []*signer // HTTP from 127.0.0.2 …: the attacker's own addresses
 }
 
 func newAttackEnv(t *testing.T) *attackEnv {
-	macA, macB := net.HardwareAddr{2, 0, 0, 0, 0, 0xa}, net.HardwareAddr{2, 0, 0, 0, 0, 0xb}
-	la, lb := memlink.PairWithOptions(memlink.Options{HardwareAddrA: macA, HardwareAddrB: macB})
-	lg := slog.New(slog.NewTextHandler(io.Discard, nil))
-	sdev, err := roce.OpenLink(la, roce.Options{Addrs: []netip.Addr{srvIP},
-		Neighbours: map[netip.Addr]net.HardwareAddr{cliIP: macB, phantomIP: macB}, Logger: lg})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { sdev.Close() })
-	cdev, err := roce.OpenLink(lb, roce.Options{Addrs: []netip.Addr{cliIP}, Neighbours: map[netip.Addr]net.HardwareAddr{srvIP: macA}, Logger: lg})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cdev.Close() })
+	sdev, cdev := devices(t, phantomIP)
 	e := &attackEnv{tun: cuobj.DefaultTunables(), dir: t.TempDir()}
 	// The connect timeout is what the attack costs; 2 s keeps the test
 	// short. The budget is small enough that an attack which held
 	// buffers would meet it.
 	e.tun.ConnectTimeout = 2 * time.Second
 	e.tun.MaxHeldBytes = 64 << 20
+	var err error
 	if e.rs, err = cuobj.NewServer(sdev, netip.AddrPortFrom(srvIP, 18515), cuobj.ServerOptions{Tunables: &e.tun, Telemetry: quiet}); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { e.rs.Close() })
 	e.tun = e.rs.Tunables()
-	if e.s, err = NewServer(e.dir, e.rs, nil); err != nil {
-		t.Fatal(err)
-	}
-	e.hs = httptest.NewServer(e.s)
-	t.Cleanup(e.hs.Close)
+	e.g, e.url = gateway(t, Options{Dir: e.dir, RDMA: e.rs})
 	cfg := cuobj.DefaultConfig()
 	// 503s are retried (EAGAIN) up to 10 times, 500 ms apart: a client
 	// that waits about as long as Retry-After says.
 	cfg.Properties.IORetryCount, cfg.Properties.IORetryDelayMS = 10, 500
-	if e.cli, err = NewClient(cdev, e.hs.URL, ClientOptions{RDMA: cuobj.ClientOptions{Config: &cfg, Telemetry: quiet,
+	if e.cli, err = s3rdma.NewClient(cdev, e.url, s3rdma.ClientOptions{Credentials: creds, RDMA: cuobj.ClientOptions{Config: &cfg, Telemetry: quiet,
 		Servers: []netip.Addr{srvIP}}}); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { e.cli.Close() })
-	if err := os.Mkdir(filepath.Join(e.dir, "bucket"), 0o755); err != nil {
-		t.Fatal(err)
-	}
+	(&signer{url: e.url, creds: creds}).mustOK(t, "PUT", "/bucket", nil)
 	for i := range 5 {
 		d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, byte(2+i))}}
 		c := &http.Client{Transport: &http.Transport{DialContext: d.DialContext, MaxIdleConnsPerHost: 256}}
 		t.Cleanup(c.CloseIdleConnections)
-		e.attack = append(e.attack, c)
+		e.attack = append(e.attack, &signer{url: e.url, creds: creds, http: c})
 	}
 	return e
 }
@@ -141,15 +118,12 @@ func (e *attackEnv) flood(ctx context.Context, t *testing.T, n, addrs int, metho
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			req, _ := http.NewRequestWithContext(ctx, method, e.hs.URL+"/bucket/obj"+map[bool]string{true: "", false: "-put"}[method == "GET"], nil)
-			req.Header.Set(HeaderToken, phantomToken(size))
-			resp, err := e.attack[i%addrs].Do(req)
+			path := "/bucket/obj" + map[bool]string{true: "", false: "-put"}[method == "GET"]
+			resp, _, err := e.attack[i%addrs].try(ctx, method, path, nil, map[string]string{s3rdma.HeaderToken: phantomToken(size)})
 			if err != nil {
 				t.Errorf("attack request: %v", err)
 				return
 			}
-			_, _ = io.Copy(io.Discard, resp.Body)
-			resp.Body.Close()
 			mu.Lock()
 			codes[resp.StatusCode]++
 			if resp.StatusCode == http.StatusServiceUnavailable && resp.Header.Get("Retry-After") != "" {
@@ -256,7 +230,7 @@ func TestAttackExhaustion(t *testing.T) {
 	st := e.rs.Stats()
 	t.Logf("server: connect timeouts %d, refused per-client %d, no channel %d, memory %d; front end: overloaded %d, timeouts %d",
 		st.ConnectTimeouts.Load(), st.RefusedClientChannels.Load(), st.RefusedNoChannel.Load(), st.RefusedMemory.Load(),
-		e.s.Overloaded.Load(), e.s.ConnectTimeouts.Load())
+		e.g.Stats().Overloaded.Load(), e.g.Stats().ConnectTimeouts.Load())
 	if st.ConnectTimeouts.Load() == 0 || st.RefusedClientChannels.Load() == 0 {
 		t.Error("refusals not counted")
 	}
@@ -291,18 +265,15 @@ func TestBudget(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	req, _ := http.NewRequestWithContext(ctx, "PUT", e.hs.URL+"/bucket/big", nil)
-	req.Header.Set(HeaderToken, tok)
-	resp, err := http.DefaultClient.Do(req)
+	resp, _, err := (&signer{url: e.url, creds: creds}).try(ctx, "PUT", "/bucket/big", nil, map[string]string{s3rdma.HeaderToken: tok})
 	if err != nil {
 		t.Fatal(err)
 	}
-	resp.Body.Close()
 	if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") == "" {
 		t.Errorf("PUT past the budget: %d, Retry-After %q", resp.StatusCode, resp.Header.Get("Retry-After"))
 	}
-	if e.rs.Stats().RefusedMemory.Load() < 2 || e.s.Overloaded.Load() != 1 {
-		t.Errorf("refused memory %d, overloaded %d", e.rs.Stats().RefusedMemory.Load(), e.s.Overloaded.Load())
+	if e.rs.Stats().RefusedMemory.Load() < 2 || e.g.Stats().Overloaded.Load() != 1 {
+		t.Errorf("refused memory %d, overloaded %d", e.rs.Stats().RefusedMemory.Load(), e.g.Stats().Overloaded.Load())
 	}
 	_ = e.cli.RDMA().PutRDMAToken(tok)
 }
