@@ -111,8 +111,9 @@ type QP struct {
 	inReady   bool
 	readyNext *QP
 	reqTurn   bool // the requester goes first on the next produce
-	inTimers  bool
 	destroyed bool
+	timerIdx  int32  // 1 + index in the engine's timer heap, 0 if not in it
+	timerPass uint32 // the Advance pass that last ran this QP's timers
 
 	// replyFirst: requests go before queued single-packet responses
 	// (SetReplyBeforeAck).
@@ -262,6 +263,7 @@ func (q *QP) Destroy() error {
 	q.destroyed = true
 	q.destroyDC()
 	q.e.ready.remove(q)
+	q.e.timers.remove(q)
 	delete(q.e.qps, q.qpn)
 	if q.e.rxQP == q {
 		q.e.rxQP = nil
@@ -984,16 +986,14 @@ func (q *QP) armRTO(now time.Duration) {
 	q.watchTimers(q.comp.deadline)
 }
 
-// watchTimers puts the QP on the engine's list of QPs with running timers
-// and notes the timer just armed to expire at at (Engine.TakeArmed).
+// watchTimers puts the QP in the engine's timer heap, keyed no later than
+// at, and notes the timer just armed to expire at at (Engine.TakeArmed).
 func (q *QP) watchTimers(at time.Duration) {
-	if e := q.e; !e.armedOK || at < e.armed {
+	e := q.e
+	if !e.armedOK || at < e.armed {
 		e.armed, e.armedOK = at, true
 	}
-	if !q.inTimers {
-		q.inTimers = true
-		q.e.timers = append(q.e.timers, q)
-	}
+	e.timers.arm(q, at)
 }
 
 // deadline returns the QP's earliest timer.

@@ -1,0 +1,158 @@
+package qp
+
+import "time"
+
+// timerHeap holds the QPs that may have a timer running, ordered by a key
+// that is never later than the QP's earliest deadline (QP.deadline), so
+// that NextDeadline and Advance cost O(log n) per timer event instead of a
+// scan of every QP with a timer.
+//
+// Keys are lazy: arming a timer earlier lowers the QP's key (watchTimers),
+// but stopping a timer or moving it later leaves the key as it was, since
+// those happen per packet and are many. A QP whose key turns out early is
+// fixed when it reaches the top: NextDeadline re-keys or drops it, Advance
+// runs it (finding nothing due) and re-keys it. Each such fix is paid for
+// by the arm that made the key.
+type timerHeap struct {
+	ents []timerEnt
+	// due holds the QPs Advance has run in the current pass, so that a QP
+	// whose timer is re-armed at or before now by the pass runs at most once
+	// per call, as it did with a scan.
+	due  []*QP
+	pass uint32
+}
+
+type timerEnt struct {
+	at time.Duration
+	q  *QP
+}
+
+func (h *timerHeap) len() int { return len(h.ents) }
+
+// arm makes q's key at most at, inserting q if it is not in the heap.
+func (h *timerHeap) arm(q *QP, at time.Duration) {
+	if q.timerIdx == 0 {
+		h.ents = append(h.ents, timerEnt{at, q})
+		q.timerIdx = int32(len(h.ents))
+		h.up(len(h.ents) - 1)
+		return
+	}
+	i := int(q.timerIdx - 1)
+	if at < h.ents[i].at {
+		h.ents[i].at = at
+		h.up(i)
+	}
+}
+
+// rekey sets q's key to at exactly (q is in the heap).
+func (h *timerHeap) rekey(q *QP, at time.Duration) {
+	i := int(q.timerIdx - 1)
+	old := h.ents[i].at
+	h.ents[i].at = at
+	if at < old {
+		h.up(i)
+	} else {
+		h.down(i)
+	}
+}
+
+// remove takes q out of the heap if it is in it.
+func (h *timerHeap) remove(q *QP) {
+	if q.timerIdx == 0 {
+		return
+	}
+	i := int(q.timerIdx - 1)
+	last := len(h.ents) - 1
+	if i != last {
+		h.swap(i, last)
+	}
+	h.ents[last] = timerEnt{}
+	h.ents = h.ents[:last]
+	q.timerIdx = 0
+	if i != last {
+		h.down(i)
+		h.up(i)
+	}
+}
+
+func (h *timerHeap) swap(i, j int) {
+	h.ents[i], h.ents[j] = h.ents[j], h.ents[i]
+	h.ents[i].q.timerIdx = int32(i + 1)
+	h.ents[j].q.timerIdx = int32(j + 1)
+}
+
+func (h *timerHeap) up(i int) {
+	for i > 0 {
+		p := (i - 1) / 2
+		if h.ents[p].at <= h.ents[i].at {
+			return
+		}
+		h.swap(i, p)
+		i = p
+	}
+}
+
+func (h *timerHeap) down(i int) {
+	n := len(h.ents)
+	for {
+		c := 2*i + 1
+		if c >= n {
+			return
+		}
+		if r := c + 1; r < n && h.ents[r].at < h.ents[c].at {
+			c = r
+		}
+		if h.ents[i].at <= h.ents[c].at {
+			return
+		}
+		h.swap(i, c)
+		i = c
+	}
+}
+
+// next returns the earliest deadline of any QP in the heap, first
+// dropping QPs with no timer left and re-keying those whose key is early.
+func (h *timerHeap) next() (time.Duration, bool) {
+	for len(h.ents) > 0 {
+		top := h.ents[0]
+		d, ok := top.q.deadline()
+		if !ok || top.q.destroyed {
+			h.remove(top.q)
+			continue
+		}
+		if d == top.at {
+			return d, true
+		}
+		h.rekey(top.q, d)
+	}
+	return 0, false
+}
+
+// advance runs the timers of every QP whose key is at or before now.
+func (h *timerHeap) advance(now time.Duration) {
+	h.pass++
+	for len(h.ents) > 0 && h.ents[0].at <= now {
+		q := h.ents[0].q
+		h.remove(q)
+		if q.destroyed {
+			continue
+		}
+		if q.timerPass == h.pass {
+			// Re-armed by this pass at or before now: next call.
+			h.due = append(h.due, q)
+			continue
+		}
+		q.timerPass = h.pass
+		q.advance(now)
+		if d, ok := q.deadline(); ok {
+			h.arm(q, d)
+		}
+	}
+	for i, q := range h.due {
+		if d, ok := q.deadline(); ok && !q.destroyed {
+			h.arm(q, d)
+		}
+		h.due[i] = nil
+	}
+	h.due = h.due[:0]
+}
