@@ -81,9 +81,14 @@ func (h *timerHeap) swap(i, j int) {
 	h.ents[j].q.timerIdx = int32(j + 1)
 }
 
+// The heap is 4-ary: half the levels of a binary heap, and so half the
+// moves, each of which writes the index of a QP likely out of cache; the
+// four children it compares sit side by side in ents.
+const timerArity = 4
+
 func (h *timerHeap) up(i int) {
 	for i > 0 {
-		p := (i - 1) / 2
+		p := (i - 1) / timerArity
 		if h.ents[p].at <= h.ents[i].at {
 			return
 		}
@@ -95,12 +100,15 @@ func (h *timerHeap) up(i int) {
 func (h *timerHeap) down(i int) {
 	n := len(h.ents)
 	for {
-		c := 2*i + 1
-		if c >= n {
+		first := timerArity*i + 1
+		if first >= n {
 			return
 		}
-		if r := c + 1; r < n && h.ents[r].at < h.ents[c].at {
-			c = r
+		c := first
+		for k := first + 1; k < first+timerArity && k < n; k++ {
+			if h.ents[k].at < h.ents[c].at {
+				c = k
+			}
 		}
 		if h.ents[i].at <= h.ents[c].at {
 			return

@@ -87,8 +87,8 @@ func checkHeap(t *testing.T, e *Engine, qs []*QP) {
 		if int(x.q.timerIdx) != i+1 {
 			t.Fatalf("entry %d: QP says index %d", i, x.q.timerIdx-1)
 		}
-		if i > 0 && h.ents[(i-1)/2].at > x.at {
-			t.Fatalf("entry %d: key %v before its parent's %v", i, x.at, h.ents[(i-1)/2].at)
+		if p := (i - 1) / timerArity; i > 0 && h.ents[p].at > x.at {
+			t.Fatalf("entry %d: key %v before its parent's %v", i, x.at, h.ents[p].at)
 		}
 	}
 	for _, q := range qs {
