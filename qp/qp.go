@@ -111,7 +111,7 @@ type QP struct {
 	readyNext *QP
 	reqTurn   bool // the requester goes first on the next produce
 	destroyed bool
-	timerIdx  int32  // 1 + index in the engine's timer heap, 0 if not in it
+	timerSlot int32  // the QP's slot in the engine's timer heap, 0 if none yet
 	timerPass uint32 // the Advance pass that last ran this QP's timers
 	listIdx   int32  // index in the engine's qpList
 
@@ -253,7 +253,7 @@ func (q *QP) Destroy() error {
 	q.destroyed = true
 	q.destroyDC()
 	q.e.ready.remove(q)
-	q.e.timers.remove(q)
+	q.e.timers.release(q)
 	delete(q.e.qps, q.qpn)
 	if q.e.rxQP == q {
 		q.e.rxQP = nil

@@ -15,6 +15,12 @@ import "time"
 // by the arm that made the key.
 type timerHeap struct {
 	ents []timerEnt
+	// pos gives, per timer slot, 1 + the slot's QP's index in ents (0: not
+	// in the heap). A QP takes a slot when it first arms a timer and keeps
+	// it until destroyed. The heap's moves write here, in a dense array,
+	// and not into the QPs, which with 100,000 of them are out of cache.
+	pos  []int32
+	free []int32 // slots of destroyed QPs, for reuse
 	// due holds the QPs Advance has run in the current pass, so that a QP
 	// whose timer is re-armed at or before now by the pass runs at most once
 	// per call, as it did with a scan.
@@ -23,30 +29,50 @@ type timerHeap struct {
 }
 
 type timerEnt struct {
-	at time.Duration
-	q  *QP
+	at   time.Duration
+	slot int32
+	q    *QP
 }
 
 func (h *timerHeap) len() int { return len(h.ents) }
 
+// index returns q's index in ents, or -1 if q is not in the heap.
+func (h *timerHeap) index(q *QP) int {
+	if q.timerSlot == 0 {
+		return -1
+	}
+	return int(h.pos[q.timerSlot]) - 1
+}
+
 // arm makes q's key at most at, inserting q if it is not in the heap.
 func (h *timerHeap) arm(q *QP, at time.Duration) {
-	if q.timerIdx == 0 {
-		h.ents = append(h.ents, timerEnt{at, q})
-		q.timerIdx = int32(len(h.ents))
+	if q.timerSlot == 0 {
+		if n := len(h.free); n > 0 {
+			q.timerSlot = h.free[n-1]
+			h.free = h.free[:n-1]
+		} else {
+			if len(h.pos) == 0 {
+				h.pos = append(h.pos, 0) // slot 0 means none
+			}
+			q.timerSlot = int32(len(h.pos))
+			h.pos = append(h.pos, 0)
+		}
+	}
+	i := h.index(q)
+	if i < 0 {
+		h.ents = append(h.ents, timerEnt{at, q.timerSlot, q})
+		h.pos[q.timerSlot] = int32(len(h.ents))
 		h.up(len(h.ents) - 1)
 		return
 	}
-	i := int(q.timerIdx - 1)
 	if at < h.ents[i].at {
 		h.ents[i].at = at
 		h.up(i)
 	}
 }
 
-// rekey sets q's key to at exactly (q is in the heap).
-func (h *timerHeap) rekey(q *QP, at time.Duration) {
-	i := int(q.timerIdx - 1)
+// rekey sets the key of the entry at i to at exactly.
+func (h *timerHeap) rekey(i int, at time.Duration) {
 	old := h.ents[i].at
 	h.ents[i].at = at
 	if at < old {
@@ -58,32 +84,41 @@ func (h *timerHeap) rekey(q *QP, at time.Duration) {
 
 // remove takes q out of the heap if it is in it.
 func (h *timerHeap) remove(q *QP) {
-	if q.timerIdx == 0 {
+	i := h.index(q)
+	if i < 0 {
 		return
 	}
-	i := int(q.timerIdx - 1)
 	last := len(h.ents) - 1
 	if i != last {
 		h.swap(i, last)
 	}
 	h.ents[last] = timerEnt{}
 	h.ents = h.ents[:last]
-	q.timerIdx = 0
+	h.pos[q.timerSlot] = 0
 	if i != last {
 		h.down(i)
 		h.up(i)
 	}
 }
 
+// release takes a destroyed QP out of the heap and frees its slot.
+func (h *timerHeap) release(q *QP) {
+	if q.timerSlot == 0 {
+		return
+	}
+	h.remove(q)
+	h.free = append(h.free, q.timerSlot)
+	q.timerSlot = 0
+}
+
 func (h *timerHeap) swap(i, j int) {
 	h.ents[i], h.ents[j] = h.ents[j], h.ents[i]
-	h.ents[i].q.timerIdx = int32(i + 1)
-	h.ents[j].q.timerIdx = int32(j + 1)
+	h.pos[h.ents[i].slot] = int32(i + 1)
+	h.pos[h.ents[j].slot] = int32(j + 1)
 }
 
 // The heap is 4-ary: half the levels of a binary heap, and so half the
-// moves, each of which writes the index of a QP likely out of cache; the
-// four children it compares sit side by side in ents.
+// moves; the four children it compares sit side by side in ents.
 const timerArity = 4
 
 func (h *timerHeap) up(i int) {
@@ -131,7 +166,7 @@ func (h *timerHeap) next() (time.Duration, bool) {
 		if d == top.at {
 			return d, true
 		}
-		h.rekey(top.q, d)
+		h.rekey(0, d)
 	}
 	return 0, false
 }

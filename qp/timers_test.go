@@ -37,7 +37,7 @@ func TestTimerHeapMatchesScan(t *testing.T) {
 					q.comp.win.probeAt += time.Duration(rng.IntN(500))
 				}
 			case op < 8 && rng.IntN(20) == 0:
-				e.timers.remove(q)
+				e.timers.release(q)
 				q.destroyed = true
 			default: // a timer event
 				want, wantOK := scanDeadline(qs)
@@ -84,8 +84,8 @@ func checkHeap(t *testing.T, e *Engine, qs []*QP) {
 	t.Helper()
 	h := &e.timers
 	for i, x := range h.ents {
-		if int(x.q.timerIdx) != i+1 {
-			t.Fatalf("entry %d: QP says index %d", i, x.q.timerIdx-1)
+		if x.slot != x.q.timerSlot || h.index(x.q) != i {
+			t.Fatalf("entry %d: slot %d, QP's slot %d at index %d", i, x.slot, x.q.timerSlot, h.index(x.q))
 		}
 		if p := (i - 1) / timerArity; i > 0 && h.ents[p].at > x.at {
 			t.Fatalf("entry %d: key %v before its parent's %v", i, x.at, h.ents[p].at)
@@ -96,10 +96,11 @@ func checkHeap(t *testing.T, e *Engine, qs []*QP) {
 		if !has || q.destroyed {
 			continue
 		}
-		if q.timerIdx == 0 {
+		i := h.index(q)
+		if i < 0 {
 			t.Fatalf("QP %d has a timer at %v but is not in the heap", q.qpn, d)
 		}
-		if k := h.ents[q.timerIdx-1].at; k > d {
+		if k := h.ents[i].at; k > d {
 			t.Fatalf("QP %d keyed at %v, after its deadline %v", q.qpn, k, d)
 		}
 	}
