@@ -111,7 +111,9 @@ type QP struct {
 	readyNext *QP
 	reqTurn   bool // the requester goes first on the next produce
 	destroyed bool
-	timerSlot int32  // the QP's slot in the engine's timer heap, 0 if none yet
+	timerSlot int32 // the QP's slot in the engine's timer heap, 0 if none yet
+	timerIn   bool  // in the timer heap, keyed at timerKey
+	timerKey  time.Duration
 	timerPass uint32 // the Advance pass that last ran this QP's timers
 	listIdx   int32  // index in the engine's qpList
 

@@ -46,6 +46,12 @@ func (h *timerHeap) index(q *QP) int {
 
 // arm makes q's key at most at, inserting q if it is not in the heap.
 func (h *timerHeap) arm(q *QP, at time.Duration) {
+	if q.timerIn && at >= q.timerKey {
+		// The common case, a timer pushed later on each packet sent: the
+		// QP's own copy of its key answers without touching the heap.
+		return
+	}
+	q.timerIn, q.timerKey = true, at
 	if q.timerSlot == 0 {
 		if n := len(h.free); n > 0 {
 			q.timerSlot = h.free[n-1]
@@ -75,6 +81,7 @@ func (h *timerHeap) arm(q *QP, at time.Duration) {
 func (h *timerHeap) rekey(i int, at time.Duration) {
 	old := h.ents[i].at
 	h.ents[i].at = at
+	h.ents[i].q.timerKey = at
 	if at < old {
 		h.up(i)
 	} else {
@@ -95,6 +102,7 @@ func (h *timerHeap) remove(q *QP) {
 	h.ents[last] = timerEnt{}
 	h.ents = h.ents[:last]
 	h.pos[q.timerSlot] = 0
+	q.timerIn = false
 	if i != last {
 		h.down(i)
 		h.up(i)

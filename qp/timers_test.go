@@ -100,6 +100,9 @@ func checkHeap(t *testing.T, e *Engine, qs []*QP) {
 		if i < 0 {
 			t.Fatalf("QP %d has a timer at %v but is not in the heap", q.qpn, d)
 		}
+		if k := h.ents[i].at; k != q.timerKey || !q.timerIn {
+			t.Fatalf("QP %d keyed at %v, its copy says %v (in the heap: %v)", q.qpn, k, q.timerKey, q.timerIn)
+		}
 		if k := h.ents[i].at; k > d {
 			t.Fatalf("QP %d keyed at %v, after its deadline %v", q.qpn, k, d)
 		}
