@@ -1005,7 +1005,9 @@ func (q *QP) watchTimers(at time.Duration) {
 	if !e.armedOK || at < e.armed {
 		e.armed, e.armedOK = at, true
 	}
-	e.timers.arm(q, at)
+	if !q.timerIn || at < q.timerKey { // else keyed early enough (timers.go)
+		e.timers.arm(q, at)
+	}
 }
 
 // deadline returns the QP's earliest timer.
