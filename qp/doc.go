@@ -14,6 +14,13 @@
 //
 // An Engine is not safe for concurrent use: the device serialises calls.
 //
+// Its cost follows the QPs in use, not the QPs that exist. QPs with a timer
+// running wait in a heap (timers.go), so a timer event costs O(log n) in
+// them (BenchmarkTimerEvent). A QP's work request rings and responder
+// resources are made on first use and dropped when it returns to RESET, so
+// an idle connected RC QP holds about 1 KB whatever its queue sizes
+// (TestMillionIdleQPs: a million on one engine).
+//
 // Behaviour on the wire follows rxe where the IBTA leaves room (for example
 // retry_cnt 7 means "retry forever", positive ACKs always carry syndrome
 // 0x1F, and a READ request consumes one PSN per response packet), because

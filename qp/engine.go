@@ -123,10 +123,10 @@ type Engine struct {
 
 	closed bool
 	ready  readyList
-	timers []*QP // QPs that may have a timer running
+	timers timerHeap // QPs that may have a timer running (timers.go)
 	// armed is the earliest timer armed since the last TakeArmed
 	// (armedOK: any), so a driver learns of an earlier deadline in O(1)
-	// instead of rescanning the timers.
+	// instead of asking NextDeadline again.
 	armed   time.Duration
 	armedOK bool
 	stats   Stats
@@ -340,16 +340,7 @@ func (e *Engine) lookupQP(qpn uint32) *QP {
 }
 
 // NextDeadline returns the earliest pending timer of any QP.
-func (e *Engine) NextDeadline() (time.Duration, bool) {
-	var best time.Duration
-	ok := false
-	for _, q := range e.timers {
-		if d, has := q.deadline(); has && !q.destroyed && (!ok || d < best) {
-			best, ok = d, true
-		}
-	}
-	return best, ok
-}
+func (e *Engine) NextDeadline() (time.Duration, bool) { return e.timers.next() }
 
 // TakeArmed returns the earliest deadline armed since the previous call
 // and forgets it. A driver that sleeps until NextDeadline calls it after
@@ -364,25 +355,7 @@ func (e *Engine) TakeArmed() (time.Duration, bool) {
 }
 
 // Advance runs every timer due at or before now.
-func (e *Engine) Advance(now time.Duration) {
-	for i := 0; i < len(e.timers); i++ {
-		if q := e.timers[i]; !q.destroyed {
-			q.advance(now)
-		}
-	}
-	// Forget QPs whose timers are all stopped.
-	k := 0
-	for _, q := range e.timers {
-		if _, has := q.deadline(); has && !q.destroyed {
-			e.timers[k] = q
-			k++
-		} else {
-			q.inTimers = false
-		}
-	}
-	clear(e.timers[k:])
-	e.timers = e.timers[:k]
-}
+func (e *Engine) Advance(now time.Duration) { e.timers.advance(now) }
 
 func (e *Engine) schedule(q *QP) { e.ready.push(q) }
 

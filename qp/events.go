@@ -211,7 +211,7 @@ func (s *SRQ) ArmLimit(n int) error {
 	if s.closed {
 		return ErrClosed
 	}
-	if n < 0 || n > len(s.rq.ring) {
+	if n < 0 || n > s.rq.depth {
 		return ErrInvalidArgument
 	}
 	s.limit = n

@@ -246,35 +246,53 @@ type recvWQE struct {
 type curRecv struct {
 	id     uint64
 	length uint64
-	nsge   int
-	sge    [MaxSGE]SGE
+	// sge holds the WQE's scatter list; its array is made on the first
+	// take, with room for the queue's largest, so an idle QP holds none.
+	sge []SGE
 }
 
-func (c *curRecv) sgl() []SGE { return c.sge[:c.nsge] }
+func (c *curRecv) sgl() []SGE { return c.sge }
 
-// recvQueue is a ring of receive WQEs, used by QPs and SRQs.
+// recvQueue is a ring of receive WQEs, used by QPs and SRQs. The ring is
+// made on the first post (alloc) and dropped by release, so a QP that
+// receives nothing holds none.
 type recvQueue struct {
 	ring    []recvWQE
 	store   []SGE
 	head, n int
+	depth   int
 	maxSGE  int
 }
 
 func (r *recvQueue) init(depth, maxSGE int) {
+	r.depth, r.maxSGE = depth, maxSGE
+}
+
+func (r *recvQueue) alloc() {
+	depth, maxSGE := r.depth, r.maxSGE
 	r.ring = make([]recvWQE, depth)
 	r.store = make([]SGE, depth*maxSGE)
 	for i := range r.ring {
 		r.ring[i].sge = r.store[i*maxSGE : i*maxSGE : (i+1)*maxSGE]
 	}
-	r.maxSGE = maxSGE
+}
+
+// release drops the ring of an empty queue.
+func (r *recvQueue) release() {
+	if r.n == 0 {
+		r.ring, r.store, r.head = nil, nil, 0
+	}
 }
 
 func (r *recvQueue) post(wr *RecvWR) error {
 	if len(wr.SGL) > r.maxSGE {
 		return ErrTooManySGE
 	}
-	if r.n == len(r.ring) {
+	if r.n == r.depth {
 		return ErrQueueFull
+	}
+	if r.ring == nil {
+		r.alloc()
 	}
 	i := (r.head + r.n) % len(r.ring)
 	w := &r.ring[i]
@@ -296,7 +314,10 @@ func (r *recvQueue) take(dst *curRecv) bool {
 	w := &r.ring[r.head]
 	dst.id = w.id
 	dst.length = w.length
-	dst.nsge = copy(dst.sge[:], w.sge)
+	if cap(dst.sge) < len(w.sge) {
+		dst.sge = make([]SGE, 0, r.maxSGE)
+	}
+	dst.sge = append(dst.sge[:0], w.sge...)
 	r.head = (r.head + 1) % len(r.ring)
 	r.n--
 	return true

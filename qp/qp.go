@@ -1,7 +1,6 @@
 package qp
 
 import (
-	"slices"
 	"time"
 
 	"github.com/goroce/goroce/ib"
@@ -112,8 +111,12 @@ type QP struct {
 	inReady   bool
 	readyNext *QP
 	reqTurn   bool // the requester goes first on the next produce
-	inTimers  bool
 	destroyed bool
+	timerSlot int32 // the QP's slot in the engine's timer heap, 0 if none yet
+	timerIn   bool  // in the timer heap, keyed at timerKey
+	timerKey  time.Duration
+	timerPass uint32 // the Advance pass that last ran this QP's timers
+	listIdx   int32  // index in the engine's qpList
 
 	// replyFirst: requests go before queued single-packet responses
 	// (SetReplyBeforeAck).
@@ -185,17 +188,6 @@ func (pd *PD) CreateQP(init *QPInitAttr) (*QP, error) {
 		e: e, pd: pd, typ: typ, gsi: gsi, qpn: qpn,
 		sendCQ: init.SendCQ, recvCQ: init.RecvCQ, srq: init.SRQ,
 		cap: c, sigAll: init.SigAll,
-		sq:      make([]sendWQE, c.MaxSendWR),
-		sqStore: make([]SGE, c.MaxSendWR*c.MaxSendSGE),
-	}
-	if c.MaxInlineData > 0 {
-		q.sqInline = make([]byte, c.MaxSendWR*c.MaxInlineData)
-	}
-	for i := range q.sq {
-		q.sq[i].sge = q.sqStore[i*c.MaxSendSGE : i*c.MaxSendSGE : (i+1)*c.MaxSendSGE]
-		if c.MaxInlineData > 0 {
-			q.sq[i].inline = q.sqInline[i*c.MaxInlineData : i*c.MaxInlineData : (i+1)*c.MaxInlineData]
-		}
 	}
 	if init.SRQ == nil {
 		q.rq.init(c.MaxRecvWR, c.MaxRecvSGE)
@@ -212,6 +204,7 @@ func (pd *PD) CreateQP(init *QPInitAttr) (*QP, error) {
 	init.SendCQ.refs++
 	init.RecvCQ.refs++
 	e.qps[qpn] = q
+	q.listIdx = int32(len(e.qpList))
 	e.qpList = append(e.qpList, q)
 	return q, nil
 }
@@ -277,18 +270,19 @@ func (q *QP) Destroy() error {
 	q.destroyed = true
 	q.destroyDC()
 	q.e.ready.remove(q)
+	q.e.timers.release(q)
 	delete(q.e.qps, q.qpn)
 	if q.e.rxQP == q {
 		q.e.rxQP = nil
 	}
-	for i, x := range q.e.qpList {
-		if x == q {
-			// slices.Delete clears the vacated last slot, which would
-			// otherwise keep this QP and its CQs reachable.
-			q.e.qpList = slices.Delete(q.e.qpList, i, i+1)
-			break
-		}
-	}
+	// Swap with the last, in O(1) however many QPs there are, and clear
+	// the vacated slot, which would otherwise keep this QP and its CQs
+	// reachable.
+	l := q.e.qpList
+	last := l[len(l)-1]
+	l[q.listIdx], last.listIdx = last, q.listIdx
+	l[len(l)-1] = nil
+	q.e.qpList = l[:len(l)-1]
 	q.pd.refs--
 	q.sendCQ.refs--
 	q.recvCQ.refs--
@@ -590,6 +584,7 @@ func (q *QP) setState(s QPState) {
 		}
 		q.resetTransport()
 		q.e.ready.remove(q)
+		q.releaseQueues()
 	case StateErr:
 		if prev != StateErr {
 			q.flush()
@@ -652,6 +647,22 @@ func (q *QP) flush() {
 
 func (q *QP) wqe(i uint32) *sendWQE { return &q.sq[i%uint32(len(q.sq))] }
 
+// allocSQ makes the send queue, on the first post: an idle QP holds none.
+func (q *QP) allocSQ() {
+	c := &q.cap
+	q.sq = make([]sendWQE, c.MaxSendWR)
+	q.sqStore = make([]SGE, c.MaxSendWR*c.MaxSendSGE)
+	if c.MaxInlineData > 0 {
+		q.sqInline = make([]byte, c.MaxSendWR*c.MaxInlineData)
+	}
+	for i := range q.sq {
+		q.sq[i].sge = q.sqStore[i*c.MaxSendSGE : i*c.MaxSendSGE : (i+1)*c.MaxSendSGE]
+		if c.MaxInlineData > 0 {
+			q.sq[i].inline = q.sqInline[i*c.MaxInlineData : i*c.MaxInlineData : (i+1)*c.MaxInlineData]
+		}
+	}
+}
+
 // SendWR is a send work request (struct ibv_send_wr, one at a time).
 type SendWR struct {
 	ID             uint64
@@ -698,8 +709,11 @@ func (q *QP) PostSend(wr *SendWR) error {
 	if !q.opAllowed(wr.Opcode) {
 		return ErrOpNotSupported
 	}
-	if q.sqTail-q.sqHead >= uint32(len(q.sq)) {
+	if q.sqTail-q.sqHead >= uint32(q.cap.MaxSendWR) {
 		return ErrQueueFull
+	}
+	if q.sq == nil {
+		q.allocSQ()
 	}
 	var length uint64
 	inline := wr.Flags&SendInline != 0
@@ -1015,15 +1029,15 @@ func (q *QP) armRTO(now time.Duration) {
 	q.watchTimers(q.comp.deadline)
 }
 
-// watchTimers puts the QP on the engine's list of QPs with running timers
-// and notes the timer just armed to expire at at (Engine.TakeArmed).
+// watchTimers puts the QP in the engine's timer heap, keyed no later than
+// at, and notes the timer just armed to expire at at (Engine.TakeArmed).
 func (q *QP) watchTimers(at time.Duration) {
-	if e := q.e; !e.armedOK || at < e.armed {
+	e := q.e
+	if !e.armedOK || at < e.armed {
 		e.armed, e.armedOK = at, true
 	}
-	if !q.inTimers {
-		q.inTimers = true
-		q.e.timers = append(q.e.timers, q)
+	if !q.timerIn || at < q.timerKey { // else keyed early enough (timers.go)
+		e.timers.arm(q, at)
 	}
 }
 
@@ -1078,3 +1092,17 @@ func (q *QP) advance(now time.Duration) {
 
 // pad returns the pad length for a payload of n bytes.
 func pad(n int) int { return (-n) & 3 }
+
+// releaseQueues drops the work request rings and the responder resources
+// of a QP back in RESET, where they are all empty; the next use makes them
+// again. A QP cycled through RESET for reuse holds no more than a new one.
+func (q *QP) releaseQueues() {
+	if q.sqHead == q.sqTail {
+		q.sq, q.sqStore, q.sqInline = nil, nil, nil
+	}
+	if q.srq == nil {
+		q.rq.release()
+	}
+	q.resp.cur.sge = nil
+	q.resp.release()
+}

@@ -73,8 +73,9 @@ type responder struct {
 	wresid uint32
 	wlen   uint32
 
-	res     []respRes
+	res     []respRes // made on first use (allocRes), like out (pushOut)
 	resHead int
+	nres    int // len(res) once made: max_dest_rd_atomic rounded up to a power of 2
 
 	// Requests refused for their PSN since the QP was created (PSNRejects).
 	dupReqs, oosReqs uint64
@@ -95,16 +96,30 @@ func (r *responder) reset(epsn ib.PSN) {
 	r.clearOutput()
 }
 
+// initResources sizes the responder resources for n READs and atomics in
+// flight. The slots and the output ring are made when first needed, so a
+// QP that has answered nothing holds neither.
 func (r *responder) initResources(n int) {
 	n = roundUpPow2(n)
-	if len(r.res) != n {
-		r.res = make([]respRes, n)
-		r.out = make([]outEntry, 2*n+4)
-	} else {
-		clear(r.res)
+	r.nres = n
+	if r.res != nil && len(r.res) != n {
+		r.res = nil
 	}
+	if r.out != nil && len(r.out) != 2*n+4 {
+		r.out = nil
+	}
+	clear(r.res)
 	r.resHead = 0
 	r.outHead, r.outLen = 0, 0
+}
+
+// release drops the slots and the output ring of a responder with nothing
+// queued; the next use makes them again.
+func (r *responder) release() {
+	if r.outLen == 0 {
+		r.res, r.out = nil, nil
+		r.resHead, r.outHead = 0, 0
+	}
 }
 
 func (r *responder) clearOutput() {
@@ -115,6 +130,9 @@ func (r *responder) clearOutput() {
 }
 
 func (r *responder) pushOut(e outEntry) bool {
+	if r.out == nil && r.nres > 0 { // a DC orphan has none
+		r.out = make([]outEntry, 2*r.nres+4)
+	}
 	if r.outLen == len(r.out) {
 		return false
 	}
@@ -177,6 +195,9 @@ func (q *QP) queueRes(i int) {
 // for, or a requester exceeding max_dest_rd_atomic), that response is
 // abandoned: the generation change makes its output entry stale.
 func (r *responder) allocRes() int {
+	if r.res == nil {
+		r.res = make([]respRes, r.nres)
+	}
 	i := r.resHead
 	r.resHead = (r.resHead + 1) % len(r.res)
 	r.res[i] = respRes{gen: r.res[i].gen + 1}
