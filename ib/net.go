@@ -110,6 +110,9 @@ type VLANTagFields struct {
 	EtherType uint16 // inner EtherType
 }
 
+// TCI returns the tag control information (PCP, DEI and VID).
+func (b VLANTag) TCI() uint16 { return binary.BigEndian.Uint16(b[vlanTCI:]) }
+
 // PCP returns the 3-bit priority code point.
 func (b VLANTag) PCP() uint8 { return b[vlanTCI] >> 5 }
 
