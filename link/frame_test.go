@@ -8,6 +8,8 @@ import (
 
 	"github.com/gopacket/gopacket"
 	"github.com/gopacket/gopacket/layers"
+
+	"github.com/goroce/goroce/ib"
 )
 
 func synth(t testing.TB, src, dst string, payload []byte) []byte {
@@ -56,7 +58,7 @@ func TestPutParseRoundTrip(t *testing.T) {
 			if ip4.Flags != layers.IPv4DontFragment || ip4.Id != 0 || ip4.TTL != 64 {
 				t.Fatalf("IPv4 %+v", ip4)
 			}
-			if IPv4Checksum(b[EthernetSize:EthernetSize+IPv4Size]) != 0 {
+			if !ib.IPv4(b[EthernetSize : EthernetSize+IPv4Size]).ChecksumValid() {
 				t.Fatal("IPv4 checksum does not verify")
 			}
 		} else if ip6, ok := pkt.Layer(layers.LayerTypeIPv6).(*layers.IPv6); ok {
