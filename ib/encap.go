@@ -52,35 +52,10 @@ type Encap struct {
 func ParseEncap(b []byte) (Encap, error) {
 	var e Encap
 	var w encapWalk
-	if c, _ := walkEncap(b, &w, false); c != encapOK {
+	if c, _ := walkEncap(b, &w, &e, false); c != encapOK {
 		return e, encapChecks[c].quick
 	}
-	e.fill(b, &w)
 	return e, nil
-}
-
-// fill decodes the fields of a frame walkEncap accepted.
-func (e *Encap) fill(b []byte, w *encapWalk) {
-	if w.vlan {
-		e.VLAN = true
-		e.VLANTCI = VLANTag(b[EthernetSize : EthernetSize+VLANTagSize]).TCI()
-	}
-	e.IPOffset, e.UDPOffset = w.ipOff, w.udpOff
-	if w.v6 {
-		ip := IPv6(b[w.ipOff : w.ipOff+IPv6Size])
-		e.Version = 6
-		e.TOS, e.FlowLabel, e.TTL = ip.TrafficClass(), ip.FlowLabel(), ip.HopLimit()
-		e.Src, e.Dst = ip.Src(), ip.Dst()
-	} else {
-		ip := IPv4(b[w.ipOff : w.ipOff+IPv4Size])
-		e.Version = 4
-		e.TOS, e.TTL = ip.TOS(), ip.TTL()
-		e.Src, e.Dst = ip.Src(), ip.Dst()
-	}
-	u := UDP(b[w.udpOff : w.udpOff+UDPSize])
-	e.SrcPort, e.DstPort = u.SrcPort(), u.DstPort()
-	e.Payload = w.udpOff + UDPSize
-	e.End = w.udpOff + int(u.Length())
 }
 
 // encapWalk is where walkEncap found the headers of a frame.
@@ -157,10 +132,11 @@ var encapChecks = [...]struct {
 }
 
 // walkEncap checks the Ethernet [+VLAN], IP and UDP headers of b and
-// records where they are in w. With roce, the UDP destination port must be
+// records where they are in w and, unless e is nil, their fields in e (in
+// the same pass: the walk is the receive path's). With roce, the UDP destination port must be
 // 4791 and the UDP length must fill the IP datagram. On failure it returns
 // the check and the offset of the header at fault.
-func walkEncap(b []byte, w *encapWalk, roce bool) (encapCheck, int) {
+func walkEncap(b []byte, w *encapWalk, e *Encap, roce bool) (encapCheck, int) {
 	if len(b) < EthernetSize {
 		return encapShortEth, 0
 	}
@@ -171,9 +147,13 @@ func walkEncap(b []byte, w *encapWalk, roce bool) (encapCheck, int) {
 		if len(b) < off+VLANTagSize {
 			return encapShortVLAN, off
 		}
-		et = VLANTag(b[off : off+VLANTagSize]).EtherType()
+		tag := VLANTag(b[off : off+VLANTagSize])
+		et = tag.EtherType()
 		if et == EtherTypeVLAN || et == EtherTypeQinQ {
 			return encapStackedVLAN, off
+		}
+		if e != nil {
+			e.VLAN, e.VLANTCI = true, tag.TCI()
 		}
 		w.vlan = true
 		notIP = encapNotIPVLAN
@@ -186,18 +166,19 @@ func walkEncap(b []byte, w *encapWalk, roce bool) (encapCheck, int) {
 			return encapShortIPv4, off
 		}
 		ip := IPv4(b[off : off+IPv4Size])
-		if ip.Version() != ipv4Version {
-			return encapIPv4Version, off
-		}
-		if ihl := ip.HeaderLength(); ihl < IPv4Size {
-			return encapIHLSmall, off
-		} else if ihl > IPv4Size {
+		if ip[ipv4VerIHL] != ipv4Version<<4|IPv4Size/4 { // one compare for the usual case
+			switch {
+			case ip.Version() != ipv4Version:
+				return encapIPv4Version, off
+			case ip.HeaderLength() < IPv4Size:
+				return encapIHLSmall, off
+			}
 			return encapIPv4Options, off
 		}
 		if ip.Protocol() != IPProtocolUDP {
 			return encapNotUDP4, off
 		}
-		if ip.MoreFragments() || ip.FragmentOffset() != 0 {
+		if ip.fragmented() {
 			return encapFragment, off
 		}
 		tl := int(ip.TotalLength())
@@ -208,6 +189,11 @@ func walkEncap(b []byte, w *encapWalk, roce bool) (encapCheck, int) {
 			return encapTotalBeyond, off
 		}
 		w.end = off + tl
+		if e != nil {
+			e.Version = 4
+			e.TOS, e.TTL = ip.TOS(), ip.TTL()
+			e.Src, e.Dst = ip.Src(), ip.Dst()
+		}
 		off += IPv4Size
 	case EtherTypeIPv6:
 		if len(b) < off+IPv6Size {
@@ -229,6 +215,12 @@ func walkEncap(b []byte, w *encapWalk, roce bool) (encapCheck, int) {
 		}
 		w.v6 = true
 		w.end = off + IPv6Size + pl
+		if e != nil {
+			e.Version = 6
+			vtf := binary.BigEndian.Uint32(ip[ipv6VTF:])
+			e.TOS, e.FlowLabel, e.TTL = uint8(vtf>>20), vtf&0xfffff, ip.HopLimit()
+			e.Src, e.Dst = ip.Src(), ip.Dst()
+		}
 		off += IPv6Size
 	default:
 		if notIP == encapNotIPVLAN {
@@ -250,6 +242,11 @@ func walkEncap(b []byte, w *encapWalk, roce bool) (encapCheck, int) {
 		return encapUDPLenDiffers, off
 	case ul > w.end-off:
 		return encapUDPLenBeyond, off
+	}
+	if e != nil {
+		e.IPOffset, e.UDPOffset = w.ipOff, off
+		e.SrcPort, e.DstPort = udp.SrcPort(), udp.DstPort()
+		e.Payload, e.End = off+UDPSize, off+ul
 	}
 	return encapOK, 0
 }

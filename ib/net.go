@@ -220,6 +220,12 @@ func (b IPv4) SetFragmentOffset(v uint16) {
 	binary.BigEndian.PutUint16(b[ipv4FlagsOff:], f&^ipv4FragOffMask|v&ipv4FragOffMask)
 }
 
+// fragmented reports MF or a fragment offset: a fragment, which RoCEv2
+// never sends.
+func (b IPv4) fragmented() bool {
+	return binary.BigEndian.Uint16(b[ipv4FlagsOff:])&(ipv4FlagMF|ipv4FragOffMask) != 0
+}
+
 // TTL returns the time to live (the IB hop limit).
 func (b IPv4) TTL() uint8 { return b[ipv4TTL] }
 

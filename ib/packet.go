@@ -100,7 +100,7 @@ func ParseIB(b []byte, p *Packet) error {
 func (p *Packet) parse(frame []byte, tbl *[256]OpcodeInfo) bool {
 	p.Reset()
 	var w encapWalk
-	if c, off := walkEncap(frame, &w, true); c != encapOK {
+	if c, off := walkEncap(frame, &w, nil, true); c != encapOK {
 		k := &encapChecks[c]
 		return p.fail(k.layer, off+k.field, k.err, k.reason)
 	}
