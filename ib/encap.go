@@ -49,13 +49,15 @@ type Encap struct {
 // RoCEv2 never uses, and a UDP length up to the IP datagram's end. Errors
 // are ErrTruncated, ErrMalformed, ErrNotIP or ErrNotUDP. It shares its
 // checks with Parse, which adds the RoCEv2 port and an exact UDP length.
-func ParseEncap(b []byte) (Encap, error) {
-	var e Encap
+// It decodes into e, as Parse decodes into a Packet, so that the result is
+// not copied on its way out; after an error e holds nothing of use.
+func ParseEncap(b []byte, e *Encap) error {
+	*e = Encap{}
 	var w encapWalk
-	if c, _ := walkEncap(b, &w, &e, false); c != encapOK {
-		return e, encapChecks[c].quick
+	if c, _ := walkEncap(b, &w, e, false); c != encapOK {
+		return encapChecks[c].quick
 	}
-	return e, nil
+	return nil
 }
 
 // encapWalk is where walkEncap found the headers of a frame.
@@ -277,8 +279,8 @@ func (p *EncapParser) Parse(b []byte) (e *Encap, same bool, err error) {
 	if p.nw > 0 && p.repeats(b) && p.lengths(b) {
 		return &p.e, true, nil
 	}
-	fr, err := ParseEncap(b)
-	if err != nil {
+	var fr Encap // p.e stays the cached frame's if b fails
+	if err := ParseEncap(b, &fr); err != nil {
 		return nil, false, err
 	}
 	p.e = fr
@@ -415,11 +417,22 @@ func (h *EncapHeader) Put(b []byte, payloadLen int) int {
 	}
 	udpLen := uint16(UDPSize + payloadLen)
 	if v4 {
+		// Field by field rather than through IPv4Fields: this runs once
+		// per transmitted frame.
 		ip := IPv4(b[off : off+IPv4Size])
-		ip.Encode(&IPv4Fields{
-			TOS: h.TOS, TotalLength: IPv4Size + udpLen, ID: h.IPID, DontFragment: h.DF,
-			TTL: h.TTL, Protocol: IPProtocolUDP, Src: h.SrcAddr, Dst: h.DstAddr,
-		})
+		ip[ipv4VerIHL] = ipv4Version<<4 | IPv4Size/4
+		ip.SetTOS(h.TOS)
+		ip.SetTotalLength(IPv4Size + udpLen)
+		ip.SetID(h.IPID)
+		var flags uint16
+		if h.DF {
+			flags = ipv4FlagDF
+		}
+		binary.BigEndian.PutUint16(ip[ipv4FlagsOff:], flags)
+		ip.SetTTL(h.TTL)
+		ip.SetProtocol(IPProtocolUDP)
+		ip.SetSrc(h.SrcAddr)
+		ip.SetDst(h.DstAddr)
 		ip.UpdateChecksum()
 		off += IPv4Size
 	} else {

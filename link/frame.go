@@ -30,12 +30,11 @@ type Frame = ib.Encap
 // It accepts no IP options, IPv4 fragments or IPv6 extension headers,
 // which RoCEv2 never uses. Errors are ErrTruncated, ErrNotIP, ErrNotUDP or
 // ErrMalformed.
-func ParseFrame(b []byte) (Frame, error) {
-	f, err := ib.ParseEncap(b)
-	if err != nil {
-		return f, frameErr(err)
+func ParseFrame(b []byte) (f Frame, err error) {
+	if err = ib.ParseEncap(b, &f); err != nil {
+		err = frameErr(err)
 	}
-	return f, nil
+	return f, err
 }
 
 // frameErr maps ib.ParseEncap's errors to the link's own.
