@@ -379,9 +379,12 @@ func (h *EncapHeader) v4() bool {
 }
 
 // HeaderSize returns the size of the prefix Put writes for this header.
-func (h *EncapHeader) HeaderSize() int {
+func (h *EncapHeader) HeaderSize() int { return h.size(h.v4()) }
+
+// size is HeaderSize for an IPv4 (v4) or IPv6 header.
+func (h *EncapHeader) size(v4 bool) int {
 	n := EthernetSize + IPv6Size + UDPSize
-	if h.v4() {
+	if v4 {
 		n = EthernetSize + IPv4Size + UDPSize
 	}
 	if h.VLAN {
@@ -397,9 +400,9 @@ func (h *EncapHeader) HeaderSize() int {
 // IPv4-mapped: they are unmapped) give an IPv4 header, anything else IPv6;
 // b must be large enough. Put does not allocate.
 func (h *EncapHeader) Put(b []byte, payloadLen int) int {
-	n := h.HeaderSize()
-	b = b[:n]
 	v4 := h.v4()
+	n := h.size(v4)
+	b = b[:n]
 	ipType := uint16(EtherTypeIPv6)
 	if v4 {
 		ipType = EtherTypeIPv4
