@@ -197,3 +197,23 @@ func TestHeaderMixedFamilies(t *testing.T) {
 	b := make([]byte, zero.HeaderSize())
 	zero.Put(b, 0)
 }
+
+// TestIPv4Checksum checks the link's form of ib's checksum: the field's
+// value over a zeroed field, zero over a valid header.
+func TestIPv4Checksum(t *testing.T) {
+	b := synth(t, "192.0.2.1", "192.0.2.2", make([]byte, 20))
+	h := b[EthernetSize : EthernetSize+IPv4Size]
+	if c := IPv4Checksum(h); c != 0 {
+		t.Fatalf("valid header: %#04x, want 0", c)
+	}
+	want := ib.IPv4(h).Checksum()
+	h[10], h[11] = 0, 0
+	if c := IPv4Checksum(h); c != want || c == 0 {
+		t.Fatalf("zeroed field: %#04x, want %#04x", c, want)
+	}
+	h[1] ^= 0xff // a damaged header must not pass
+	ib.IPv4(h).SetChecksum(want)
+	if IPv4Checksum(h) == 0 {
+		t.Fatal("damaged header verifies")
+	}
+}
