@@ -104,10 +104,10 @@ func (b BTH) BECN() bool { return b[bthQPN]&bthBECNMask != 0 }
 func (b BTH) SetBECN(v bool) { setBit(&b[bthQPN], bthBECNMask, v) }
 
 // DestQP returns the 24-bit destination QP number.
-func (b BTH) DestQP() uint32 { return get24(b[bthQPN+1:]) }
+func (b BTH) DestQP() uint32 { return Uint24(b[bthQPN+1:]) }
 
 // SetDestQP sets the destination QP number; only the low 24 bits are used.
-func (b BTH) SetDestQP(q uint32) { put24(b[bthQPN+1:], q) }
+func (b BTH) SetDestQP(q uint32) { PutUint24(b[bthQPN+1:], q) }
 
 // AckReq reports the acknowledge-request bit.
 func (b BTH) AckReq() bool { return b[bthPSN]&bthAckMask != 0 }
@@ -116,10 +116,10 @@ func (b BTH) AckReq() bool { return b[bthPSN]&bthAckMask != 0 }
 func (b BTH) SetAckReq(v bool) { setBit(&b[bthPSN], bthAckMask, v) }
 
 // PSN returns the 24-bit packet sequence number.
-func (b BTH) PSN() PSN { return PSN(get24(b[bthPSN+1:])) }
+func (b BTH) PSN() PSN { return PSN(Uint24(b[bthPSN+1:])) }
 
 // SetPSN sets the packet sequence number; only the low 24 bits are used.
-func (b BTH) SetPSN(p PSN) { put24(b[bthPSN+1:], uint32(p)) }
+func (b BTH) SetPSN(p PSN) { PutUint24(b[bthPSN+1:], uint32(p)) }
 
 // Encode writes every field of f into b, zeroing the reserved bits.
 func (b BTH) Encode(f *BTHFields) {
@@ -129,9 +129,9 @@ func (b BTH) Encode(f *BTHFields) {
 		(f.PadCount<<4)&bthPadMask | f.TVer&bthTVerMask
 	binary.BigEndian.PutUint16(b[bthPKey:], f.PKey)
 	b[bthQPN] = boolBit(f.FECN, bthFECNMask) | boolBit(f.BECN, bthBECNMask)
-	put24(b[bthQPN+1:], f.DestQP)
+	PutUint24(b[bthQPN+1:], f.DestQP)
 	b[bthPSN] = boolBit(f.AckReq, bthAckMask)
-	put24(b[bthPSN+1:], uint32(f.PSN))
+	PutUint24(b[bthPSN+1:], uint32(f.PSN))
 }
 
 // Fields decodes every field of b; a short view reads as zero-padded.
@@ -175,11 +175,17 @@ func boolBit(v bool, mask uint8) uint8 {
 	return 0
 }
 
-// get24 reads a big-endian 24-bit value.
-func get24(b []byte) uint32 { _ = b[2]; return uint32(b[0])<<16 | uint32(b[1])<<8 | uint32(b[2]) }
+// Uint24 reads a big-endian 24-bit value (a QPN, PSN, EECN or MSN; the
+// CM's MAD fields use the same width).
+func Uint24(b []byte) uint32 { _ = b[2]; return uint32(b[0])<<16 | uint32(b[1])<<8 | uint32(b[2]) }
 
-// put24 writes the low 24 bits of v big-endian.
-func put24(b []byte, v uint32) { _ = b[2]; b[0] = byte(v >> 16); b[1] = byte(v >> 8); b[2] = byte(v) }
+// PutUint24 writes the low 24 bits of v big-endian.
+func PutUint24(b []byte, v uint32) {
+	_ = b[2]
+	b[0] = byte(v >> 16)
+	b[1] = byte(v >> 8)
+	b[2] = byte(v)
+}
 
 // full returns b if it holds at least n bytes, else a zero-padded copy, so
 // that Fields never reads out of bounds (the copy only happens on bad input).

@@ -254,48 +254,23 @@ func Build(buf []byte, s *FrameSpec) (int, error) {
 		return 0, ErrShortBuffer
 	}
 	b := buf[:n]
-
-	eth := Ethernet(b)
-	eth.SetDst(s.DstMAC)
-	eth.SetSrc(s.SrcMAC)
-	off := EthernetSize
-	ipType := uint16(EtherTypeIPv6)
-	if v4 {
-		ipType = EtherTypeIPv4
-	}
-	if s.VLAN {
-		eth.SetEtherType(EtherTypeVLAN)
-		VLANTag(b[off:]).Encode(&VLANTagFields{PCP: s.VLANPCP, VID: s.VLANID, EtherType: ipType})
-		off += VLANTagSize
-	} else {
-		eth.SetEtherType(ipType)
-	}
-
-	var ip []byte
-	if v4 {
-		ip = b[off : off+IPv4Size]
-		h := IPv4(ip)
-		h.Encode(&IPv4Fields{
-			TOS: s.TrafficClass, TotalLength: uint16(IPv4Size + udpLen), ID: s.IPID,
-			DontFragment: s.DontFragment, TTL: s.HopLimit, Protocol: IPProtocolUDP,
-			Src: s.Src, Dst: s.Dst,
-		})
-		h.UpdateChecksum()
-	} else {
-		ip = b[off : off+IPv6Size]
-		IPv6(ip).Encode(&IPv6Fields{
-			TrafficClass: s.TrafficClass, FlowLabel: s.FlowLabel, PayloadLength: uint16(udpLen),
-			NextHeader: IPProtocolUDP, HopLimit: s.HopLimit, Src: s.Src, Dst: s.Dst,
-		})
-	}
-	off += len(ip)
-
-	dgram := b[off:]
 	dport := s.DstPort
 	if dport == 0 {
 		dport = RoCEv2Port
 	}
-	UDP(dgram).Encode(&UDPFields{SrcPort: s.SrcPort, DstPort: dport, Length: uint16(udpLen)})
+	h := EncapHeader{
+		Dst: s.DstMAC, Src: s.SrcMAC, SrcAddr: s.Src, DstAddr: s.Dst,
+		SrcPort: s.SrcPort, DstPort: dport, TOS: s.TrafficClass, TTL: s.HopLimit,
+		FlowLabel: s.FlowLabel, IPID: s.IPID, DF: s.DontFragment,
+		VLAN: s.VLAN, VLANID: s.VLANID, VLANPCP: s.VLANPCP,
+	}
+	off := h.Put(b, ibLen)
+	ipLen := IPv6Size
+	if v4 {
+		ipLen = IPv4Size
+	}
+	ip := b[off-UDPSize-ipLen : off-UDPSize]
+	dgram := b[off-UDPSize:]
 	s.writeIB(dgram[UDPSize:], info)
 	icrc := len(dgram) - ICRCSize
 	PutICRC(dgram[icrc:], ICRC(ip, dgram[:icrc]))

@@ -75,7 +75,7 @@ type DCETHFields struct {
 func (b DCETH) Key() uint64 { return binary.BigEndian.Uint64(b[dcethKey:]) }
 
 // DCTN returns the DCT number of a response.
-func (b DCETH) DCTN() uint32 { return get24(b[dcethDCTN:]) }
+func (b DCETH) DCTN() uint32 { return Uint24(b[dcethDCTN:]) }
 
 // Encode writes f into b: the key if it is non-zero, else the DCT number.
 func (b DCETH) Encode(f *DCETHFields) {
@@ -85,7 +85,7 @@ func (b DCETH) Encode(f *DCETHFields) {
 		return
 	}
 	clear(b[:DCETHSize])
-	put24(b[dcethDCTN:], f.DCTN)
+	PutUint24(b[dcethDCTN:], f.DCTN)
 }
 
 // Fields decodes b as both readings; a short view reads as zero-padded.
@@ -126,18 +126,18 @@ type DCCETHFields struct {
 func (b DCCETH) Flags() uint8 { return b[dccethFlags] }
 
 // DCI returns the connecting DCI's QP number.
-func (b DCCETH) DCI() uint32 { return get24(b[dccethDCI:]) }
+func (b DCCETH) DCI() uint32 { return Uint24(b[dccethDCI:]) }
 
 // Conn returns the connection number.
-func (b DCCETH) Conn() uint32 { return get24(b[dccethConn:]) }
+func (b DCCETH) Conn() uint32 { return Uint24(b[dccethConn:]) }
 
 // Encode writes f into b, zeroing the reserved bytes.
 func (b DCCETH) Encode(f *DCCETHFields) {
 	_ = b[DCCETHSize-1]
 	clear(b[:DCCETHSize])
 	b[dccethFlags] = f.Flags
-	put24(b[dccethDCI:], f.DCI)
-	put24(b[dccethConn:], f.Conn)
+	PutUint24(b[dccethDCI:], f.DCI)
+	PutUint24(b[dccethConn:], f.Conn)
 }
 
 // Fields decodes b; a short view reads as zero-padded.

@@ -24,6 +24,14 @@
 // [BuildIB] handle only BTH … ICRC, for links where the kernel owns IP and
 // UDP; [ICRCSplit] then computes the ICRC over separately held headers.
 //
+// This package is the only place the encapsulation is encoded and decoded.
+// The device's receive path walks Ethernet/IP/UDP with [EncapParser] (the
+// [ParseEncap] walk, which Parse shares, plus a cache of the last frame's
+// headers) and then decodes the IB packet with [ParseDCIB]; its transmit
+// path and the links that synthesize headers write them with
+// [EncapHeader.Put], as Build does. The link package exposes these under its
+// own names (link.ParseFrame, link.Parser, link.Header).
+//
 // The ICRC is computed exactly as Linux rdma_rxe does: a CRC-32 (IEEE) over
 // 8 bytes of 0xFF, the IP header and UDP header with their variant fields
 // (TOS/traffic class, flow label, TTL/hop limit, IPv4 checksum, UDP checksum)

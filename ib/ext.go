@@ -34,10 +34,10 @@ type RDETHFields struct {
 }
 
 // EEC returns the 24-bit EE context number.
-func (b RDETH) EEC() uint32 { return get24(b[rdethEEC:]) }
+func (b RDETH) EEC() uint32 { return Uint24(b[rdethEEC:]) }
 
 // SetEEC sets the EE context number; only the low 24 bits are used.
-func (b RDETH) SetEEC(v uint32) { put24(b[rdethEEC:], v) }
+func (b RDETH) SetEEC(v uint32) { PutUint24(b[rdethEEC:], v) }
 
 // Encode writes f into b, zeroing the reserved byte.
 func (b RDETH) Encode(f *RDETHFields) { b[0] = 0; b.SetEEC(f.EEC) }
@@ -64,10 +64,10 @@ func (b DETH) QKey() uint32 { return binary.BigEndian.Uint32(b[dethQKey:]) }
 func (b DETH) SetQKey(v uint32) { binary.BigEndian.PutUint32(b[dethQKey:], v) }
 
 // SrcQP returns the 24-bit source QP number.
-func (b DETH) SrcQP() uint32 { return get24(b[dethSrcQP:]) }
+func (b DETH) SrcQP() uint32 { return Uint24(b[dethSrcQP:]) }
 
 // SetSrcQP sets the source QP number; only the low 24 bits are used.
-func (b DETH) SetSrcQP(v uint32) { put24(b[dethSrcQP:], v) }
+func (b DETH) SetSrcQP(v uint32) { PutUint24(b[dethSrcQP:], v) }
 
 // Encode writes f into b, zeroing the reserved byte.
 func (b DETH) Encode(f *DETHFields) { b.SetQKey(f.QKey); b[4] = 0; b.SetSrcQP(f.SrcQP) }
@@ -192,10 +192,10 @@ func (b AETH) Syndrome() Syndrome { return Syndrome(b[aethSyndrome]) }
 func (b AETH) SetSyndrome(s Syndrome) { b[aethSyndrome] = uint8(s) }
 
 // MSN returns the 24-bit message sequence number.
-func (b AETH) MSN() uint32 { return get24(b[aethMSN:]) }
+func (b AETH) MSN() uint32 { return Uint24(b[aethMSN:]) }
 
 // SetMSN sets the message sequence number; only the low 24 bits are used.
-func (b AETH) SetMSN(v uint32) { put24(b[aethMSN:], v) }
+func (b AETH) SetMSN(v uint32) { PutUint24(b[aethMSN:], v) }
 
 // Encode writes f into b.
 func (b AETH) Encode(f *AETHFields) { b.SetSyndrome(f.Syndrome); b.SetMSN(f.MSN) }
@@ -329,10 +329,10 @@ type XRCETHFields struct {
 }
 
 // SRQN returns the 24-bit XRC SRQ number.
-func (b XRCETH) SRQN() uint32 { return get24(b[xrcethSRQN:]) }
+func (b XRCETH) SRQN() uint32 { return Uint24(b[xrcethSRQN:]) }
 
 // SetSRQN sets the XRC SRQ number; only the low 24 bits are used.
-func (b XRCETH) SetSRQN(v uint32) { put24(b[xrcethSRQN:], v) }
+func (b XRCETH) SetSRQN(v uint32) { PutUint24(b[xrcethSRQN:], v) }
 
 // Encode writes f into b, zeroing the reserved byte.
 func (b XRCETH) Encode(f *XRCETHFields) { b[0] = 0; b.SetSRQN(f.SRQN) }

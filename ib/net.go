@@ -110,6 +110,9 @@ type VLANTagFields struct {
 	EtherType uint16 // inner EtherType
 }
 
+// TCI returns the tag control information (PCP, DEI and VID).
+func (b VLANTag) TCI() uint16 { return binary.BigEndian.Uint16(b[vlanTCI:]) }
+
 // PCP returns the 3-bit priority code point.
 func (b VLANTag) PCP() uint8 { return b[vlanTCI] >> 5 }
 
@@ -217,6 +220,12 @@ func (b IPv4) SetFragmentOffset(v uint16) {
 	binary.BigEndian.PutUint16(b[ipv4FlagsOff:], f&^ipv4FragOffMask|v&ipv4FragOffMask)
 }
 
+// fragmented reports MF or a fragment offset: a fragment, which RoCEv2
+// never sends.
+func (b IPv4) fragmented() bool {
+	return binary.BigEndian.Uint16(b[ipv4FlagsOff:])&(ipv4FlagMF|ipv4FragOffMask) != 0
+}
+
 // TTL returns the time to live (the IB hop limit).
 func (b IPv4) TTL() uint8 { return b[ipv4TTL] }
 
@@ -253,6 +262,16 @@ func (b IPv4) ComputeChecksum() uint16 {
 	n := b.HeaderLength()
 	if n < IPv4Size || n > len(b) {
 		n = IPv4Size
+	}
+	if n == IPv4Size {
+		// The only size RoCEv2 sends: nine words, unrolled, as the
+		// transmit path puts one header per frame.
+		h := b[:IPv4Size]
+		be := binary.BigEndian
+		s := uint32(be.Uint16(h[0:])) + uint32(be.Uint16(h[2:])) + uint32(be.Uint16(h[4:])) +
+			uint32(be.Uint16(h[6:])) + uint32(be.Uint16(h[8:])) + uint32(be.Uint16(h[12:])) +
+			uint32(be.Uint16(h[14:])) + uint32(be.Uint16(h[16:])) + uint32(be.Uint16(h[18:]))
+		return ^foldSum(s)
 	}
 	s := onesSum(0, b[:ipv4Csum]) + onesSum(0, b[ipv4Csum+2:n])
 	return ^foldSum(s)

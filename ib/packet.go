@@ -99,98 +99,24 @@ func ParseIB(b []byte, p *Packet) error {
 // parse decodes frame with the opcode table tbl.
 func (p *Packet) parse(frame []byte, tbl *[256]OpcodeInfo) bool {
 	p.Reset()
-	if len(frame) < EthernetSize {
-		return p.fail("ethernet", 0, ErrTruncated, "frame shorter than Ethernet header")
+	var w encapWalk
+	if c, off := walkEncap(frame, &w, nil, true); c != encapOK {
+		k := &encapChecks[c]
+		return p.fail(k.layer, off+k.field, k.err, k.reason)
 	}
 	p.Eth = Ethernet(frame[:EthernetSize:EthernetSize])
-	off := EthernetSize
-	et := p.Eth.EtherType()
-	if et == EtherTypeVLAN {
-		if len(frame) < off+VLANTagSize {
-			return p.fail("vlan", off, ErrTruncated, "frame shorter than VLAN tag")
-		}
-		p.VLAN = VLANTag(frame[off : off+VLANTagSize : off+VLANTagSize])
-		et = p.VLAN.EtherType()
-		off += VLANTagSize
-		if et == EtherTypeVLAN || et == EtherTypeQinQ {
-			return p.fail("vlan", off-2, ErrUnsupported, "stacked VLAN tags")
-		}
+	if w.vlan {
+		p.VLAN = VLANTag(frame[EthernetSize : EthernetSize+VLANTagSize : EthernetSize+VLANTagSize])
 	}
-	var end int // end of the UDP datagram within frame
-	switch et {
-	case EtherTypeIPv4:
-		if len(frame) < off+IPv4Size {
-			return p.fail("ipv4", off, ErrTruncated, "frame shorter than IPv4 header")
-		}
-		ip := IPv4(frame[off : off+IPv4Size : off+IPv4Size])
-		if ip.Version() != ipv4Version {
-			return p.fail("ipv4", off, ErrMalformed, "IP version is not 4")
-		}
-		if ihl := ip.HeaderLength(); ihl < IPv4Size {
-			return p.fail("ipv4", off, ErrMalformed, "IHL below 5")
-		} else if ihl > IPv4Size {
-			return p.fail("ipv4", off, ErrUnsupported, "IPv4 options")
-		}
-		if ip.Protocol() != IPProtocolUDP {
-			return p.fail("ipv4", off+ipv4Proto, ErrUnsupported, "protocol is not UDP")
-		}
-		if ip.MoreFragments() || ip.FragmentOffset() != 0 {
-			return p.fail("ipv4", off+ipv4FlagsOff, ErrUnsupported, "IP fragment")
-		}
-		tl := int(ip.TotalLength())
-		if tl < IPv4Size+UDPSize {
-			return p.fail("ipv4", off+ipv4TotalLen, ErrMalformed, "total length too small for IPv4 and UDP headers")
-		}
-		if tl > len(frame)-off {
-			return p.fail("ipv4", off+ipv4TotalLen, ErrTruncated, "total length beyond end of frame")
-		}
-		p.IPv4 = ip
-		p.ip = frame[off : off+IPv4Size : off+IPv4Size]
-		end = off + tl
-		off += IPv4Size
-	case EtherTypeIPv6:
-		if len(frame) < off+IPv6Size {
-			return p.fail("ipv6", off, ErrTruncated, "frame shorter than IPv6 header")
-		}
-		ip := IPv6(frame[off : off+IPv6Size : off+IPv6Size])
-		if ip.Version() != ipv6Version {
-			return p.fail("ipv6", off, ErrMalformed, "IP version is not 6")
-		}
-		if ip.NextHeader() != IPProtocolUDP {
-			return p.fail("ipv6", off+ipv6Next, ErrUnsupported, "next header is not UDP")
-		}
-		pl := int(ip.PayloadLength())
-		if pl < UDPSize {
-			return p.fail("ipv6", off+ipv6PayLen, ErrMalformed, "payload length too small for UDP header")
-		}
-		if pl > len(frame)-off-IPv6Size {
-			return p.fail("ipv6", off+ipv6PayLen, ErrTruncated, "payload length beyond end of frame")
-		}
-		p.IPv6 = ip
-		p.ip = frame[off : off+IPv6Size : off+IPv6Size]
-		end = off + IPv6Size + pl
-		off += IPv6Size
-	default:
-		layer := "ethernet"
-		if p.VLAN != nil {
-			layer = "vlan"
-		}
-		return p.fail(layer, off-2, ErrUnsupported, "EtherType is not IPv4 or IPv6")
+	ip, off := w.ipOff, w.udpOff
+	p.ip = frame[ip:off:off]
+	if w.v6 {
+		p.IPv6 = p.ip
+	} else {
+		p.IPv4 = p.ip
 	}
-	// The IP layer guarantees UDPSize bytes here.
-	udp := UDP(frame[off : off+UDPSize : off+UDPSize])
-	if udp.DstPort() != RoCEv2Port {
-		return p.fail("udp", off+udpDst, ErrUnsupported, "destination port is not 4791")
-	}
-	ul := int(udp.Length())
-	if ul < UDPSize {
-		return p.fail("udp", off+udpLen, ErrMalformed, "length below 8")
-	}
-	if ul != end-off {
-		// A sender never produces this; both lengths are covered by the ICRC.
-		return p.fail("udp", off+udpLen, ErrMalformed, "length disagrees with IP length")
-	}
-	p.UDP = udp
+	end := w.end
+	p.UDP = UDP(frame[off : off+UDPSize : off+UDPSize])
 	p.datagram = frame[off:end:end]
 	return p.parseIB(frame[off+UDPSize:end:end], off+UDPSize, tbl)
 }

@@ -16,7 +16,10 @@
 //     transport must use so that the ICRC it computes matches the wire.
 //   - The memory link (memlink) passes frames through a faultnet pipe.
 //
-// The package also holds the small header walk and header synthesis the
-// links share; they are deliberately minimal (no IP options, no IPv6
-// extension headers), since RoCEv2 uses neither.
+// The header walk (ParseFrame, Parser) and header synthesis (Header.Put)
+// that the links and the device share are ib's (ib.ParseEncap,
+// ib.EncapParser, ib.EncapHeader) under the link's names and errors: ib
+// is the one place headers are encoded and decoded. They are deliberately
+// minimal (no IP options, no IPv6 extension headers), since RoCEv2 uses
+// neither.
 package link

@@ -8,6 +8,8 @@ import (
 
 	"github.com/gopacket/gopacket"
 	"github.com/gopacket/gopacket/layers"
+
+	"github.com/goroce/goroce/ib"
 )
 
 func synth(t testing.TB, src, dst string, payload []byte) []byte {
@@ -56,7 +58,7 @@ func TestPutParseRoundTrip(t *testing.T) {
 			if ip4.Flags != layers.IPv4DontFragment || ip4.Id != 0 || ip4.TTL != 64 {
 				t.Fatalf("IPv4 %+v", ip4)
 			}
-			if IPv4Checksum(b[EthernetSize:EthernetSize+IPv4Size]) != 0 {
+			if !ib.IPv4(b[EthernetSize : EthernetSize+IPv4Size]).ChecksumValid() {
 				t.Fatal("IPv4 checksum does not verify")
 			}
 		} else if ip6, ok := pkt.Layer(layers.LayerTypeIPv6).(*layers.IPv6); ok {
@@ -194,4 +196,24 @@ func TestHeaderMixedFamilies(t *testing.T) {
 	var zero Header // no addresses at all
 	b := make([]byte, zero.HeaderSize())
 	zero.Put(b, 0)
+}
+
+// TestIPv4Checksum checks the link's form of ib's checksum: the field's
+// value over a zeroed field, zero over a valid header.
+func TestIPv4Checksum(t *testing.T) {
+	b := synth(t, "192.0.2.1", "192.0.2.2", make([]byte, 20))
+	h := b[EthernetSize : EthernetSize+IPv4Size]
+	if c := IPv4Checksum(h); c != 0 {
+		t.Fatalf("valid header: %#04x, want 0", c)
+	}
+	want := ib.IPv4(h).Checksum()
+	h[10], h[11] = 0, 0
+	if c := IPv4Checksum(h); c != want || c == 0 {
+		t.Fatalf("zeroed field: %#04x, want %#04x", c, want)
+	}
+	h[1] ^= 0xff // a damaged header must not pass
+	ib.IPv4(h).SetChecksum(want)
+	if IPv4Checksum(h) == 0 {
+		t.Fatal("damaged header verifies")
+	}
 }

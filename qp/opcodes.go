@@ -2,37 +2,39 @@ package qp
 
 import "github.com/goroce/goroce/ib"
 
-// Operation codes (the low five bits of the BTH opcode) shared by RC and UC.
+// Operation codes (the low five bits of the BTH opcode) shared by RC and UC,
+// and the transports, as ib defines them: an RC opcode is its operation code,
+// since the RC transport is zero.
 const (
-	opSendFirst      = 0x00
-	opSendMiddle     = 0x01
-	opSendLast       = 0x02
-	opSendLastImm    = 0x03
-	opSendOnly       = 0x04
-	opSendOnlyImm    = 0x05
-	opWriteFirst     = 0x06
-	opWriteMiddle    = 0x07
-	opWriteLast      = 0x08
-	opWriteLastImm   = 0x09
-	opWriteOnly      = 0x0A
-	opWriteOnlyImm   = 0x0B
-	opReadRequest    = 0x0C
-	opReadRespFirst  = 0x0D
-	opReadRespMiddle = 0x0E
-	opReadRespLast   = 0x0F
-	opReadRespOnly   = 0x10
-	opAck            = 0x11
-	opAtomicAck      = 0x12
-	opCompareSwap    = 0x13
-	opFetchAdd       = 0x14
-	opSendLastInv    = 0x16
-	opSendOnlyInv    = 0x17
-	opFlush          = 0x1C
-	opAtomicWrite    = 0x1D
+	opSendFirst      = uint8(ib.RCSendFirst)
+	opSendMiddle     = uint8(ib.RCSendMiddle)
+	opSendLast       = uint8(ib.RCSendLast)
+	opSendLastImm    = uint8(ib.RCSendLastImm)
+	opSendOnly       = uint8(ib.RCSendOnly)
+	opSendOnlyImm    = uint8(ib.RCSendOnlyImm)
+	opWriteFirst     = uint8(ib.RCWriteFirst)
+	opWriteMiddle    = uint8(ib.RCWriteMiddle)
+	opWriteLast      = uint8(ib.RCWriteLast)
+	opWriteLastImm   = uint8(ib.RCWriteLastImm)
+	opWriteOnly      = uint8(ib.RCWriteOnly)
+	opWriteOnlyImm   = uint8(ib.RCWriteOnlyImm)
+	opReadRequest    = uint8(ib.RCReadRequest)
+	opReadRespFirst  = uint8(ib.RCReadResponseFirst)
+	opReadRespMiddle = uint8(ib.RCReadResponseMiddle)
+	opReadRespLast   = uint8(ib.RCReadResponseLast)
+	opReadRespOnly   = uint8(ib.RCReadResponseOnly)
+	opAck            = uint8(ib.RCAck)
+	opAtomicAck      = uint8(ib.RCAtomicAck)
+	opCompareSwap    = uint8(ib.RCCompareSwap)
+	opFetchAdd       = uint8(ib.RCFetchAdd)
+	opSendLastInv    = uint8(ib.RCSendLastInv)
+	opSendOnlyInv    = uint8(ib.RCSendOnlyInv)
+	opFlush          = uint8(ib.RCFlush)
+	opAtomicWrite    = uint8(ib.RCAtomicWrite)
 
-	transportRC = 0x00
-	transportUC = 0x20
-	transportUD = 0x60
+	transportRC = uint8(ib.TransportRC)
+	transportUC = uint8(ib.TransportUC)
+	transportUD = uint8(ib.TransportUD)
 )
 
 // Opcode classes, indexed by the low five bits.
@@ -55,33 +57,36 @@ const (
 	clFlush
 )
 
-var opClass = [32]uint16{
-	opSendFirst:      clSend | clFirst | clRecv,
-	opSendMiddle:     clSend | clMiddle,
-	opSendLast:       clSend | clLast | clComplete,
-	opSendLastImm:    clSend | clLast | clImm | clComplete,
-	opSendOnly:       clSend | clFirst | clLast | clRecv | clComplete,
-	opSendOnlyImm:    clSend | clFirst | clLast | clImm | clRecv | clComplete,
-	opWriteFirst:     clWrite | clFirst | clRETH,
-	opWriteMiddle:    clWrite | clMiddle,
-	opWriteLast:      clWrite | clLast,
-	opWriteLastImm:   clWrite | clLast | clImm | clRecv | clComplete,
-	opWriteOnly:      clWrite | clFirst | clLast | clRETH,
-	opWriteOnlyImm:   clWrite | clFirst | clLast | clImm | clRecv | clComplete | clRETH,
-	opReadRequest:    clRead | clFirst | clLast | clRETH,
-	opReadRespFirst:  clResponse,
-	opReadRespMiddle: clResponse,
-	opReadRespLast:   clResponse,
-	opReadRespOnly:   clResponse,
-	opAck:            clResponse,
-	opAtomicAck:      clResponse,
-	opCompareSwap:    clAtomic | clFirst | clLast,
-	opFetchAdd:       clAtomic | clFirst | clLast,
-	opSendLastInv:    clSend | clLast | clInv | clComplete,
-	opSendOnlyInv:    clSend | clFirst | clLast | clInv | clRecv | clComplete,
-	opFlush:          clFlush | clFirst | clLast | clRETH,
-	opAtomicWrite:    clAtomicWrite | clFirst | clLast | clRETH,
-}
+// opClass is the responder's view of ib's opcode table, one entry per RC
+// operation code (UC and UD use the same codes). A response is only
+// clResponse: the responder looks no further into it.
+var opClass = func() (t [32]uint16) {
+	for low := range t {
+		in := ib.Opcode(low).Info()
+		if !in.Valid {
+			continue
+		}
+		if !in.IsRequest {
+			t[low] = clResponse
+			continue
+		}
+		for _, c := range [...]struct {
+			has bool
+			cl  uint16
+		}{
+			{in.IsSend, clSend}, {in.IsWrite, clWrite}, {in.IsRead, clRead}, {in.IsAtomic, clAtomic},
+			{in.IsAtomicWrite, clAtomicWrite}, {in.IsFlush, clFlush},
+			{in.Position.IsStart(), clFirst}, {in.Position == ib.PositionMiddle, clMiddle},
+			{in.Position.IsEnd(), clLast}, {in.HasImm, clImm}, {in.HasInv, clInv},
+			{in.ConsumesRecvWQE, clRecv}, {in.Completes, clComplete}, {in.Headers&ib.HdrRETH != 0, clRETH},
+		} {
+			if c.has {
+				t[low] |= c.cl
+			}
+		}
+	}
+	return t
+}()
 
 // isRdAtomicWR reports the operations answered by a response the responder
 // saves (READ, atomics, ATOMIC_WRITE): they count against max_rd_atomic.

@@ -511,7 +511,7 @@ func (d *Device) receiveLoop() {
 // waiter, the loopback pass of a transmit) keeps from frame to frame.
 type rxState struct {
 	pkt   ib.Packet
-	frame link.Parser
+	frame ib.EncapParser
 	// src is the source of the frame the parser last walked whole; frames
 	// that repeat its headers share it. dgidOK is whether its DGID was in
 	// gids, the table it was looked up in.
@@ -536,8 +536,8 @@ func (d *Device) receiveBatch(frames [][]byte, rx *rxState) {
 		if tap != nil {
 			tap.write(f)
 		}
-		// The link's header walk, then the IB packet: this accepts any UDP
-		// port (the link already filtered it), unlike ib.Parse.
+		// ib's header walk, then the IB packet: this accepts any UDP port
+		// (the link already filtered it), unlike ib.Parse.
 		fr, same, err := rx.frame.Parse(f)
 		if err == nil && (!same || rx.gids != gt) {
 			// Another sender, or the first frame: its source, and

@@ -45,8 +45,8 @@
 // which sends a transmit pass a poller left to its caller if the caller
 // does not come back within 20 µs (see below), and these two:
 //
-//   - the receive goroutine: link.ReadBatch → the link's header walk
-//     (link.Parser: Ethernet, IPv4/IPv6, UDP) → ib.ParseDCIB of the IB
+//   - the receive goroutine: link.ReadBatch → ib's header walk
+//     (ib.EncapParser: Ethernet, IPv4/IPv6, UDP) → ib.ParseDCIB of the IB
 //     headers → ICRC check (skipped
 //     where the link cannot know every header field it covers,
 //     Info.UncheckedICRC: the kernel UDP link over IPv4) → destination GID

@@ -3,7 +3,6 @@
 package roce
 
 import (
-	"encoding/binary"
 	"net/netip"
 	"testing"
 
@@ -103,8 +102,7 @@ func TestReceiveBatchSourceCache(t *testing.T) {
 	fs := next(3)
 	other := rxFrames(t, x, y, 1, 64, psn-2)[0]
 	copy(other[link.EthernetSize+12:], []byte{127, 0, 0, 3})
-	binary.BigEndian.PutUint16(other[link.EthernetSize+10:], 0)
-	binary.BigEndian.PutUint16(other[link.EthernetSize+10:], link.IPv4Checksum(other[link.EthernetSize:link.EthernetSize+link.IPv4Size]))
+	ib.IPv4(other[link.EthernetSize : link.EthernetSize+link.IPv4Size]).UpdateChecksum()
 	check("a stranger between", [][]byte{fs[0], other, fs[1], fs[2]}, 3, 0, 1, 0)
 
 	// A frame cut short between two good ones.

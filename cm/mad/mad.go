@@ -225,10 +225,6 @@ func (e *ParseError) Error() string {
 // Unwrap returns the wrapped sentinel.
 func (e *ParseError) Unwrap() error { return e.Err }
 
-func get24(b []byte) uint32 { _ = b[2]; return uint32(b[0])<<16 | uint32(b[1])<<8 | uint32(b[2]) }
-
-func put24(b []byte, v uint32) { _ = b[2]; b[0] = byte(v >> 16); b[1] = byte(v >> 8); b[2] = byte(v) }
-
 // full returns b if it holds n bytes, else a zero-padded copy (bad input only).
 func full(b []byte, n int) []byte {
 	if len(b) >= n {

@@ -221,7 +221,7 @@ type REQFields struct {
 func (b REQ) LocalCommID() uint32 { return binary.BigEndian.Uint32(b[reqLocalCommID:]) }
 
 // VendorID returns the 24-bit ECE vendor ID.
-func (b REQ) VendorID() uint32 { return get24(b[reqVendorID:]) }
+func (b REQ) VendorID() uint32 { return ib.Uint24(b[reqVendorID:]) }
 
 // ServiceID returns the service ID.
 func (b REQ) ServiceID() uint64 { return binary.BigEndian.Uint64(b[reqServiceID:]) }
@@ -233,19 +233,19 @@ func (b REQ) LocalCAGUID() uint64 { return binary.BigEndian.Uint64(b[reqCAGUID:]
 func (b REQ) LocalQKey() uint32 { return binary.BigEndian.Uint32(b[reqLocalQKey:]) }
 
 // LocalQPN returns the sender's QP number.
-func (b REQ) LocalQPN() uint32 { return get24(b[reqLocalQPN:]) }
+func (b REQ) LocalQPN() uint32 { return ib.Uint24(b[reqLocalQPN:]) }
 
 // ResponderResources returns the sender's responder resources.
 func (b REQ) ResponderResources() uint8 { return b[reqRespRes] }
 
 // LocalEECN returns the sender's EE context number.
-func (b REQ) LocalEECN() uint32 { return get24(b[reqLocalEECN:]) }
+func (b REQ) LocalEECN() uint32 { return ib.Uint24(b[reqLocalEECN:]) }
 
 // InitiatorDepth returns the sender's initiator depth.
 func (b REQ) InitiatorDepth() uint8 { return b[reqInitDepth] }
 
 // RemoteEECN returns the remote EE context number.
-func (b REQ) RemoteEECN() uint32 { return get24(b[reqRemoteEECN:]) }
+func (b REQ) RemoteEECN() uint32 { return ib.Uint24(b[reqRemoteEECN:]) }
 
 // RemoteCMResponseTimeout returns the 5-bit remote CM response timeout.
 func (b REQ) RemoteCMResponseTimeout() uint8 { return top(b[reqByte43], 5) }
@@ -258,7 +258,7 @@ func (b REQ) FlowControl() bool { return b[reqByte43]&1 != 0 }
 
 // StartingPSN returns the Starting PSN; Linux uses it as the PSN the receiver
 // of the message sends from (the sender's expected receive PSN).
-func (b REQ) StartingPSN() uint32 { return get24(b[reqStartPSN:]) }
+func (b REQ) StartingPSN() uint32 { return ib.Uint24(b[reqStartPSN:]) }
 
 // LocalCMResponseTimeout returns the 5-bit local CM response timeout.
 func (b REQ) LocalCMResponseTimeout() uint8 { return top(b[reqByte47], 5) }
@@ -304,18 +304,18 @@ func (b REQ) Encode(f *REQFields) {
 	_ = b[DataSize-1]
 	binary.BigEndian.PutUint32(b[reqLocalCommID:], f.LocalCommID)
 	b[4] = 0
-	put24(b[reqVendorID:], f.VendorID)
+	ib.PutUint24(b[reqVendorID:], f.VendorID)
 	binary.BigEndian.PutUint64(b[reqServiceID:], f.ServiceID)
 	binary.BigEndian.PutUint64(b[reqCAGUID:], f.LocalCAGUID)
 	clear(b[24:28])
 	binary.BigEndian.PutUint32(b[reqLocalQKey:], f.LocalQKey)
-	put24(b[reqLocalQPN:], f.LocalQPN)
+	ib.PutUint24(b[reqLocalQPN:], f.LocalQPN)
 	b[reqRespRes] = f.ResponderResources
-	put24(b[reqLocalEECN:], f.LocalEECN)
+	ib.PutUint24(b[reqLocalEECN:], f.LocalEECN)
 	b[reqInitDepth] = f.InitiatorDepth
-	put24(b[reqRemoteEECN:], f.RemoteEECN)
+	ib.PutUint24(b[reqRemoteEECN:], f.RemoteEECN)
 	b[reqByte43] = place(f.RemoteCMResponseTimeout, 0, 5) | place(uint8(f.Transport), 5, 2) | b2u(f.FlowControl)
-	put24(b[reqStartPSN:], f.StartingPSN)
+	ib.PutUint24(b[reqStartPSN:], f.StartingPSN)
 	b[reqByte47] = place(f.LocalCMResponseTimeout, 0, 5) | place(f.RetryCount, 5, 3)
 	binary.BigEndian.PutUint16(b[reqPKey:], f.PKey)
 	b[reqByte50] = place(uint8(f.PathMTU), 0, 4) | place(b2u(f.RDCExists), 4, 1) | place(f.RNRRetryCount, 5, 3)
@@ -516,7 +516,7 @@ func (b REP) RemoteCommID() uint32 { return binary.BigEndian.Uint32(b[cmRemoteCo
 func (b REP) LocalQKey() uint32 { return binary.BigEndian.Uint32(b[repLocalQKey:]) }
 
 // LocalQPN returns the replier's QP number.
-func (b REP) LocalQPN() uint32 { return get24(b[repLocalQPN:]) }
+func (b REP) LocalQPN() uint32 { return ib.Uint24(b[repLocalQPN:]) }
 
 // VendorID returns the 24-bit ECE vendor ID.
 func (b REP) VendorID() uint32 {
@@ -524,10 +524,10 @@ func (b REP) VendorID() uint32 {
 }
 
 // LocalEECN returns the replier's EE context number.
-func (b REP) LocalEECN() uint32 { return get24(b[repLocalEECN:]) }
+func (b REP) LocalEECN() uint32 { return ib.Uint24(b[repLocalEECN:]) }
 
 // StartingPSN returns the replier's starting PSN.
-func (b REP) StartingPSN() uint32 { return get24(b[repStartPSN:]) }
+func (b REP) StartingPSN() uint32 { return ib.Uint24(b[repStartPSN:]) }
 
 // ResponderResources returns the replier's responder resources.
 func (b REP) ResponderResources() uint8 { return b[repRespRes] }
@@ -562,11 +562,11 @@ func (b REP) Encode(f *REPFields) {
 	binary.BigEndian.PutUint32(b[cmLocalCommID:], f.LocalCommID)
 	binary.BigEndian.PutUint32(b[cmRemoteCommID:], f.RemoteCommID)
 	binary.BigEndian.PutUint32(b[repLocalQKey:], f.LocalQKey)
-	put24(b[repLocalQPN:], f.LocalQPN)
+	ib.PutUint24(b[repLocalQPN:], f.LocalQPN)
 	b[repVendorH] = byte(f.VendorID >> 16)
-	put24(b[repLocalEECN:], f.LocalEECN)
+	ib.PutUint24(b[repLocalEECN:], f.LocalEECN)
 	b[repVendorM] = byte(f.VendorID >> 8)
-	put24(b[repStartPSN:], f.StartingPSN)
+	ib.PutUint24(b[repStartPSN:], f.StartingPSN)
 	b[repVendorL] = byte(f.VendorID)
 	b[repRespRes] = f.ResponderResources
 	b[repInitDepth] = f.InitiatorDepth
@@ -669,7 +669,7 @@ func (b DREQ) LocalCommID() uint32 { return binary.BigEndian.Uint32(b[cmLocalCom
 func (b DREQ) RemoteCommID() uint32 { return binary.BigEndian.Uint32(b[cmRemoteCommID:]) }
 
 // RemoteQPN returns the receiver's QPN/EECN as the sender knows it.
-func (b DREQ) RemoteQPN() uint32 { return get24(b[dreqRemoteQPN:]) }
+func (b DREQ) RemoteQPN() uint32 { return ib.Uint24(b[dreqRemoteQPN:]) }
 
 // PrivateData returns the private data in place.
 func (b DREQ) PrivateData() []byte { return b[dreqPrivate : dreqPrivate+DREQPrivateDataSize] }
@@ -679,7 +679,7 @@ func (b DREQ) Encode(f *DREQFields) {
 	_ = b[DataSize-1]
 	binary.BigEndian.PutUint32(b[cmLocalCommID:], f.LocalCommID)
 	binary.BigEndian.PutUint32(b[cmRemoteCommID:], f.RemoteCommID)
-	put24(b[dreqRemoteQPN:], f.RemoteQPN)
+	ib.PutUint24(b[dreqRemoteQPN:], f.RemoteQPN)
 	b[11] = 0
 	setPrivate(b[dreqPrivate:DataSize], f.PrivateData)
 }
@@ -797,7 +797,7 @@ func (b SIDRREP) VendorID() uint32 {
 }
 
 // QPN returns the UD QP number serving the service.
-func (b SIDRREP) QPN() uint32 { return get24(b[sidrRepQPN:]) }
+func (b SIDRREP) QPN() uint32 { return ib.Uint24(b[sidrRepQPN:]) }
 
 // ServiceID returns the service ID.
 func (b SIDRREP) ServiceID() uint64 { return binary.BigEndian.Uint64(b[sidrRepServiceID:]) }
@@ -820,7 +820,7 @@ func (b SIDRREP) Encode(f *SIDRREPFields) {
 	b[sidrRepStatus] = uint8(f.Status)
 	b[sidrRepInfoLen] = f.InfoLength
 	binary.BigEndian.PutUint16(b[sidrRepVendorH:], uint16(f.VendorID>>8))
-	put24(b[sidrRepQPN:], f.QPN)
+	ib.PutUint24(b[sidrRepQPN:], f.QPN)
 	b[sidrRepVendorL] = byte(f.VendorID)
 	binary.BigEndian.PutUint64(b[sidrRepServiceID:], f.ServiceID)
 	binary.BigEndian.PutUint32(b[sidrRepQKey:], f.QKey)
@@ -873,7 +873,7 @@ func (b LAP) LocalCommID() uint32 { return binary.BigEndian.Uint32(b[cmLocalComm
 func (b LAP) RemoteCommID() uint32 { return binary.BigEndian.Uint32(b[cmRemoteCommID:]) }
 
 // RemoteQPN returns the receiver's QPN/EECN.
-func (b LAP) RemoteQPN() uint32 { return get24(b[lapRemoteQPN:]) }
+func (b LAP) RemoteQPN() uint32 { return ib.Uint24(b[lapRemoteQPN:]) }
 
 // RemoteCMResponseTimeout returns the 5-bit remote CM response timeout.
 func (b LAP) RemoteCMResponseTimeout() uint8 { return top(b[lapRespTO], 5) }
@@ -904,7 +904,7 @@ func (b LAP) Encode(f *LAPFields) {
 	binary.BigEndian.PutUint32(b[cmLocalCommID:], f.LocalCommID)
 	binary.BigEndian.PutUint32(b[cmRemoteCommID:], f.RemoteCommID)
 	clear(b[8:12])
-	put24(b[lapRemoteQPN:], f.RemoteQPN)
+	ib.PutUint24(b[lapRemoteQPN:], f.RemoteQPN)
 	b[lapRespTO] = place(f.RemoteCMResponseTimeout, 0, 5)
 	clear(b[16:20])
 	p := &f.Alternate

@@ -54,8 +54,8 @@ var below = map[string][]string{
 	"kernel":   {},
 	"ib":       {},
 	"qp":       {"ib", "support"},
-	"link":     {"support"},
-	"linkimpl": {"link", "kernel"},
+	"link":     {"ib", "support"}, // headers: ib's codec, the only one
+	"linkimpl": {"ib", "link", "kernel"},
 	// The device core never sees how a link is made: no AF_XDP, eBPF or
 	// socket code, so it builds anywhere.
 	"roce":         {"ib", "qp", "link"},

@@ -11,6 +11,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/goroce/goroce/ib"
 	"github.com/goroce/goroce/internal/sys"
 	"github.com/goroce/goroce/link"
 )
@@ -281,7 +282,7 @@ func testGROSplit(t *testing.T, l *Link, from netip.AddrPort, lens, seg []int, w
 		if pf.Src != from.Addr() || pf.SrcPort != from.Port() || pf.Dst != l.addr || pf.DstPort != l.port {
 			t.Fatalf("frame %d: %v:%d -> %v:%d", i, pf.Src, pf.SrcPort, pf.Dst, pf.DstPort)
 		}
-		if ip := f[pf.IPOffset:pf.UDPOffset]; link.IPv4Checksum(ip) != 0 {
+		if ip := f[pf.IPOffset:pf.UDPOffset]; !ib.IPv4(ip).ChecksumValid() {
 			t.Fatalf("frame %d: IPv4 checksum", i)
 		}
 		if !bytes.Equal(f[pf.Payload:pf.End], want[i]) {

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/goroce/goroce/ib"
 	"github.com/goroce/goroce/link"
 )
 
@@ -70,7 +71,7 @@ func TestPlainLoopback(t *testing.T) {
 						if string(fs[0][pf.Payload:pf.End]) != string(payload(i, 28+i*10)) {
 							t.Fatalf("frame %d payload differs", i)
 						}
-						if pf.Version == 4 && link.IPv4Checksum(fs[0][pf.IPOffset:pf.IPOffset+link.IPv4Size]) != 0 {
+						if pf.Version == 4 && !ib.IPv4(fs[0][pf.IPOffset:pf.IPOffset+link.IPv4Size]).ChecksumValid() {
 							t.Fatalf("frame %d: bad IPv4 checksum", i)
 						}
 					})

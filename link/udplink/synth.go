@@ -1,8 +1,7 @@
 package udplink
 
 import (
-	"encoding/binary"
-
+	"github.com/goroce/goroce/ib"
 	"github.com/goroce/goroce/link"
 )
 
@@ -42,17 +41,6 @@ func (r *rxHeader) put(b []byte, plen int) {
 
 // setLen rewrites the length fields for a payload of plen bytes.
 func (r *rxHeader) setLen(plen int) {
-	ip := r.b[link.EthernetSize:]
-	var udp []byte
-	if binary.BigEndian.Uint16(r.b[12:]) == link.EtherTypeIPv4 {
-		binary.BigEndian.PutUint16(ip[2:], uint16(link.IPv4Size+link.UDPSize+plen))
-		ip[10], ip[11] = 0, 0
-		binary.BigEndian.PutUint16(ip[10:], link.IPv4Checksum(ip[:link.IPv4Size]))
-		udp = ip[link.IPv4Size:]
-	} else {
-		binary.BigEndian.PutUint16(ip[4:], uint16(link.UDPSize+plen))
-		udp = ip[link.IPv6Size:]
-	}
-	binary.BigEndian.PutUint16(udp[4:], uint16(link.UDPSize+plen))
+	ib.SetEncapLength(r.b[:r.n], plen)
 	r.plen = plen
 }

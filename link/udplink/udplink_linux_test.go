@@ -60,7 +60,7 @@ func collect(t *testing.T, r *Link, from netip.AddrPort, n int, timeout time.Dur
 		}
 		if pf.Version == 4 {
 			ip := f[pf.IPOffset:]
-			if binary.BigEndian.Uint16(ip[4:]) != 0 || binary.BigEndian.Uint16(ip[6:]) != 0x4000 || link.IPv4Checksum(ip[:20]) != 0 {
+			if binary.BigEndian.Uint16(ip[4:]) != 0 || binary.BigEndian.Uint16(ip[6:]) != 0x4000 || !ib.IPv4(ip[:20]).ChecksumValid() {
 				t.Fatalf("IPv4 header % x: want ID 0, DF, valid checksum", ip[:20])
 			}
 		}
