@@ -52,11 +52,11 @@ import (
 // what was sent before the probe unacknowledged, once the rest is
 // acknowledged without a resend: on a path that delivers in order the
 // responder sent it before it reached the probe, whatever its timing, and
-// the wait from the last progress to it was a stall. QPs
-// that share a path see this after every stall (the responder reads the
-// backlog of all their windows in several batches, so each QP's first ACK
-// covers only part of its window), and without it each stall cost each QP
-// a probe and a go-back-N. The wait to the first ACK, from the round-trip
+// the wait from the last progress to it was a stall. QPs that share a path
+// see this after every stall (the responder reads the backlog of all their
+// windows in several batches, so each QP's first ACK covers only part of
+// its window); without it each stall cost each QP a probe and a
+// go-back-N. The wait to the first ACK, from the round-trip
 // sample under way when the probe fired, is then a stall of the path; the
 // probe timeout is at least 1.25 times the longest stall of the last
 // peakHold (up to half the probe span, so that a lost tail is still
