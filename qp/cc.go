@@ -48,7 +48,15 @@ import (
 // sends a single ACK for both, though, so on a path that lost nothing in
 // the last peakHold, where a lost ACK is unlikely, an ACK that came too
 // soon after the probe to answer it or later than a round trip after it
-// counts as well. The wait to the first ACK, from the round-trip
+// counts as well. So does a first ACK after the probe that leaves part of
+// what was sent before the probe unacknowledged, once the rest is
+// acknowledged without a resend: on a path that delivers in order the
+// responder sent it before it reached the probe, whatever its timing, and
+// the wait from the last progress to it was a stall. QPs that share a path
+// see this after every stall (the responder reads the backlog of all their
+// windows in several batches, so each QP's first ACK covers only part of
+// its window); without it each stall cost each QP a probe and a
+// go-back-N. The wait to the first ACK, from the round-trip
 // sample under way when the probe fired, is then a stall of the path; the
 // probe timeout is at least 1.25 times the longest stall of the last
 // peakHold (up to half the probe span, so that a lost tail is still
@@ -113,6 +121,13 @@ type sendWindow struct {
 	dupPSN     ib.PSN
 	dupEnd     ib.PSN
 	dupStall   time.Duration
+	// After a spurious probe whose first ACK left part of what was sent
+	// before it unacknowledged, an ACK of all that (stallEnd) without a
+	// resend in between shows the wait to the first ACK (stallWait) was
+	// a stall.
+	stallWatch bool
+	stallEnd   ib.PSN
+	stallWait  time.Duration
 	probeMax   ib.PSN        // the requester's maxPSN when the last probe left
 	probedAt   time.Duration // when the last probe left
 	lost       bool          // a loss was seen, the last at lossAt
@@ -172,6 +187,13 @@ func (w *sendWindow) onSend(now time.Duration, psn ib.PSN, fresh bool) {
 func (w *sendWindow) onAck(now time.Duration, psn ib.PSN, n int32) (spurious bool) {
 	w.probes = 0
 	acked := psn.Add(ib.PSNMask)
+	if w.stallWatch && ib.PSNDiff(psn, w.stallEnd) >= 0 {
+		// Everything sent before the probe arrived without a resend,
+		// and the first ACK after the probe came before it did: the
+		// responder had not reached the probe, the wait was a stall.
+		w.stallWatch = false
+		w.notePeak(now, w.stallWait)
+	}
 	if w.dupWatch {
 		if ib.PSNDiff(psn, w.dupEnd) > 0 {
 			w.dupWatch = false // past the probe's answer
@@ -191,6 +213,13 @@ func (w *sendWindow) onAck(now time.Duration, psn ib.PSN, n int32) (spurious boo
 		if ib.PSNDiff(psn, w.undoPSN) > 1 {
 			w.cwnd, w.ssthresh, w.acked = w.undoCwnd, w.undoSsthresh, 0
 			spurious = true
+			// An ACK that leaves part of what was sent before the
+			// probe unacknowledged left the responder before the
+			// probe got there (the path delivers in order): if the
+			// rest arrives without a resend, it was a stall.
+			if ib.PSNDiff(w.probeMax, psn) > 0 {
+				w.stallWatch, w.stallEnd, w.stallWait = true, w.probeMax, now-w.since
+			}
 			// On a path that lost nothing lately a lost ACK is
 			// unlikely, and a responder that coalesces its ACKs (a
 			// goroce one reading a backlog at once) gives no second
@@ -252,6 +281,7 @@ func (w *sendWindow) onLoss(now time.Duration, timeout bool) {
 	w.sampling = false
 	w.undo = false
 	w.dupWatch = false
+	w.stallWatch = false
 	c := w.window()
 	next := c / 2
 	if w.srtt > 0 && w.minRTT > 0 {

@@ -11,12 +11,16 @@ import (
 	"time"
 
 	"github.com/goroce/goroce/internal/perftest"
+	"github.com/goroce/goroce/roce"
 )
 
 // BenchmarkLoopbackQPs runs "rocectl perf write-bw --loopback -q N" and
 // "send-bw --loopback -s 64 -q N": what several posting goroutines gain.
 // Run with -cpu 1,2 to see it with one and two Ps. The metrics are the
-// client's report (MB/s, Mpps), not ns/op, which includes the setup.
+// client's report (MB/s, Mpps), not ns/op, which includes the setup;
+// resends/run and probes/run are the client device's go-back-N restarts
+// (completer_retry_err) and probes, which a loopback that loses nothing
+// should hardly need.
 func BenchmarkLoopbackQPs(b *testing.B) {
 	for _, c := range []struct {
 		name  string
@@ -30,11 +34,22 @@ func BenchmarkLoopbackQPs(b *testing.B) {
 	} {
 		for _, q := range c.qps {
 			b.Run(fmt.Sprintf("%s/q%d", c.name, q), func(b *testing.B) {
-				var mbs, mpps float64
+				var mbs, mpps, resends, probes float64
+				// The client's counters, read as its device closes.
+				stats := func(d *roce.Device, server bool) (func(), error) {
+					if server {
+						return func() {}, nil
+					}
+					return func() {
+						c := d.Counters()
+						resends += float64(c.CompleterRetryErr)
+						probes += float64(c.Probes)
+					}, nil
+				}
 				for b.Loop() {
 					ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 					cfg := PerfConfig{Verb: c.verb, Size: c.size, Iters: c.iters, NumQPs: q, GIDIndex: -1}
-					client, _, err := Loopback(ctx, cfg, io.Discard, false)
+					client, _, err := loopback(ctx, cfg, io.Discard, false, stats)
 					cancel()
 					if err != nil {
 						b.Fatal(err)
@@ -44,6 +59,8 @@ func BenchmarkLoopbackQPs(b *testing.B) {
 				}
 				b.ReportMetric(mbs/float64(b.N), "MB/s")
 				b.ReportMetric(mpps/float64(b.N), "Mpps")
+				b.ReportMetric(resends/float64(b.N), "resends/run")
+				b.ReportMetric(probes/float64(b.N), "probes/run")
 			})
 		}
 	}
