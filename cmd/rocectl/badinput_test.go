@@ -98,6 +98,9 @@ var badInputs = []struct {
 	{"pingpong rc -d lo 192.0.2.1 192.0.2.2", 2},
 
 	{"rstream -S -1", 2},
+	{"perf write-bw -J notanip", 2},
+	{"perf write-bw --bind_source_ip=::", 2},
+	{"perf write-bw -J 224.0.0.1", 2},
 	{"rstream -C -1", 2},
 	{"rstream -I -2", 2},
 	{"rstream -S 99999999999", 2},

@@ -5,6 +5,7 @@ package main
 import (
 	"fmt"
 	"math/rand/v2"
+	"net"
 	"strings"
 	"sync"
 	"testing"
@@ -59,4 +60,49 @@ func TestTwoProcessesOnLo(t *testing.T) {
 		t.Fatalf("no result line:\nclient %s\nserver %s", cliOut.String(), srvOut.String())
 	}
 	t.Logf("client:\n%s", cliOut.String())
+}
+
+// TestTwoPerfProcessesOnLo: perf's server and client on one host, each
+// bound to its own 127.0.0.x with -J (perftest's --bind_source_ip).
+func TestTwoPerfProcessesOnLo(t *testing.T) {
+	r := rand.Uint32()
+	srv := fmt.Sprintf("127.%d.%d.5", 20+r%200, r>>8&0xff)
+	cli := fmt.Sprintf("127.%d.%d.6", 20+r%200, r>>8&0xff)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Skip(err)
+	}
+	port := fmt.Sprint(l.Addr().(*net.TCPAddr).Port)
+	l.Close()
+	common := []string{"perf", "write-bw", "-d", "lo", "--link", "udp", "-s", "4096", "-n", "200", "-p", port, "--timeout", "60s"}
+	var wg sync.WaitGroup
+	srvOut, srvErr := &syncBuffer{}, &syncBuffer{}
+	srvCode := -1
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		srvCode = run(append(append([]string{}, common...), "-J", srv), srvOut, srvErr)
+	}()
+	var cliOut, cliErr *syncBuffer
+	code := -1
+	deadline := time.Now().Add(60 * time.Second)
+	for time.Now().Before(deadline) {
+		cliOut, cliErr = &syncBuffer{}, &syncBuffer{}
+		code = run(append(append([]string{}, common...), "-J", cli, srv), cliOut, cliErr)
+		// Until the server listens, the exchange's TCP connect is refused.
+		if code == 0 || !strings.Contains(cliErr.String()+cliOut.String(), "refused") {
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if code != 0 {
+		t.Fatalf("client: exit %d\n%s%s\nserver so far:\n%s%s", code, cliOut.String(), cliErr.String(), srvOut.String(), srvErr.String())
+	}
+	wg.Wait()
+	if srvCode != 0 {
+		t.Fatalf("server: exit %d\n%s%s", srvCode, srvOut.String(), srvErr.String())
+	}
+	if !strings.Contains(cliOut.String(), "4096") {
+		t.Fatalf("no result row:\n%s", cliOut.String())
+	}
 }

@@ -52,11 +52,12 @@ func signalContext(timeout time.Duration) (context.Context, context.CancelFunc) 
 }
 
 func openDevice(ctx context.Context, ifname, link string, xdpBusyPoll time.Duration, stderr io.Writer) (*roce.Device, error) {
-	return openDeviceCC(ctx, ifname, link, xdpBusyPoll, roce.CCConfig{}, stderr)
+	return openDeviceCC(ctx, ifname, link, xdpBusyPoll, roce.CCConfig{}, netip.Addr{}, stderr)
 }
 
-// openDeviceCC is openDevice with congestion control cc.
-func openDeviceCC(ctx context.Context, ifname, link string, xdpBusyPoll time.Duration, cc roce.CCConfig, stderr io.Writer) (*roce.Device, error) {
+// openDeviceCC is openDevice with congestion control cc, and the kernel
+// UDP link bound to bind when it is valid (perftest's --bind_source_ip).
+func openDeviceCC(ctx context.Context, ifname, link string, xdpBusyPoll time.Duration, cc roce.CCConfig, bind netip.Addr, stderr io.Writer) (*roce.Device, error) {
 	if ifname == "" {
 		return nil, errors.New("-d <interface> is required")
 	}
@@ -65,9 +66,21 @@ func openDeviceCC(ctx context.Context, ifname, link string, xdpBusyPoll time.Dur
 		return nil, err
 	}
 	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	opts := netdev.Options{Link: kind, Device: roce.Options{Logger: logger, CC: cc}}
+	opts := netdev.Options{Link: kind, UDPAddr: bind, Device: roce.Options{Logger: logger, CC: cc}}
 	opts.XDP.BusyPoll = xdpBusyPoll
 	return netdev.Open(ctx, ifname, opts)
+}
+
+// parseBind checks --bind_source_ip: empty, or an IP address.
+func parseBind(s string) (netip.Addr, error) {
+	if s == "" {
+		return netip.Addr{}, nil
+	}
+	a, err := netip.ParseAddr(s)
+	if err != nil || a.Zone() != "" || a.IsUnspecified() || a.IsMulticast() {
+		return netip.Addr{}, fmt.Errorf("-J/--bind_source_ip %q: not a unicast IP address", s)
+	}
+	return a.Unmap(), nil
 }
 
 // xdpBusyPollUsage documents the --xdp-busy-poll flag.
@@ -246,6 +259,7 @@ type perfFlags struct {
 	qpTime   *int
 	tos      *int
 	metrics  *string
+	bind     *string
 }
 
 func newPerfFlags(stderr io.Writer) *perfFlags {
@@ -285,6 +299,7 @@ func newPerfFlags(stderr io.Writer) *perfFlags {
 	f.postList = fs.Int("l", 1, "post this many `WRs` per call (one lock, one transmit pass)")
 	f.qpTime = fs.Int("u", defQPTimeout, "QP ACK timeout `exponent`: 4.096 µs × 2^n per retry (0: none)")
 	f.tos = fs.Int("T", 0, "IP TOS `byte` (traffic class) of the test QP's packets (perftest: with -R only; here any RC QP)")
+	f.bind = fs.String("J", "", "bind the kernel UDP link to this source `address` (perftest's --bind_source_ip), so that two processes on one host each have their own, e.g. 127.0.0.5 and 127.0.0.6 on lo")
 	f.metrics = fs.String("metrics", "", "serve Prometheus metrics of the device(s) at `address:port`/metrics while running")
 	// perftest's long options, left out of the flag list (aliasUsage).
 	for _, a := range perfAliases {
@@ -303,6 +318,7 @@ var perfAliases = []struct{ long, short string }{
 	{"rx-depth", "r"}, {"cq-mod", "Q"}, {"port", "p"}, {"all", "a"}, {"events", "e"}, {"CPU-freq", "F"},
 	{"rdma_cm", "R"}, {"atomic_type", "A"}, {"qp", "q"}, {"duration", "D"}, {"bidirectional", "b"},
 	{"noPeak", "N"}, {"inline_size", "I"}, {"post_list", "l"}, {"qp-timeout", "u"}, {"tos", "T"},
+	{"bind_source_ip", "J"},
 }
 
 // printDefaults prints the flags but the long aliases, then the aliases
@@ -420,6 +436,10 @@ func parsePerf(args []string, stdout, stderr io.Writer) (*perfArgs, int) {
 		fmt.Fprintln(stderr, "rocectl perf:", err)
 		return nil, 2
 	}
+	if _, err := parseBind(*f.bind); err != nil {
+		fmt.Fprintln(stderr, "rocectl perf:", err)
+		return nil, 2
+	}
 	if *f.loopback {
 		if *f.cc != "none" {
 			fmt.Fprintln(stderr, "rocectl perf: --loopback takes no --cc (the kernel UDP link carries no ECN field)")
@@ -484,7 +504,8 @@ func RunPerfStats(args []string, stdout, stderr io.Writer, stats StartStats) int
 	ctx, cancel := signalContext(*f.timeout)
 	defer cancel()
 	cc, _ := parseCC(*f.cc) // checked by parsePerf
-	d, err := openDeviceCC(ctx, *f.dev, *f.link, *f.xdpBusy, cc, stderr)
+	bind, _ := parseBind(*f.bind)
+	d, err := openDeviceCC(ctx, *f.dev, *f.link, *f.xdpBusy, cc, bind, stderr)
 	if err != nil {
 		fmt.Fprintln(stderr, "rocectl perf:", err)
 		return 1
