@@ -124,9 +124,14 @@ func findStat(entries []statEntry, name string) *statEntry {
 // --metrics serves the device's counters and cuObject's to Prometheus.
 func TestMetricsFlag(t *testing.T) {
 	name, _, serr := startCuobjServe(t, "127.0.0.10", "--metrics", "127.0.0.1:0")
-	m := regexp.MustCompile(`metrics on (http://\S+/metrics)`).FindStringSubmatch(serr.String())
-	if m == nil {
-		t.Fatalf("no metrics address on stderr: %s", serr.String())
+	// The banner on stdout and the metrics line on stderr come in either
+	// order.
+	re := regexp.MustCompile(`metrics on (http://\S+/metrics)`)
+	var m []string
+	for deadline := time.Now().Add(20 * time.Second); m == nil; time.Sleep(20 * time.Millisecond) {
+		if m = re.FindStringSubmatch(serr.String()); m == nil && time.Now().After(deadline) {
+			t.Fatalf("no metrics address on stderr: %s", serr.String())
+		}
 	}
 	resp, err := http.Get(m[1])
 	if err != nil {
