@@ -57,14 +57,15 @@
 // An FPGA that was not reset keeps sending at its old PSNs after the host
 // restarts its server. The new QP then takes every packet for a duplicate
 // (acknowledged and discarded) or for one out of sequence (NAKed), and no
-// frame ever completes. The server watches for this until its first frame:
-// when its QP keeps refusing requests for their PSN (duplicates or a gap,
-// seen in several samples over half a second) and no frame has arrived,
-// Err and Serve report ErrPSNMismatch (the remedy is the firmware's soft
-// reset before the FPGA is programmed again). The counts are the server
-// QP's own, so other RC traffic on the device cannot trip the check, and a
-// few packets spoofed from the FPGA's address at wrong PSNs are refused as
-// RC refuses any duplicate or gap without ending Serve; packets from any
-// other address never reach the QP (bad_addr). A sender that keeps sending
-// at wrong PSNs from the FPGA's address cannot be told from a stale FPGA.
+// frame ever completes. The server watches for this until its first frame,
+// reading its QP's own counts of requests refused for their PSN, so other
+// RC traffic on the device cannot trip it. Refusals still seen after half a
+// second make the mismatch suspected: Err reports ErrPSNMismatch until a
+// frame arrives, but Serve goes on, because a few packets spoofed from the
+// FPGA's address at wrong PSNs look like a stale sender's first burst (an
+// rxe sender behind the QP's PSN sends its window once and then waits).
+// Refusals that go on (seen in several samples over half a second) confirm
+// it, and Serve returns ErrPSNMismatch. The remedy is the firmware's soft
+// reset before the FPGA is programmed again. Packets from any other address
+// never reach the QP (bad_addr).
 package fpga

@@ -99,6 +99,7 @@ type Server struct {
 	watchDone chan struct{}
 
 	frames, bytes                                 atomic.Uint64
+	psnSuspect                                    atomic.Pointer[error] // a suspected PSN mismatch (watchPSN), until a frame
 	badSlot, badLen, badOp, badStatus, badRelease atomic.Uint64
 	badDup                                        atomic.Uint64
 	held                                          atomic.Int64
@@ -356,11 +357,19 @@ func (s *Server) Serve(ctx context.Context, fn func(Frame)) error {
 func (s *Server) Done() <-chan struct{} { return s.done }
 
 // Err reports why the server stopped receiving (ErrFlushed), or
-// ErrPSNMismatch; nil while it runs normally and after Stop.
+// ErrPSNMismatch: confirmed (Serve returned it), or suspected while no
+// frame has arrived (refused packets from the FPGA's address: a stale
+// sender's first burst, or spoofed). nil while it runs normally.
 func (s *Server) Err() error {
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.err
+	err := s.err
+	s.mu.Unlock()
+	if err == nil && s.frames.Load() == 0 {
+		if p := s.psnSuspect.Load(); p != nil {
+			return *p
+		}
+	}
+	return err
 }
 
 func (s *Server) setErr(err error) {
@@ -519,16 +528,19 @@ func (s *Server) complete(wc *roce.WorkCompletion, path DataPath) bool {
 // watchPSN reports a sender whose PSNs do not match the new QP (see the
 // package documentation) until the first frame arrives. It reads the
 // server QP's own counts of requests refused for their PSN, so other RC
-// traffic on the device cannot trip it, and it wants the refusals to go on:
-// a stale sender retries until its retry count runs out, while a few
-// packets spoofed from the FPGA's address at wrong PSNs are what RC calls
-// duplicates or a gap, refused and forgotten.
+// traffic on the device cannot trip it. Refusals still seen after
+// psnGrace make the mismatch suspected: Err reports it until a frame
+// arrives, but Serve goes on, since a few packets spoofed from the FPGA's
+// address at wrong PSNs look the same as a stale sender's first burst (an
+// rxe sender behind the QP's PSN sends its window once and then waits).
+// Refusals that go on, in psnTicks samples over psnGrace, confirm it:
+// Serve then returns the error.
 func (s *Server) watchPSN(ctx context.Context) {
 	defer close(s.watchDone)
 	t := time.NewTicker(psnTick)
 	defer t.Stop()
 	var first time.Time
-	var last uint64
+	var last, seen uint64
 	ticks := 0
 	for {
 		select {
@@ -540,27 +552,43 @@ func (s *Server) watchPSN(ctx context.Context) {
 			return
 		}
 		r := s.qp.PSNRejects()
-		if n := r.Duplicate + r.OutOfSequence; n != last {
+		n := r.Duplicate + r.OutOfSequence
+		if n != last {
 			last = n
 			ticks++
-			if first.IsZero() {
-				first = time.Now()
-			}
 		}
-		// A lost first packet also starts with a sequence NAK; the
-		// sender's retransmission mends that well within psnGrace.
-		if ticks >= psnTicks && time.Since(first) >= psnGrace {
-			err := fmt.Errorf("%w: expected PSN %#x; since connecting %d duplicate and %d out-of-sequence requests from the FPGA's address over %v, no frame",
-				ErrPSNMismatch, s.qp.Attr().RQPSN, r.Duplicate, r.OutOfSequence, time.Since(first).Round(time.Millisecond))
+		if n == 0 {
+			continue
+		}
+		if first.IsZero() {
+			// A lost first packet also starts with a sequence NAK; the
+			// sender's retransmission mends that well within psnGrace.
+			first, seen = time.Now(), n
+			continue
+		}
+		if time.Since(first) < psnGrace {
+			continue
+		}
+		// A duplicate is answered with an ACK, so a sender behind the
+		// QP's PSN has nothing to resend: before any frame it can only be
+		// stale (or spoofed). Out-of-sequence requests must persist.
+		if r.Duplicate == 0 && n == seen {
+			continue
+		}
+		err := fmt.Errorf("%w: expected PSN %#x; since connecting %d duplicate and %d out-of-sequence requests from the FPGA's address over %v, no frame",
+			ErrPSNMismatch, s.qp.Attr().RQPSN, r.Duplicate, r.OutOfSequence, time.Since(first).Round(time.Millisecond))
+		if s.psnSuspect.CompareAndSwap(nil, &err) {
 			s.log.Error("fpga: sender PSNs do not match", "err", err)
+		}
+		if ticks >= psnTicks {
 			s.setErr(err)
 			return
 		}
 	}
 }
 
-// The PSN check samples the QP's counters every psnTick and reports a
-// mismatch once refusals were seen in psnTicks samples spanning psnGrace.
+// The PSN check samples the QP's counters every psnTick; refusals after
+// psnGrace make a mismatch suspected, and in psnTicks samples confirmed.
 const (
 	psnTick  = 50 * time.Millisecond
 	psnGrace = 500 * time.Millisecond

@@ -40,10 +40,10 @@ func spoof(t *testing.T, fdev, host *roce.Device, s *fpga.Server, src netip.Addr
 
 // TestSpoofedPSNsDoNotEndServe: packets spoofed from the FPGA's address at
 // wrong PSNs before its first frame (a duplicate and one beyond a gap, in
-// two bursts) are refused as RC refuses any, and the server goes on to
-// receive the FPGA's real frames; packets spoofed from another address never
-// reach the QP. A stale sender is one that keeps being refused
-// (TestStalePSNReconnect).
+// two bursts) are refused as RC refuses any, Serve goes on, and the server
+// receives the FPGA's real frames, after which Err reports nothing; packets
+// spoofed from another address never reach the QP. A sender that keeps
+// being refused ends Serve (TestStalePSNReconnect).
 func TestSpoofedPSNsDoNotEndServe(t *testing.T) {
 	host, fdev := memDevices(t, faultnet.Config{}, faultnet.Config{})
 	s, e := bringUp(t, host, fdev, 4096, 16, emulator.Config{}, 1)
@@ -65,9 +65,9 @@ func TestSpoofedPSNsDoNotEndServe(t *testing.T) {
 		t.Fatalf("Serve ended after four spoofed packets: %v", err)
 	default:
 	}
-	if err := s.Err(); err != nil {
-		t.Fatalf("Err after spoofed packets: %v", err)
-	}
+	// Err may suspect a stale sender meanwhile (that is how a stale
+	// sender's first burst looks); Serve must go on.
+	t.Logf("Err while only spoofed packets came: %v", s.Err())
 	after := host.Counters()
 	if d := after.DuplicateRequest - before.DuplicateRequest; d < 2 {
 		t.Errorf("duplicate_request rose by %d, want the two spoofed duplicates", d)
@@ -84,5 +84,10 @@ func TestSpoofedPSNsDoNotEndServe(t *testing.T) {
 	c.wait(t, s, 30*time.Second)
 	if err := s.Err(); err != nil {
 		t.Fatalf("Err after the real frames: %v", err)
+	}
+	select {
+	case err := <-serr:
+		t.Fatalf("Serve ended: %v", err)
+	default:
 	}
 }
