@@ -182,6 +182,7 @@ type Device struct {
 
 	// Run to completion (poll.go).
 	rxPoll         link.Poller   // the link, if it can be read without blocking
+	rxSleep        sleepWaiter   // the link, if it can be waited on in a system call
 	busyPollWindow time.Duration // Options.BusyPoll; ≤ 0: no busy poll
 	ackWithReply   atomic.Bool   // Options.AckWithReply
 	window         atomic.Int64  // the current busy-poll window (adapts; ns)
@@ -281,6 +282,7 @@ func newDevice(l link.Link, opts Options, nl *netlinkWatch) (*Device, error) {
 	}
 	if p, ok := l.(link.Poller); ok && opts.BusyPoll > 0 {
 		d.rxPoll = p
+		d.rxSleep, _ = l.(sleepWaiter)
 	}
 	d.pollAt.Store(-int64(d.rxLinger)) // no poll yet: nothing to stand by for
 	d.window.Store(int64(opts.BusyPoll))
@@ -475,7 +477,7 @@ func (d *Device) receiveLoop() {
 				continue
 			}
 			if err == nil {
-				err = d.rxPoll.WaitReadable(context.Background())
+				err = d.waitReadable()
 				if err == nil {
 					continue
 				}
