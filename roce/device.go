@@ -476,6 +476,15 @@ func (d *Device) receiveLoop() {
 				d.flush()
 				continue
 			}
+			if err == nil && d.nowNs()-d.rxAt.Load() < int64(d.busyPollWindow) {
+				// Frames came a moment ago and more are likely on the
+				// way: look again after the others had the CPU rather
+				// than sleep, as a waiter's busy poll does. A round trip
+				// that nobody waits on (a WRITE's target spinning on
+				// memory) then costs no thread wake-up.
+				runtime.Gosched()
+				continue
+			}
 			if err == nil {
 				err = d.waitReadable()
 				if err == nil {
