@@ -66,6 +66,18 @@ type Options struct {
 	// apart, so an ACK and a reply that arrive together can complete in
 	// either order, which the NAAICE C host takes as an error.
 	AckWithReply bool
+	// RxSleep makes the receive goroutine wait for the kernel UDP link in
+	// a system call that blocks its thread (ppoll) rather than in the
+	// runtime's network poller, and look at the link again for the
+	// busy-poll window after frames came before it does. A goroutine
+	// parked in the network poller is woken only when a thread polls the
+	// network, which no P does while every P has goroutines to run (CQ
+	// pollers that spin and yield), leaving sysmon's 10 ms poll: a
+	// device nobody waits on (the target of RDMA WRITEs) then answers late
+	// and its peer probes. Off by default: on a loaded 2-CPU host it
+	// halved the mean latency tail and cut resends of two-QP streams by a
+	// third, but one-QP streams lost bandwidth (see bench/README.md).
+	RxSleep bool
 	// CQSpin is the former name of BusyPoll, used when BusyPoll is 0.
 	//
 	// Deprecated: use BusyPoll.
@@ -182,6 +194,7 @@ type Device struct {
 
 	// Run to completion (poll.go).
 	rxPoll         link.Poller   // the link, if it can be read without blocking
+	rxSleep        sleepWaiter   // the link, if it can be waited on in a system call
 	busyPollWindow time.Duration // Options.BusyPoll; ≤ 0: no busy poll
 	ackWithReply   atomic.Bool   // Options.AckWithReply
 	window         atomic.Int64  // the current busy-poll window (adapts; ns)
@@ -281,6 +294,9 @@ func newDevice(l link.Link, opts Options, nl *netlinkWatch) (*Device, error) {
 	}
 	if p, ok := l.(link.Poller); ok && opts.BusyPoll > 0 {
 		d.rxPoll = p
+		if opts.RxSleep {
+			d.rxSleep, _ = l.(sleepWaiter)
+		}
 	}
 	d.pollAt.Store(-int64(d.rxLinger)) // no poll yet: nothing to stand by for
 	d.window.Store(int64(opts.BusyPoll))
@@ -474,8 +490,17 @@ func (d *Device) receiveLoop() {
 				d.flush()
 				continue
 			}
+			if err == nil && d.rxSleep != nil && d.nowNs()-d.rxAt.Load() < int64(d.busyPollWindow) {
+				// Frames came a moment ago and more are likely on the
+				// way: look again after the others had the CPU rather
+				// than sleep, as a waiter's busy poll does. A round trip
+				// that nobody waits on (a WRITE's target spinning on
+				// memory) then costs no thread wake-up.
+				runtime.Gosched()
+				continue
+			}
 			if err == nil {
-				err = d.rxPoll.WaitReadable(context.Background())
+				err = d.waitReadable()
 				if err == nil {
 					continue
 				}

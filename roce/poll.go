@@ -54,6 +54,31 @@ const (
 // nowNs is the device clock in nanoseconds.
 func (d *Device) nowNs() int64 { return int64(time.Since(d.start)) }
 
+// sleepWaiter is implemented by links whose readiness the receive
+// goroutine can wait for in a system call that blocks its thread, instead
+// of parking in the runtime's network poller (the kernel UDP link). A
+// goroutine parked in the poller becomes runnable only when a thread polls
+// the network: the scheduler does so only when it finds no goroutine to
+// run, sysmon every 10 ms. While every P runs goroutines that spin and
+// yield (a QP per goroutine, each polling its CQ), the receive goroutine
+// of a device nobody waits on (the target of RDMA WRITEs) then woke up to
+// 10 ms late, and its peer timed out and resent. A thread blocked in the
+// kernel wakes with the datagram, and its goroutine joins the run queue
+// that the spinning goroutines yield to.
+type sleepWaiter interface {
+	// SleepReadable blocks the calling thread until frames may be
+	// queued or the link is closed (ErrClosed); it takes nothing.
+	SleepReadable() error
+}
+
+// waitReadable is the receive goroutine's wait for the link.
+func (d *Device) waitReadable() error {
+	if d.rxSleep != nil {
+		return d.rxSleep.SleepReadable()
+	}
+	return d.rxPoll.WaitReadable(context.Background())
+}
+
 // kickRx asks the receive goroutine to read the link. It never blocks.
 func (d *Device) kickRx() {
 	select {

@@ -50,6 +50,11 @@ type Link struct {
 	rdirty    int                   // leading rmsgs entries the last recvmmsg wrote
 	rxh       rxHeader              // the synthesized header (synth.go)
 
+	sleepMu  sync.Mutex // guards wakeFd and sleepers (SleepReadable)
+	wakeFd   int        // eventfd that ends SleepReadable's poll; -1 if none
+	sleepers int
+	sleepFn  func(fd uintptr)
+
 	dlMu        sync.Mutex // orders context interrupts against their cleanup
 	waiting     bool       // a ReadBatch is blocked and may be interrupted
 	deadlineSet bool       // an interrupt set the read deadline
@@ -99,7 +104,7 @@ func ListenOptions(addr netip.AddrPort, opts Options) (*Link, error) {
 	if port == 0 && !opts.EphemeralPort {
 		port = DefaultPort
 	}
-	l := &Link{addr: ip, v6: ip.Is6(), wildcard: ip.IsUnspecified(), batch: opts.Batch}
+	l := &Link{addr: ip, v6: ip.Is6(), wildcard: ip.IsUnspecified(), batch: opts.Batch, wakeFd: -1}
 	network := "udp4"
 	if l.v6 {
 		network = "udp6"
@@ -204,6 +209,7 @@ func (l *Link) initRecv(bufSize int) {
 	}
 	l.tryRecvFn = l.tryRecv
 	l.pollFn = l.pollRecv
+	l.sleepFn = l.sleepPoll
 	l.recvFn = l.recv
 	l.interruptFn = l.interrupt
 	l.rdirty = n
@@ -625,5 +631,6 @@ func (l *Link) Close() error {
 	if l.closed.Swap(true) {
 		return link.ErrClosed
 	}
+	l.wakeSleepers()
 	return l.conn.Close()
 }
