@@ -116,24 +116,8 @@ func TestXDPLeavesOtherAddrs(t *testing.T) {
 		t.Fatalf("link %T, want AF_XDP", xd.Link())
 	}
 
-	udpDev := func(addr netip.Addr) *roce.Device {
-		var l *udplink.Link
-		if err := ns.Do(func() (err error) {
-			l, err = udplink.Listen(netip.AddrPortFrom(addr, 4791))
-			return err
-		}); err != nil {
-			t.Fatal(err)
-		}
-		d, err := roce.OpenLink(l, roce.Options{Addrs: []netip.Addr{addr}})
-		if err != nil {
-			l.Close()
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { d.Close() })
-		return d
-	}
 	a5, a6 := netip.MustParseAddr("127.0.0.5"), netip.MustParseAddr("127.0.0.6")
-	d5, d6 := udpDev(a5), udpDev(a6)
+	d5, d6 := udpDev(t, ns, a5), udpDev(t, ns, a6)
 	s5, s6, sx := newUDSide(t, d5), newUDSide(t, d6), newUDSide(t, xd)
 
 	before, err := xl.SteeringStats()
@@ -194,23 +178,7 @@ func TestXDPLeavesOtherAddrsVeth(t *testing.T) {
 	}
 	t.Cleanup(func() { xd.Close() })
 
-	udpDev := func(ns *netnstest.NS, addr netip.Addr) *roce.Device {
-		var l *udplink.Link
-		if err := ns.Do(func() (err error) {
-			l, err = udplink.Listen(netip.AddrPortFrom(addr, 4791))
-			return err
-		}); err != nil {
-			t.Fatal(err)
-		}
-		d, err := roce.OpenLink(l, roce.Options{Addrs: []netip.Addr{addr}})
-		if err != nil {
-			l.Close()
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { d.Close() })
-		return d
-	}
-	da, db := udpDev(p.A, p.VethA.Addr.Addr()), udpDev(p.B, other)
+	da, db := udpDev(t, p.A, p.VethA.Addr.Addr()), udpDev(t, p.B, other)
 	sa, sb, sx := newUDSide(t, da), newUDSide(t, db), newUDSide(t, xd)
 	if err := sa.sendUntilReceived(t, sb, other, "to the UDP link beside AF_XDP"); err != nil {
 		st, _ := xl.SteeringStats()
@@ -227,6 +195,25 @@ func TestXDPLeavesOtherAddrsVeth(t *testing.T) {
 		t.Fatalf("steering %+v: want frames passed for the other address and frames redirected", st)
 	}
 	t.Logf("steering on %s: %+v", p.VethB.Name, st)
+}
+
+// udpDev opens a device on the kernel UDP link bound to addr:4791 in ns.
+func udpDev(t *testing.T, ns *netnstest.NS, addr netip.Addr) *roce.Device {
+	t.Helper()
+	var l *udplink.Link
+	if err := ns.Do(func() (err error) {
+		l, err = udplink.Listen(netip.AddrPortFrom(addr, 4791))
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	d, err := roce.OpenLink(l, roce.Options{Addrs: []netip.Addr{addr}})
+	if err != nil {
+		l.Close()
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Close() })
+	return d
 }
 
 func netipx(p netip.Prefix) *net.IPNet {
