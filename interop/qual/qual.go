@@ -35,6 +35,9 @@ type SharedDevice struct {
 	// UDP, if set before the first Setup, opens the device on the kernel
 	// UDP link (netdev.LinkUDP) instead of AF_XDP.
 	UDP bool
+	// CC, if set before the first Setup, is the device's congestion
+	// control (roce.Options.CC).
+	CC roce.CCConfig
 
 	once sync.Once
 	dev  *roce.Device
@@ -102,7 +105,7 @@ func Setup(t testing.TB) *Env {
 		logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 		Shared.err = lab.InPeerNS(func() error {
 			var err error
-			Shared.dev, err = netdev.Open(ctx, lab.PeerIf, netdev.Options{Link: kind, Device: roce.Options{Logger: logger, Capture: Shared.Capture}})
+			Shared.dev, err = netdev.Open(ctx, lab.PeerIf, netdev.Options{Link: kind, Device: roce.Options{Logger: logger, Capture: Shared.Capture, CC: Shared.CC}})
 			return err
 		})
 	})
