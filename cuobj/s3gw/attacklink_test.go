@@ -3,16 +3,12 @@ package s3gw
 import (
 	"bufio"
 	"bytes"
-	"io"
-	"log/slog"
-	"math/rand/v2"
-	"net"
+	"github.com/goroce/goroce/internal/looppair"
 	"net/netip"
 	"os"
 	"strconv"
 	"testing"
 
-	"github.com/goroce/goroce/link/udplink"
 	"github.com/goroce/goroce/roce"
 )
 
@@ -47,58 +43,19 @@ func forAttackLinks(t *testing.T, fn func(t *testing.T, lk attackLink)) {
 	}
 }
 
-// udpAttackNet opens the server's and the client's device on kernel UDP
-// sockets on loopback, each sending to the other's kernel-chosen port.
-// The addresses are 127.R.S.1 (server), .2 (client) and .9 (phantom), R
-// and S random, so that another run on the same host at the same time
-// uses others. Both links are bound to the IPv4 wildcard address: the
-// server's packets to the phantom then reach the client's socket, whose
-// device drops what is not for its address (as memlink's does), and
-// both report the same MTU (DC and RC here have no path MTU
-// negotiation; a link bound to a loopback address reports lo's).
+// udpAttackNet opens the devices on the kernel UDP link on loopback: the
+// server's serves 127.R.S.1, the client's .2; .9 is the phantom, which no
+// device serves.
 func udpAttackNet(t *testing.T) attackNet {
 	t.Helper()
-	b := [4]byte{127, byte(1 + rand.IntN(254)), byte(rand.IntN(256)), 1}
+	b := looppair.Prefix()
+	b[3] = 1
 	n := attackNet{srv: netip.AddrFrom4(b)}
 	b[3] = 2
 	n.cli = netip.AddrFrom4(b)
 	b[3] = 9
 	n.phantom = netip.AddrFrom4(b)
-	// Linux routes all of 127.0.0.0/8 to lo; some systems only 127.0.0.1.
-	probe, err := net.ListenUDP("udp4", net.UDPAddrFromAddrPort(netip.AddrPortFrom(n.cli, 0)))
-	if err != nil {
-		t.Skipf("no UDP socket on %v: %v", n.cli, err)
-	}
-	probe.Close()
-	ls, err := udplink.ListenOptions(netip.AddrPortFrom(netip.IPv4Unspecified(), 0), udplink.Options{EphemeralPort: true})
-	if err != nil {
-		t.Skipf("no UDP socket on the IPv4 wildcard address: %v", err)
-	}
-	lc, err := udplink.ListenOptions(netip.AddrPortFrom(netip.IPv4Unspecified(), 0), udplink.Options{EphemeralPort: true})
-	if err != nil {
-		ls.Close()
-		t.Skipf("no second UDP socket on the IPv4 wildcard address: %v", err)
-	}
-	lg := slog.New(slog.NewTextHandler(io.Discard, nil))
-	n.sdev, err = roce.OpenLink(ls, roce.Options{Addrs: []netip.Addr{n.srv}, Port: lc.LocalAddr().Port(), Logger: lg})
-	if err != nil {
-		ls.Close()
-		lc.Close()
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { n.sdev.Close() })
-	n.cdev, err = roce.OpenLink(lc, roce.Options{Addrs: []netip.Addr{n.cli}, Port: ls.LocalAddr().Port(), Logger: lg})
-	if err != nil {
-		lc.Close()
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { n.cdev.Close() })
-	// Runs before the devices close: the attack went over the sockets.
-	t.Cleanup(func() {
-		if s, c := n.sdev.Counters(), n.cdev.Counters(); s.RcvdPkts == 0 || c.RcvdPkts == 0 {
-			t.Errorf("the UDP link carried nothing: server %v, client %v", s.Map(), c.Map())
-		}
-	})
+	n.sdev, n.cdev = looppair.Pair(t, []netip.Addr{n.srv}, n.cli)
 	return n
 }
 

@@ -231,10 +231,15 @@ func (b *rdmaBackend) PutObject(ctx context.Context, po s3response.PutObjectInpu
 	if err != nil {
 		return out, err
 	}
+	b.putDone(rctx, n)
+	return out, nil
+}
+
+// putDone counts an RDMA PUT or part of n bytes and says so in the reply.
+func (b *rdmaBackend) putDone(rctx *fasthttp.RequestCtx, n int64) {
 	b.stats.RDMAPuts.Add(1)
 	b.stats.RDMABytes.Add(uint64(n))
 	rctx.Response.Header.Set(s3rdma.HeaderReply, strconv.Itoa(http.StatusOK))
-	return out, nil
 }
 
 func (b *rdmaBackend) UploadPart(ctx context.Context, in *s3.UploadPartInput) (*s3.UploadPartOutput, error) {
@@ -259,9 +264,7 @@ func (b *rdmaBackend) UploadPart(ctx context.Context, in *s3.UploadPartInput) (*
 	if err != nil {
 		return out, err
 	}
-	b.stats.RDMAPuts.Add(1)
-	b.stats.RDMABytes.Add(uint64(n))
-	rctx.Response.Header.Set(s3rdma.HeaderReply, strconv.Itoa(http.StatusOK))
+	b.putDone(rctx, n)
 	return out, nil
 }
 
