@@ -150,7 +150,8 @@ func agentIDs(d *roce.Device) int {
 func agentRunning(d *roce.Device) bool {
 	registry.Lock()
 	defer registry.Unlock()
-	return registry.m[d] != nil
+	// A dying agent has left m but still tears its verbs objects down.
+	return registry.m[d] != nil || registry.dying[d] != nil
 }
 
 // pollUntil calls cond every millisecond until it holds or timeout passes.
