@@ -79,6 +79,16 @@ type AddrFilter interface {
 	SetLocalAddrs(addrs []netip.Addr) error
 }
 
+// TOSDefaulter is implemented by links whose kernel builds the IP header
+// of sent frames (the kernel UDP link): a frame's TOS or traffic class
+// reaches the wire through a control message per datagram unless it is the
+// socket's own. A device whose packets mostly carry one TOS other than 0
+// (ECT(0) with congestion control on) sets it once with SetDefaultTOS,
+// before it sends; frames with another TOS still leave with theirs.
+type TOSDefaulter interface {
+	SetDefaultTOS(tos uint8) error
+}
+
 // TxLender is implemented by links that lend their transmit buffers (the
 // UMEM of an AF_XDP socket): a frame built in a lent buffer is sent from
 // where it was built, saving the copy WriteBatch makes. A device uses it

@@ -1,6 +1,9 @@
 package roce
 
-import "github.com/goroce/goroce/qp"
+import (
+	"github.com/goroce/goroce/link"
+	"github.com/goroce/goroce/qp"
+)
 
 // Congestion control (Options.CC): DCQCN in the engine (qp/ccrate.go,
 // qp/dcqcn.go).
@@ -27,4 +30,23 @@ func (d *Device) CCMinRate() int64 {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	return d.eng.CCMinRate()
+}
+
+// ect0 is the TOS of a data packet of a QP with traffic class 0 under
+// congestion control: DSCP 0, ECN ECT(0).
+const ect0 = 2
+
+// setDefaultTOS gives a link that builds IP headers itself (the kernel UDP
+// link) the TOS most packets carry with congestion control on, so that
+// they leave without a control message each. A link that refuses still
+// sends each frame's TOS, at that cost.
+func (d *Device) setDefaultTOS() {
+	if !d.opts.CC.DCQCN {
+		return
+	}
+	if s, ok := d.link.(link.TOSDefaulter); ok {
+		if err := s.SetDefaultTOS(ect0); err != nil {
+			d.log.Warn("roce: link keeps TOS 0: ECT(0) goes per packet", "err", err)
+		}
+	}
 }

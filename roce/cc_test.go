@@ -112,3 +112,35 @@ func TestCCDevice(t *testing.T) {
 		})
 	}
 }
+
+// tosLink records the default TOS a device gives its link.
+type tosLink struct {
+	*memlink.Link
+	tos   atomic.Int32
+	calls atomic.Int32
+}
+
+func (l *tosLink) SetDefaultTOS(tos uint8) error {
+	l.tos.Store(int32(tos))
+	l.calls.Add(1)
+	return nil
+}
+
+// TestCCDefaultTOS: a device with congestion control on gives a link that
+// takes one (the kernel UDP link) ECT(0) as its default TOS, so that data
+// packets need no per-packet TOS; with it off the link is left alone.
+func TestCCDefaultTOS(t *testing.T) {
+	for _, on := range []bool{false, true} {
+		la, lb := memlink.PairWithOptions(memlink.Options{HardwareAddrA: macA, HardwareAddrB: macB})
+		defer lb.Close()
+		l := &tosLink{Link: la}
+		d, err := OpenLink(l, Options{Addrs: []netip.Addr{addrA}, CC: CCConfig{DCQCN: on}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		d.Close()
+		if on && (l.calls.Load() != 1 || l.tos.Load() != 2) || !on && l.calls.Load() != 0 {
+			t.Errorf("CC %v: SetDefaultTOS called %d times, last with %#x", on, l.calls.Load(), l.tos.Load())
+		}
+	}
+}

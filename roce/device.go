@@ -321,6 +321,7 @@ func newDevice(l link.Link, opts Options, nl *netlinkWatch) (*Device, error) {
 		return nil, err
 	}
 	d.eng = eng
+	d.setDefaultTOS()
 	d.initEvents()
 	d.info = DeviceInfo{
 		Name:         d.linfo.Name,

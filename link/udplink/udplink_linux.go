@@ -69,12 +69,16 @@ type Link struct {
 	wsent   int
 	werr    error
 	sendFn  func(fd uintptr) bool
+	tos     uint8 // the socket's TOS / traffic class (SetDefaultTOS)
 
 	truncated atomic.Uint64
 	off       offload
 }
 
-var _ link.Link = (*Link)(nil)
+var (
+	_ link.Link         = (*Link)(nil)
+	_ link.TOSDefaulter = (*Link)(nil)
+)
 
 // Listen opens a link on addr. Port 0 means DefaultPort. The address
 // family of addr is the link's: an IPv4 link sends and receives only IPv4
@@ -538,7 +542,7 @@ func (l *Link) prepare(k, j int, frame []byte, f *link.Frame) {
 			pi.Spec_dst = f.Src.As4()
 			off += sp
 		}
-		if f.TOS != 0 {
+		if f.TOS != l.tos {
 			d, sp := sys.PutCmsg(oob[off:], unix.IPPROTO_IP, unix.IP_TOS, 4)
 			*(*int32)(unsafe.Pointer(&d[0])) = int32(f.TOS)
 			off += sp
@@ -559,7 +563,7 @@ func (l *Link) prepare(k, j int, frame []byte, f *link.Frame) {
 			pi.Addr = f.Src.As16()
 			off += sp
 		}
-		if f.TOS != 0 {
+		if f.TOS != l.tos {
 			d, sp := sys.PutCmsg(oob[off:], unix.IPPROTO_IPV6, unix.IPV6_TCLASS, 4)
 			*(*int32)(unsafe.Pointer(&d[0])) = int32(f.TOS)
 			off += sp
@@ -581,6 +585,34 @@ func (l *Link) prepare(k, j int, frame []byte, f *link.Frame) {
 	m.Iov = iov
 	m.SetIovlen(1)
 	l.startRun(k, j, off, f)
+}
+
+// SetDefaultTOS makes tos the TOS (IPv4) or traffic class (IPv6) of the
+// socket (link.TOSDefaulter): frames that carry it leave without the
+// IP_TOS or IPV6_TCLASS control message a frame with any other TOS gets.
+// A device with congestion control on sets ECT(0), which its data packets
+// carry.
+func (l *Link) SetDefaultTOS(tos uint8) error {
+	l.writeMu.Lock()
+	defer l.writeMu.Unlock()
+	if l.closed.Load() {
+		return link.ErrClosed
+	}
+	level, name, what := unix.IPPROTO_IP, unix.IP_TOS, "IP_TOS"
+	if l.v6 {
+		level, name, what = unix.IPPROTO_IPV6, unix.IPV6_TCLASS, "IPV6_TCLASS"
+	}
+	var serr error
+	if err := l.rc.Control(func(fd uintptr) {
+		serr = unix.SetsockoptInt(int(fd), level, name, int(tos))
+	}); err != nil {
+		return l.mapErr(err)
+	}
+	if serr != nil {
+		return fmt.Errorf("udplink: setsockopt %s: %w", what, serr)
+	}
+	l.tos = tos
+	return nil
 }
 
 // LocalAddr returns the bound address and port.

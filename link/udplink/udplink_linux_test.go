@@ -300,11 +300,27 @@ func TestBadFrames(t *testing.T) {
 }
 
 func TestNoAllocSteadyState(t *testing.T) {
+	t.Run("tos0", func(t *testing.T) { testNoAllocSteadyState(t, false) })
+	// With congestion control on: the socket's TOS is ECT(0); frames carry
+	// it, CNPs 0, and CE-marked ones (as a switch left them) arrive.
+	t.Run("ect", func(t *testing.T) { testNoAllocSteadyState(t, true) })
+}
+
+func testNoAllocSteadyState(t *testing.T, ect bool) {
 	a, b := listen(t, "127.0.0.1"), listen(t, "127.0.0.1")
 	const batch = 16
 	frames := make([][]byte, batch)
 	for i := range frames {
-		frames[i] = mkframe(a.LocalAddr(), b.LocalAddr(), 0, payload(i, 1024))
+		var tos uint8
+		if ect {
+			tos = []uint8{ecnECT0, ecnECT0, ecnECT0, 0, ecnCE}[i%5]
+		}
+		frames[i] = mkframe(a.LocalAddr(), b.LocalAddr(), tos, payload(i, 1024))
+	}
+	if ect {
+		if err := a.SetDefaultTOS(ecnECT0); err != nil {
+			t.Fatal(err)
+		}
 	}
 	ctx := context.Background()
 	got := 0
