@@ -25,6 +25,21 @@
 // turn them off, and a run the kernel refuses at send time is resent one
 // datagram at a time and GSO turned off (Stats counts all of it).
 //
+// ECN: a frame's TOS or traffic class leaves as an IP_TOS / IPV6_TCLASS
+// control message unless it is the socket's own, which a device with
+// congestion control on sets to ECT(0) once (SetDefaultTOS), so its data
+// packets cost nothing more. A received datagram's TOS, CE marks
+// included, comes from IP_RECVTOS / IPV6_RECVTCLASS into the synthesized
+// header, where the device's notification point reads it as in an AF_XDP
+// frame. One coalesced GRO buffer has one TOS message, which is right for
+// all its datagrams: GRO coalesces only datagrams whose IP headers agree
+// in everything but length and checksum, TOS and traffic class included
+// (Linux's inet_gro_flush and ipv6_gro_flush, called from
+// udp_gro_receive_segment; inet_gro_receive and ipv6_gro_receive before
+// 6.10), so a CE-marked datagram ends the run it would have joined; and a
+// run a local sender kept whole left with one TOS for all its segments,
+// which a marking hop marks or leaves whole too.
+//
 // The kernel, not the transport, builds the outgoing headers, which is why
 // Info reports FixedSourcePort (every datagram leaves from the bound port)
 // and IPIDZero (the socket is unconnected and sets DF, so Linux sends

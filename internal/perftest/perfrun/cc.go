@@ -8,7 +8,7 @@ import (
 
 // ccUsage documents the --cc flag.
 const ccUsage = "congestion `control`: none, or dcqcn (ECT(0) on sent packets, CNPs for CE-marked ones, " +
-	"per-QP DCQCN rate with mlx5's defaults; the AF_XDP link only: the kernel UDP link carries no ECN field)"
+	"per-QP DCQCN rate with mlx5's defaults)"
 
 // parseCC turns a --cc value into the device's setting.
 func parseCC(s string) (roce.CCConfig, error) {

@@ -15,7 +15,7 @@ func TestPerfCCFlag(t *testing.T) {
 		{[]string{"write-bw", "--cc", "none", "192.0.2.1"}, true, false},
 		{[]string{"write-bw", "--cc", "dcqcn", "192.0.2.1"}, true, true},
 		{[]string{"write-bw", "--cc", "dctcp", "192.0.2.1"}, false, false},
-		{[]string{"write-bw", "--loopback", "--cc", "dcqcn"}, false, false},
+		{[]string{"write-bw", "--loopback", "--cc", "dcqcn"}, true, true},
 	} {
 		p, code := parsePerf(c.args, io.Discard, io.Discard)
 		if (p != nil) != c.ok {

@@ -98,6 +98,9 @@ type PerfConfig struct {
 	// HasTOS says it was given.
 	TOS    int
 	HasTOS bool
+	// CC (--cc) is the congestion control of Loopback's two devices
+	// (Perf's device is the caller's, opened with its own).
+	CC roce.CCConfig
 }
 
 // timed reports whether a bandwidth run is bounded by time, not Iters.

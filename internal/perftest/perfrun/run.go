@@ -440,11 +440,8 @@ func parsePerf(args []string, stdout, stderr io.Writer) (*perfArgs, int) {
 		fmt.Fprintln(stderr, "rocectl perf:", err)
 		return nil, 2
 	}
+	cfg.CC, _ = parseCC(*f.cc) // checked above
 	if *f.loopback {
-		if *f.cc != "none" {
-			fmt.Fprintln(stderr, "rocectl perf: --loopback takes no --cc (the kernel UDP link carries no ECN field)")
-			return nil, 2
-		}
 		if len(pos) > 0 {
 			fmt.Fprintln(stderr, "rocectl perf: --loopback takes no server address")
 			return nil, 2
