@@ -1,0 +1,134 @@
+//go:build linux
+
+package ecnmark_test
+
+import (
+	"errors"
+	"net"
+	"net/netip"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/goroce/goroce/internal/ecnmark"
+	"github.com/goroce/goroce/internal/netnstest"
+)
+
+// readyPair is a netns pair with both veth ends up and neighbours known.
+func readyPair(t *testing.T) *netnstest.Pair {
+	t.Helper()
+	p := netnstest.NewPair(t, 1500) // skips unless root with netns support
+	for _, v := range []*netnstest.Veth{p.VethA, p.VethB} {
+		if err := v.WaitReady(5 * time.Second); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p.Resolve(t)
+	return p
+}
+
+// attach puts a marker at the egress of v, or skips when the kernel has
+// no tc BPF.
+func attach(t *testing.T, v *netnstest.Veth, opts ecnmark.Options) *ecnmark.Marker {
+	t.Helper()
+	var m *ecnmark.Marker
+	err := v.NS.Do(func() (err error) {
+		m, err = ecnmark.Attach(v.Index, v.NS.Netlink(), opts)
+		return err
+	})
+	if errors.Is(err, ecnmark.ErrUnsupported) {
+		t.Skip(err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Close() })
+	return m
+}
+
+func udpIn(t *testing.T, ns *netnstest.NS, addr netip.AddrPort) *net.UDPConn {
+	t.Helper()
+	var c *net.UDPConn
+	if err := ns.Do(func() (err error) {
+		c, err = net.ListenUDP("udp4", net.UDPAddrFromAddrPort(addr))
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+func setsockopt(t *testing.T, c *net.UDPConn, name, v int) {
+	t.Helper()
+	rc, _ := c.SyscallConn()
+	var serr error
+	rc.Control(func(fd uintptr) { serr = unix.SetsockoptInt(int(fd), unix.IPPROTO_IP, name, v) })
+	if serr != nil {
+		t.Fatal(serr)
+	}
+}
+
+// TestMarkEveryNth sends ECT(0) and Not-ECT datagrams to port 4791 and to
+// another port through the marker: every 4th ECT(0) datagram to 4791
+// arrives CE (with a good IPv4 checksum, or the receiver's kernel would
+// have dropped it), the Not-ECT ones and those to the other port arrive
+// as they left.
+func TestMarkEveryNth(t *testing.T) {
+	p := readyPair(t)
+	m := attach(t, p.VethA, ecnmark.Options{Every: 4})
+	a, b := p.VethA.Addr.Addr(), p.VethB.Addr.Addr()
+	rRoCE, rOther := udpIn(t, p.B, netip.AddrPortFrom(b, 4791)), udpIn(t, p.B, netip.AddrPortFrom(b, 4792))
+	for _, r := range []*net.UDPConn{rRoCE, rOther} {
+		setsockopt(t, r, unix.IP_RECVTOS, 1)
+	}
+	ect, plain := udpIn(t, p.A, netip.AddrPortFrom(a, 0)), udpIn(t, p.A, netip.AddrPortFrom(a, 0))
+	setsockopt(t, ect, unix.IP_TOS, 2)
+	const n = 40
+	for range n {
+		for _, s := range []*net.UDPConn{ect, plain} {
+			for _, r := range []*net.UDPConn{rRoCE, rOther} {
+				if _, err := s.WriteToUDPAddrPort(make([]byte, 100), netip.MustParseAddrPort(r.LocalAddr().String())); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+	}
+	type key struct {
+		roce bool
+		tos  uint8
+	}
+	got := map[key]int{}
+	buf, oob := make([]byte, 2000), make([]byte, 128)
+	for _, r := range []*net.UDPConn{rRoCE, rOther} {
+		for range 2 * n {
+			r.SetReadDeadline(time.Now().Add(10 * time.Second))
+			_, oobn, _, _, err := r.ReadMsgUDP(buf, oob)
+			if err != nil {
+				t.Fatalf("after %v: %v", got, err)
+			}
+			msgs, _ := unix.ParseSocketControlMessage(oob[:oobn])
+			tos := uint8(0xff)
+			for _, c := range msgs {
+				if c.Header.Level == unix.IPPROTO_IP && c.Header.Type == unix.IP_TOS {
+					tos = c.Data[0]
+				}
+			}
+			got[key{r == rRoCE, tos}]++
+		}
+	}
+	want := map[key]int{{true, 3}: n / 4, {true, 2}: n - n/4, {true, 0}: n, {false, 2}: n, {false, 0}: n}
+	for k, v := range want {
+		if got[k] != v {
+			t.Errorf("datagrams (to 4791: %v) with TOS %#x: %d, want %d (all: %v)", k.roce, k.tos, got[k], v, got)
+		}
+	}
+	s, err := m.Stats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s != (ecnmark.Stats{ECT: n, Marked: n / 4, NotECT: n}) {
+		t.Errorf("stats %+v", s)
+	}
+}
