@@ -21,7 +21,13 @@ type Options struct {
 	Port uint16
 	// Every marks one ECN-capable packet in this many (0 or 1: all).
 	Every uint32
+
+	clsact bool // attach with clsact even where TCX is (tests)
 }
+
+// Clsact reports whether the marker is attached as a clsact filter
+// rather than with TCX.
+func (m *Marker) Clsact() bool { return m.filter != nil }
 
 // Stats counts the packets to Options.Port the program saw, summed over
 // all CPUs.
@@ -93,8 +99,10 @@ func Attach(ifindex int, nl *netlink.Handle, opts Options) (*Marker, error) {
 		return nil, fmt.Errorf("ecnmark: load: %w", unsupported(err))
 	}
 	m := &Marker{prog: prog, counters: counters, nl: nl}
-	if m.tcx, err = ebpflink.AttachTCX(ebpflink.TCXOptions{Interface: ifindex, Program: prog, Attach: ebpf.AttachTCXEgress}); err == nil {
-		return m, nil
+	if !opts.clsact {
+		if m.tcx, err = ebpflink.AttachTCX(ebpflink.TCXOptions{Interface: ifindex, Program: prog, Attach: ebpf.AttachTCXEgress}); err == nil {
+			return m, nil
+		}
 	}
 	if err := m.attachClsact(ifindex); err != nil {
 		m.Close()

@@ -76,8 +76,25 @@ func setsockopt(t *testing.T, c *net.UDPConn, name, v int) {
 // have dropped it), the Not-ECT ones and those to the other port arrive
 // as they left.
 func TestMarkEveryNth(t *testing.T) {
+	for _, clsact := range []bool{false, true} {
+		name := "default"
+		if clsact {
+			name = "clsact"
+		}
+		t.Run(name, func(t *testing.T) { testMarkEveryNth(t, clsact) })
+	}
+}
+
+func testMarkEveryNth(t *testing.T, clsact bool) {
 	p := readyPair(t)
-	m := attach(t, p.VethA, ecnmark.Options{Every: 4})
+	opts := ecnmark.Options{Every: 4}
+	if clsact {
+		opts = ecnmark.WithClsact(opts)
+	}
+	m := attach(t, p.VethA, opts)
+	if clsact && !m.Clsact() {
+		t.Fatal("not attached as a clsact filter")
+	}
 	a, b := p.VethA.Addr.Addr(), p.VethB.Addr.Addr()
 	rRoCE, rOther := udpIn(t, p.B, netip.AddrPortFrom(b, 4791)), udpIn(t, p.B, netip.AddrPortFrom(b, 4792))
 	for _, r := range []*net.UDPConn{rRoCE, rOther} {
