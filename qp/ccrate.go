@@ -171,9 +171,9 @@ const cnpLen = ib.BTHSize + ib.CNPReservedSize + ib.ICRCSize
 // ahead of anything else of the QP, without ECT. The format is RoCEv2's
 // (Annex A17): BTH opcode 0x81 to the peer QP with BECN set, 16 reserved
 // zero bytes, ICRC. P_Key and PSN are not specified; public captures of
-// mlx5 CNPs show the default P_Key 0xFFFF and PSN 0, which this sends. The traffic class is
-// the QP's with the ECN bits cleared (mlx5 can send CNPs with their own
-// DSCP and priority, np_cnp_dscp / np_cnp_prio: not here).
+// mlx5 CNPs show the default P_Key 0xFFFF and PSN 0, which this sends. The
+// traffic class is DCQCNParams.CNPDSCP (mlx5's cnp_dscp, 48 by default)
+// with ECN Not-ECT, or with NoCNPDSCP the QP's with the ECN bits cleared.
 func (q *QP) produceCNP(t *TxPacket) bool {
 	if q.cc == nil || !q.cc.cnpPending || t.Headroom < 0 || len(t.Buf)-t.Headroom < cnpLen {
 		return false
@@ -189,7 +189,11 @@ func (q *QP) produceCNP(t *TxPacket) bool {
 	clear(b[ib.BTHSize:cnpLen])
 	t.Len = cnpLen
 	q.fillAV(t, &q.attr.AV)
-	t.AV.TrafficClass &^= ecnMask
+	if d := q.e.cc.params.CNPDSCP; d != NoCNPDSCP {
+		t.AV.TrafficClass = uint8(d) << 2
+	} else {
+		t.AV.TrafficClass &^= ecnMask
+	}
 	q.e.cc.stats.NPCNPSent++
 	return true
 }

@@ -169,7 +169,8 @@ func TestCCNotificationPoint(t *testing.T) {
 			t.Fatalf("reserved bytes % x", b[ib.BTHSize:])
 		}
 	}
-	if s.AV.TrafficClass&3 != 0 || s.SrcQPN != c.qb.QP.QPN() || s.AV.DGID != c.gidA {
+	// mlx5's cnp_dscp default: DSCP 48, Not-ECT.
+	if s.AV.TrafficClass != 48<<2 || s.SrcQPN != c.qb.QP.QPN() || s.AV.DGID != c.gidA {
 		t.Fatalf("CNP sent with TC %#x from QP %d to %v", s.AV.TrafficClass, s.SrcQPN, s.AV.DGID)
 	}
 	if c.slots[1].AV.TrafficClass&3 != 2 {
@@ -365,5 +366,26 @@ func TestCCNoAllocs(t *testing.T) {
 	}
 	if c.b.CCStats().NPCNPSent == 0 || c.a.CCStats().RPCNPHandled == 0 {
 		t.Fatalf("the guard ran no CNP: %+v %+v", c.b.CCStats(), c.a.CCStats())
+	}
+}
+
+// TestCNPDSCP: CNPs leave with DCQCNParams.CNPDSCP (mlx5's cnp_dscp, 48
+// by default) and ECN Not-ECT, or with NoCNPDSCP the QP's own traffic
+// class without its ECN bits.
+func TestCNPDSCP(t *testing.T) {
+	for _, c := range []struct {
+		dscp int
+		want uint8
+	}{{0, 48 << 2}, {26, 26 << 2}, {qp.NoCNPDSCP, 0}} {
+		p := newCCPair(t, qp.CCConfig{DCQCN: true, Params: qp.DCQCNParams{CNPDSCP: c.dscp}})
+		p.write(t, 100)
+		p.aToB(t, 3)
+		if n := p.b.Transmit(p.slots); n != 2 {
+			t.Fatalf("B sent %d packets, want CNP and ACK", n)
+		}
+		s := &p.slots[0]
+		if ib.BTH(s.Payload()).Opcode() != ib.CNP || s.AV.TrafficClass != c.want {
+			t.Errorf("CNPDSCP %d: %v with traffic class %#x, want CNP with %#x", c.dscp, ib.BTH(s.Payload()).Opcode(), s.AV.TrafficClass, c.want)
+		}
 	}
 }

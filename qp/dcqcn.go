@@ -67,7 +67,21 @@ type DCQCNParams struct {
 	// limit, per the driver's debugfs documentation); a software NP would
 	// spend a packet per marked packet on it, so the default is 4 µs.
 	MinTimeBetweenCNPs time.Duration
+	// CNPDSCP (cnp_dscp, notification point) is the DSCP CNPs leave
+	// with, 1..63; 0 takes mlx5's default, 48 (CS6: switches usually give
+	// CNPs a class of their own, ahead of the data they slow down), and
+	// NoCNPDSCP sends them with the QP's own DSCP instead. Their ECN field
+	// is always Not-ECT. mlx5's cnp_802p_prio has no counterpart: goroce's
+	// frames carry no 802.1Q tag of their own.
+	CNPDSCP int
 }
+
+// NoCNPDSCP as DCQCNParams.CNPDSCP sends CNPs with the DSCP of their QP's
+// traffic class.
+const NoCNPDSCP = -1
+
+// defaultCNPDSCP is mlx5's cnp_dscp default.
+const defaultCNPDSCP = 48
 
 // DefaultDCQCNParams returns the defaults of every field.
 func DefaultDCQCNParams() DCQCNParams {
@@ -106,6 +120,7 @@ func (p *DCQCNParams) fill() {
 	defI(&p.MinDecFac, 50)
 	defI(&p.DCETCPG, 1019)
 	defI(&p.InitialAlpha, 1023)
+	defI(&p.CNPDSCP, defaultCNPDSCP)
 }
 
 // valid reports whether the filled parameters make sense.
@@ -115,7 +130,8 @@ func (p *DCQCNParams) valid() bool {
 		p.AIRate > 0 && p.HAIRate > 0 && p.ByteReset > 0 && p.TimeReset > 0 &&
 		p.DCETCPRTT > 0 && p.RateReduceMonitorPeriod > 0 && p.MinTimeBetweenCNPs >= 0 &&
 		p.Threshold > 0 && p.GD > 0 && p.GD < 32 && p.MinDecFac > 0 && p.MinDecFac <= 100 &&
-		p.DCETCPG > 0 && p.DCETCPG < 1024 && p.InitialAlpha > 0 && p.InitialAlpha <= 1023
+		p.DCETCPG > 0 && p.DCETCPG < 1024 && p.InitialAlpha > 0 && p.InitialAlpha <= 1023 &&
+		p.CNPDSCP >= NoCNPDSCP && p.CNPDSCP < 64
 }
 
 // maxCatchUp bounds the timer increase events one call replays: a QP idle

@@ -165,6 +165,8 @@ func TestDCQCNParamsRejected(t *testing.T) {
 		{GD: 40},
 		{InitialAlpha: 2000},
 		{RateOnFirstCNP: 20e9},
+		{CNPDSCP: 64},
+		{CNPDSCP: -2},
 	} {
 		if _, err := qp.NewDCQCN(p); err == nil {
 			t.Errorf("%+v accepted", p)
@@ -185,7 +187,7 @@ func TestDCQCNDefaults(t *testing.T) {
 		MaxRate: 10e9, MinRate: 1e6, AIRate: 5e6, HAIRate: 50e6,
 		TimeReset: 300 * us, ByteReset: 32767, Threshold: 1, GD: 11, MinDecFac: 50,
 		DCETCPG: 1019, DCETCPRTT: us, InitialAlpha: 1023,
-		RateReduceMonitorPeriod: 4 * us, MinTimeBetweenCNPs: 4 * us,
+		RateReduceMonitorPeriod: 4 * us, MinTimeBetweenCNPs: 4 * us, CNPDSCP: 48,
 	}
 	if p != want {
 		t.Fatalf("defaults %+v\nwant %+v", p, want)

@@ -32,21 +32,25 @@ func (d *Device) CCMinRate() int64 {
 	return d.eng.CCMinRate()
 }
 
-// ect0 is the TOS of a data packet of a QP with traffic class 0 under
-// congestion control: DSCP 0, ECN ECT(0).
+// ect0 is the ECN field ECT(0), which data packets carry under congestion
+// control.
 const ect0 = 2
 
 // setDefaultTOS gives a link that builds IP headers itself (the kernel UDP
-// link) the TOS most packets carry with congestion control on, so that
-// they leave without a control message each. A link that refuses still
-// sends each frame's TOS, at that cost.
+// link) the TOS most packets carry, Options.DSCP with ECT(0) under
+// congestion control, so that they leave without a control message each.
+// A link that refuses still sends each frame's TOS, at that cost.
 func (d *Device) setDefaultTOS() {
-	if !d.opts.CC.DCQCN {
+	tos := d.dscp
+	if d.opts.CC.DCQCN {
+		tos |= ect0
+	}
+	if tos == 0 {
 		return
 	}
 	if s, ok := d.link.(link.TOSDefaulter); ok {
-		if err := s.SetDefaultTOS(ect0); err != nil {
-			d.log.Warn("roce: link keeps TOS 0: ECT(0) goes per packet", "err", err)
+		if err := s.SetDefaultTOS(tos); err != nil {
+			d.log.Warn("roce: link keeps TOS 0: the TOS goes per packet", "tos", tos, "err", err)
 		}
 	}
 }

@@ -3,10 +3,12 @@ package roce
 import (
 	"net"
 	"net/netip"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/goroce/goroce/ib"
 	"github.com/goroce/goroce/link"
 	"github.com/goroce/goroce/link/memlink"
 )
@@ -126,21 +128,102 @@ func (l *tosLink) SetDefaultTOS(tos uint8) error {
 	return nil
 }
 
-// TestCCDefaultTOS: a device with congestion control on gives a link that
-// takes one (the kernel UDP link) ECT(0) as its default TOS, so that data
-// packets need no per-packet TOS; with it off the link is left alone.
+// TestCCDefaultTOS: a device gives a link that takes one (the kernel UDP
+// link) the TOS most of its packets carry, Options.DSCP with ECT(0) under
+// congestion control, so that they need no per-packet TOS; with neither
+// the link is left alone.
 func TestCCDefaultTOS(t *testing.T) {
-	for _, on := range []bool{false, true} {
+	for _, c := range []struct {
+		on   bool
+		dscp uint8
+		want int32 // -1: not called
+	}{{false, 0, -1}, {true, 0, 2}, {false, 26, 26 << 2}, {true, 26, 26<<2 | 2}} {
 		la, lb := memlink.PairWithOptions(memlink.Options{HardwareAddrA: macA, HardwareAddrB: macB})
 		defer lb.Close()
 		l := &tosLink{Link: la}
-		d, err := OpenLink(l, Options{Addrs: []netip.Addr{addrA}, CC: CCConfig{DCQCN: on}})
+		l.tos.Store(-1)
+		d, err := OpenLink(l, Options{Addrs: []netip.Addr{addrA}, CC: CCConfig{DCQCN: c.on}, DSCP: c.dscp})
 		if err != nil {
 			t.Fatal(err)
 		}
 		d.Close()
-		if on && (l.calls.Load() != 1 || l.tos.Load() != 2) || !on && l.calls.Load() != 0 {
-			t.Errorf("CC %v: SetDefaultTOS called %d times, last with %#x", on, l.calls.Load(), l.tos.Load())
+		if c.want < 0 && l.calls.Load() != 0 || c.want >= 0 && (l.calls.Load() != 1 || l.tos.Load() != c.want) {
+			t.Errorf("CC %v, DSCP %d: SetDefaultTOS called %d times, last with %#x", c.on, c.dscp, l.calls.Load(), l.tos.Load())
 		}
+	}
+	la, lb := memlink.PairWithOptions(memlink.Options{HardwareAddrA: macA, HardwareAddrB: macB})
+	defer la.Close()
+	defer lb.Close()
+	if d, err := OpenLink(la, Options{Addrs: []netip.Addr{addrA}, DSCP: 64}); err == nil {
+		d.Close()
+		t.Error("DSCP 64 accepted")
+	}
+}
+
+// tosTap records the traffic classes of the frames a link sends, CNPs
+// apart.
+type tosTap struct {
+	*memlink.Link
+	mu         sync.Mutex
+	data, cnps map[uint8]int
+}
+
+func (l *tosTap) WriteBatch(frames [][]byte) (int, error) {
+	l.mu.Lock()
+	for _, f := range frames {
+		fr, err := link.ParseFrame(f)
+		if err != nil {
+			continue
+		}
+		if ib.BTH(f[fr.Payload:]).Opcode() == ib.CNP {
+			l.cnps[fr.TOS]++
+		} else {
+			l.data[fr.TOS]++
+		}
+	}
+	l.mu.Unlock()
+	return l.Link.WriteBatch(frames)
+}
+
+// TestDSCP: with Options.DSCP, a QP of traffic class 0 sends its requests
+// and B its ACKs with that DSCP (and ECT(0) under congestion control),
+// and B's CNPs leave with the CNP DSCP, 48 by default.
+func TestDSCP(t *testing.T) {
+	la, lb := memlink.PairWithOptions(memlink.Options{HardwareAddrA: macA, HardwareAddrB: macB})
+	ml := &ceLink{Link: la}
+	tapB := &tosTap{Link: lb, data: map[uint8]int{}, cnps: map[uint8]int{}}
+	cc := CCConfig{DCQCN: true}
+	da, err := OpenLink(ml, Options{Addrs: []netip.Addr{addrA}, Neighbours: map[netip.Addr]net.HardwareAddr{addrB: macB}, CC: cc, DSCP: 26})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { da.Close() })
+	db, err := OpenLink(tapB, Options{Addrs: []netip.Addr{addrB}, Neighbours: map[netip.Addr]net.HardwareAddr{addrA: macA}, CC: cc, DSCP: 26})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	a, b := newEndpoint(t, da, RC, 1<<16), newEndpoint(t, db, RC, 1<<16)
+	connect(t, a, b, addrA, addrB, ConnectAttr{})
+	for i := range 4 {
+		if err := a.qp.PostSend(&SendWR{ID: uint64(i), Opcode: WRRDMAWrite, Flags: SendSignaled,
+			SGL: []SGE{a.mr.SGE(0, 8192)}, RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range 4 {
+		wantOK(t, waitWC(t, a.scq, 10*time.Second), WCRDMAWrite)
+	}
+	tapB.mu.Lock()
+	defer tapB.mu.Unlock()
+	// A's frames are ECT(0) before ceLink marks them CE.
+	if ml.ect.Load() == 0 || ml.notECT.Load() != 0 {
+		t.Errorf("A sent %d ECT, %d Not-ECT frames", ml.ect.Load(), ml.notECT.Load())
+	}
+	if len(tapB.data) != 1 || tapB.data[26<<2|2] == 0 {
+		t.Errorf("B's ACKs by traffic class: %v, want all %#x", tapB.data, 26<<2|2)
+	}
+	if len(tapB.cnps) != 1 || tapB.cnps[48<<2] == 0 {
+		t.Errorf("B's CNPs by traffic class: %v, want all %#x", tapB.cnps, 48<<2)
 	}
 }

@@ -85,6 +85,12 @@ type Options struct {
 	// CC turns on congestion control (DCQCN: ECN marking, CNPs, per-QP
 	// rate limits; see CCConfig). Off by default.
 	CC CCConfig
+	// DSCP (0..63) is the DSCP of packets whose QP or address handle
+	// gives none (a traffic class below 4, as ConnectAttr's zero value):
+	// RoCE data usually travels in a class of its own, such as 26 (AF31)
+	// on lossless fabrics. 0 leaves them best effort. A QP's own DSCP
+	// wins, and CNPs take DCQCNParams.CNPDSCP.
+	DSCP uint8
 	// Fallback, if set, says why the link is not the one the caller asked
 	// for first (package netdev: why AF_XDP was not used). The device only
 	// reports it, in Info().Fallback.
@@ -149,6 +155,7 @@ type Device struct {
 	info   DeviceInfo
 	start  time.Time
 	port   uint16       // UDP destination port
+	dscp   uint8        // Options.DSCP<<2, for packets whose traffic class has none
 	netMTU atomic.Int64 // IP MTU of the link (follows the interface)
 	portUp atomic.Bool  // interface operationally up (or no interface)
 
@@ -271,6 +278,9 @@ func newDevice(l link.Link, opts Options, nl *netlinkWatch) (*Device, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
+	if opts.DSCP > 63 {
+		return nil, fmt.Errorf("roce: Options.DSCP %d: not in 0..63: %w", opts.DSCP, qp.ErrInvalidArgument)
+	}
 	if opts.TxBatch <= 0 {
 		opts.TxBatch = 32
 	}
@@ -287,6 +297,7 @@ func newDevice(l link.Link, opts Options, nl *netlinkWatch) (*Device, error) {
 		log:   opts.Logger,
 		start: time.Now(),
 		port:  opts.Port,
+		dscp:  opts.DSCP << 2,
 
 		busyPollWindow: opts.BusyPoll,
 		rxLinger:       min(max(4*opts.BusyPoll, minRxLinger), maxRxLinger),
@@ -875,6 +886,9 @@ func (d *Device) buildFrame(t *qp.TxPacket) (frame []byte, local, ok bool) {
 		SrcPort: av.SrcPort, DstPort: d.port,
 		TOS: av.TrafficClass, TTL: av.HopLimit,
 		FlowLabel: av.FlowLabel, DF: true,
+	}
+	if h.TOS < 4 {
+		h.TOS |= d.dscp
 	}
 	if h.TTL == 0 {
 		h.TTL = 64
