@@ -3,6 +3,7 @@
 package ecnmark_test
 
 import (
+	"encoding/binary"
 	"errors"
 	"net"
 	"net/netip"
@@ -18,7 +19,18 @@ import (
 // readyPair is a netns pair with both veth ends up and neighbours known.
 func readyPair(t *testing.T) *netnstest.Pair {
 	t.Helper()
-	p := netnstest.NewPair(t, 1500) // skips unless root with netns support
+	return ready(t, netnstest.NewPair(t, 1500)) // skips unless root with netns support
+}
+
+// readyPair6 is readyPair over IPv6.
+func readyPair6(t *testing.T) *netnstest.Pair {
+	t.Helper()
+	return ready(t, netnstest.NewPairConfig(t, netnstest.VethConfig{
+		Addr: netip.MustParsePrefix("fd99::1/64"), PeerAddr: netip.MustParsePrefix("fd99::2/64")}))
+}
+
+func ready(t *testing.T, p *netnstest.Pair) *netnstest.Pair {
+	t.Helper()
 	for _, v := range []*netnstest.Veth{p.VethA, p.VethB} {
 		if err := v.WaitReady(5 * time.Second); err != nil {
 			t.Fatal(err)
@@ -51,7 +63,7 @@ func udpIn(t *testing.T, ns *netnstest.NS, addr netip.AddrPort) *net.UDPConn {
 	t.Helper()
 	var c *net.UDPConn
 	if err := ns.Do(func() (err error) {
-		c, err = net.ListenUDP("udp4", net.UDPAddrFromAddrPort(addr))
+		c, err = net.ListenUDP("udp", net.UDPAddrFromAddrPort(addr))
 		return err
 	}); err != nil {
 		t.Fatal(err)
@@ -60,11 +72,11 @@ func udpIn(t *testing.T, ns *netnstest.NS, addr netip.AddrPort) *net.UDPConn {
 	return c
 }
 
-func setsockopt(t *testing.T, c *net.UDPConn, name, v int) {
+func setsockopt(t *testing.T, c *net.UDPConn, level, name, v int) {
 	t.Helper()
 	rc, _ := c.SyscallConn()
 	var serr error
-	rc.Control(func(fd uintptr) { serr = unix.SetsockoptInt(int(fd), unix.IPPROTO_IP, name, v) })
+	rc.Control(func(fd uintptr) { serr = unix.SetsockoptInt(int(fd), level, name, v) })
 	if serr != nil {
 		t.Fatal(serr)
 	}
@@ -76,17 +88,23 @@ func setsockopt(t *testing.T, c *net.UDPConn, name, v int) {
 // have dropped it), the Not-ECT ones and those to the other port arrive
 // as they left.
 func TestMarkEveryNth(t *testing.T) {
-	for _, clsact := range []bool{false, true} {
-		name := "default"
-		if clsact {
-			name = "clsact"
-		}
-		t.Run(name, func(t *testing.T) { testMarkEveryNth(t, clsact) })
+	for _, c := range []struct {
+		name       string
+		clsact, v6 bool
+	}{{"IPv4", false, false}, {"IPv6", false, true}, {"IPv4,clsact", true, false}} {
+		t.Run(c.name, func(t *testing.T) { testMarkEveryNth(t, c.clsact, c.v6) })
 	}
 }
 
-func testMarkEveryNth(t *testing.T, clsact bool) {
-	p := readyPair(t)
+func testMarkEveryNth(t *testing.T, clsact, v6 bool) {
+	var p *netnstest.Pair
+	level, recv, set := unix.IPPROTO_IP, unix.IP_RECVTOS, unix.IP_TOS
+	if v6 {
+		p = readyPair6(t)
+		level, recv, set = unix.IPPROTO_IPV6, unix.IPV6_RECVTCLASS, unix.IPV6_TCLASS
+	} else {
+		p = readyPair(t)
+	}
 	opts := ecnmark.Options{Every: 4}
 	if clsact {
 		opts = ecnmark.WithClsact(opts)
@@ -98,10 +116,10 @@ func testMarkEveryNth(t *testing.T, clsact bool) {
 	a, b := p.VethA.Addr.Addr(), p.VethB.Addr.Addr()
 	rRoCE, rOther := udpIn(t, p.B, netip.AddrPortFrom(b, 4791)), udpIn(t, p.B, netip.AddrPortFrom(b, 4792))
 	for _, r := range []*net.UDPConn{rRoCE, rOther} {
-		setsockopt(t, r, unix.IP_RECVTOS, 1)
+		setsockopt(t, r, level, recv, 1)
 	}
 	ect, plain := udpIn(t, p.A, netip.AddrPortFrom(a, 0)), udpIn(t, p.A, netip.AddrPortFrom(a, 0))
-	setsockopt(t, ect, unix.IP_TOS, 2)
+	setsockopt(t, ect, level, set, 2)
 	const n = 40
 	for range n {
 		for _, s := range []*net.UDPConn{ect, plain} {
@@ -128,8 +146,11 @@ func testMarkEveryNth(t *testing.T, clsact bool) {
 			msgs, _ := unix.ParseSocketControlMessage(oob[:oobn])
 			tos := uint8(0xff)
 			for _, c := range msgs {
-				if c.Header.Level == unix.IPPROTO_IP && c.Header.Type == unix.IP_TOS {
+				switch {
+				case c.Header.Level == unix.IPPROTO_IP && c.Header.Type == unix.IP_TOS && len(c.Data) >= 1:
 					tos = c.Data[0]
+				case c.Header.Level == unix.IPPROTO_IPV6 && c.Header.Type == unix.IPV6_TCLASS && len(c.Data) >= 4:
+					tos = uint8(binary.NativeEndian.Uint32(c.Data))
 				}
 			}
 			got[key{r == rRoCE, tos}]++
