@@ -34,9 +34,11 @@
 // frame. One coalesced GRO buffer has one TOS message, which is right for
 // all its datagrams: GRO coalesces only datagrams whose IP headers agree
 // in everything but length and checksum, TOS and traffic class included
-// (Linux's inet_gro_flush and ipv6_gro_flush, called from
-// udp_gro_receive_segment; inet_gro_receive and ipv6_gro_receive before
-// 6.10), so a CE-marked datagram ends the run it would have joined; and a
+// (Linux's inet_gro_flush and ipv6_gro_flush, which
+// udp_gro_receive_segment calls; older kernels check the same in
+// inet_gro_receive and ipv6_gro_receive), so a CE-marked datagram ends the
+// run it would have joined, as the DCQCN test over veth with GRO on
+// (internal/ecnmark) shows; and a
 // run a local sender kept whole left with one TOS for all its segments,
 // which a marking hop marks or leaves whole too.
 //
