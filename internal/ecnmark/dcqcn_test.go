@@ -8,7 +8,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sync"
 	"testing"
 	"time"
 
@@ -75,8 +74,9 @@ func newEnd(t *testing.T, d *roce.Device, size int) *end {
 }
 
 // stream sends msgs RDMA WRITEs of size bytes from a to b, depth at a
-// time, and returns how long they took.
-func stream(t *testing.T, a, b *end, msgs, size, depth int) time.Duration {
+// time, calling each after every completion it takes, and returns how
+// long they took.
+func stream(t *testing.T, a, b *end, msgs, size, depth int, each func()) time.Duration {
 	t.Helper()
 	start := time.Now()
 	posted, done := 0, 0
@@ -96,6 +96,9 @@ func stream(t *testing.T, a, b *end, msgs, size, depth int) time.Duration {
 			}
 		}
 		done += n
+		if n > 0 {
+			each()
+		}
 		if n == 0 {
 			if err := a.scq.WaitDeadline(time.Now().Add(30 * time.Second)); err != nil {
 				t.Fatalf("after %d of %d WRITEs: %v", done, msgs, err)
@@ -154,38 +157,15 @@ func TestDCQCNOverVeth(t *testing.T) {
 			if err := b.qp.Connect(ctx, &cb); err != nil {
 				t.Fatal(err)
 			}
-			// The lowest DCQCN rate while the stream runs.
-			var mu sync.Mutex
+			// The lowest DCQCN rate while the stream runs, looked at as
+			// completions come in.
 			minRate := int64(0)
-			stop := make(chan struct{})
-			var wg sync.WaitGroup
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				tk := time.NewTicker(100 * time.Microsecond)
-				defer tk.Stop()
-				for {
-					select {
-					case <-stop:
-						return
-					case <-tk.C:
-					}
-					if r := da.CCMinRate(); r > 0 {
-						mu.Lock()
-						if minRate == 0 || r < minRate {
-							minRate = r
-						}
-						mu.Unlock()
-					}
+			took := stream(t, a, b, msgs, size, depth, func() {
+				if r := da.CCMinRate(); r > 0 && (minRate == 0 || r < minRate) {
+					minRate = r
 				}
-			}()
-			took := stream(t, a, b, msgs, size, depth)
-			close(stop)
-			wg.Wait()
+			})
 			endRate, _ := a.qp.CCRate()
-			if r := da.CCMinRate(); r > 0 && (minRate == 0 || r < minRate) {
-				minRate = r // the sampler may not have run on a busy machine
-			}
 			s, err := m.Stats()
 			if err != nil {
 				t.Fatal(err)
