@@ -75,6 +75,10 @@ var portable = []string{"ib", "qp", "roce", "cm", "cm/mad", "link", "link/memlin
 
 var forbiddenDeps = []string{
 	"github.com/cilium/ebpf",
+	// Following an interface (addresses, MTU, carrier, neighbours) is
+	// netdev's, through roce.Host: the core asks no operating system.
+	"github.com/vishvananda/netlink",
+	"github.com/vishvananda/netns",
 	module + "/xdp",
 	module + "/bpf",
 	module + "/link/xdplink",
