@@ -25,7 +25,7 @@ SERIES_TIMEOUT ?= 80m
 # Every package but the Linux-only ones (AF_XDP, eBPF, netdev and the tools on them, the qemu lab):
 # they build for darwin and windows. The list is linuxOnly in internal/layering/layering_test.go,
 # whose TestBuildsOffLinux runs the same checks under make test.
-CROSS_PKGS = $$($(GO) list ./... | grep -v -E '/(xdp|bpf|link/xdplink|netdev|cmd/rocectl|cmd/rocectl/fpgacmd|internal/perftest/perfrun)$$|/interop(/|$$)')
+CROSS_PKGS = $$($(GO) list ./... | grep -v -E '/(xdp|bpf|link/xdplink|netdev|cmd/rocectl|cmd/rocectl/fpgacmd|tools/perftest/perfrun)$$|/interop(/|$$)')
 
 .PHONY: all build test unit race interop series bench fuzz fuzz-ci lint lint-fast fmt demo clean cross
 

@@ -18,9 +18,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/goroce/goroce/internal/perftest"
 	"github.com/goroce/goroce/netdev"
 	"github.com/goroce/goroce/roce"
+	"github.com/goroce/goroce/tools/perftest"
 )
 
 // PerfTests maps "send-bw", "write-lat", ... to their verb and kind.
