@@ -22,6 +22,10 @@
 //
 // Keeping this apart keeps the device core (ib, qp, roce, cm) free of eBPF,
 // netlink and Linux socket code, so that it builds everywhere and programs
-// that run it over their own links do not link AF_XDP. This package is Linux
-// only.
+// that run it over their own links do not link AF_XDP.
+//
+// Off Linux there is neither AF_XDP nor rtnetlink: Open runs the kernel UDP
+// link (LinkAuto falls back to it, LinkXDP fails with errors.ErrUnsupported),
+// the GID table takes the interface's addresses once, when the device
+// opens, and the interface is not followed after that.
 package netdev

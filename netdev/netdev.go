@@ -10,7 +10,6 @@ import (
 	"github.com/goroce/goroce/ib"
 	"github.com/goroce/goroce/link"
 	"github.com/goroce/goroce/link/udplink"
-	"github.com/goroce/goroce/link/xdplink"
 	"github.com/goroce/goroce/roce"
 )
 
@@ -59,7 +58,10 @@ type Options struct {
 	// p99 and the CPU time of a ping-pong two- to fourfold, a system call
 	// per empty poll (see README.md). It may pay off on a NIC whose
 	// interrupts are deferred (napi_defer_hard_irqs, gro_flush_timeout).
-	XDP xdplink.Options
+	//
+	// Off Linux there is no AF_XDP: XDPOptions is empty, LinkXDP fails
+	// with errors.ErrUnsupported and LinkAuto uses the UDP link.
+	XDP XDPOptions
 	// UDPAddr is the local address the kernel UDP link binds (default: the
 	// interface's first IPv4 address, else its first non-link-local IPv6
 	// address).
@@ -88,20 +90,7 @@ func Open(ctx context.Context, ifname string, opts Options) (*roce.Device, error
 	var l link.Link
 	fallback := ""
 	if opts.Link == LinkAuto || opts.Link == LinkXDP {
-		xo := opts.XDP
-		if xo.Port == 0 {
-			xo.Port = dopts.Port
-		}
-		fs := xo.FrameSize
-		if fs == 0 {
-			fs = 4096
-		}
-		// A full-size frame plus a VLAN tag and the device's tailroom
-		// must fit one UMEM chunk, or frames span chunks (multi-buffer).
-		if ifi.MTU+link.EthernetSize+link.VLANTagSize > fs-xo.Headroom-256 {
-			xo.Multibuffer = true
-		}
-		xl, err := xdplink.Open(ifname, xo)
+		xl, err := openXDP(ifi, opts.XDP, dopts.Port)
 		if err != nil {
 			if opts.Link == LinkXDP {
 				return nil, fmt.Errorf("netdev: AF_XDP on %s: %w", ifname, err)

@@ -275,15 +275,13 @@ func TestCoreBuildsOffLinux(t *testing.T) {
 
 // linuxOnly are the packages, by path relative to the module, that need
 // not build off Linux: AF_XDP and its steering program (xdp, bpf and the
-// AF_XDP link), netdev, which opens them by interface name, the commands
-// and tools built on netdev, and the qemu interop lab. A path ending in
+// AF_XDP link) and the qemu interop lab. netdev, and the commands and tools
+// built on it, build everywhere with the kernel UDP link. A path ending in
 // "/..." covers the directory and everything under it. Every other package
 // builds for darwin and windows, and its tests vet for darwin (make cross
 // runs the same).
 var linuxOnly = []string{
-	"xdp", "bpf", "link/xdplink", "netdev",
-	// Still to do: they reach xdplink through netdev.
-	"cmd/rocectl", "cmd/rocectl/fpgacmd", "tools/perftest/perfrun",
+	"xdp", "bpf", "link/xdplink",
 	"interop/...",
 }
 

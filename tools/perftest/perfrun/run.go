@@ -66,8 +66,7 @@ func openDeviceCC(ctx context.Context, ifname, link string, xdpBusyPoll time.Dur
 		return nil, err
 	}
 	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	opts := netdev.Options{Link: kind, UDPAddr: bind, Device: roce.Options{Logger: logger, CC: cc}}
-	opts.XDP.BusyPoll = xdpBusyPoll
+	opts := netdev.Options{Link: kind, UDPAddr: bind, XDP: xdpOptions(xdpBusyPoll), Device: roce.Options{Logger: logger, CC: cc}}
 	return netdev.Open(ctx, ifname, opts)
 }
 
