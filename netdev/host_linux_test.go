@@ -70,6 +70,9 @@ func TestNetnsNeighbour(t *testing.T) {
 	if !errors.Is(err, roce.ErrNoNeighbour) {
 		t.Fatalf("unresolvable neighbour: %v", err)
 	}
+	if ne := net.Error(nil); !errors.As(err, &ne) || !ne.Timeout() {
+		t.Fatalf("resolution past the deadline: %v is not a net.Error timeout", err)
+	}
 	// Without the context the kernel's probes would run their two rounds,
 	// about 6 s; the bound leaves a busy machine room past the deadline.
 	if el := time.Since(start); el > 3*time.Second {

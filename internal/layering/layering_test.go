@@ -42,6 +42,8 @@ var layers = map[string]string{
 	"internal/cliflag":   "support",
 	// The shared closed error sits under every layer, the kernel's included.
 	"internal/errclosed": "base",
+	// So does the shared timeout error.
+	"internal/errtimeout": "base",
 	// Capture decoding for the commands and the interop suites.
 	"internal/pcapdump":  "wire",
 	"internal/wirecheck": "wire",
