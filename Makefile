@@ -22,10 +22,10 @@ RACE       = $(GO) test -race -short -count=1 -timeout $(TIMEOUT) $(RACE_PKGS)
 # SERIES_TIMEOUT is a backstop wide enough for a loaded host.
 SERIES     = GOROCE_RSOCKET_SERIES=1 $(GO) test -count=1 -timeout $(SERIES_TIMEOUT) -v -run '^TestDefaultSeries$$' ./interop/rsocket
 SERIES_TIMEOUT ?= 80m
-# Every package but the Linux-only ones (AF_XDP, eBPF, netdev and the tools on them, the qemu lab):
-# they build for darwin and windows. The list is linuxOnly in internal/layering/layering_test.go,
-# whose TestBuildsOffLinux runs the same checks under make test.
-CROSS_PKGS = $$($(GO) list ./... | grep -v -E '/(xdp|bpf|link/xdplink|netdev|cmd/rocectl|cmd/rocectl/fpgacmd|internal/perftest/perfrun)$$|/interop(/|$$)')
+# Every package but the Linux-only ones (AF_XDP and eBPF, the qemu lab): they build for darwin
+# and windows, netdev and rocectl with the kernel UDP link only. The list is linuxOnly in
+# internal/layering/layering_test.go, whose TestBuildsOffLinux runs the same checks under make test.
+CROSS_PKGS = $$($(GO) list ./... | grep -v -E '/(xdp|bpf|link/xdplink)$$|/interop(/|$$)')
 
 .PHONY: all build test unit race interop series bench fuzz fuzz-ci lint lint-fast fmt demo clean cross
 

@@ -18,7 +18,7 @@ import (
 	"time"
 
 	"github.com/goroce/goroce/internal/netnstest"
-	"github.com/goroce/goroce/internal/perftest/perfrun"
+	"github.com/goroce/goroce/tools/perftest/perfrun"
 )
 
 var (

@@ -20,9 +20,9 @@ import (
 
 	"github.com/goroce/goroce/ib"
 	"github.com/goroce/goroce/internal/netnstest"
-	"github.com/goroce/goroce/internal/perftest/perfrun"
 	"github.com/goroce/goroce/netdev"
 	"github.com/goroce/goroce/roce"
+	"github.com/goroce/goroce/tools/perftest/perfrun"
 )
 
 // envRocectl makes the test binary run "rocectl <args>" (the arguments as a

@@ -20,8 +20,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/goroce/goroce/internal/netnstest"
-	"github.com/goroce/goroce/internal/perftest/perfrun"
 	"github.com/goroce/goroce/link"
+	"github.com/goroce/goroce/tools/perftest/perfrun"
 )
 
 var (

@@ -11,6 +11,7 @@ import (
 
 	"github.com/goroce/goroce/cm/mad"
 	"github.com/goroce/goroce/ib"
+	"github.com/goroce/goroce/internal/errtimeout"
 	"github.com/goroce/goroce/qp"
 )
 
@@ -32,21 +33,13 @@ const (
 	DefaultMaxPeerCMTimeout = 24
 )
 
-// timeoutError is a sentinel that reports itself as a timeout (net.Error),
-// so callers that handle timeouts generically recognise it.
-type timeoutError string
-
-func (e timeoutError) Error() string   { return string(e) }
-func (e timeoutError) Timeout() bool   { return true }
-func (e timeoutError) Temporary() bool { return true }
-
 // Errors returned by the engine and reported in events. A rejection by the
 // peer is a *mad.RejectError (errors.Is(err, mad.ErrRejected)).
 var (
 	// ErrTimeout reports a request (REQ, REP, DREQ, SIDR_REQ) that got no
 	// answer after Max CM Retries retransmissions (rdma_cm: UNREACHABLE).
 	// It is a net.Error whose Timeout() is true.
-	ErrTimeout error = timeoutError("cm: no response from the peer")
+	ErrTimeout = errtimeout.New("cm: no response from the peer")
 	// ErrUnknownID reports an operation on a communication ID the engine
 	// does not hold (never created, or already gone).
 	ErrUnknownID = errors.New("cm: unknown communication ID")

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/goroce/goroce/internal/errclosed"
+	"github.com/goroce/goroce/internal/errtimeout"
 	"github.com/goroce/goroce/roce"
 )
 
@@ -45,7 +46,7 @@ var (
 	ErrOverloaded = errors.New("cuobj: server overloaded")
 	// ErrConnectTimeout: the client named by a token did not answer
 	// within Tunables.ConnectTimeout.
-	ErrConnectTimeout error = timeoutError("cuobj: client did not answer in time")
+	ErrConnectTimeout = errtimeout.New("cuobj: client did not answer in time")
 	// ErrClosed: the client or server is closed.
 	ErrClosed = errclosed.New("cuobj: closed")
 )
@@ -143,10 +144,3 @@ func StatusName(s roce.WCStatus) string {
 	}
 	return fmt.Sprintf("IBV_WC_STATUS_%d", int(s))
 }
-
-// timeoutError is a sentinel that reports itself as a timeout (net.Error).
-type timeoutError string
-
-func (e timeoutError) Error() string   { return string(e) }
-func (e timeoutError) Timeout() bool   { return true }
-func (e timeoutError) Temporary() bool { return true }

@@ -87,8 +87,8 @@ func fpgaLabLoss(t *testing.T, loss float64) (*rxelab.Lab, *rxelab.Guest, string
 		if err != nil {
 			return err
 		}
-		dev, err = roce.OpenLink(&lossyLink{Link: l, loss: loss, rng: rand.New(rand.NewPCG(1, 2))},
-			roce.Options{Interface: lab.PeerIf, Logger: quiet})
+		dev, err = netdev.OpenLink(&lossyLink{Link: l, loss: loss, rng: rand.New(rand.NewPCG(1, 2))},
+			lab.PeerIf, roce.Options{Logger: quiet})
 		return err
 	})
 	if err != nil {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/goroce/goroce/cm"
 	"github.com/goroce/goroce/cm/mad"
+	"github.com/goroce/goroce/internal/errtimeout"
 	"github.com/goroce/goroce/naaice/mrsp"
 	"github.com/goroce/goroce/roce"
 )
@@ -77,7 +78,7 @@ type ServerOptions struct {
 const DefaultIdleTimeout = 10 * time.Second
 
 // errIdle ends a connection that sent no AAR or RPC within IdleTimeout.
-var errIdle = errors.New("naaice: connection idle past the server's IdleTimeout")
+var errIdle = errtimeout.New("naaice: connection idle past the server's IdleTimeout")
 
 // errEvicted ends an idle connection displaced by a new one (MaxConns).
 var errEvicted = errors.New("naaice: idle connection closed for a new one (MaxConns)")

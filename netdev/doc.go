@@ -11,11 +11,21 @@
 // roce.DeviceInfo.Fallback. When the interface MTU does not fit one 4096-byte
 // UMEM frame, Open turns on AF_XDP multi-buffer itself.
 //
+// The device follows the interface through this package too (roce.Host over
+// rtnetlink): its addresses make the GID table, its MTU and carrier the port,
+// and the kernel's neighbour table (ARP, ND) resolves MAC addresses.
+// OpenLink does the same for a link the caller opened.
+//
 // The kernel UDP link is bound to one address (Options.UDPAddr, default the
 // interface's first IPv4 address, else its first non-link-local IPv6
 // address) and so carries one address family.
 //
-// Keeping this apart keeps the device core (ib, qp, roce, cm) free of eBPF
-// and Linux socket code, so that it builds everywhere and programs that run
-// it over their own links do not link AF_XDP. This package is Linux only.
+// Keeping this apart keeps the device core (ib, qp, roce, cm) free of eBPF,
+// netlink and Linux socket code, so that it builds everywhere and programs
+// that run it over their own links do not link AF_XDP.
+//
+// Off Linux there is neither AF_XDP nor rtnetlink: Open runs the kernel UDP
+// link (LinkAuto falls back to it, LinkXDP fails with errors.ErrUnsupported),
+// the GID table takes the interface's addresses once, when the device
+// opens, and the interface is not followed after that.
 package netdev

@@ -10,7 +10,6 @@ import (
 	"github.com/goroce/goroce/ib"
 	"github.com/goroce/goroce/link"
 	"github.com/goroce/goroce/link/udplink"
-	"github.com/goroce/goroce/link/xdplink"
 	"github.com/goroce/goroce/roce"
 )
 
@@ -40,7 +39,7 @@ func (k LinkKind) String() string {
 
 // Options configure Open. The zero value is right for most uses.
 type Options struct {
-	// Device configures the device itself. Open sets Interface and
+	// Device configures the device itself. Open sets Interface, Host and
 	// Fallback; Port is also the port the kernel UDP link binds and the
 	// AF_XDP steering program matches (default 4791).
 	Device roce.Options
@@ -59,7 +58,10 @@ type Options struct {
 	// p99 and the CPU time of a ping-pong two- to fourfold, a system call
 	// per empty poll (see README.md). It may pay off on a NIC whose
 	// interrupts are deferred (napi_defer_hard_irqs, gro_flush_timeout).
-	XDP xdplink.Options
+	//
+	// Off Linux there is no AF_XDP: XDPOptions is empty, LinkXDP fails
+	// with errors.ErrUnsupported and LinkAuto uses the UDP link.
+	XDP XDPOptions
 	// UDPAddr is the local address the kernel UDP link binds (default: the
 	// interface's first IPv4 address, else its first non-link-local IPv6
 	// address).
@@ -68,10 +70,10 @@ type Options struct {
 
 // Open opens a device on interface ifname: AF_XDP by default, the kernel UDP
 // link with Options.Link = LinkUDP or when AF_XDP is unavailable (the reason
-// is logged and reported in Info().Fallback). It must be called from a thread
-// in the interface's network namespace (the device binds its netlink
-// watchers there); the Device may then be used from anywhere. ctx bounds the
-// setup.
+// is logged and reported in Info().Fallback). The device follows the
+// interface through rtnetlink (see OpenLink). It must be called from a thread
+// in the interface's network namespace (the netlink watchers bind there); the
+// Device may then be used from anywhere. ctx bounds the setup.
 func Open(ctx context.Context, ifname string, opts Options) (*roce.Device, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -88,20 +90,7 @@ func Open(ctx context.Context, ifname string, opts Options) (*roce.Device, error
 	var l link.Link
 	fallback := ""
 	if opts.Link == LinkAuto || opts.Link == LinkXDP {
-		xo := opts.XDP
-		if xo.Port == 0 {
-			xo.Port = dopts.Port
-		}
-		fs := xo.FrameSize
-		if fs == 0 {
-			fs = 4096
-		}
-		// A full-size frame plus a VLAN tag and the device's tailroom
-		// must fit one UMEM chunk, or frames span chunks (multi-buffer).
-		if ifi.MTU+link.EthernetSize+link.VLANTagSize > fs-xo.Headroom-256 {
-			xo.Multibuffer = true
-		}
-		xl, err := xdplink.Open(ifname, xo)
+		xl, err := openXDP(ifi, opts.XDP, dopts.Port)
 		if err != nil {
 			if opts.Link == LinkXDP {
 				return nil, fmt.Errorf("netdev: AF_XDP on %s: %w", ifname, err)
@@ -130,12 +119,34 @@ func Open(ctx context.Context, ifname string, opts Options) (*roce.Device, error
 		}
 		l = ul
 	}
-	dopts.Interface = ifname
 	dopts.Logger = log
 	dopts.Fallback = fallback
-	d, err := roce.OpenLink(l, dopts)
+	d, err := OpenLink(l, ifname, dopts)
 	if err != nil {
 		l.Close()
+		return nil, err
+	}
+	return d, nil
+}
+
+// OpenLink opens a device over l, an open link on interface ifname (a link
+// Open would not pick, or one wrapped by the caller), that follows ifname as
+// Open's devices do: the interface's addresses make the GID table, its MTU
+// and carrier the port, and its kernel neighbour table resolves MAC
+// addresses, all through rtnetlink (opts.Interface and opts.Host are set
+// here). It must be called from a thread in the interface's network
+// namespace. As with roce.OpenLink, the device owns l; if OpenLink fails,
+// the caller still owns it.
+func OpenLink(l link.Link, ifname string, opts roce.Options) (*roce.Device, error) {
+	h, err := openHost(ifname)
+	if err != nil {
+		return nil, err
+	}
+	opts.Interface = ifname
+	opts.Host = h
+	d, err := roce.OpenLink(l, opts)
+	if err != nil {
+		h.Close()
 		return nil, err
 	}
 	return d, nil

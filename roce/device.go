@@ -27,16 +27,19 @@ type Options struct {
 	// tests and private deployments change it.
 	Port uint16
 
-	// Interface names the network interface whose addresses make the GID
-	// table and whose kernel neighbour table resolves MAC addresses (Linux
-	// only; package netdev sets it). Without Interface, the GID table is
-	// Addrs and neighbours come from Neighbours only.
+	// Interface names the network interface the device runs on, for
+	// DeviceInfo.Name and logs (package netdev sets it).
 	Interface string
-	// Addrs are static IP addresses for the GID table (without
-	// Interface).
+	// Host, if set, follows that interface: its addresses make the GID
+	// table (after Addrs), its MTU and carrier the port, and it resolves
+	// neighbours missing from Neighbours. Package netdev sets it; the
+	// device owns it once OpenLink succeeds. Without Host, the GID table is
+	// Addrs and neighbours come from Neighbours only.
+	Host Host
+	// Addrs are static IP addresses for the GID table, until Host reports
+	// the interface's.
 	Addrs []netip.Addr
-	// Neighbours are static IP → MAC entries consulted before the kernel
-	// neighbour table.
+	// Neighbours are static IP → MAC entries consulted before Host.
 	Neighbours map[netip.Addr]net.HardwareAddr
 
 	// Capture, if set, receives a classic pcap stream (Ethernet link type)
@@ -196,7 +199,7 @@ type Device struct {
 	wg      sync.WaitGroup
 	closed  atomic.Bool
 	closeMu sync.Mutex
-	extra   []io.Closer // netlink watchers, owned by the device
+	extra   []io.Closer // Options.Host, owned by the device
 	ev      events      // asynchronous event subscriptions, guarded by mu
 
 	// Run to completion (poll.go).
@@ -250,31 +253,16 @@ func (c *monoClock) Now() time.Duration {
 // OpenLink opens a device over an open link: the in-memory pair of package
 // memlink, an AF_XDP socket or a kernel UDP socket (netdev.Open picks one
 // for an interface and calls OpenLink), or any other link.Link. The device
-// owns the link and closes it; if OpenLink fails, the caller still owns it.
-// When opts.Interface is set, it must be called from a thread in that
-// interface's network namespace (it binds its netlink watchers there).
+// owns the link, and opts.Host if set, and closes them; if OpenLink fails,
+// the caller still owns both.
 func OpenLink(l link.Link, opts Options) (*Device, error) {
 	if l == nil {
 		return nil, ErrInvalidConfig
 	}
-	var nl *netlinkWatch
-	if opts.Interface != "" {
-		var err error
-		if nl, err = openNetlink(opts.Interface); err != nil {
-			return nil, err
-		}
-	}
-	d, err := newDevice(l, opts, nl)
-	if err != nil {
-		if nl != nil {
-			nl.Close()
-		}
-		return nil, err
-	}
-	return d, nil
+	return newDevice(l, opts)
 }
 
-func newDevice(l link.Link, opts Options, nl *netlinkWatch) (*Device, error) {
+func newDevice(l link.Link, opts Options) (*Device, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
@@ -345,7 +333,7 @@ func newDevice(l link.Link, opts Options, nl *netlinkWatch) (*Device, error) {
 	if opts.Interface != "" {
 		d.info.Name = opts.Interface
 	}
-	d.neigh = newNeighbours(opts.Neighbours, nl, d.linfo.Synthetic)
+	d.neigh = newNeighbours(opts.Neighbours, opts.Host, d.linfo.Synthetic)
 	if err := d.setGIDTable(buildGIDTable(nil, d.mac, d.servedAddrs(opts.Addrs))); err != nil {
 		return nil, err
 	}
@@ -371,26 +359,12 @@ func newDevice(l link.Link, opts Options, nl *netlinkWatch) (*Device, error) {
 		d.receiveBatch(frames, &d.pollPkt)
 	}
 	d.ctx, d.cancel = context.WithCancel(context.Background())
-	if nl != nil {
-		d.extra = append(d.extra, nl)
-		if err := nl.watchAddrs(d.ctx, func(addrs []netip.Addr) {
-			old := d.gids.Load()
-			if err := d.setGIDTable(buildGIDTable(old, d.mac, d.servedAddrs(addrs))); err != nil {
-				d.log.Warn("roce: link keeps its old address filter", "interface", nl.ifname, "err", err)
-			}
-			d.log.Debug("roce: GID table updated", "interface", nl.ifname, "addrs", addrs)
-		}); err != nil {
+	if opts.Host != nil {
+		if err := opts.Host.Follow(d.ctx, hostEvents{d}); err != nil {
 			d.cancel()
 			return nil, err
 		}
-		if err := nl.watchLink(d.ctx, d.linkChanged); err != nil {
-			d.cancel()
-			return nil, err
-		}
-		if err := nl.watchNeigh(d.ctx, d.neigh.update); err != nil {
-			d.cancel()
-			return nil, err
-		}
+		d.extra = append(d.extra, opts.Host)
 	}
 	d.timer = newWakeTimer(d.ctx)
 	d.wakeAt.Store(int64(never))

@@ -12,14 +12,17 @@
 // socket). This package imports no link implementation, so it builds on any
 // system and a program that brings its own link does not link eBPF code.
 //
-// Options.Interface ties a device to a network interface (Linux only): its
-// addresses make the GID table and its kernel neighbour table resolves MAC
-// addresses, both followed through netlink. Without it the GID table is
-// Options.Addrs and MAC addresses come from Options.Neighbours.
+// Options.Host ties a device to a network interface: its addresses make the
+// GID table, its MTU and carrier the port, and its neighbour table resolves
+// MAC addresses. The device asks no operating system itself: package netdev
+// implements Host over rtnetlink and passes it in (netdev.Open,
+// netdev.OpenLink), as wireguard-go's tun.Device reports its events to the
+// device. Without a Host the GID table is Options.Addrs and MAC addresses
+// come from Options.Neighbours.
 //
 // The GID table is built like the kernel's for rxe: index 0 is the default
 // GID fe80::EUI-64(MAC), followed by one RoCEv2 GID per interface address
-// (IPv4 as ::ffff:a.b.c.d, then IPv6). A netlink address subscription keeps it
+// (IPv4 as ::ffff:a.b.c.d, then IPv6). The Host's address reports keep it
 // current; an address that stays keeps its index, a new one takes the lowest
 // free index. The port's active MTU is rxe's (the largest IB MTU not above
 // the netdev MTU − 80) and follows MTU changes of the interface, as the port
@@ -28,20 +31,20 @@
 // a GID in the table (rxe_chk_dgid); frames to the device's own GIDs are
 // delivered internally without touching the link (rxe_loopback).
 //
-// Destination MAC addresses come from the kernel's neighbour table through
-// netlink. When there is no entry the device asks the kernel to resolve one
-// (RTM_NEWNEIGH with NTF_USE, or a throwaway datagram) and waits, bounded by
-// the caller's context: in QP.Modify with an address vector, PD.CreateAH and
+// Destination MAC addresses come from Options.Neighbours, else from the
+// Host (netdev's: the kernel's neighbour table, which it asks to resolve a
+// missing entry with RTM_NEWNEIGH and NTF_USE, or a throwaway datagram). The
+// device waits for a resolution bounded by the caller's context: in QP.Modify with an address vector, PD.CreateAH and
 // Device.ResolveNeighbour. The data path only looks the result up, so a send
 // to an unresolved destination is dropped and counted (no_neighbour) rather
-// than blocking. A netlink neighbour subscription moves cached entries when
-// the kernel learns a new MAC for a next hop in use. Devices without an
-// interface (OpenLink with a memory link) use Options.Neighbours.
+// than blocking. The Host's neighbour reports move cached entries when the
+// host learns a new MAC for a next hop in use. Devices without an interface
+// (OpenLink with a memory link) use Options.Neighbours.
 //
 // # Goroutines and locking
 //
-// A device runs three goroutines (plus, with an interface, one per netlink
-// subscription: addresses, link, neighbours): the deferred-ACK goroutine,
+// A device runs three goroutines (plus its Host's: netdev's runs one per
+// netlink subscription, addresses, link, neighbours): the deferred-ACK goroutine,
 // which sends a transmit pass a poller left to its caller if the caller
 // does not come back within 20 µs (see below), and these two:
 //

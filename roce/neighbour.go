@@ -13,15 +13,15 @@ import (
 // copy-on-write map so lookups take no lock.
 type neighbours struct {
 	static    map[netip.Addr][6]byte
-	nl        *netlinkWatch
+	host      Host
 	synthetic bool
 	mu        sync.Mutex
 	cache     atomic.Pointer[map[netip.Addr][6]byte]
 	hops      map[netip.Addr]netip.Addr // destination → next hop, under mu
 }
 
-func newNeighbours(static map[netip.Addr]net.HardwareAddr, nl *netlinkWatch, synthetic bool) *neighbours {
-	n := &neighbours{static: make(map[netip.Addr][6]byte), nl: nl, synthetic: synthetic,
+func newNeighbours(static map[netip.Addr]net.HardwareAddr, host Host, synthetic bool) *neighbours {
+	n := &neighbours{static: make(map[netip.Addr][6]byte), host: host, synthetic: synthetic,
 		hops: make(map[netip.Addr]netip.Addr)}
 	for a, m := range static {
 		var mac [6]byte
@@ -52,10 +52,10 @@ func (n *neighbours) resolve(ctx context.Context, dst netip.Addr) ([6]byte, erro
 	if m, ok := n.lookup(dst); ok {
 		return m, nil
 	}
-	if n.nl == nil {
+	if n.host == nil {
 		return [6]byte{}, fmt.Errorf("%w: %v: no static entry and no interface to ask", ErrNoNeighbour, dst)
 	}
-	m, nh, err := n.nl.resolve(ctx, dst)
+	m, nh, err := n.host.Resolve(ctx, dst)
 	if err != nil {
 		return m, err
 	}
@@ -79,8 +79,9 @@ func (n *neighbours) storeLocked(add map[netip.Addr][6]byte) {
 	n.cache.Store(&nm)
 }
 
-// update follows the kernel's neighbour table: when the MAC of a next hop
-// in use changes, every destination behind it moves with it.
+// update follows the host's neighbour table (HostEvents.NeighbourChanged):
+// when the MAC of a next hop in use changes, every destination behind it
+// moves with it.
 func (n *neighbours) update(ip netip.Addr, mac [6]byte) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -100,7 +101,7 @@ func (n *neighbours) update(ip netip.Addr, mac [6]byte) {
 }
 
 // ResolveNeighbour returns the MAC address packets to addr are sent to (the
-// next hop's), resolving it through the kernel (ARP/ND) if needed, and waits
+// next hop's), resolving it through Options.Host (ARP/ND) if needed, and waits
 // at most until ctx ends. On the kernel UDP link, which leaves link-layer
 // headers to the kernel, it returns a zero MAC at once.
 func (d *Device) ResolveNeighbour(ctx context.Context, addr netip.Addr) (net.HardwareAddr, error) {

@@ -216,8 +216,12 @@ func TestCQWaitEnds(t *testing.T) {
 	if err := cq.Wait(ctx); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Wait: %v, want the context's error", err)
 	}
-	if err := cq.WaitDeadline(time.Now().Add(10 * time.Millisecond)); !errors.Is(err, os.ErrDeadlineExceeded) {
+	err = cq.WaitDeadline(time.Now().Add(10 * time.Millisecond))
+	if !errors.Is(err, os.ErrDeadlineExceeded) {
 		t.Fatalf("WaitDeadline: %v, want os.ErrDeadlineExceeded", err)
+	}
+	if ne := net.Error(nil); !errors.As(err, &ne) || !ne.Timeout() {
+		t.Fatalf("WaitDeadline: %v is not a net.Error timeout", err)
 	}
 	if err := cq.WaitDeadline(time.Now().Add(-time.Second)); !errors.Is(err, os.ErrDeadlineExceeded) {
 		t.Fatalf("WaitDeadline in the past: %v", err)

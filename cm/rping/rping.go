@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/goroce/goroce/cm"
+	"github.com/goroce/goroce/internal/errtimeout"
 	"github.com/goroce/goroce/roce"
 )
 
@@ -36,7 +37,7 @@ var (
 	ErrProtocol = errors.New("rping: protocol error")
 	// ErrConnectTimeout is the client's connect step (address resolution
 	// and the connection handshake) running out of Config.ConnectTimeout.
-	ErrConnectTimeout = errors.New("rping: the connect step expired")
+	ErrConnectTimeout = errtimeout.New("rping: the connect step expired")
 )
 
 // Connect step bounds of the client, as rdma_cm's: rping gives address and

@@ -98,6 +98,9 @@ func TestConnectTimeout(t *testing.T) {
 	if !errors.Is(err, ErrConnectTimeout) || !strings.Contains(err.Error(), "connect step expired") {
 		t.Errorf("%v: error %v, want ErrConnectTimeout", raddr, err)
 	}
+	if ne := net.Error(nil); !errors.As(err, &ne) || !ne.Timeout() {
+		t.Errorf("%v: error %v is not a net.Error timeout", raddr, err)
+	}
 	if took > 4*time.Second {
 		t.Errorf("%v: failed after %v, the bound is 1.5 s", raddr, took)
 	}

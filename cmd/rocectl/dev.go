@@ -17,6 +17,7 @@ import (
 	"github.com/goroce/goroce/ib"
 	"github.com/goroce/goroce/internal/cliflag"
 	"github.com/goroce/goroce/link"
+	"github.com/goroce/goroce/netdev"
 	"github.com/goroce/goroce/roce"
 )
 
@@ -190,10 +191,9 @@ func (v devView) json() devJSON {
 // reads its description and closes it.
 func queryDevice(ifi net.Interface) (devView, error) {
 	ql := newQueryLink(ifi)
-	d, err := roce.OpenLink(ql, roce.Options{
-		Interface: ifi.Name,
-		Logger:    slog.New(slog.NewTextHandler(io.Discard, nil)),
-		TxBatch:   1,
+	d, err := netdev.OpenLink(ql, ifi.Name, roce.Options{
+		Logger:  slog.New(slog.NewTextHandler(io.Discard, nil)),
+		TxBatch: 1,
 	})
 	if err != nil {
 		return devView{}, err

@@ -4,8 +4,8 @@ import (
 	"io"
 
 	"github.com/goroce/goroce/cmd/rocectl/devstat"
-	"github.com/goroce/goroce/internal/perftest/perfrun"
 	"github.com/goroce/goroce/roce"
+	"github.com/goroce/goroce/tools/perftest/perfrun"
 )
 
 func init() {

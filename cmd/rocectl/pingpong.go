@@ -3,7 +3,7 @@ package main
 import (
 	"io"
 
-	"github.com/goroce/goroce/internal/perftest/perfrun"
+	"github.com/goroce/goroce/tools/perftest/perfrun"
 )
 
 func init() {

@@ -14,8 +14,6 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/vishvananda/netlink"
-
 	"github.com/goroce/goroce/cm/rping"
 	"github.com/goroce/goroce/cmd/rocectl/devstat"
 	"github.com/goroce/goroce/internal/cliflag"
@@ -189,13 +187,5 @@ func rpingInterface(a netip.Addr, server bool) (string, error) {
 		}
 		return "", fmt.Errorf("no interface has address %v", a)
 	}
-	routes, err := netlink.RouteGet(a.AsSlice())
-	if err != nil || len(routes) == 0 {
-		return "", fmt.Errorf("no route to %v: %v", a, err)
-	}
-	l, err := netlink.LinkByIndex(routes[0].LinkIndex)
-	if err != nil {
-		return "", err
-	}
-	return l.Attrs().Name, nil
+	return routeInterface(a)
 }

@@ -12,7 +12,6 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/goroce/goroce/bpf"
 	"github.com/goroce/goroce/cmd/rocectl/devstat"
 	"github.com/goroce/goroce/internal/cliflag"
 	"github.com/goroce/goroce/roce"
@@ -143,7 +142,7 @@ func statNames(ifname string) ([]string, error) {
 		if seen[ifi.Name] {
 			continue
 		}
-		if info, err := bpf.Attached(ifi.Index); err == nil && info.Attached && info.Name == devstat.ProgramName {
+		if _, ok := steeringOn(ifi.Index); ok {
 			names = append(names, ifi.Name)
 			seen[ifi.Name] = true
 		}
@@ -174,22 +173,21 @@ func collectStat(name string) statEntry {
 		}
 		return e
 	}
-	info, err := bpf.Attached(ifi.Index)
-	if err != nil || !info.Attached || info.Name != devstat.ProgramName {
+	prog, ok := steeringOn(ifi.Index)
+	if !ok {
 		return e
 	}
-	st, err := devstat.ProgramStats(info.ProgramID)
+	st, err := steeringStats(prog)
 	if err != nil {
 		if e.Steering == nil {
-			e.Steering = &devstat.Steering{ProgramID: info.ProgramID, Mode: info.Mode.String()}
+			e.Steering = prog
 			if e.Error == "" {
 				e.Error = "steering counters: " + err.Error()
 			}
 		}
 		return e
 	}
-	e.Steering = devstat.FromStats(st)
-	e.Steering.ProgramID, e.Steering.Mode = info.ProgramID, info.Mode.String()
+	e.Steering = st
 	return e
 }
 

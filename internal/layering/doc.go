@@ -4,10 +4,10 @@
 // core rather than under it (roce runs over the link.Link it is given;
 // package netdev opens AF_XDP or UDP links by interface name), the core
 // builds on systems other than Linux, and so does every package but the
-// Linux-only ones listed in linuxOnly (AF_XDP, eBPF, netdev and what is
-// built on them): GOOS=darwin and GOOS=windows go build, GOOS=darwin go vet.
+// Linux-only ones listed in linuxOnly (AF_XDP, eBPF, the qemu lab):
+// GOOS=darwin and GOOS=windows go build, GOOS=darwin go vet.
 //
 // The layer table is in layering_test.go. A new package takes the layer of
-// the longest path prefix listed there; a new top-level directory must be
-// added to it.
+// the longest path prefix listed there; a new top-level directory, and a
+// new package under internal/, must be added to it.
 package layering

@@ -6,7 +6,7 @@ package qual
 import (
 	"testing"
 
-	"github.com/goroce/goroce/internal/perftest"
+	"github.com/goroce/goroce/tools/perftest"
 )
 
 // TestPerftest runs every perftest test (send, write, read, atomic; BW and

@@ -20,11 +20,11 @@ import (
 	"time"
 
 	"github.com/goroce/goroce/ib"
-	"github.com/goroce/goroce/internal/perftest"
-	"github.com/goroce/goroce/internal/perftest/perfrun"
 	"github.com/goroce/goroce/interop/rxelab"
 	"github.com/goroce/goroce/netdev"
 	"github.com/goroce/goroce/roce"
+	"github.com/goroce/goroce/tools/perftest"
+	"github.com/goroce/goroce/tools/perftest/perfrun"
 )
 
 // SharedDevice is the goroce device on rxeh0, opened once.

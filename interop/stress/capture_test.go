@@ -17,9 +17,9 @@ import (
 
 	"github.com/goroce/goroce/ib"
 	"github.com/goroce/goroce/internal/pcapdump"
-	"github.com/goroce/goroce/internal/perftest"
-	"github.com/goroce/goroce/internal/perftest/perfrun"
 	"github.com/goroce/goroce/roce"
+	"github.com/goroce/goroce/tools/perftest"
+	"github.com/goroce/goroce/tools/perftest/perfrun"
 )
 
 // TestCapture records a goroce–rxe exchange twice, with goroce's capture

@@ -14,11 +14,11 @@ import (
 	"time"
 
 	"github.com/goroce/goroce/ib"
-	"github.com/goroce/goroce/internal/perftest"
-	"github.com/goroce/goroce/internal/perftest/perfrun"
 	"github.com/goroce/goroce/interop/qual"
 	"github.com/goroce/goroce/interop/rxelab"
 	"github.com/goroce/goroce/roce"
+	"github.com/goroce/goroce/tools/perftest"
+	"github.com/goroce/goroce/tools/perftest/perfrun"
 	"golang.org/x/sys/unix"
 )
 

@@ -16,9 +16,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/goroce/goroce/internal/perftest/perfrun"
 	"github.com/goroce/goroce/interop/qual"
 	"github.com/goroce/goroce/interop/rxelab"
+	"github.com/goroce/goroce/tools/perftest/perfrun"
 )
 
 // labMTU gives rxe an active MTU of 2048 while a frame still fits one

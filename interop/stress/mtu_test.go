@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/goroce/goroce/ib"
-	"github.com/goroce/goroce/internal/perftest/perfrun"
 	"github.com/goroce/goroce/roce"
+	"github.com/goroce/goroce/tools/perftest/perfrun"
 )
 
 // TestMTUMismatch connects goroce and ibv_rc_pingpong with different path

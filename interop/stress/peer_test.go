@@ -14,9 +14,9 @@ import (
 	"time"
 
 	"github.com/goroce/goroce/ib"
-	"github.com/goroce/goroce/internal/perftest"
-	"github.com/goroce/goroce/internal/perftest/perfrun"
 	"github.com/goroce/goroce/roce"
+	"github.com/goroce/goroce/tools/perftest"
+	"github.com/goroce/goroce/tools/perftest/perfrun"
 )
 
 // The retry3 QP's local ACK timeout: 4.096 µs × 2^16 ≈ 268 ms. The tools'

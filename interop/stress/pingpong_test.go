@@ -12,10 +12,10 @@ import (
 	"time"
 
 	"github.com/goroce/goroce/ib"
-	"github.com/goroce/goroce/internal/perftest"
-	"github.com/goroce/goroce/internal/perftest/perfrun"
 	"github.com/goroce/goroce/interop/qual"
 	"github.com/goroce/goroce/roce"
+	"github.com/goroce/goroce/tools/perftest"
+	"github.com/goroce/goroce/tools/perftest/perfrun"
 )
 
 // toolFill is the byte ibv_rc_pingpong fills its buffer with before the

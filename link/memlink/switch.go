@@ -6,6 +6,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/goroce/goroce/ib"
 	"github.com/goroce/goroce/link"
 )
 
@@ -142,19 +143,20 @@ func markCE(b []byte) bool {
 	if err != nil || fr.TOS&3 == 0 {
 		return false
 	}
-	ip := b[fr.IPOffset:]
+	// ECN is the low two bits of the TOS byte or traffic class; CE is 3.
 	if fr.Version == 4 {
-		ip[1] |= 3
-		ip[10], ip[11] = 0, 0
-		c := link.IPv4Checksum(ip[:link.IPv4Size])
-		ip[10], ip[11] = byte(c>>8), byte(c)
+		ip := ib.IPv4(b[fr.IPOffset:])
+		ip.SetTOS(ip.TOS() | ecnCE)
+		ip.UpdateChecksum()
 		return true
 	}
-	// IPv6: the traffic class spans the low nibble of byte 0 and the
-	// high nibble of byte 1; ECN is the low two bits of the class.
-	ip[1] |= 3 << 4
+	ip := ib.IPv6(b[fr.IPOffset:])
+	ip.SetTrafficClass(ip.TrafficClass() | ecnCE)
 	return true
 }
+
+// ecnCE is the ECN codepoint Congestion Experienced (RFC 3168).
+const ecnCE = 3
 
 // behind returns the bytes queued after the frame at s.head that leaves at
 // t.

@@ -11,10 +11,10 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/goroce/goroce/internal/perftest"
 	"github.com/goroce/goroce/interop/qual"
 	"github.com/goroce/goroce/interop/rxelab"
 	"github.com/goroce/goroce/roce"
+	"github.com/goroce/goroce/tools/perftest"
 )
 
 // capture collects the device's pcap capture.

@@ -11,12 +11,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/goroce/goroce/internal/perftest"
 	"github.com/goroce/goroce/interop/qual"
 	"github.com/goroce/goroce/interop/rxelab"
 	"github.com/goroce/goroce/link/udplink"
 	"github.com/goroce/goroce/netdev"
 	"github.com/goroce/goroce/roce"
+	"github.com/goroce/goroce/tools/perftest"
 )
 
 func TestMain(m *testing.M) {

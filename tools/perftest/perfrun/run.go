@@ -18,9 +18,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/goroce/goroce/internal/perftest"
 	"github.com/goroce/goroce/netdev"
 	"github.com/goroce/goroce/roce"
+	"github.com/goroce/goroce/tools/perftest"
 )
 
 // PerfTests maps "send-bw", "write-lat", ... to their verb and kind.
@@ -66,8 +66,7 @@ func openDeviceCC(ctx context.Context, ifname, link string, xdpBusyPoll time.Dur
 		return nil, err
 	}
 	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	opts := netdev.Options{Link: kind, UDPAddr: bind, Device: roce.Options{Logger: logger, CC: cc}}
-	opts.XDP.BusyPoll = xdpBusyPoll
+	opts := netdev.Options{Link: kind, UDPAddr: bind, XDP: xdpOptions(xdpBusyPoll), Device: roce.Options{Logger: logger, CC: cc}}
 	return netdev.Open(ctx, ifname, opts)
 }
 

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/goroce/goroce/internal/perftest"
+	"github.com/goroce/goroce/tools/perftest"
 )
 
 // TestRDMACMReleasesEverything: a -R run on two devices leaves no verbs

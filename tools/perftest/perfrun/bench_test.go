@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/goroce/goroce/internal/perftest"
 	"github.com/goroce/goroce/roce"
+	"github.com/goroce/goroce/tools/perftest"
 )
 
 // BenchmarkLoopbackQPs runs "rocectl perf write-bw --loopback -q N" and

@@ -1,4 +1,4 @@
-package roce
+package netdev
 
 import (
 	"context"
@@ -12,12 +12,14 @@ import (
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
+
+	"github.com/goroce/goroce/roce"
 )
 
-// netlinkWatch ties a device to one interface of one network namespace: it
-// lists and follows the interface's addresses and resolves neighbours through
-// the kernel's neighbour table.
-type netlinkWatch struct {
+// host is the roce.Host of one interface of one network namespace: it lists
+// and follows the interface's addresses, MTU and carrier and its kernel
+// neighbour table through rtnetlink, and resolves neighbours there.
+type host struct {
 	ifname  string
 	ifindex int
 	ns      netns.NsHandle
@@ -31,24 +33,24 @@ type netlinkWatch struct {
 	wg       sync.WaitGroup
 }
 
-// openNetlink binds to ifname in the calling thread's network namespace.
-func openNetlink(ifname string) (_ *netlinkWatch, err error) {
+// openHost binds to ifname in the calling thread's network namespace.
+func openHost(ifname string) (_ *host, err error) {
 	ns, err := netns.Get()
 	if err != nil {
-		return nil, fmt.Errorf("roce: network namespace: %w", err)
+		return nil, fmt.Errorf("netdev: network namespace: %w", err)
 	}
-	w := &netlinkWatch{ifname: ifname, ns: ns, sock4: -1, sock6: -1, done: make(chan struct{})}
+	w := &host{ifname: ifname, ns: ns, sock4: -1, sock6: -1, done: make(chan struct{})}
 	defer func() {
 		if err != nil {
 			w.Close()
 		}
 	}()
 	if w.h, err = netlink.NewHandleAt(ns); err != nil {
-		return nil, fmt.Errorf("roce: netlink: %w", err)
+		return nil, fmt.Errorf("netdev: netlink: %w", err)
 	}
 	l, err := w.h.LinkByName(ifname)
 	if err != nil {
-		return nil, fmt.Errorf("roce: interface %q: %w", ifname, err)
+		return nil, fmt.Errorf("netdev: interface %q: %w", ifname, err)
 	}
 	w.ifindex = l.Attrs().Index
 	if fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC|unix.SOCK_NONBLOCK, 0); err == nil {
@@ -61,7 +63,7 @@ func openNetlink(ifname string) (_ *netlinkWatch, err error) {
 }
 
 // Close stops the address watcher and releases the handles.
-func (w *netlinkWatch) Close() error {
+func (w *host) Close() error {
 	w.closeOne.Do(func() {
 		close(w.done)
 		w.wg.Wait()
@@ -81,7 +83,7 @@ func (w *netlinkWatch) Close() error {
 
 // addrs lists the interface's addresses: IPv4 first, then IPv6, each in
 // kernel order.
-func (w *netlinkWatch) addrs() ([]netip.Addr, error) {
+func (w *host) addrs() ([]netip.Addr, error) {
 	l, err := w.h.LinkByIndex(w.ifindex)
 	if err != nil {
 		return nil, err
@@ -102,9 +104,21 @@ func (w *netlinkWatch) addrs() ([]netip.Addr, error) {
 	return out, nil
 }
 
+// Follow subscribes to the interface's address, link and neighbour changes
+// (roce.Host): the addresses are reported at once, the rest as they change.
+func (w *host) Follow(ctx context.Context, ev roce.HostEvents) error {
+	if err := w.watchAddrs(ctx, ev.AddrsChanged); err != nil {
+		return err
+	}
+	if err := w.watchLink(ctx, ev.LinkChanged); err != nil {
+		return err
+	}
+	return w.watchNeigh(ctx, ev.NeighbourChanged)
+}
+
 // watchAddrs calls fn with the current address list now and after every
 // address change of the interface, until ctx ends or the watch is closed.
-func (w *netlinkWatch) watchAddrs(ctx context.Context, fn func([]netip.Addr)) error {
+func (w *host) watchAddrs(ctx context.Context, fn func([]netip.Addr)) error {
 	ch := make(chan netlink.AddrUpdate, 64)
 	ns := w.ns
 	err := netlink.AddrSubscribeWithOptions(ch, w.done, netlink.AddrSubscribeOptions{
@@ -112,11 +126,11 @@ func (w *netlinkWatch) watchAddrs(ctx context.Context, fn func([]netip.Addr)) er
 		ErrorCallback: func(error) {},
 	})
 	if err != nil {
-		return fmt.Errorf("roce: address subscription: %w", err)
+		return fmt.Errorf("netdev: address subscription: %w", err)
 	}
 	addrs, err := w.addrs()
 	if err != nil {
-		return fmt.Errorf("roce: addresses of %s: %w", w.ifname, err)
+		return fmt.Errorf("netdev: addresses of %s: %w", w.ifname, err)
 	}
 	fn(addrs)
 	pump(w, ctx, ch, func(u netlink.AddrUpdate) {
@@ -143,7 +157,7 @@ func (w *netlinkWatch) watchAddrs(ctx context.Context, fn func([]netip.Addr)) er
 
 // watchLink calls fn with the interface's MTU and operational state after
 // every link change, until ctx ends or the watch is closed.
-func (w *netlinkWatch) watchLink(ctx context.Context, fn func(mtu int, up bool)) error {
+func (w *host) watchLink(ctx context.Context, fn func(mtu int, up bool)) error {
 	ch := make(chan netlink.LinkUpdate, 16)
 	ns := w.ns
 	err := netlink.LinkSubscribeWithOptions(ch, w.done, netlink.LinkSubscribeOptions{
@@ -151,7 +165,7 @@ func (w *netlinkWatch) watchLink(ctx context.Context, fn func(mtu int, up bool))
 		ErrorCallback: func(error) {},
 	})
 	if err != nil {
-		return fmt.Errorf("roce: link subscription: %w", err)
+		return fmt.Errorf("netdev: link subscription: %w", err)
 	}
 	pump(w, ctx, ch, func(u netlink.LinkUpdate) {
 		if a := u.Attrs(); a != nil && a.Index == w.ifindex {
@@ -164,7 +178,7 @@ func (w *netlinkWatch) watchLink(ctx context.Context, fn func(mtu int, up bool))
 
 // watchNeigh calls fn for every valid neighbour entry the kernel reports
 // on the interface (new or changed MAC), until ctx ends.
-func (w *netlinkWatch) watchNeigh(ctx context.Context, fn func(ip netip.Addr, mac [6]byte)) error {
+func (w *host) watchNeigh(ctx context.Context, fn func(ip netip.Addr, mac [6]byte)) error {
 	ch := make(chan netlink.NeighUpdate, 64)
 	ns := w.ns
 	err := netlink.NeighSubscribeWithOptions(ch, w.done, netlink.NeighSubscribeOptions{
@@ -172,7 +186,7 @@ func (w *netlinkWatch) watchNeigh(ctx context.Context, fn func(ip netip.Addr, ma
 		ErrorCallback: func(error) {},
 	})
 	if err != nil {
-		return fmt.Errorf("roce: neighbour subscription: %w", err)
+		return fmt.Errorf("netdev: neighbour subscription: %w", err)
 	}
 	pump(w, ctx, ch, func(u netlink.NeighUpdate) {
 		if u.Type != unix.RTM_NEWNEIGH || u.LinkIndex != w.ifindex ||
@@ -190,7 +204,7 @@ func (w *netlinkWatch) watchNeigh(ctx context.Context, fn func(ip netip.Addr, ma
 
 // pump calls handle for every update on ch, in a goroutine the watch waits
 // for on Close, until ch closes, ctx ends or the watch is closed.
-func pump[T any](w *netlinkWatch, ctx context.Context, ch <-chan T, handle func(T)) {
+func pump[T any](w *host, ctx context.Context, ch <-chan T, handle func(T)) {
 	w.wg.Add(1)
 	go func() {
 		defer w.wg.Done()
@@ -219,10 +233,10 @@ const nudValid = netlink.NUD_REACHABLE | netlink.NUD_STALE | netlink.NUD_DELAY |
 // packet, and a host that answered none of them in two rounds is down.
 const resolveRounds = 2
 
-// resolve returns the MAC of the next hop towards dst, asking the kernel to
-// resolve it (ARP or ND) if it has no entry, and waiting until ctx ends.
-// The next hop (dst itself, or its gateway) is returned too.
-func (w *netlinkWatch) resolve(ctx context.Context, dst netip.Addr) ([6]byte, netip.Addr, error) {
+// Resolve returns the MAC of the next hop towards dst, asking the kernel to
+// resolve it (ARP or ND) if it has no entry, and waiting until ctx ends
+// (roce.Host). The next hop (dst itself, or its gateway) is returned too.
+func (w *host) Resolve(ctx context.Context, dst netip.Addr) ([6]byte, netip.Addr, error) {
 	var zero [6]byte
 	dst = dst.Unmap()
 	nh := dst
@@ -233,13 +247,13 @@ func (w *netlinkWatch) resolve(ctx context.Context, dst netip.Addr) ([6]byte, ne
 			if l, err := w.h.LinkByIndex(r.LinkIndex); err == nil {
 				name = l.Attrs().Name
 			}
-			return zero, nh, fmt.Errorf("%w: %v: the route leaves through %s, not %s", ErrNoNeighbour, dst, name, w.ifname)
+			return zero, nh, fmt.Errorf("%w: %v: the route leaves through %s, not %s", roce.ErrNoNeighbour, dst, name, w.ifname)
 		}
 		if gw, ok := netip.AddrFromSlice(r.Gw); ok && r.Gw != nil && !gw.IsUnspecified() {
 			nh = gw.Unmap()
 		}
 	} else if err != nil {
-		return zero, nh, fmt.Errorf("%w: %v: no route: %v", ErrNoNeighbour, dst, err)
+		return zero, nh, fmt.Errorf("%w: %v: no route: %v", roce.ErrNoNeighbour, dst, err)
 	}
 	fam := netlink.FAMILY_V4
 	if nh.Is6() {
@@ -251,7 +265,7 @@ func (w *netlinkWatch) resolve(ctx context.Context, dst netip.Addr) ([6]byte, ne
 	for {
 		list, err := w.h.NeighList(w.ifindex, fam)
 		if err != nil {
-			return zero, nh, fmt.Errorf("%w: %v: %v", ErrNoNeighbour, dst, err)
+			return zero, nh, fmt.Errorf("%w: %v: %v", roce.ErrNoNeighbour, dst, err)
 		}
 		failed, found := false, false
 		for _, n := range list {
@@ -271,7 +285,7 @@ func (w *netlinkWatch) resolve(ctx context.Context, dst netip.Addr) ([6]byte, ne
 		}
 		if failed && !triggered.IsZero() && time.Since(triggered) > 50*time.Millisecond {
 			if rounds >= resolveRounds {
-				return zero, nh, fmt.Errorf("%w: %v: the kernel's resolution failed %d times (no answer to ARP/ND via %s)", ErrNoNeighbour, nh, rounds, w.ifname)
+				return zero, nh, fmt.Errorf("%w: %v: the kernel's resolution failed %d times (no answer to ARP/ND via %s)", roce.ErrNoNeighbour, nh, rounds, w.ifname)
 			}
 			triggered = time.Time{} // one more round of the kernel's probes
 		}
@@ -287,10 +301,10 @@ func (w *netlinkWatch) resolve(ctx context.Context, dst netip.Addr) ([6]byte, ne
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return zero, nh, fmt.Errorf("%w: %v via %s: %w", ErrNoNeighbour, nh, w.ifname, ctx.Err())
+			return zero, nh, fmt.Errorf("%w: %v via %s: %w", roce.ErrNoNeighbour, nh, w.ifname, ctx.Err())
 		case <-w.done:
 			t.Stop()
-			return zero, nh, ErrClosed
+			return zero, nh, roce.ErrClosed
 		case <-t.C:
 		}
 		if delay < 20*time.Millisecond {
@@ -302,7 +316,7 @@ func (w *netlinkWatch) resolve(ctx context.Context, dst netip.Addr) ([6]byte, ne
 // trigger makes the kernel start resolving nh: an RTM_NEWNEIGH with NTF_USE
 // (neigh_event_send), or, if that is refused, a one-byte datagram to the
 // discard port, which needs the neighbour too.
-func (w *netlinkWatch) trigger(nh netip.Addr, fam int) {
+func (w *host) trigger(nh netip.Addr, fam int) {
 	err := w.h.NeighSet(&netlink.Neigh{
 		LinkIndex: w.ifindex,
 		Family:    fam,

@@ -13,8 +13,8 @@ import (
 	"github.com/goroce/goroce/cm"
 	"github.com/goroce/goroce/cm/mad"
 	"github.com/goroce/goroce/ib"
-	"github.com/goroce/goroce/internal/perftest"
 	"github.com/goroce/goroce/roce"
+	"github.com/goroce/goroce/tools/perftest"
 )
 
 // RDMACM makes a test run in perftest's -R mode: the control channel and

@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"github.com/goroce/goroce/ib"
-	"github.com/goroce/goroce/internal/perftest"
 	"github.com/goroce/goroce/roce"
+	"github.com/goroce/goroce/tools/perftest"
 )
 
 // pingpongQKey is the Q_Key ibv_ud_pingpong uses on both ends.

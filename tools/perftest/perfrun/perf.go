@@ -20,8 +20,8 @@ import (
 	"github.com/goroce/goroce/cm"
 	"github.com/goroce/goroce/ib"
 	"github.com/goroce/goroce/internal/cliflag"
-	"github.com/goroce/goroce/internal/perftest"
 	"github.com/goroce/goroce/roce"
+	"github.com/goroce/goroce/tools/perftest"
 )
 
 // Defaults of perftest 6.06.

@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/goroce/goroce/internal/perftest"
+	"github.com/goroce/goroce/tools/perftest"
 )
 
 // -q runs the bandwidth tests on several QPs at once: every QP's record is

@@ -17,9 +17,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/goroce/goroce/internal/perftest"
 	"github.com/goroce/goroce/link/udplink"
 	"github.com/goroce/goroce/roce"
+	"github.com/goroce/goroce/tools/perftest"
 )
 
 // TestLoopbackAll runs every test through Loopback: both roles, the real
