@@ -209,16 +209,15 @@ func (r *run) reap(ctx context.Context, ev []cuobj.AsyncEvent, seqs []int) ([]in
 	return seqs, nil
 }
 
-// drain waits, after a failure, for the inflight pieces still out: the
-// buffer is deregistered only once nothing targets it.
-func (r *run) drain(inflight int, ev []cuobj.AsyncEvent) {
+// drain waits, after a failure, for the pieces still in flight (or
+// flushed by the reset a failed completion brings), so that the buffer is
+// deregistered only once nothing targets it.
+func (r *run) drain(ev []cuobj.AsyncEvent) {
 	ctx, cancel := context.WithTimeout(context.Background(), drainTimeout)
 	defer cancel()
-	for inflight > 0 {
-		n, err := r.b.rdma.PollWait(ctx, r.ch, ev)
-		inflight -= n
-		if n == 0 && err != nil && ctx.Err() != nil {
-			return // the reset at end-of-request's FreeChannel follows
+	for {
+		if n, _ := r.b.rdma.PollWait(ctx, r.ch, ev); n == 0 {
+			return // nothing outstanding, or given up on
 		}
 	}
 }
@@ -244,7 +243,7 @@ func (r *run) readPieces(ctx context.Context, key string, n int64, filled chan<-
 	var off int64
 	defer func() {
 		if err != nil {
-			r.drain(len(out)-len(done), ev)
+			r.drain(ev)
 		}
 	}()
 	for emit*pieceSize < int(n) || off < n {
@@ -497,7 +496,7 @@ func (r *run) writePieces(ctx context.Context, key string, n int64, body io.Read
 	next := 0
 	defer func() {
 		if err != nil {
-			r.drain(len(out), ev)
+			r.drain(ev)
 		}
 	}()
 	for off := int64(0); off < n || len(out) > 0; {
