@@ -306,6 +306,7 @@ func cuobjTransfer(dev *roce.Device, put bool, rawURL, file string, timeout time
 	}
 	defer c.Close()
 	var buf []byte
+	var target *fileTarget // a GET's mapped file, if it could be mapped
 	if put {
 		if buf, err = os.ReadFile(file); err != nil {
 			fmt.Fprintln(stderr, "rocectl cuobj:", err)
@@ -320,13 +321,24 @@ func cuobjTransfer(dev *roce.Device, put bool, rawURL, file string, timeout time
 			fmt.Fprintf(stdout, "GET %s/%s: 0 bytes, an empty object: nothing to move\n", bucket, key)
 			return writeFile(file, nil, stderr)
 		}
-		buf = make([]byte, size)
+		if target, err = mapTarget(file, size); err == nil {
+			buf = target.buf
+			defer func() {
+				if target != nil {
+					target.abort()
+				}
+			}()
+		} else {
+			buf = make([]byte, size)
+		}
 	}
 	if len(buf) > 0 {
 		if err := c.RDMA().Register(buf); err != nil {
 			fmt.Fprintln(stderr, "rocectl cuobj:", err)
 			return 1
 		}
+		// Before the mapping goes (deferred calls run last first).
+		defer func() { _ = c.RDMA().Deregister(buf) }()
 	}
 	op := "GET"
 	if put {
@@ -347,7 +359,16 @@ func cuobjTransfer(dev *roce.Device, put bool, rawURL, file string, timeout time
 	if err != nil {
 		return fail(err)
 	}
-	if !put {
+	switch {
+	case target != nil:
+		_ = c.RDMA().Deregister(buf)
+		err := target.commit(n)
+		target = nil
+		if err != nil {
+			fmt.Fprintln(stderr, "rocectl cuobj:", err)
+			return 1
+		}
+	case !put:
 		if code := writeFile(file, buf[:n], stderr); code != 0 {
 			return code
 		}

@@ -88,7 +88,7 @@ func TestCuobjCommand(t *testing.T) {
 		if code := <-done; code != 0 {
 			t.Errorf("serve exited %d: %s", code, serr.String())
 		}
-		if !strings.Contains(sout.String(), "RDMA: 1 GETs") {
+		if !strings.Contains(sout.String(), "RDMA: 3 GETs") {
 			t.Errorf("serve summary: %s", sout.String())
 		}
 	}()
@@ -115,6 +115,25 @@ func TestCuobjCommand(t *testing.T) {
 	t.Log(strings.TrimSpace(out.String()))
 	if b, _ := os.ReadFile(got); !bytes.Equal(b, data) {
 		t.Fatal("get: the file differs from what was put")
+	}
+	// The object went into a mapped temporary file, renamed into place.
+	if ents, _ := os.ReadDir(filepath.Dir(got)); len(ents) != 1 {
+		t.Errorf("get left %d files beside its target", len(ents)-1)
+	}
+	// Again over the file (its mode kept), and into a device, which is
+	// not mapped but written.
+	os.Chmod(got, 0o600)
+	for _, target := range []string{got, os.DevNull} {
+		out.Reset()
+		if code := run([]string{"cuobj", "get", "--rdma", cliAddr, "--udp-port", port, endpoint + "/bkt/obj", target}, &out, &errOut); code != 0 {
+			t.Fatalf("get into %s: %d %s", target, code, errOut.String())
+		}
+	}
+	if st, err := os.Stat(got); err != nil || st.Mode().Perm() != 0o600 {
+		t.Errorf("the file after a second get: %v %v", st, err)
+	}
+	if b, _ := os.ReadFile(got); !bytes.Equal(b, data) {
+		t.Fatal("second get: the file differs from what was put")
 	}
 	if code := run([]string{"cuobj", "get", "--rdma", cliAddr, "--udp-port", port, "ftp://x/y", got}, &out, &errOut); code != 2 {
 		t.Errorf("bad URL: exit %d", code)
