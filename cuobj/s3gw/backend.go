@@ -23,8 +23,8 @@ import (
 	"github.com/goroce/goroce/roce"
 )
 
-// chunkSize is the most one RDMA transfer of a request moves: the
-// buffer a request holds, whatever the object's size.
+// chunkSize is the buffer a request holds, whatever the object's size:
+// the most its pieces in flight move at once.
 const chunkSize = 16 << 20
 
 // Error codes of the protocol beyond S3's.
