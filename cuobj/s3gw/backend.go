@@ -109,6 +109,7 @@ type run struct {
 	release func()
 	tok     cuobj.Token
 	raw     string
+	req     cuobj.Request // the piece being posted (the server keeps no pointer to it)
 }
 
 // start admits an RDMA request of n bytes: a channel (counted to the HTTP
@@ -175,38 +176,39 @@ func (r *run) slot(i int) []byte {
 }
 
 // post submits the transfer of c bytes between slot and the client's
-// region at off, asynchronously: seq identifies its completion.
-func (r *run) post(ctx context.Context, key string, slot int, off int64, c int, put bool, seq int) error {
-	req := &cuobj.Request{Key: key, Local: r.reg, LocalOffset: uint64(slot * pieceSize), RemoteAddr: r.tok.Addr + uint64(off),
-		Size: uint64(c), Token: r.raw, Channel: r.ch, Async: seq}
+// region at off, asynchronously: the slot's number identifies its
+// completion (a small integer: no allocation to box it).
+func (r *run) post(ctx context.Context, key string, slot int, off int64, c int, put bool) error {
+	r.req = cuobj.Request{Key: key, Local: r.reg, LocalOffset: uint64(slot * pieceSize), RemoteAddr: r.tok.Addr + uint64(off),
+		Size: uint64(c), Token: r.raw, Channel: r.ch, Async: slot}
 	var err error
 	if put {
-		_, err = r.b.rdma.HandlePutObject(ctx, req)
+		_, err = r.b.rdma.HandlePutObject(ctx, &r.req)
 	} else {
-		_, err = r.b.rdma.HandleGetObject(ctx, req)
+		_, err = r.b.rdma.HandleGetObject(ctx, &r.req)
 	}
 	return err
 }
 
-// reap waits for at least one completion and returns the sequence
-// numbers of those that completed.
-func (r *run) reap(ctx context.Context, ev []cuobj.AsyncEvent, seqs []int) ([]int, error) {
-	seqs = seqs[:0]
-	for len(seqs) == 0 {
+// reap waits for at least one completion and returns the slots whose
+// transfers completed.
+func (r *run) reap(ctx context.Context, ev []cuobj.AsyncEvent, slots []int) ([]int, error) {
+	slots = slots[:0]
+	for len(slots) == 0 {
 		n, err := r.b.rdma.PollWait(ctx, r.ch, ev)
 		for _, e := range ev[:n] {
 			if e.Status == roce.WCSuccess {
-				seqs = append(seqs, e.Handle.(int))
+				slots = append(slots, e.Handle.(int))
 			}
 		}
 		if err != nil {
-			return seqs, err
+			return slots, err
 		}
 		if n == 0 {
-			return seqs, errors.New("s3gw: no transfer in flight to wait for")
+			return slots, errors.New("s3gw: no transfer in flight to wait for")
 		}
 	}
-	return seqs, nil
+	return slots, nil
 }
 
 // drain waits, after a failure, for the pieces still in flight (or
@@ -235,45 +237,51 @@ func (r *run) readPieces(ctx context.Context, key string, n int64, filled chan<-
 		idle = append(idle, ns-1-i) // the last slot, maybe short, last
 	}
 	ev := make([]cuobj.AsyncEvent, cuobj.MaxPollEvents)
-	var seqs []int
-	// The pieces in flight, by sequence number: their slots and sizes.
-	out := map[int]piece{}
-	done := map[int]bool{}
+	slots := make([]int, 0, len(ev))
+	// The pieces posted and not yet handed on are next-emit ≤ ns: their
+	// slots in the object's order (order[seq%ns]), sizes and completion.
+	order, size, done := make([]int, ns), make([]int, ns), make([]bool, ns)
 	next, emit := 0, 0 // sequence numbers: next to post, next to hand on
-	var off int64
+	var off, emitted int64
 	defer func() {
 		if err != nil {
 			r.drain(ev)
 		}
 	}()
-	for emit*pieceSize < int(n) || off < n {
+	for emitted < n {
 		for len(idle) > 0 && off < n {
 			slot := idle[len(idle)-1]
 			c := int(min(n-off, int64(len(r.slot(slot)))))
-			if err := r.post(ctx, key, slot, off, c, true, next); err != nil {
+			if err := r.post(ctx, key, slot, off, c, true); err != nil {
 				return err
 			}
 			idle = idle[:len(idle)-1]
-			out[next] = piece{slot, c}
+			order[next%ns], size[slot] = slot, c
 			next++
 			off += int64(c)
 		}
-		if len(out) > len(done) {
-			if seqs, err = r.reap(ctx, ev, seqs); err != nil {
+		if inflight := next - emit; inflight > 0 && !done[order[emit%ns]] {
+			if slots, err = r.reap(ctx, ev, slots); err != nil {
 				return err
 			}
-			for _, s := range seqs {
+			for _, s := range slots {
 				done[s] = true
 			}
-			for done[emit] {
-				// RC and DC complete one channel's requests in order;
-				// this keeps the object's order even if not.
-				filled <- out[emit] // never blocks: it holds every slot
-				delete(done, emit)
-				delete(out, emit)
-				emit++
-			}
-		} else {
+		}
+		for emit < next && done[order[emit%ns]] {
+			// RC and DC complete one channel's requests in order; this
+			// keeps the object's order even if not.
+			slot := order[emit%ns]
+			done[slot] = false
+			filled <- piece{slot, size[slot]} // never blocks: it holds every slot
+			emitted += int64(size[slot])
+			emit++
+		}
+		if emitted == n {
+			break
+		}
+		if emit == next {
+			// Nothing in flight: wait for the reader to give a slot back.
 			select {
 			case s := <-free:
 				idle = append(idle, s)
@@ -491,37 +499,30 @@ func (r *run) writePieces(ctx context.Context, key string, n int64, body io.Read
 		idle = append(idle, ns-1-i) // the last slot, maybe short, last
 	}
 	ev := make([]cuobj.AsyncEvent, cuobj.MaxPollEvents)
-	var seqs []int
-	out := map[int]int{} // the slots of the pieces in flight, by sequence number
-	next := 0
+	slots := make([]int, 0, len(ev))
 	defer func() {
 		if err != nil {
 			r.drain(ev)
 		}
 	}()
-	for off := int64(0); off < n || len(out) > 0; {
+	for off := int64(0); off < n || len(idle) < ns; {
 		if len(idle) > 0 && off < n {
 			slot := idle[len(idle)-1]
 			c := int(min(n-off, int64(len(r.slot(slot)))))
 			if _, err := io.ReadFull(body, r.slot(slot)[:c]); err != nil {
 				return apiErr(http.StatusInternalServerError, "InternalError", err.Error())
 			}
-			if err := r.post(ctx, key, slot, off, c, false, next); err != nil {
+			if err := r.post(ctx, key, slot, off, c, false); err != nil {
 				return err
 			}
 			idle = idle[:len(idle)-1]
-			out[next] = slot
-			next++
 			off += int64(c)
 			continue
 		}
-		if seqs, err = r.reap(ctx, ev, seqs); err != nil {
+		if slots, err = r.reap(ctx, ev, slots); err != nil {
 			return err
 		}
-		for _, s := range seqs {
-			idle = append(idle, out[s])
-			delete(out, s)
-		}
+		idle = append(idle, slots...)
 	}
 	return nil
 }
