@@ -59,7 +59,7 @@ type Server struct {
 
 // ServerStats counts what a server did.
 type ServerStats struct {
-	Gets, Puts         atomic.Uint64 // requests completed successfully
+	Gets, Puts         atomic.Uint64 // requests completed successfully, asynchronous ones too
 	GetBytes, PutBytes atomic.Uint64
 	Failed             atomic.Uint64 // failed completions
 	Resets             atomic.Uint64 // QP resets after failures
@@ -167,7 +167,7 @@ type channel struct {
 	cq        *roce.CQ
 	p         path
 	// The rest is guarded by mu.
-	pending     map[uint64]any // asynchronous requests by WR ID
+	pending     map[uint64]asyncReq // asynchronous requests by WR ID
 	nextID      uint64
 	outstanding int
 	events      []AsyncEvent // asynchronous completions not yet polled
@@ -221,7 +221,7 @@ func (s *Server) allocate(op string, peer netip.Addr) (uint16, error) {
 				_ = cq.Close()
 				return InvalidChannelID, newErr(op, syscall.ENOMEM, ErrInvalid, "%v", err)
 			}
-			ch = &channel{id: uint16(i), cq: cq, p: p, pending: map[uint64]any{}}
+			ch = &channel{id: uint16(i), cq: cq, p: p, pending: map[uint64]asyncReq{}}
 			s.chans[i] = ch
 		}
 		ch.allocated.Store(true)
@@ -486,7 +486,7 @@ func (s *Server) handle(ctx context.Context, op string, r *Request, opcode roce.
 	ch.wr = roce.SendWR{ID: id, Opcode: opcode, Flags: roce.SendSignaled,
 		SGL: r.Local.sgl(ch.sge[:0], r.LocalOffset, r.Size), RemoteAddr: r.RemoteAddr, RKey: tok.RKey}
 	if r.Async != nil {
-		ch.pending[id] = r.Async
+		ch.pending[id] = asyncReq{handle: r.Async, get: opcode == roce.WRRDMAWrite, size: r.Size}
 	}
 	ch.tok = tok
 	qpn, err := ch.p.post(ctx, &ch.tok, &ch.wr)
@@ -510,14 +510,27 @@ func (s *Server) handle(ctx context.Context, op string, r *Request, opcode roce.
 		s.telem.error("completion failed", "op", op, "key", r.Key, "status", StatusName(wc.Status))
 		return 0, &Error{Op: op, Errno: syscall.EIO, Status: wc.Status, HasStatus: true, Err: ErrCompletion}
 	}
-	if opcode == roce.WRRDMAWrite {
+	s.count(opcode == roce.WRRDMAWrite, r.Size)
+	return int64(r.Size), nil
+}
+
+// asyncReq is an asynchronous request in flight: what Poll reports and
+// what its success counts.
+type asyncReq struct {
+	handle any
+	get    bool
+	size   uint64
+}
+
+// count accounts a request completed successfully.
+func (s *Server) count(get bool, size uint64) {
+	if get {
 		s.stats.Gets.Add(1)
-		s.stats.GetBytes.Add(r.Size)
+		s.stats.GetBytes.Add(size)
 	} else {
 		s.stats.Puts.Add(1)
-		s.stats.PutBytes.Add(r.Size)
+		s.stats.PutBytes.Add(size)
 	}
-	return int64(r.Size), nil
 }
 
 var roceNoAddress = roce.ErrNoAddress
@@ -581,12 +594,15 @@ func (s *Server) complete(ch *channel, wc *roce.WorkCompletion) (AsyncEvent, boo
 			s.stats.Resets.Add(1)
 		}
 	}
-	h, ok := ch.pending[wc.WRID]
+	a, ok := ch.pending[wc.WRID]
 	if !ok {
 		return AsyncEvent{}, false
 	}
 	delete(ch.pending, wc.WRID)
-	return AsyncEvent{Handle: h, Status: wc.Status}, true
+	if wc.Status == roce.WCSuccess {
+		s.count(a.get, a.size)
+	}
+	return AsyncEvent{Handle: a.handle, Status: wc.Status}, true
 }
 
 // waitCQ blocks until cq has completions or ctx ends. Every wait of the

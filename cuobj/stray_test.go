@@ -24,9 +24,9 @@ func (p *countPath) close() error                                               
 func TestStrayCompletion(t *testing.T) {
 	s := &Server{t: DefaultTunables()}
 	p := &countPath{}
-	ch := &channel{p: p, pending: map[uint64]any{}}
+	ch := &channel{p: p, pending: map[uint64]asyncReq{}}
 	ch.outstanding = 1
-	ch.pending[1] = "async"
+	ch.pending[1] = asyncReq{handle: "async", get: true, size: 4096}
 	wc := roce.WorkCompletion{WRID: 1, QPN: 5}
 	if ev, async := s.complete(ch, &wc); !async || ev.Handle != "async" {
 		t.Fatalf("first completion: %v %v", ev, async)
@@ -38,6 +38,10 @@ func TestStrayCompletion(t *testing.T) {
 	}
 	wc.WRID = 99
 	s.complete(ch, &wc)
+	// The one real completion counts as a GET, the strays as nothing.
+	if s.stats.Gets.Load() != 1 || s.stats.GetBytes.Load() != 4096 {
+		t.Errorf("counted %d GETs, %d bytes", s.stats.Gets.Load(), s.stats.GetBytes.Load())
+	}
 	if ch.outstanding != 0 || p.n != 1 || s.stats.Stray.Load() != 4 {
 		t.Fatalf("outstanding %d, path told of %d completions, %d stray", ch.outstanding, p.n, s.stats.Stray.Load())
 	}

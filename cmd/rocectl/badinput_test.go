@@ -170,6 +170,8 @@ var badInputs = []struct {
 	{"cuobj get -udp-port -1 http://192.0.2.1:9000/b/k f", 2},
 	{"cuobj serve -path-mtu 5 dir", 2},
 	{"cuobj put -frob http://192.0.2.1:9000/b/k f", 2},
+	{"cuobj put -timeout -1s http://192.0.2.1:9000/b/k f", 2},
+	{"cuobj get -timeout soon http://192.0.2.1:9000/b/k f", 2},
 
 	{"link attach -d lo -port 0", 2},
 	{"link attach -d lo -duration -1s", 2},

@@ -40,8 +40,8 @@ var cuobjSignalContext = func() (context.Context, context.CancelFunc) {
 }
 
 const cuobjUsage = `usage: rocectl cuobj serve [--listen ADDR:PORT] [--rdma ADDR] [--udp-port N] [--sidecar DIR2] DIR
-       rocectl cuobj put [--rdma ADDR] [--udp-port N] http://ADDR:PORT/BUCKET/KEY FILE
-       rocectl cuobj get [--rdma ADDR] [--udp-port N] http://ADDR:PORT/BUCKET/KEY FILE
+       rocectl cuobj put [--rdma ADDR] [--udp-port N] [--timeout D] http://ADDR:PORT/BUCKET/KEY FILE
+       rocectl cuobj get [--rdma ADDR] [--udp-port N] [--timeout D] http://ADDR:PORT/BUCKET/KEY FILE
 
 serve answers S3 requests on --listen with the objects in DIR (DIR/BUCKET/KEY):
 an S3 gateway (versitygw) whose requests with an x-amz-rdma-token move the
@@ -50,8 +50,10 @@ to --rdma, which needs no root. Every request must be signed (SigV4) with the
 key pair in AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY; without them serve
 makes one and prints it.
 put and get sign with the same variables, move a file by RDMA from a goroce
-device of their own and print what moved by RDMA and at what rate; a server
-without RDMA makes them fall back to HTTP, and an empty object goes by HTTP.
+device of their own and print one line: the bytes, the rate and how they
+moved (by RDMA, or by HTTP: a server without RDMA makes them fall back to it,
+and an empty object goes by it). On a terminal a transfer that takes more
+than a second shows its progress; --timeout gives up after that long.
 
 flags:`
 
@@ -77,6 +79,7 @@ func runCuobj(args []string, stdout, stderr io.Writer) int {
 	metrics := fs.String("metrics", "", devstat.MetricsUsage+" (serve)")
 	verbose := fs.Bool("v", false, "log what the cuObject layer does")
 	sidecar := fs.String("sidecar", "", "`directory` outside DIR for object metadata, for a DIR whose file system keeps no user xattrs (serve)")
+	timeout := fs.Duration("timeout", 0, "give up on the transfer after this `duration` (0: never) (put, get)")
 	pathMTU := fs.Int("path-mtu", 0, "path `MTU` of the server's RC connections: 256 … 4096, what both ends' links carry; 0: the device's active MTU (serve)")
 	if err := cliflag.Parse(fs, args[1:]); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -89,7 +92,7 @@ func runCuobj(args []string, stdout, stderr io.Writer) int {
 	if *pathMTU == 0 {
 		mtu, okMTU = 0, true // cuobj.ServerOptions: rdma_cm's choice
 	}
-	if err != nil || *udpPort <= 0 || *udpPort > 0xFFFF || !okMTU {
+	if err != nil || *udpPort <= 0 || *udpPort > 0xFFFF || !okMTU || *timeout < 0 {
 		fs.Usage()
 		return 2
 	}
@@ -127,7 +130,7 @@ func runCuobj(args []string, stdout, stderr io.Writer) int {
 			fs.Usage()
 			return 2
 		}
-		return cuobjTransfer(dev, sub == "put", fs.Arg(0), fs.Arg(1), telem, stdout, stderr)
+		return cuobjTransfer(dev, sub == "put", fs.Arg(0), fs.Arg(1), *timeout, telem, stdout, stderr)
 	}
 }
 
@@ -181,8 +184,8 @@ func cuobjServe(dev *roce.Device, a netip.Addr, mtu ib.MTU, udpPort uint16, list
 		"failed": st.Failed.Load, "resets": st.Resets.Load, "refused": st.Refused.Load,
 		"plain_gets": gs.PlainGets.Load, "plain_puts": gs.PlainPuts.Load,
 	}, map[string]string{
-		"gets": "RDMA GETs completed.", "get_bytes": "Bytes written by RDMA GETs.",
-		"puts": "RDMA PUTs completed.", "put_bytes": "Bytes read by RDMA PUTs.",
+		"gets": "RDMA requests (WRITEs) of GETs completed.", "get_bytes": "Bytes written by RDMA GETs.",
+		"puts": "RDMA requests (READs) of PUTs completed.", "put_bytes": "Bytes read by RDMA PUTs.",
 		"failed": "Failed RDMA completions.", "resets": "QP resets after failures.",
 		"refused":    "Requests refused before submission.",
 		"plain_gets": "S3 GETs served without RDMA.", "plain_puts": "S3 PUTs served without RDMA.",
@@ -201,8 +204,10 @@ func cuobjServe(dev *roce.Device, a netip.Addr, mtu ib.MTU, udpPort uint16, list
 			s3rdma.EnvAccessKey, s3rdma.EnvSecretKey, creds.Exports())
 	}
 	err = g.Serve(ln)
+	// Objects as the gateway counts them (each moves in several RDMA
+	// requests), bytes as the RDMA server does.
 	fmt.Fprintf(stdout, "RDMA: %d GETs (%d bytes written), %d PUTs (%d bytes read), %d failed; plain: %d GETs, %d PUTs\n",
-		st.Gets.Load(), st.GetBytes.Load(), st.Puts.Load(), st.PutBytes.Load(), st.Failed.Load(),
+		gs.RDMAGets.Load(), st.GetBytes.Load(), gs.RDMAPuts.Load(), st.PutBytes.Load(), st.Failed.Load(),
 		gs.PlainGets.Load(), gs.PlainPuts.Load())
 	if err != nil && !errors.Is(err, net.ErrClosed) {
 		fmt.Fprintln(stderr, "rocectl cuobj serve:", err)
@@ -211,7 +216,52 @@ func cuobjServe(dev *roce.Device, a netip.Addr, mtu ib.MTU, udpPort uint16, list
 	return 0
 }
 
-func cuobjTransfer(dev *roce.Device, put bool, rawURL, file string, telem *cuobj.Telemetry, stdout, stderr io.Writer) int {
+// cuobjIsTerminal reports whether w is a terminal (progress is shown
+// there only); tests replace it.
+var cuobjIsTerminal = func(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}
+
+// progress shows, on a terminal, how long a transfer of n bytes has run,
+// once a second after the first; stop clears the line.
+func progress(w io.Writer, what string, n int64) (stop func()) {
+	if !cuobjIsTerminal(w) {
+		return func() {}
+	}
+	start := time.Now()
+	t := time.NewTicker(time.Second)
+	done, exited := make(chan struct{}), make(chan struct{})
+	shown := false
+	go func() {
+		defer close(exited)
+		for {
+			select {
+			case <-done:
+				if shown {
+					fmt.Fprint(w, "\r\033[K")
+				}
+				return
+			case <-t.C:
+				shown = true
+				// The RDMA transfer is one request: its bytes are known
+				// only at its end, its time all along.
+				fmt.Fprintf(w, "\r\033[K%s: %d bytes, %.0f s so far", what, n, time.Since(start).Seconds())
+			}
+		}
+	}()
+	return func() {
+		t.Stop()
+		close(done)
+		<-exited
+	}
+}
+
+func cuobjTransfer(dev *roce.Device, put bool, rawURL, file string, timeout time.Duration, telem *cuobj.Telemetry, stdout, stderr io.Writer) int {
 	u, err := url.Parse(rawURL)
 	if err != nil || u.Scheme != "http" || u.Host == "" {
 		fmt.Fprintf(stderr, "rocectl cuobj: %q is not http://ADDR:PORT/BUCKET/KEY\n", rawURL)
@@ -224,6 +274,19 @@ func cuobjTransfer(dev *roce.Device, put bool, rawURL, file string, telem *cuobj
 	}
 	ctx, stop := cuobjSignalContext()
 	defer stop()
+	if timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, timeout)
+		defer cancel()
+	}
+	fail := func(err error) int {
+		if timeout > 0 && errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			fmt.Fprintf(stderr, "rocectl cuobj: gave up after --timeout %v: %v\n", timeout, err)
+		} else {
+			fmt.Fprintln(stderr, "rocectl cuobj:", err)
+		}
+		return 1
+	}
 	cfg := cuobj.DefaultConfig()
 	if p := os.Getenv(cuobj.ConfigEnv); p != "" {
 		c, err := cuobj.LoadConfig()
@@ -243,6 +306,7 @@ func cuobjTransfer(dev *roce.Device, put bool, rawURL, file string, telem *cuobj
 	}
 	defer c.Close()
 	var buf []byte
+	var target *fileTarget // a GET's mapped file, if it could be mapped
 	if put {
 		if buf, err = os.ReadFile(file); err != nil {
 			fmt.Fprintln(stderr, "rocectl cuobj:", err)
@@ -251,21 +315,36 @@ func cuobjTransfer(dev *roce.Device, put bool, rawURL, file string, telem *cuobj
 	} else {
 		size, err := c.Head(ctx, bucket, key)
 		if err != nil {
-			fmt.Fprintln(stderr, "rocectl cuobj:", err)
-			return 1
+			return fail(err)
 		}
 		if size == 0 {
 			fmt.Fprintf(stdout, "GET %s/%s: 0 bytes, an empty object: nothing to move\n", bucket, key)
 			return writeFile(file, nil, stderr)
 		}
-		buf = make([]byte, size)
+		if target, err = mapTarget(file, size); err == nil {
+			buf = target.buf
+			defer func() {
+				if target != nil {
+					target.abort()
+				}
+			}()
+		} else {
+			buf = make([]byte, size)
+		}
 	}
 	if len(buf) > 0 {
 		if err := c.RDMA().Register(buf); err != nil {
 			fmt.Fprintln(stderr, "rocectl cuobj:", err)
 			return 1
 		}
+		// Before the mapping goes (deferred calls run last first).
+		defer func() { _ = c.RDMA().Deregister(buf) }()
 	}
+	op := "GET"
+	if put {
+		op = "PUT"
+	}
+	stopProgress := progress(stdout, fmt.Sprintf("%s %s/%s", op, bucket, key), int64(len(buf)))
 	start := time.Now()
 	var n int64
 	var byRDMA bool
@@ -276,19 +355,25 @@ func cuobjTransfer(dev *roce.Device, put bool, rawURL, file string, telem *cuobj
 		n, byRDMA, err = c.Get(ctx, bucket, key, buf)
 	}
 	el := time.Since(start)
+	stopProgress()
 	if err != nil {
-		fmt.Fprintln(stderr, "rocectl cuobj:", err)
-		return 1
+		return fail(err)
 	}
-	if !put {
+	switch {
+	case target != nil:
+		_ = c.RDMA().Deregister(buf)
+		err := target.commit(n)
+		target = nil
+		if err != nil {
+			fmt.Fprintln(stderr, "rocectl cuobj:", err)
+			return 1
+		}
+	case !put:
 		if code := writeFile(file, buf[:n], stderr); code != 0 {
 			return code
 		}
 	}
-	op, how := "GET", "by HTTP (the server declined RDMA)"
-	if put {
-		op = "PUT"
-	}
+	how := "by HTTP (the server declined RDMA)"
 	if len(buf) == 0 {
 		how = "by HTTP (an empty object has nothing to move by RDMA)"
 	}

@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -87,7 +88,7 @@ func TestCuobjCommand(t *testing.T) {
 		if code := <-done; code != 0 {
 			t.Errorf("serve exited %d: %s", code, serr.String())
 		}
-		if !strings.Contains(sout.String(), "RDMA: 1 GETs") {
+		if !strings.Contains(sout.String(), "RDMA: 3 GETs") {
 			t.Errorf("serve summary: %s", sout.String())
 		}
 	}()
@@ -114,6 +115,25 @@ func TestCuobjCommand(t *testing.T) {
 	t.Log(strings.TrimSpace(out.String()))
 	if b, _ := os.ReadFile(got); !bytes.Equal(b, data) {
 		t.Fatal("get: the file differs from what was put")
+	}
+	// The object went into a mapped temporary file, renamed into place.
+	if ents, _ := os.ReadDir(filepath.Dir(got)); len(ents) != 1 {
+		t.Errorf("get left %d files beside its target", len(ents)-1)
+	}
+	// Again over the file (its mode kept), and into a device, which is
+	// not mapped but written.
+	os.Chmod(got, 0o600)
+	for _, target := range []string{got, os.DevNull} {
+		out.Reset()
+		if code := run([]string{"cuobj", "get", "--rdma", cliAddr, "--udp-port", port, endpoint + "/bkt/obj", target}, &out, &errOut); code != 0 {
+			t.Fatalf("get into %s: %d %s", target, code, errOut.String())
+		}
+	}
+	if st, err := os.Stat(got); err != nil || st.Mode().Perm() != 0o600 {
+		t.Errorf("the file after a second get: %v %v", st, err)
+	}
+	if b, _ := os.ReadFile(got); !bytes.Equal(b, data) {
+		t.Fatal("second get: the file differs from what was put")
 	}
 	if code := run([]string{"cuobj", "get", "--rdma", cliAddr, "--udp-port", port, "ftp://x/y", got}, &out, &errOut); code != 2 {
 		t.Errorf("bad URL: exit %d", code)
@@ -236,5 +256,73 @@ func TestCuobjServeMakesKeys(t *testing.T) {
 	}
 	if st, err := os.Stat(got); err != nil || st.Size() != 0 {
 		t.Errorf("empty get wrote %v %v", st, err)
+	}
+}
+
+// TestCuobjTimeout: put and get against a server that accepts and never
+// answers give up after --timeout, say so, and leave no file; on a
+// terminal the put shows its progress once it has run a second, and
+// clears it.
+func TestCuobjTimeout(t *testing.T) {
+	cliAddr := "127.0.0.7"
+	port := strconv.Itoa(freeUDPPort(t, cliAddr, "127.0.0.8"))
+	t.Setenv("AWS_ACCESS_KEY_ID", "GRCMDTESTKEY00000002")
+	t.Setenv("AWS_SECRET_ACCESS_KEY", "cmd-test-secret-0123456789abcdefghijklm")
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	var held []net.Conn
+	var mu sync.Mutex
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			held = append(held, c) // read nothing, answer nothing
+			mu.Unlock()
+		}
+	}()
+	defer func() {
+		mu.Lock()
+		for _, c := range held {
+			c.Close()
+		}
+		mu.Unlock()
+	}()
+	old := cuobjIsTerminal
+	cuobjIsTerminal = func(io.Writer) bool { return true }
+	defer func() { cuobjIsTerminal = old }()
+	in := filepath.Join(t.TempDir(), "in")
+	os.WriteFile(in, []byte("never stored"), 0o644)
+	got := filepath.Join(t.TempDir(), "got")
+	url := "http://" + ln.Addr().String() + "/bkt/obj"
+	for _, c := range []struct {
+		sub, file string
+		timeout   string
+		progress  bool
+	}{{"put", in, "1.5s", true}, {"get", got, "300ms", false}} {
+		var out, errOut syncBuffer
+		done := make(chan int, 1)
+		go func() {
+			done <- run([]string{"cuobj", c.sub, "--rdma", cliAddr, "--udp-port", port, "--timeout", c.timeout, url, c.file}, &out, &errOut)
+		}()
+		select {
+		case code := <-done:
+			if code != 1 || !strings.Contains(errOut.String(), "gave up after --timeout "+c.timeout) {
+				t.Errorf("%s: exit %d: %s", c.sub, code, errOut.String())
+			}
+		case <-time.After(2 * time.Minute):
+			t.Fatalf("%s with --timeout %s still running", c.sub, c.timeout)
+		}
+		if c.progress && !strings.Contains(out.String(), "\r\033[KPUT bkt/obj: 12 bytes, 1 s so far\r\033[K") {
+			t.Errorf("%s: progress %q", c.sub, out.String())
+		}
+	}
+	if _, err := os.Stat(got); err == nil {
+		t.Error("a get that gave up wrote the file")
 	}
 }

@@ -20,10 +20,11 @@ import (
 
 	"github.com/goroce/goroce/cuobj"
 	"github.com/goroce/goroce/cuobj/s3rdma"
+	"github.com/goroce/goroce/roce"
 )
 
-// chunkSize is the most one RDMA transfer of a request moves: the
-// buffer a request holds, whatever the object's size.
+// chunkSize is the buffer a request holds, whatever the object's size:
+// the most its pieces in flight move at once.
 const chunkSize = 16 << 20
 
 // Error codes of the protocol beyond S3's.
@@ -108,6 +109,7 @@ type run struct {
 	release func()
 	tok     cuobj.Token
 	raw     string
+	req     cuobj.Request // the piece being posted (the server keeps no pointer to it)
 }
 
 // start admits an RDMA request of n bytes: a channel (counted to the HTTP
@@ -149,21 +151,191 @@ func (r *run) end() {
 	r.b.rdma.FreeChannel(r.ch)
 }
 
-// transfer moves n bytes between the buffer's start and the client's
-// region at off.
-func (r *run) transfer(ctx context.Context, key string, off, n uint64, put bool) error {
-	req := &cuobj.Request{Key: key, Local: r.reg, RemoteAddr: r.tok.Addr + off, Size: n, Token: r.raw, Channel: r.ch}
+// pieceSize is what one RDMA READ or WRITE of a request moves. A request
+// keeps the pieces of its buffer in flight at once (as perftest keeps
+// many messages outstanding) and overlaps them with the file's I/O: one
+// transfer of the whole buffer at a time left the link idle while the
+// file was written or read, and the file idle while the link worked.
+const pieceSize = 1 << 20
+
+// drainTimeout bounds waiting, after a failure, for the pieces still in
+// flight: they complete or are flushed well before, unless the client
+// stopped answering (then the retries of the transport run out).
+const drainTimeout = 10 * time.Second
+
+// errStopped ends a PUT's transfers when the backend stopped reading.
+var errStopped = errors.New("s3gw: the backend stopped reading the body")
+
+// slots is the number of pieces the buffer holds.
+func (r *run) slots() int { return (len(r.buf) + pieceSize - 1) / pieceSize }
+
+// slot returns piece i of the buffer.
+func (r *run) slot(i int) []byte {
+	lo := i * pieceSize
+	return r.buf[lo:min(lo+pieceSize, len(r.buf))]
+}
+
+// post submits the transfer of c bytes between slot and the client's
+// region at off, asynchronously: the slot's number identifies its
+// completion (a small integer: no allocation to box it).
+func (r *run) post(ctx context.Context, key string, slot int, off int64, c int, put bool) error {
+	r.req = cuobj.Request{Key: key, Local: r.reg, LocalOffset: uint64(slot * pieceSize), RemoteAddr: r.tok.Addr + uint64(off),
+		Size: uint64(c), Token: r.raw, Channel: r.ch, Async: slot}
 	var err error
 	if put {
-		_, err = r.b.rdma.HandlePutObject(ctx, req)
+		_, err = r.b.rdma.HandlePutObject(ctx, &r.req)
 	} else {
-		_, err = r.b.rdma.HandleGetObject(ctx, req)
+		_, err = r.b.rdma.HandleGetObject(ctx, &r.req)
 	}
 	return err
 }
 
-// readBody admits an RDMA PUT or UploadPart and returns its body: a pipe
-// that RDMA READs fill chunk by chunk as the backend consumes it. wait
+// reap waits for at least one completion and returns the slots whose
+// transfers completed.
+func (r *run) reap(ctx context.Context, ev []cuobj.AsyncEvent, slots []int) ([]int, error) {
+	slots = slots[:0]
+	for len(slots) == 0 {
+		n, err := r.b.rdma.PollWait(ctx, r.ch, ev)
+		for _, e := range ev[:n] {
+			if e.Status == roce.WCSuccess {
+				slots = append(slots, e.Handle.(int))
+			}
+		}
+		if err != nil {
+			return slots, err
+		}
+		if n == 0 {
+			return slots, errors.New("s3gw: no transfer in flight to wait for")
+		}
+	}
+	return slots, nil
+}
+
+// drain waits, after a failure, for the pieces still in flight (or
+// flushed by the reset a failed completion brings), so that the buffer is
+// deregistered only once nothing targets it.
+func (r *run) drain(ev []cuobj.AsyncEvent) {
+	ctx, cancel := context.WithTimeout(context.Background(), drainTimeout)
+	defer cancel()
+	for {
+		if n, _ := r.b.rdma.PollWait(ctx, r.ch, ev); n == 0 {
+			return // nothing outstanding, or given up on
+		}
+	}
+}
+
+// piece is a filled slot of a PUT: n bytes, handed to the body's reader.
+type piece struct{ slot, n int }
+
+// readPieces moves an RDMA PUT's n bytes into the buffer piece by piece,
+// every free slot in flight, and hands the filled ones to filled in the
+// object's order; the reader gives slots back on free.
+func (r *run) readPieces(ctx context.Context, key string, n int64, filled chan<- piece, free <-chan int, stop <-chan struct{}) (err error) {
+	ns := r.slots()
+	idle := make([]int, 0, ns)
+	for i := range ns {
+		idle = append(idle, ns-1-i) // the last slot, maybe short, last
+	}
+	ev := make([]cuobj.AsyncEvent, cuobj.MaxPollEvents)
+	slots := make([]int, 0, len(ev))
+	// The pieces posted and not yet handed on are next-emit ≤ ns: their
+	// slots in the object's order (order[seq%ns]), sizes and completion.
+	order, size, done := make([]int, ns), make([]int, ns), make([]bool, ns)
+	next, emit := 0, 0 // sequence numbers: next to post, next to hand on
+	var off, emitted int64
+	defer func() {
+		if err != nil {
+			r.drain(ev)
+		}
+	}()
+	for emitted < n {
+		for len(idle) > 0 && off < n {
+			slot := idle[len(idle)-1]
+			c := int(min(n-off, int64(len(r.slot(slot)))))
+			if err := r.post(ctx, key, slot, off, c, true); err != nil {
+				return err
+			}
+			idle = idle[:len(idle)-1]
+			order[next%ns], size[slot] = slot, c
+			next++
+			off += int64(c)
+		}
+		if inflight := next - emit; inflight > 0 && !done[order[emit%ns]] {
+			if slots, err = r.reap(ctx, ev, slots); err != nil {
+				return err
+			}
+			for _, s := range slots {
+				done[s] = true
+			}
+		}
+		for emit < next && done[order[emit%ns]] {
+			// RC and DC complete one channel's requests in order; this
+			// keeps the object's order even if not.
+			slot := order[emit%ns]
+			done[slot] = false
+			filled <- piece{slot, size[slot]} // never blocks: it holds every slot
+			emitted += int64(size[slot])
+			emit++
+		}
+		if emitted == n {
+			break
+		}
+		if emit == next {
+			// Nothing in flight: wait for the reader to give a slot back.
+			select {
+			case s := <-free:
+				idle = append(idle, s)
+			case <-stop:
+				return errStopped
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		// Slots the reader gave back meanwhile.
+		for more := true; more; {
+			select {
+			case s := <-free:
+				idle = append(idle, s)
+			default:
+				more = false
+			}
+		}
+	}
+	return nil
+}
+
+// rdmaBody is an RDMA PUT's body: the pieces readPieces fills, in order.
+type rdmaBody struct {
+	r      *run
+	filled <-chan piece
+	free   chan<- int
+	cur    []byte
+	slot   int // of cur; -1: none held
+	err    *error
+}
+
+func (b *rdmaBody) Read(p []byte) (int, error) {
+	for len(b.cur) == 0 {
+		if b.slot >= 0 {
+			b.free <- b.slot // never blocks: it holds every slot
+			b.slot = -1
+		}
+		pc, ok := <-b.filled
+		if !ok {
+			if *b.err != nil {
+				return 0, *b.err
+			}
+			return 0, io.EOF
+		}
+		b.cur, b.slot = b.r.slot(pc.slot)[:pc.n], pc.slot
+	}
+	n := copy(p, b.cur)
+	b.cur = b.cur[n:]
+	return n, nil
+}
+
+// readBody admits an RDMA PUT or UploadPart and returns its body, which
+// RDMA READs fill piece by piece ahead of the backend's reading. wait
 // ends the request and returns the transfer's error, if any.
 func (b *rdmaBackend) readBody(rctx *fasthttp.RequestCtx, key string, tok cuobj.Token, raw string) (body io.Reader, n int64, wait func() error, err error) {
 	if rctx.Request.Header.ContentLength() > 0 {
@@ -182,31 +354,26 @@ func (b *rdmaBackend) readBody(rctx *fasthttp.RequestCtx, key string, tok cuobj.
 		cancel()
 		return nil, 0, nil, err
 	}
-	pr, pw := io.Pipe()
+	filled, free, stop := make(chan piece, r.slots()), make(chan int, r.slots()), make(chan struct{})
 	done := make(chan error, 1)
+	var perr error
 	go func() {
-		var err error
-		for off := int64(0); off < n && err == nil; {
-			c := min(n-off, int64(len(r.buf)))
-			if err = r.transfer(ctx, key, uint64(off), uint64(c), true); err == nil {
-				_, err = pw.Write(r.buf[:c])
-				off += c
-			}
-		}
-		pw.CloseWithError(err) // nil: io.EOF
+		err := r.readPieces(ctx, key, n, filled, free, stop)
+		perr = err // before the close: the reader looks at it then
+		close(filled)
 		done <- err
 	}()
 	wait = func() error {
-		pr.Close() // a backend that stopped reading unblocks the writer
+		close(stop) // a backend that stopped reading unblocks the transfers
 		err := <-done
 		r.end()
 		cancel()
-		if err != nil && !errors.Is(err, io.ErrClosedPipe) {
+		if err != nil && !errors.Is(err, errStopped) {
 			return b.rdmaError(rctx, key, err)
 		}
 		return nil
 	}
-	return pr, n, wait, nil
+	return &rdmaBody{r: r, filled: filled, free: free, slot: -1, err: &perr}, n, wait, nil
 }
 
 func (b *rdmaBackend) PutObject(ctx context.Context, po s3response.PutObjectInput) (s3response.PutObjectOutput, error) {
@@ -304,15 +471,12 @@ func (b *rdmaBackend) GetObject(ctx context.Context, in *s3.GetObjectInput) (*s3
 			return nil, err
 		}
 		defer r.end()
-		for off := int64(0); off < n; {
-			c := min(n-off, int64(len(r.buf)))
-			if _, err := io.ReadFull(res.Body, r.buf[:c]); err != nil {
-				return nil, apiErr(http.StatusInternalServerError, "InternalError", err.Error())
+		if err := r.writePieces(tctx, key, n, res.Body); err != nil {
+			var ae s3err.APIError
+			if errors.As(err, &ae) {
+				return nil, err
 			}
-			if err := r.transfer(tctx, key, uint64(off), uint64(c), false); err != nil {
-				return nil, b.rdmaError(rctx, key, err)
-			}
-			off += c
+			return nil, b.rdmaError(rctx, key, err)
 		}
 		b.stats.RDMAGets.Add(1)
 		b.stats.RDMABytes.Add(uint64(n))
@@ -323,6 +487,44 @@ func (b *rdmaBackend) GetObject(ctx context.Context, in *s3.GetObjectInput) (*s3
 	zero := int64(0)
 	res.Body, res.ContentLength = io.NopCloser(bytes.NewReader(nil)), &zero
 	return res, nil
+}
+
+// writePieces reads an RDMA GET's n bytes from body into the buffer piece
+// by piece and posts each one's RDMA WRITE at once, reading the next
+// while the link carries the ones before; it returns when all completed.
+func (r *run) writePieces(ctx context.Context, key string, n int64, body io.Reader) (err error) {
+	ns := r.slots()
+	idle := make([]int, 0, ns)
+	for i := range ns {
+		idle = append(idle, ns-1-i) // the last slot, maybe short, last
+	}
+	ev := make([]cuobj.AsyncEvent, cuobj.MaxPollEvents)
+	slots := make([]int, 0, len(ev))
+	defer func() {
+		if err != nil {
+			r.drain(ev)
+		}
+	}()
+	for off := int64(0); off < n || len(idle) < ns; {
+		if len(idle) > 0 && off < n {
+			slot := idle[len(idle)-1]
+			c := int(min(n-off, int64(len(r.slot(slot)))))
+			if _, err := io.ReadFull(body, r.slot(slot)[:c]); err != nil {
+				return apiErr(http.StatusInternalServerError, "InternalError", err.Error())
+			}
+			if err := r.post(ctx, key, slot, off, c, false); err != nil {
+				return err
+			}
+			idle = idle[:len(idle)-1]
+			off += int64(c)
+			continue
+		}
+		if slots, err = r.reap(ctx, ev, slots); err != nil {
+			return err
+		}
+		idle = append(idle, slots...)
+	}
+	return nil
 }
 
 func deref(p *string) string {

@@ -19,7 +19,9 @@
 // memory budget and a buffer of at most 16 MiB; a refusal is 503
 // SlowDown with Retry-After, a client that does not answer 504. Without
 // a cuobj.Server a token is declined with 501 and the client falls back
-// to HTTP.
+// to HTTP. An object moves through the buffer in 1 MiB pieces, all of
+// the buffer's in flight at once on the request's channel (asynchronous
+// requests) and overlapped with the file's I/O.
 //
 // What versitygw lacks is added here: the posix backend follows symbolic
 // links, so a middleware refuses (403) a bucket, key or copy source that

@@ -72,7 +72,9 @@ func TestRDMAPutGetDC(t *testing.T) { rdmaPutGet(t, &cuobj.ClientOptions{Proto: 
 func rdmaPutGet(t *testing.T, copt *cuobj.ClientOptions) {
 	e := setup(t, true, copt)
 	ctx := ctxT(t)
-	sizes := []int{1, 4096, 1 << 20, 3<<20 + 5, chunkSize + 4097} // the last in two chunks
+	// The last two fill the buffer more than once: its pieces are reused,
+	// one ends inside a piece.
+	sizes := []int{1, 4096, 1 << 20, 3<<20 + 5, chunkSize + 4097, 2*chunkSize + pieceSize/2 + 3}
 	for _, size := range sizes {
 		obj := data(size)
 		buf := make([]byte, size)
@@ -443,5 +445,66 @@ func TestSideCar(t *testing.T) {
 	ents, _ := os.ReadDir(side)
 	if len(ents) == 0 {
 		t.Error("nothing in the sidecar directory")
+	}
+}
+
+// TestTransferFailsMidway: a token that claims more than its client
+// granted (its rkey covers the first 4 MiB of 12): the pieces in flight
+// past the grant fail with a remote access error, the request with 500,
+// and the channel and the budget come back once the rest has drained; the
+// next request works.
+func TestTransferFailsMidway(t *testing.T) {
+	e := setup(t, true, nil)
+	ctx := ctxT(t)
+	const granted, claimed = 4 << 20, 3 * 4 << 20
+	e.s.mustOK(t, "PUT", "/bucket/big", data(claimed))
+	reg := data(granted)
+	if err := e.cli.RDMA().Register(reg); err != nil {
+		t.Fatal(err)
+	}
+	rs := e.g.be.rdma
+	for _, c := range []struct {
+		method string
+		op     cuobj.OpType
+	}{{"PUT", cuobj.OpPut}, {"GET", cuobj.OpGet}} {
+		desc, err := e.cli.RDMA().GetRDMATokenFor(reg, granted, 0, c.op, srvIP)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tok, err := cuobj.ParseToken(desc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tok.Size = claimed
+		resp, body, err := e.s.try(ctx, c.method, "/bucket/big", nil, map[string]string{s3rdma.HeaderToken: tok.String()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if resp.StatusCode != http.StatusInternalServerError || !strings.Contains(string(body), errTransferFailed) {
+			t.Errorf("%s past the grant: %s %s", c.method, resp.Status, body)
+		}
+		if err := e.cli.RDMA().PutRDMAToken(desc); err != nil {
+			t.Error(err)
+		}
+		if h, ch := rs.HeldBytes(), rs.ChannelsInUse(); h != 0 || ch != 0 {
+			t.Errorf("after the failed %s: %d bytes held, %d channels in use", c.method, h, ch)
+		}
+	}
+	if n := e.cli.RDMA().Stats().AccessErrors.Load(); n == 0 {
+		t.Error("the client saw no access error")
+	}
+	// The object is what was there: a failed PUT stores nothing.
+	obj := data(claimed)
+	buf := make([]byte, claimed)
+	copy(buf, obj)
+	if err := e.cli.RDMA().Register(buf); err != nil {
+		t.Fatal(err)
+	}
+	if byRDMA, err := e.cli.Put(ctx, "bucket", "big", buf); err != nil || !byRDMA {
+		t.Fatalf("Put after the failures: %v %v", byRDMA, err)
+	}
+	clear(buf)
+	if n, byRDMA, err := e.cli.Get(ctx, "bucket", "big", buf); err != nil || !byRDMA || n != claimed || !bytes.Equal(buf, obj) {
+		t.Fatalf("Get after the failures: %d %v %v", n, byRDMA, err)
 	}
 }
