@@ -27,8 +27,8 @@ import (
 	"github.com/goroce/goroce/cuobj/s3gw"
 	"github.com/goroce/goroce/cuobj/s3rdma"
 	"github.com/goroce/goroce/internal/looppair"
-	"github.com/goroce/goroce/internal/perftest"
-	"github.com/goroce/goroce/internal/perftest/perfrun"
+	"github.com/goroce/goroce/tools/perftest"
+	"github.com/goroce/goroce/tools/perftest/perfrun"
 )
 
 var (
