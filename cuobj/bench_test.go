@@ -147,9 +147,10 @@ func BenchmarkDCRawRead1MiB(b *testing.B)  { benchRawProto(b, 1<<20, true, Proto
 func BenchmarkDCGet4KiB(b *testing.B)      { benchHandleProto(b, 4096, false, ProtoDC) }
 func BenchmarkDCRawWrite4KiB(b *testing.B) { benchRawProto(b, 4096, false, ProtoDC) }
 
-// BenchmarkGrant is the client's cost of one token: a memory region
-// registered over the token's range and deregistered when the request
-// ends (GetRDMAToken + PutRDMAToken).
+// BenchmarkGrant is the client's cost of one region token: a memory
+// region registered over the token's range and deregistered when the
+// request ends (GetRDMAToken + PutRDMAToken), as for a client's first
+// token to a server (no connection to bind a window through yet).
 func BenchmarkGrant4KiB(b *testing.B) { benchGrant(b, 4096) }
 func BenchmarkGrant1MiB(b *testing.B) { benchGrant(b, 1<<20) }
 
@@ -177,15 +178,15 @@ func benchGrant(b *testing.B, size int) {
 	}
 }
 
-// BenchmarkGrantWindow is BenchmarkGrant with ClientOptions.MemoryWindows:
-// a type 2 window bound through the server's connection, invalidated and
-// deallocated at PutRDMAToken.
+// BenchmarkGrantWindow is BenchmarkGrant for a window token (the default
+// once the server has a connection): a type 2 window bound through the
+// server's connection, invalidated and deallocated at PutRDMAToken.
 func BenchmarkGrantWindow4KiB(b *testing.B) { benchGrantWindow(b, 4096) }
 func BenchmarkGrantWindow1MiB(b *testing.B) { benchGrantWindow(b, 1<<20) }
 
 func benchGrantWindow(b *testing.B, size int) {
 	sdev, cdev := memDevices(b, faultnet.Config{}, faultnet.Config{})
-	r := newRig(b, sdev, cdev, size, &ClientOptions{MemoryWindows: true}, nil)
+	r := newRig(b, sdev, cdev, size, nil, nil)
 	buf := make([]byte, size)
 	if err := r.cli.Register(buf); err != nil {
 		b.Fatal(err)
@@ -194,7 +195,7 @@ func benchGrantWindow(b *testing.B, size int) {
 	if _, err := r.cli.Get(ctxT(b, time.Minute), "user", buf, 0, 0); err != nil {
 		b.Fatal(err)
 	}
-	for deadline := time.Now().Add(20 * time.Second); r.cli.windowConn(r.cli.rails[0], srvIP) == nil; time.Sleep(time.Millisecond) {
+	for deadline := time.Now().Add(20 * time.Second); r.cli.idleConns(r.cli.rails[0], srvIP) == 0; time.Sleep(time.Millisecond) {
 		if time.Now().After(deadline) {
 			b.Fatal("no live connection of the server's")
 		}

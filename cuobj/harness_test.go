@@ -212,3 +212,17 @@ func reserve(t testing.TB, n int) []byte {
 }
 
 func quietLog() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+// idleConns counts the client's live connections of server on rl that no
+// live window is bound through (those windowConn picks from).
+func (c *Client) idleConns(rl *rail, server netip.Addr) int {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	n := 0
+	for _, sc := range c.conns {
+		if sc.rail == rl && sc.from == server && sc.windows == 0 && sc.live() {
+			n++
+		}
+	}
+	return n
+}
