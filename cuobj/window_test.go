@@ -1,0 +1,415 @@
+package cuobj
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/goroce/goroce/cm/mad"
+	"github.com/goroce/goroce/roce"
+)
+
+// barrier returns a function that blocks its first n callers until all n
+// have called it (or, on a machine too busy for that, a generous deadline
+// has passed: the test then fails).
+func barrier(t *testing.T, n int) func(uint16) {
+	var mu sync.Mutex
+	arrived := 0
+	all := make(chan struct{})
+	return func(uint16) {
+		mu.Lock()
+		arrived++
+		if arrived == n {
+			close(all)
+		}
+		late := arrived > n
+		mu.Unlock()
+		if late {
+			return
+		}
+		select {
+		case <-all:
+		case <-time.After(30 * time.Second):
+			t.Errorf("barrier: %d of %d callbacks at once", arrived, n)
+		}
+	}
+}
+
+// waitIdle waits until the client has n live connections of the rig's
+// server that no window is bound through.
+func (r *rig) waitIdle(t *testing.T, n int) {
+	t.Helper()
+	srv := r.srv.Addr().Addr()
+	deadline := time.Now().Add(20 * time.Second)
+	for r.cli.idleConns(r.cli.rails[0], srv) < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d idle connections of the server's, want %d", r.cli.idleConns(r.cli.rails[0], srv), n)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// TestWindowsConcurrentChannels: a server serves one client through
+// several channels at once, each with its own connection, with window
+// tokens (the RC default). Every request succeeds: a token names its
+// connection by the client's QPN and runs on it, on whichever channel the
+// front end gave the request (the server borrows the connection's
+// channel). Each token works through its own QP alone: the same token
+// naming another connection's QPN gets a remote access error, counted.
+func TestWindowsConcurrentChannels(t *testing.T) {
+	forAttackLinks(t, func(t *testing.T, lk attackLink) {
+		const n, chunk = 4, 4096
+		pair := lk.open(t)
+		r := newRigAt(t, pair.sdev, pair.cdev, pair.srv, n*chunk,
+			&ClientOptions{Proto: ProtoRC, Parallel: n, MaxRequestCallbackSize: chunk}, nil)
+		ctx := ctxT(t, 90*time.Second)
+		buf := make([]byte, n*chunk)
+		if err := r.cli.Register(buf); err != nil {
+			t.Fatal(err)
+		}
+		st, sst := r.cli.Stats(), r.srv.Stats()
+		get := func(step string, seed uint64) {
+			t.Helper()
+			r.object = pattern(n*chunk, seed)
+			r.onChannel = barrier(t, n) // n callbacks on n channels at once
+			got, err := r.cli.Get(ctx, "user", buf, 0, 0)
+			r.onChannel = nil
+			if err != nil || got != n*chunk || !bytes.Equal(buf, r.object) {
+				t.Fatalf("%s: Get = %d, %v (data equal: %v)", step, got, err, bytes.Equal(buf, r.object))
+			}
+		}
+
+		// No connection yet: n region tokens, and the n channels connect.
+		get("first Get", 1)
+		if w, g := st.WindowGrants.Load(), st.RegionGrants.Load(); w != 0 || g != n {
+			t.Fatalf("first Get: %d window grants, %d region grants; want 0, %d", w, g, n)
+		}
+		r.waitIdle(t, n)
+
+		// n window tokens, one per connection, served at once.
+		for i := range 3 {
+			get("Get through windows", uint64(2+i))
+		}
+		if w, g := st.WindowGrants.Load(), st.RegionGrants.Load(); w != 3*n || g != n {
+			t.Fatalf("Gets through windows: %d window grants, %d region grants; want %d, %d", w, g, 3*n, n)
+		}
+		t.Logf("requests on a borrowed channel: %d", sst.Borrowed.Load())
+		if sst.Failed.Load() != 0 {
+			t.Fatalf("%d failed completions", sst.Failed.Load())
+		}
+
+		// One live token per connection; each served on a channel whose own
+		// connection is another's: it runs on its own.
+		r.waitIdle(t, n)
+		loot, _ := r.srv.AllocHostBuffer(chunk)
+		lreg, err := r.srv.RegisterBuffer(loot)
+		if err != nil {
+			t.Fatal(err)
+		}
+		copy(buf, pattern(n*chunk, 9))
+		var toks []Token
+		var owners []uint16
+		seen := map[uint32]bool{}
+		for i := range n {
+			desc, err := r.cli.GetRDMATokenFor(buf, chunk, uint64(i*chunk), OpPut, pair.srv)
+			if err != nil {
+				t.Fatal(err)
+			}
+			tok, _ := ParseToken(desc)
+			owner, ok := r.srv.tr.route(&tok)
+			if !ok || seen[tok.QPN] || tok.QPN == r.cli.Endpoint() {
+				t.Fatalf("token %d names qp %#x (routed %v, seen %v, endpoint %#x)", i, tok.QPN, ok, seen[tok.QPN], r.cli.Endpoint())
+			}
+			seen[tok.QPN] = true
+			toks, owners = append(toks, tok), append(owners, owner)
+		}
+		if w := st.WindowGrants.Load(); w != 4*n {
+			t.Fatalf("%d window grants, want %d", w, 4*n)
+		}
+		chans := map[uint16]bool{}
+		for _, o := range owners {
+			chans[o] = true
+		}
+		if len(chans) != n {
+			t.Fatalf("tokens' connections on channels %v, want %d channels", owners, n)
+		}
+		b0 := sst.Borrowed.Load()
+		for i, tok := range toks {
+			clear(loot)
+			on := owners[(i+1)%n]
+			if err := r.stealOn(ctx, on, lreg, tok, true); err != nil {
+				t.Fatalf("token %d on channel %d (its connection's is %d): %v", i, on, owners[i], err)
+			}
+			if !bytes.Equal(loot, buf[i*chunk:(i+1)*chunk]) {
+				t.Fatalf("token %d: data differs", i)
+			}
+		}
+		if b := sst.Borrowed.Load() - b0; b != n {
+			t.Errorf("%d requests on a borrowed channel, want %d", b, n)
+		}
+
+		// Token i naming connection i+1's QPN: a remote access error, which
+		// ends that connection (so each names one still live).
+		a0 := st.AccessErrors.Load()
+		for i, tok := range toks {
+			clear(loot)
+			forged := tok
+			forged.QPN = toks[(i+1)%n].QPN
+			wantAccessError(t, "a token through another connection's QP", r.stealOn(ctx, owners[i], lreg, forged, true))
+			if !bytes.Equal(loot, make([]byte, chunk)) {
+				t.Errorf("token %d through another QP fetched client memory", i)
+			}
+		}
+		waitCount(t, "client AccessErrors", func() uint64 { return st.AccessErrors.Load() - a0 }, n)
+	})
+}
+
+// TestWindowTokenFallback: a token whose qp field names no live
+// connection of the server's is an endpoint number, as before windows:
+// the client's own endpoint connects (and a window token sent that way
+// meets another QP: a remote access error), any other number is refused
+// by the client as stale, with a REJ; a window token whose connection has
+// ended is refused the same way. Region tokens keep working.
+func TestWindowTokenFallback(t *testing.T) {
+	forAttackLinks(t, func(t *testing.T, lk attackLink) {
+		pair := lk.open(t)
+		const size = 4096
+		r := newRigAt(t, pair.sdev, pair.cdev, pair.srv, size, &ClientOptions{Proto: ProtoRC}, nil)
+		ctx := ctxT(t, 90*time.Second)
+		buf := make([]byte, size)
+		if err := r.cli.Register(buf); err != nil {
+			t.Fatal(err)
+		}
+		r.object = pattern(size, 1)
+		if n, err := r.cli.Get(ctx, "user", buf, 0, 0); err != nil || n != size {
+			t.Fatalf("first Get = %d, %v", n, err)
+		}
+		r.waitIdle(t, 1)
+		desc, err := r.cli.GetRDMATokenFor(buf, size, 0, OpPut, pair.srv)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tok, _ := ParseToken(desc)
+		if st := r.cli.Stats(); st.WindowGrants.Load() != 1 {
+			t.Fatalf("%d window grants, want 1", st.WindowGrants.Load())
+		}
+		loot, _ := r.srv.AllocHostBuffer(2 * size)
+		lreg, err := r.srv.RegisterBuffer(loot)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ch, err := r.srv.AllocateChannel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer r.srv.FreeChannel(ch)
+		st := r.cli.Stats()
+
+		// Neither the endpoint nor a live QPN: the server dials that
+		// "endpoint" and the client refuses it.
+		stale := tok
+		stale.QPN = tok.QPN ^ 0x800000
+		if stale.QPN == r.cli.Endpoint() || stale.QPN == 0 {
+			stale.QPN ^= 0x400000
+		}
+		ref0, conn0 := st.Refused.Load(), st.Connections.Load()
+		err = r.srv.Connect(ctx, ch, stale.String())
+		var rej *mad.RejectError
+		if !errors.As(err, &rej) {
+			t.Fatalf("Connect with qp %#x naming nothing: %v, want a REJ", stale.QPN, err)
+		}
+		waitCount(t, "client Refused", func() uint64 { return st.Refused.Load() - ref0 }, 1)
+
+		// The endpoint: the channel connects as before windows.
+		viaEndpoint := tok
+		viaEndpoint.QPN = r.cli.Endpoint()
+		if err := r.srv.Connect(ctx, ch, viaEndpoint.String()); err != nil {
+			t.Fatalf("Connect with the endpoint: %v", err)
+		}
+		waitCount(t, "client Connections", func() uint64 { return st.Connections.Load() - conn0 }, 1)
+		wantAccessError(t, "window token on the endpoint's connection", r.stealOn(ctx, ch, lreg, viaEndpoint, true))
+		if !bytes.Equal(loot, make([]byte, 2*size)) {
+			t.Error("window token on another QP fetched client memory")
+		}
+
+		// The token as it is works, on any channel; then its connection
+		// ends (a widened use) and the token names nothing live.
+		if err := r.stealOn(ctx, ch, lreg, tok, true); err != nil {
+			t.Fatalf("window token: %v", err)
+		}
+		wide := tok
+		wide.Size = size + 1
+		wide.Addr--
+		wantAccessError(t, "widened window token", r.stealOn(ctx, ch, lreg, wide, true))
+		deadline := time.Now().Add(20 * time.Second)
+		for {
+			if _, ok := r.srv.tr.route(&tok); !ok {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatal("the server still routes a token to a failed connection")
+			}
+			time.Sleep(time.Millisecond)
+		}
+		ref0 = st.Refused.Load()
+		err = r.srv.Connect(ctx, ch, tok.String())
+		if !errors.As(err, &rej) {
+			t.Fatalf("Connect with an ended connection's QPN: %v, want a REJ", err)
+		}
+		waitCount(t, "client Refused", func() uint64 { return st.Refused.Load() - ref0 }, 1)
+		if err := r.cli.PutRDMAToken(desc); err != nil {
+			t.Fatal(err)
+		}
+		r.object = pattern(size, 2)
+		if n, err := r.cli.Get(ctx, "user", buf, 0, 0); err != nil || n != size || !bytes.Equal(buf, r.object) {
+			t.Fatalf("Get after = %d, %v", n, err)
+		}
+	})
+}
+
+// FuzzTokenQPN: a token's qp field of any value, sent to a server that
+// holds connections to the client, is routed, dialled as an endpoint or
+// refused, and fails with a package error or succeeds (only in range and
+// with the token's own QPN); never a panic, and
+// client memory outside the token is never reached.
+func FuzzTokenQPN(f *testing.F) {
+	sdev, cdev := attackDevices(f)
+	const size = 4096
+	tun := DefaultTunables()
+	tun.ConnectTimeout = 2 * time.Second
+	r := newRigAt(f, sdev, cdev, srvIP, size, &ClientOptions{Proto: ProtoRC}, &tun)
+	ctx := context.Background()
+	buf := pattern(3*size, 1)
+	if err := r.cli.Register(buf); err != nil {
+		f.Fatal(err)
+	}
+	r.object = pattern(size, 2)
+	if _, err := r.cli.Get(ctx, "user", buf[size:2*size], 0, 0); err != nil {
+		f.Fatal(err)
+	}
+	private := append([]byte(nil), buf...)
+	deadline := time.Now().Add(20 * time.Second)
+	for r.cli.idleConns(r.cli.rails[0], srvIP) == 0 {
+		if time.Now().After(deadline) {
+			f.Fatal("no connection of the server's")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	desc, err := r.cli.GetRDMATokenFor(buf, size, size, OpGet, srvIP)
+	if err != nil {
+		f.Fatal(err)
+	}
+	tok, _ := ParseToken(desc)
+	loot, _ := r.srv.AllocHostBuffer(3 * size)
+	lreg, err := r.srv.RegisterBuffer(loot)
+	if err != nil {
+		f.Fatal(err)
+	}
+	ch, err := r.srv.AllocateChannel()
+	if err != nil {
+		f.Fatal(err)
+	}
+	var serverQPN uint32
+	for _, c := range r.srv.tr.(*rcTransport).byPeer {
+		serverQPN = c.qpn
+	}
+	for _, q := range []uint32{0, 1, 0xFFFFFF, tok.QPN, tok.QPN + 1, tok.QPN - 1, r.cli.Endpoint(), serverQPN, 0x800000} {
+		f.Add(q, false)
+		f.Add(q, true)
+	}
+	f.Fuzz(func(t *testing.T, qpn uint32, wide bool) {
+		forged := tok
+		forged.QPN = qpn & 0xFFFFFF
+		if wide {
+			forged.Addr -= size
+			forged.Size = 3 * size
+		}
+		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		cerr := r.srv.Connect(cctx, ch, forged.String())
+		_, err := r.srv.HandleGetObject(cctx, &Request{Key: "fuzz", Local: lreg, RemoteAddr: forged.Addr,
+			Size: uint64(forged.Size), Token: forged.String(), Channel: ch})
+		var e *Error
+		for _, err := range []error{cerr, err} {
+			if err != nil && !errors.As(err, &e) {
+				t.Fatalf("qp %#x: %v is not a package error", forged.QPN, err)
+			}
+		}
+		if !bytes.Equal(buf[:size], private[:size]) || !bytes.Equal(buf[2*size:], private[2*size:]) {
+			t.Fatalf("qp %#x (wide %v) reached client memory outside the token", forged.QPN, wide)
+		}
+		if err == nil && (wide || forged.QPN != tok.QPN) {
+			t.Fatalf("qp %#x (wide %v): served", forged.QPN, wide)
+		}
+	})
+}
+
+// TestWindowAsyncBorrowed: an asynchronous request whose window token
+// names another channel's connection runs there, and its completion is
+// the caller's channel's to Poll, a success or the remote access error of
+// a token given back.
+func TestWindowAsyncBorrowed(t *testing.T) {
+	sdev, cdev := attackDevices(t)
+	const size = 4096
+	r := newRigAt(t, sdev, cdev, srvIP, size, &ClientOptions{Proto: ProtoRC}, nil)
+	ctx := ctxT(t, 60*time.Second)
+	buf := make([]byte, size)
+	if err := r.cli.Register(buf); err != nil {
+		t.Fatal(err)
+	}
+	r.object = pattern(size, 1)
+	if _, err := r.cli.Get(ctx, "user", buf, 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	r.waitIdle(t, 1)
+	desc, err := r.cli.GetRDMATokenFor(buf, size, 0, OpGet, srvIP)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok, _ := ParseToken(desc)
+	owner, ok := r.srv.tr.route(&tok)
+	if !ok {
+		t.Fatal("the window token names no connection")
+	}
+	ch, err := r.srv.AllocateChannel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.srv.FreeChannel(ch)
+	if ch == owner {
+		t.Fatalf("channel %d is the connection's own", ch)
+	}
+	want := pattern(size, 2)
+	copy(r.sbuf, want)
+	req := &Request{Key: "async", Local: r.sreg, RemoteAddr: tok.Addr, Size: size, Token: desc, Channel: ch, Async: "first"}
+	if n, err := r.srv.HandleGetObject(ctx, req); n != 0 || err != nil {
+		t.Fatalf("asynchronous GET = %d, %v", n, err)
+	}
+	ev := make([]AsyncEvent, 4)
+	if n, err := r.srv.PollWait(ctx, ch, ev); n != 1 || err != nil || ev[0].Handle != "first" {
+		t.Fatalf("PollWait = %d, %v, %+v", n, err, ev[0])
+	}
+	for _, m := range r.cli.regions[uintptrOf(buf)].mrs {
+		m.Sync()
+	}
+	if !bytes.Equal(buf, want) {
+		t.Fatal("asynchronous GET: data differs")
+	}
+	if err := r.cli.PutRDMAToken(desc); err != nil {
+		t.Fatal(err)
+	}
+	req.Async = "dead"
+	if n, err := r.srv.HandleGetObject(ctx, req); n != 0 || err != nil {
+		t.Fatalf("asynchronous GET with a dead token = %d, %v", n, err)
+	}
+	n, err := r.srv.PollWait(ctx, ch, ev)
+	if st, ok := CompletionStatus(err); n != 1 || !ok || st != roce.WCRemAccessErr || ev[0].Handle != "dead" {
+		t.Fatalf("PollWait = %d, %v, %+v; want the dead token's remote access error", n, err, ev[0])
+	}
+	if r.srv.Stats().Borrowed.Load() != 2 {
+		t.Errorf("%d requests on a borrowed channel, want 2", r.srv.Stats().Borrowed.Load())
+	}
+}
