@@ -37,6 +37,10 @@ type ServerOptions struct {
 // Server is a cuObject server endpoint (cuObjServer). Channel allocation
 // and buffer registration are safe for concurrent use; a channel is used
 // by one goroutine at a time (a second one is refused with ErrChannel).
+// A request whose token names, by the client's QPN, the connection of
+// another channel (a memory window bound to that QP) runs on that channel
+// for its duration: the channel's own user waits meanwhile
+// (ServerStats.Borrowed counts such requests).
 type Server struct {
 	dev   *roce.Device
 	addr  netip.AddrPort
@@ -286,8 +290,9 @@ func (s *Server) ChannelsInUse() int {
 }
 
 // Connect makes sure the channel can reach the client the token names:
-// RC connects (or finds the connection kept from an earlier request), DC
-// resolves the client's address. A front end calls it before it
+// RC connects (or finds the connection kept from an earlier request, or
+// the live connection of any channel that the token names by the
+// client's QPN), DC resolves the client's address. A front end calls it before it
 // allocates a buffer or reads a file for the request, so that a token
 // naming a client that does not answer costs a channel for at most
 // Tunables.ConnectTimeout and no memory. Errors as HandleGetObject's,
