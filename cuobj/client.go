@@ -96,10 +96,10 @@ func (i *RDMAInfo) AllowServer(a netip.Addr) {
 		c.telem.error("grant", "err", err)
 		return // the token stays as it is
 	}
+	c.allow(ng, a)
 	if err := c.revoke(g); err != nil {
 		c.telem.error("revoke", "err", err)
 	}
-	c.allow(ng, a)
 	i.g, i.Token, i.Desc = ng, tok, tok.String()
 }
 

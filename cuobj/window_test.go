@@ -4,11 +4,13 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"net/netip"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/goroce/goroce/cm/mad"
+	"github.com/goroce/goroce/link/faultnet"
 	"github.com/goroce/goroce/roce"
 )
 
@@ -411,5 +413,107 @@ func TestWindowAsyncBorrowed(t *testing.T) {
 	}
 	if r.srv.Stats().Borrowed.Load() != 2 {
 		t.Errorf("%d requests on a borrowed channel, want 2", r.srv.Stats().Borrowed.Load())
+	}
+}
+
+// TestWindowTokenOtherServer: a window token bound through one server's
+// connection, handed to another server that the client admits, names no
+// connection of the second server's: it dials the QPN as an endpoint
+// number and the client refuses it as stale (not as a stranger).
+func TestWindowTokenOtherServer(t *testing.T) {
+	sdev, cdev := attackDevices(t)
+	const size = 4096
+	r := newRigAt(t, sdev, cdev, srvIP, size, &ClientOptions{Proto: ProtoRC}, nil)
+	ctx := ctxT(t, 60*time.Second)
+	other, err := NewServer(sdev, netip.AddrPortFrom(strangerIP, 18516), ServerOptions{Telemetry: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { other.Close() })
+	buf := make([]byte, 2*size)
+	if err := r.cli.Register(buf); err != nil {
+		t.Fatal(err)
+	}
+	r.object = pattern(size, 1)
+	if _, err := r.cli.Get(ctx, "user", buf[:size], 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	r.waitIdle(t, 1)
+	desc, err := r.cli.GetRDMATokenFor(buf, size, 0, OpGet, srvIP)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok, _ := ParseToken(desc)
+	if _, ok := r.srv.tr.route(&tok); !ok || tok.QPN == r.cli.Endpoint() {
+		t.Fatalf("token %v is not a window of the first server's connection", tok)
+	}
+	// The second server is admitted: a live token was handed to it (a
+	// region: it has no connection to bind through).
+	if _, err := r.cli.GetRDMATokenFor(buf, size, size, OpGet, strangerIP); err != nil {
+		t.Fatal(err)
+	}
+	ch, err := other.AllocateChannel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := r.cli.Stats()
+	ref0, str0 := st.Refused.Load(), st.Strangers.Load()
+	err = other.Connect(ctx, ch, desc)
+	var rej *mad.RejectError
+	if !errors.As(err, &rej) {
+		t.Fatalf("another server's Connect with the window token: %v, want a REJ", err)
+	}
+	waitCount(t, "client Refused", func() uint64 { return st.Refused.Load() - ref0 }, 1)
+	if st.Strangers.Load() != str0 {
+		t.Errorf("refused as a stranger, not as stale")
+	}
+	if w, g := st.WindowGrants.Load(), st.RegionGrants.Load(); w != 1 || g != 2 {
+		t.Errorf("%d window grants, %d region grants; want 1, 2", w, g)
+	}
+}
+
+// TestHandleAllocsWindow: a synchronous request with a window token, on
+// the channel of the token's connection and on another (borrowing it),
+// allocates nothing in cuobj.
+func TestHandleAllocsWindow(t *testing.T) {
+	sdev, cdev := memDevices(t, faultnet.Config{}, faultnet.Config{})
+	const size = 4096
+	r := newRig(t, sdev, cdev, size, nil, nil)
+	ctx := ctxT(t, 60*time.Second)
+	buf := make([]byte, size)
+	if err := r.cli.Register(buf); err != nil {
+		t.Fatal(err)
+	}
+	r.object = pattern(size, 1)
+	if _, err := r.cli.Get(ctx, "user", buf, 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	r.waitIdle(t, 1)
+	desc, err := r.cli.GetRDMATokenFor(buf, size, 0, OpGet, srvIP)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok, _ := ParseToken(desc)
+	owner, ok := r.srv.tr.route(&tok)
+	if !ok {
+		t.Fatal("the window token names no connection")
+	}
+	other, err := r.srv.AllocateChannel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ch := range []uint16{owner, other} {
+		req := &Request{Local: r.sreg, RemoteAddr: tok.Addr, Size: size, Token: desc, Channel: ch}
+		n := testing.AllocsPerRun(200, func() {
+			if _, err := r.srv.HandleGetObject(ctx, req); err != nil {
+				t.Fatal(err)
+			}
+		})
+		if n > 0 {
+			t.Errorf("channel %d (the connection's: %d): %.1f allocations per synchronous GET", ch, owner, n)
+		}
+	}
+	if b := r.srv.Stats().Borrowed.Load(); b < 200 {
+		t.Errorf("%d requests on a borrowed channel, want at least 200", b)
 	}
 }
