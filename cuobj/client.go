@@ -76,15 +76,24 @@ type RDMAInfo struct {
 // a's connections (see the package documentation's threat model): a
 // token bound through another server's connection, or a region where a
 // has a connection to bind through, is replaced here. Desc and Token
-// change, so read them after the call.
+// change, so read them after the call. A callback's token is bound, before
+// the callback runs, through a connection of the server the last
+// callback named (or of the one ClientOptions.Servers names): callbacks
+// of a client that name their servers should all name them.
 func (i *RDMAInfo) AllowServer(a netip.Addr) {
 	if i == nil || i.c == nil || i.g == nil {
 		return
 	}
 	a = a.Unmap()
 	c, g := i.c, i.g
+	if !a.IsValid() {
+		return
+	}
+	c.mu.Lock()
+	c.lastNamed = a
+	c.mu.Unlock()
 	c.allow(g, a)
-	if !a.IsValid() || (g.wc != nil && g.wc.from == a) {
+	if g.wc != nil && g.wc.from == a {
 		return
 	}
 	sc := c.windowConn(g.rail, a, false)
@@ -237,6 +246,9 @@ type Client struct {
 	// lastNamed is the server a callback last named (AllowServer): the
 	// guess for the next callback's token.
 	lastNamed netip.Addr
+	// ambiguous is set once a window token guessed for one server reached
+	// another (see windowConn): no more guesses from connections.
+	ambiguous atomic.Bool
 	closed    atomic.Bool
 
 	stats ClientStats
@@ -576,6 +588,7 @@ func (c *Client) answer(r *rail, req *cm.Request) {
 	proto, ep, err := parseHello(req.PrivateData())
 	if err == nil && (proto != c.proto || ep != c.endpoint) {
 		err = fmt.Errorf("stale token: endpoint %#x protocol %d, this client is %#x protocol %d", ep, proto, c.endpoint, c.proto)
+		c.misdirected(r, req.RemoteAddr().Addr().Unmap(), ep)
 	}
 	if err == nil && !c.admits(req.RemoteAddr().Addr()) {
 		c.stats.Strangers.Add(1)
@@ -644,6 +657,23 @@ wait:
 	delete(c.conns, conn)
 	c.mu.Unlock()
 	_ = conn.Close()
+}
+
+// misdirected notes a server at from that dialled a QPN of another
+// server's connection as an endpoint number: a window token whose server
+// the client guessed (windowConn) went elsewhere.
+func (c *Client) misdirected(r *rail, from netip.Addr, qpn uint32) {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	for _, sc := range c.conns {
+		if sc.rail == r && sc.qpn == qpn && sc.from != from {
+			if !c.ambiguous.Swap(true) {
+				c.telem.error("a window token reached another server than its connection's: tokens that name no server are regions from now on",
+					"bound", sc.from, "reached", from)
+			}
+			return
+		}
+	}
 }
 
 // Register registers host memory for RDMA (cuMemObjGetDescriptor): 1 …
@@ -861,8 +891,13 @@ func (c *Client) token(rl *rail, addr, size uint64, rkey, qpn uint32) Token {
 // token's qp field names either the endpoint or a QPN.
 //
 // An invalid server is the one ClientOptions.Servers names alone, else,
-// for a callback's token (guess), the one the last callback named; a
-// wrong guess is corrected by AllowServer.
+// for a callback's token (guess), the one the last callback named
+// (AllowServer corrects a wrong guess), else, with no ClientOptions.Servers,
+// the only server connected on rl. A window token guessed so but handed
+// to another server is refused when that server connects with its QPN
+// (see answer): the callback fails, is retried, and from then on the
+// client guesses no more from connections (its tokens that name no server
+// are regions).
 func (c *Client) windowConn(rl *rail, server netip.Addr, guess bool) *serverConn {
 	if !c.windows {
 		return nil
@@ -874,8 +909,11 @@ func (c *Client) windowConn(rl *rail, server netip.Addr, guess bool) *serverConn
 		switch {
 		case len(c.servers) == 1:
 			server = c.servers[0]
-		case guess:
+		case !guess:
+		case c.lastNamed.IsValid():
 			server = c.lastNamed
+		case len(c.servers) == 0 && !c.ambiguous.Load():
+			server = c.onlyServerLocked(rl)
 		}
 		if !server.IsValid() {
 			return nil
@@ -888,6 +926,22 @@ func (c *Client) windowConn(rl *rail, server netip.Addr, guess bool) *serverConn
 		}
 	}
 	return nil
+}
+
+// onlyServerLocked returns the address of the servers connected on rl,
+// when they all have one (invalid otherwise).
+func (c *Client) onlyServerLocked(rl *rail) netip.Addr {
+	var only netip.Addr
+	for _, sc := range c.conns {
+		if sc.rail != rl || !sc.live() {
+			continue
+		}
+		if only.IsValid() && sc.from != only {
+			return netip.Addr{}
+		}
+		only = sc.from
+	}
+	return only
 }
 
 // unbind invalidates a grant's window (LOCAL_INV through the connection
@@ -909,7 +963,6 @@ func (c *Client) allow(g *grant, a netip.Addr) {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.lastNamed = a
 	if g.done || g.server.IsValid() {
 		return
 	}

@@ -107,10 +107,14 @@
 //     through it. The client binds a token's window through a live
 //     connection of the token's server (RDMAInfo.AllowServer,
 //     GetRDMATokenFor, the one address of ClientOptions.Servers, or, for
-//     a callback, the server the last callback named) that no other live
-//     window is bound through, so that concurrent tokens run on as many
-//     QPs and channels as there are; never through a connection whose QPN
-//     is its endpoint number, so the two cannot be confused. Where there
+//     a callback, the server the last callback named, else, with no
+//     Servers, the only server connected) that no other live window is
+//     bound through, so that concurrent tokens run on as many QPs and
+//     channels as there are; never through a connection whose QPN is its
+//     endpoint number, so the two cannot be confused. A callback's window
+//     guessed for one server and handed to another is refused there as
+//     stale; the callback is retried with a region, and the client
+//     guesses from its connections no more. Where there
 //     is none (a client's first request to a server, more tokens at once
 //     than the server has connections, a server not named) the token is a
 //     region (ClientStats.WindowGrants and RegionGrants count which): the

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"net/netip"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -516,4 +517,83 @@ func TestHandleAllocsWindow(t *testing.T) {
 	if b := r.srv.Stats().Borrowed.Load(); b < 200 {
 		t.Errorf("%d requests on a borrowed channel, want at least 200", b)
 	}
+}
+
+// TestWindowGuessCorrected: a client that names no server (no
+// AllowServer, no ClientOptions.Servers) binds its callbacks' windows
+// through the only server connected. When a callback hands such a token
+// to another server, that server's connection with the QPN is refused as
+// stale, the callback is retried with a region and succeeds, and the
+// client guesses no more.
+func TestWindowGuessCorrected(t *testing.T) {
+	sdev, cdev := attackDevices(t)
+	const size = 4096
+	ctx := ctxT(t, 60*time.Second)
+	type end struct {
+		s   *Server
+		reg *Buffer
+	}
+	var ends []end
+	for i, a := range []netip.Addr{srvIP, strangerIP} {
+		s, err := NewServer(sdev, netip.AddrPortFrom(a, uint16(18515+i)), ServerOptions{Telemetry: quiet})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Close() })
+		b, _ := s.AllocHostBuffer(size)
+		copy(b, pattern(size, uint64(i)))
+		reg, err := s.RegisterBuffer(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ends = append(ends, end{s, reg})
+	}
+	var target atomic.Int32
+	get := func(h *Handle, chunk []byte, off int64, info *RDMAInfo) (int, error) {
+		e := ends[target.Load()]
+		ch, err := e.s.AllocateChannel()
+		if err != nil {
+			return 0, err
+		}
+		defer e.s.FreeChannel(ch)
+		n, err := e.s.HandleGetObject(h.Context(), &Request{Key: "get", Local: e.reg, RemoteAddr: info.Token.Addr,
+			Size: uint64(len(chunk)), Token: info.Desc, Channel: ch})
+		return int(n), err
+	}
+	c, err := NewClient(cdev, Ops{Get: get}, ClientOptions{Telemetry: quiet, Config: ptr(DefaultConfig())})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	buf := make([]byte, size)
+	if err := c.Register(buf); err != nil {
+		t.Fatal(err)
+	}
+	st := c.Stats()
+	do := func(step string, to int32, windows, regions uint64) {
+		t.Helper()
+		target.Store(to)
+		if n, err := c.Get(ctx, "user", buf, 0, 0); err != nil || n != size || !bytes.Equal(buf, pattern(size, uint64(to))) {
+			t.Fatalf("%s: Get = %d, %v", step, n, err)
+		}
+		if w, g := st.WindowGrants.Load(), st.RegionGrants.Load(); w != windows || g != regions {
+			t.Fatalf("%s: %d window grants, %d region grants; want %d, %d", step, w, g, windows, regions)
+		}
+	}
+	do("first Get", 0, 0, 1)
+	deadline := time.Now().Add(20 * time.Second)
+	for c.idleConns(c.rails[0], srvIP) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("no connection of the first server's")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	do("Get through a window", 0, 1, 1)
+	ref0 := st.Refused.Load()
+	do("Get from the other server", 1, 2, 2)
+	if st.Retries.Load() == 0 || st.Refused.Load() == ref0 || !c.ambiguous.Load() {
+		t.Fatalf("retries %d, refused %d, ambiguous %v: the misdirected window was not refused and retried",
+			st.Retries.Load(), st.Refused.Load()-ref0, c.ambiguous.Load())
+	}
+	do("Get after", 0, 2, 3)
 }
