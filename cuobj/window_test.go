@@ -597,3 +597,48 @@ func TestWindowGuessCorrected(t *testing.T) {
 	}
 	do("Get after", 0, 2, 3)
 }
+
+// TestWindowNeverOnEndpointQPN: the client binds no window through a
+// connection whose QPN is its endpoint number, so that a token's qp field
+// is either: a token for that server is then a region.
+func TestWindowNeverOnEndpointQPN(t *testing.T) {
+	sdev, cdev := memDevices(t, faultnet.Config{}, faultnet.Config{})
+	const size = 4096
+	r := newRig(t, sdev, cdev, size, nil, nil)
+	ctx := ctxT(t, 60*time.Second)
+	buf := make([]byte, size)
+	if err := r.cli.Register(buf); err != nil {
+		t.Fatal(err)
+	}
+	r.object = pattern(size, 1)
+	if _, err := r.cli.Get(ctx, "user", buf, 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	r.waitIdle(t, 1)
+	rl := r.cli.rails[0]
+	r.cli.mu.RLock()
+	var qpn uint32
+	for _, sc := range r.cli.conns {
+		qpn = sc.qpn
+	}
+	r.cli.mu.RUnlock()
+	saved := rl.endpoint
+	rl.endpoint = qpn // as if the device had handed out the endpoint's number
+	desc, err := r.cli.GetRDMATokenFor(buf, size, 0, OpGet, srvIP)
+	rl.endpoint = saved
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok, _ := ParseToken(desc)
+	if st := r.cli.Stats(); st.WindowGrants.Load() != 0 || st.RegionGrants.Load() != 2 || tok.QPN != qpn {
+		t.Fatalf("%d window grants, %d region grants, qp %#x: want a region naming the endpoint %#x",
+			st.WindowGrants.Load(), st.RegionGrants.Load(), tok.QPN, qpn)
+	}
+	// With the true endpoint the same connection binds windows again.
+	if desc, err = r.cli.GetRDMATokenFor(buf, size, 0, OpGet, srvIP); err != nil {
+		t.Fatal(err)
+	}
+	if tok, _ = ParseToken(desc); tok.QPN != qpn || r.cli.Stats().WindowGrants.Load() != 1 {
+		t.Fatalf("qp %#x, %d window grants: want a window through %#x", tok.QPN, r.cli.Stats().WindowGrants.Load(), qpn)
+	}
+}
