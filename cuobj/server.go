@@ -175,8 +175,11 @@ type channel struct {
 	// connection (borrow), counted in lent while it waits or holds it.
 	mu   chanLock
 	lent atomic.Int32
-	cq   *roce.CQ
-	p    path
+	// stale: freed while lent; its next holder forgets the asynchronous
+	// requests and events of the one before.
+	stale atomic.Bool
+	cq    *roce.CQ
+	p     path
 	// The rest is guarded by mu.
 	pending     map[uint64]any // asynchronous requests by WR ID
 	nextID      uint64
@@ -381,9 +384,16 @@ func (s *Server) FreeChannel(id uint16) {
 		ch.owner = netip.Addr{}
 	}
 	s.mu.Unlock()
-	if ch.mu.TryLock() {
-		clear(ch.pending)
-		ch.events = ch.events[:0]
+	switch {
+	case ch.mu.TryLock():
+		ch.forget()
+		ch.mu.Unlock()
+	case ch.lent.Load() > 0:
+		// Lent to another channel's request, which may meet this holder's
+		// completions: the next holder forgets them (channelWait).
+		ch.stale.Store(true)
+	case ch.mu.TryLock(): // a borrower left between the two looks
+		ch.forget()
 		ch.mu.Unlock()
 	}
 	ch.allocated.Store(false)
@@ -437,24 +447,30 @@ func (s *Server) channelWait(ctx context.Context, id uint16) (*channel, error) {
 	if ch == nil || !ch.allocated.Load() {
 		return nil, fmt.Errorf("%w: channel %d is not allocated", ErrChannel, id)
 	}
-	if ch.mu.TryLock() {
-		return ch, nil
-	}
-	// A borrower unlocks before it leaves lent: with lent seen 0, a
-	// borrower's hold has ended, so a failed second try is a holder's.
-	if ch.lent.Load() == 0 {
-		if ch.mu.TryLock() {
-			return ch, nil
+	if !ch.mu.TryLock() {
+		// A borrower unlocks before it leaves lent: with lent seen 0, a
+		// borrower's hold has ended, so a failed second try is a holder's.
+		if ch.lent.Load() == 0 {
+			if !ch.mu.TryLock() {
+				return nil, fmt.Errorf("%w: channel %d is in use by another goroutine", ErrChannel, id)
+			}
+		} else if ctx == nil {
+			return nil, errLent
+		} else if err := ch.mu.lockCtx(ctx); err != nil {
+			return nil, fmt.Errorf("%w: channel %d: %w", ErrChannel, id, err)
 		}
-		return nil, fmt.Errorf("%w: channel %d is in use by another goroutine", ErrChannel, id)
 	}
-	if ctx == nil {
-		return nil, errLent
-	}
-	if err := ch.mu.lockCtx(ctx); err != nil {
-		return nil, fmt.Errorf("%w: channel %d: %w", ErrChannel, id, err)
+	if ch.stale.Swap(false) {
+		ch.forget()
 	}
 	return ch, nil
+}
+
+// forget drops the asynchronous requests and events of a channel's
+// holder that let it go (ch.mu held).
+func (ch *channel) forget() {
+	clear(ch.pending)
+	ch.events = ch.events[:0]
 }
 
 // borrow locks channel id for one request of another channel's whose

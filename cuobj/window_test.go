@@ -642,3 +642,39 @@ func TestWindowNeverOnEndpointQPN(t *testing.T) {
 		t.Fatalf("qp %#x, %d window grants: want a window through %#x", tok.QPN, r.cli.Stats().WindowGrants.Load(), qpn)
 	}
 }
+
+// TestFreeChannelWhileLent: a channel freed while another channel's
+// request holds it leaves nothing of its holder's to the next: the next
+// holder's Poll finds no event of the one before.
+func TestFreeChannelWhileLent(t *testing.T) {
+	sdev, cdev := memDevices(t, faultnet.Config{}, faultnet.Config{})
+	r := newRig(t, sdev, cdev, 4096, nil, nil)
+	ctx := ctxT(t, 30*time.Second)
+	id, err := r.srv.AllocateChannel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ch, err := r.srv.channel(id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ch.events = append(ch.events, AsyncEvent{Handle: "the first holder's"})
+	ch.mu.Unlock()
+	lender, err := r.srv.borrow(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.srv.channel(id); !errors.Is(err, errLent) {
+		t.Fatalf("a lent channel: %v, want errLent", err)
+	}
+	r.srv.FreeChannel(id)
+	lender.giveBack()
+	again, err := r.srv.AllocateChannel()
+	if err != nil || again != id {
+		t.Fatalf("AllocateChannel = %d, %v; want %d", again, err, id)
+	}
+	ev := make([]AsyncEvent, 4)
+	if n, err := r.srv.Poll(id, ev); n != 0 || err != nil {
+		t.Fatalf("the next holder's Poll = %d, %v (%+v)", n, err, ev[0])
+	}
+}
