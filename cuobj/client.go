@@ -659,20 +659,32 @@ wait:
 	_ = conn.Close()
 }
 
-// misdirected notes a server at from that dialled a QPN of another
-// server's connection as an endpoint number: a window token whose server
-// the client guessed (windowConn) went elsewhere.
+// misdirected handles a server at from that dialled a QPN of one of the
+// client's connections as an endpoint number: it has no such connection.
+// If the connection is another server's, a window token whose server the
+// client guessed (windowConn) went elsewhere: the client guesses no more.
+// If it is from's own, from has lost it (a failure it reset, a path that
+// died) while the client's end lives on: the client closes it, so that no
+// more windows are bound through it.
 func (c *Client) misdirected(r *rail, from netip.Addr, qpn uint32) {
+	var lost *serverConn
 	c.mu.RLock()
-	defer c.mu.RUnlock()
 	for _, sc := range c.conns {
-		if sc.rail == r && sc.qpn == qpn && sc.from != from {
-			if !c.ambiguous.Swap(true) {
-				c.telem.error("a window token reached another server than its connection's: tokens that name no server are regions from now on",
-					"bound", sc.from, "reached", from)
-			}
-			return
+		if sc.rail != r || sc.qpn != qpn {
+			continue
 		}
+		if sc.from == from {
+			lost = sc
+		} else if !c.ambiguous.Swap(true) {
+			c.telem.error("a window token reached another server than its connection's: tokens that name no server are regions from now on",
+				"bound", sc.from, "reached", from)
+		}
+		break
+	}
+	c.mu.RUnlock()
+	if lost != nil {
+		c.telem.error("the server has lost a connection the client still holds: closing it", "from", from, "qpn", qpn)
+		_ = lost.conn.Close() // answer forgets it
 	}
 }
 

@@ -114,7 +114,10 @@
 //     endpoint number, so the two cannot be confused. A callback's window
 //     guessed for one server and handed to another is refused there as
 //     stale; the callback is retried with a region, and the client
-//     guesses from its connections no more. Where there
+//     guesses from its connections no more. A server that has lost a
+//     connection the client still holds (its disconnect lost with the
+//     path) dials its QPN the same way: the client refuses it and closes
+//     its end, and the retry is a region. Where there
 //     is none (a client's first request to a server, more tokens at once
 //     than the server has connections, a server not named) the token is a
 //     region (ClientStats.WindowGrants and RegionGrants count which): the

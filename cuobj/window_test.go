@@ -678,3 +678,68 @@ func TestFreeChannelWhileLent(t *testing.T) {
 		t.Fatalf("the next holder's Poll = %d, %v (%+v)", n, err, ev[0])
 	}
 }
+
+// TestWindowLostConnection: a server that has lost a connection the
+// client still holds (its DREQ lost with the path, say) dials the QPN of
+// a window token bound through it as an endpoint number: the client
+// refuses it, closes its end, and the callback's retry, a region,
+// succeeds on a new connection.
+func TestWindowLostConnection(t *testing.T) {
+	sdev, cdev := memDevices(t, faultnet.Config{}, faultnet.Config{})
+	const size = 4096
+	r := newRig(t, sdev, cdev, size, nil, nil)
+	ctx := ctxT(t, 60*time.Second)
+	buf := make([]byte, size)
+	if err := r.cli.Register(buf); err != nil {
+		t.Fatal(err)
+	}
+	r.object = pattern(size, 1)
+	if _, err := r.cli.Get(ctx, "user", buf, 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	r.waitIdle(t, 1)
+	// The server forgets its connection without a word to the client.
+	rt := r.srv.tr.(*rcTransport)
+	var lost *rcConn
+	rt.mu.Lock()
+	for k, c := range rt.byPeer {
+		lost = c
+		delete(rt.byPeer, k)
+	}
+	rt.mu.Unlock()
+	lost.p.mu.Lock()
+	delete(lost.p.conns, lost.key)
+	lost.p.mu.Unlock()
+	t.Cleanup(func() { lost.c.Close() })
+
+	st := r.cli.Stats()
+	r.object = pattern(size, 2)
+	if n, err := r.cli.Get(ctx, "user", buf, 0, 0); err != nil || n != size || !bytes.Equal(buf, r.object) {
+		t.Fatalf("Get with the connection lost = %d, %v", n, err)
+	}
+	if st.Retries.Load() == 0 || st.WindowGrants.Load() != 1 || r.cli.ambiguous.Load() {
+		t.Fatalf("retries %d, window grants %d, ambiguous %v: want the window refused, a retry, no ambiguity",
+			st.Retries.Load(), st.WindowGrants.Load(), r.cli.ambiguous.Load())
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		r.cli.mu.RLock()
+		held := false
+		for _, sc := range r.cli.conns {
+			held = held || sc.qpn == lost.peer.qpn
+		}
+		r.cli.mu.RUnlock()
+		if !held {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the client still holds the connection the server lost")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	// Windows again, through the new connection.
+	r.waitIdle(t, 1)
+	if n, err := r.cli.Get(ctx, "user", buf, 0, 0); err != nil || n != size || st.WindowGrants.Load() != 2 {
+		t.Fatalf("Get after = %d, %v; %d window grants, want 2", n, err, st.WindowGrants.Load())
+	}
+}
