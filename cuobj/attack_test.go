@@ -398,17 +398,18 @@ func (r *rig) stealOn(ctx context.Context, ch uint16, loot *Buffer, tok Token, p
 	return err
 }
 
-// TestAttackWindows: with ClientOptions.MemoryWindows, tokens are type 2
-// windows bound through the server's connection. A window works in range
-// on that connection; replayed after its request or after PutRDMAToken
-// (the window invalidated), widened, or used through another connection
-// of the same server (another QP), it gets a remote access error, counted
-// by the client and its device, and client memory is untouched.
+// TestAttackWindows: by default an RC token is a type 2 window bound
+// through the server's connection and naming it by its QPN. A window
+// works in range on that connection; replayed after its request or after
+// PutRDMAToken (the window invalidated), widened, or used through another
+// connection of the same server (another QP), it gets a remote access
+// error, counted by the client and its device, and client memory is
+// untouched.
 func TestAttackWindows(t *testing.T) {
 	forAttackLinks(t, func(t *testing.T, lk attackLink) {
 		pair := lk.open(t)
 		const regSize, objSize, off = 64 << 10, 4096, 8192
-		r := newRigAt(t, pair.sdev, pair.cdev, pair.srv, regSize, &ClientOptions{Proto: ProtoRC, MemoryWindows: true}, nil)
+		r := newRigAt(t, pair.sdev, pair.cdev, pair.srv, regSize, &ClientOptions{Proto: ProtoRC}, nil)
 		ctx := ctxT(t, 90*time.Second)
 		private := pattern(regSize, 7)
 		buf := append([]byte(nil), private...)
@@ -446,7 +447,7 @@ func TestAttackWindows(t *testing.T) {
 			// The client records the connection once the CM handshake is
 			// over, which may be after the server's WRITE.
 			deadline := time.Now().Add(20 * time.Second)
-			for r.cli.windowConn(r.cli.rails[0], pair.srv) == nil {
+			for r.cli.idleConns(r.cli.rails[0], pair.srv) == 0 {
 				if time.Now().After(deadline) {
 					t.Fatalf("%s: no live connection of the server's", step)
 				}
@@ -511,12 +512,19 @@ func TestAttackWindows(t *testing.T) {
 		if !bytes.Equal(loot[:objSize], buf[off:off+objSize]) {
 			t.Fatal("READ through a live window: data differs")
 		}
+		if tok.QPN == r.cli.Endpoint() {
+			t.Fatalf("window token names the endpoint %#x, not its connection's QPN", tok.QPN)
+		}
 		clear(loot)
+		// Through another QP: the token's qp field set to the client's
+		// endpoint makes a fresh channel connect anew.
 		other, err := r.srv.AllocateChannel()
 		if err != nil {
 			t.Fatal(err)
 		}
-		wantAccessError(t, "window token through another QP", r.stealOn(ctx, other, lreg, tok, true))
+		viaOther := tok
+		viaOther.QPN = r.cli.Endpoint()
+		wantAccessError(t, "window token through another QP", r.stealOn(ctx, other, lreg, viaOther, true))
 		r.srv.FreeChannel(other)
 		lootClean("a window token through another QP")
 		wide := tok

@@ -147,9 +147,10 @@ func BenchmarkDCRawRead1MiB(b *testing.B)  { benchRawProto(b, 1<<20, true, Proto
 func BenchmarkDCGet4KiB(b *testing.B)      { benchHandleProto(b, 4096, false, ProtoDC) }
 func BenchmarkDCRawWrite4KiB(b *testing.B) { benchRawProto(b, 4096, false, ProtoDC) }
 
-// BenchmarkGrant is the client's cost of one token: a memory region
-// registered over the token's range and deregistered when the request
-// ends (GetRDMAToken + PutRDMAToken).
+// BenchmarkGrant is the client's cost of one region token: a memory
+// region registered over the token's range and deregistered when the
+// request ends (GetRDMAToken + PutRDMAToken), as for a client's first
+// token to a server (no connection to bind a window through yet).
 func BenchmarkGrant4KiB(b *testing.B) { benchGrant(b, 4096) }
 func BenchmarkGrant1MiB(b *testing.B) { benchGrant(b, 1<<20) }
 
@@ -177,15 +178,15 @@ func benchGrant(b *testing.B, size int) {
 	}
 }
 
-// BenchmarkGrantWindow is BenchmarkGrant with ClientOptions.MemoryWindows:
-// a type 2 window bound through the server's connection, invalidated and
-// deallocated at PutRDMAToken.
+// BenchmarkGrantWindow is BenchmarkGrant for a window token (the default
+// once the server has a connection): a type 2 window bound through the
+// server's connection, invalidated and deallocated at PutRDMAToken.
 func BenchmarkGrantWindow4KiB(b *testing.B) { benchGrantWindow(b, 4096) }
 func BenchmarkGrantWindow1MiB(b *testing.B) { benchGrantWindow(b, 1<<20) }
 
 func benchGrantWindow(b *testing.B, size int) {
 	sdev, cdev := memDevices(b, faultnet.Config{}, faultnet.Config{})
-	r := newRig(b, sdev, cdev, size, &ClientOptions{MemoryWindows: true}, nil)
+	r := newRig(b, sdev, cdev, size, nil, nil)
 	buf := make([]byte, size)
 	if err := r.cli.Register(buf); err != nil {
 		b.Fatal(err)
@@ -194,7 +195,7 @@ func benchGrantWindow(b *testing.B, size int) {
 	if _, err := r.cli.Get(ctxT(b, time.Minute), "user", buf, 0, 0); err != nil {
 		b.Fatal(err)
 	}
-	for deadline := time.Now().Add(20 * time.Second); r.cli.windowConn(r.cli.rails[0], srvIP) == nil; time.Sleep(time.Millisecond) {
+	for deadline := time.Now().Add(20 * time.Second); r.cli.idleConns(r.cli.rails[0], srvIP) == 0; time.Sleep(time.Millisecond) {
 		if time.Now().After(deadline) {
 			b.Fatal("no live connection of the server's")
 		}
@@ -216,3 +217,104 @@ func benchGrantWindow(b *testing.B, size int) {
 		b.Fatalf("%d of %d grants were windows", w, n)
 	}
 }
+
+// benchWindow is benchHandle with a window token (the RC default once the
+// server has a connection): on the channel of the token's connection, or
+// on another that borrows it.
+func benchWindow(b *testing.B, size int, put, borrowed bool) {
+	sdev, cdev := memDevices(b, faultnet.Config{}, faultnet.Config{})
+	r := newRig(b, sdev, cdev, size, nil, nil)
+	buf := make([]byte, size)
+	if err := r.cli.Register(buf); err != nil {
+		b.Fatal(err)
+	}
+	r.object = pattern(size, 1)
+	if _, err := r.cli.Get(ctxT(b, time.Minute), "user", buf, 0, 0); err != nil {
+		b.Fatal(err)
+	}
+	for deadline := time.Now().Add(20 * time.Second); r.cli.idleConns(r.cli.rails[0], srvIP) == 0; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			b.Fatal("no live connection of the server's")
+		}
+	}
+	op, h := OpGet, r.srv.HandleGetObject
+	if put {
+		op, h = OpPut, r.srv.HandlePutObject
+	}
+	desc, err := r.cli.GetRDMATokenFor(buf, uint64(size), 0, op, srvIP)
+	if err != nil {
+		b.Fatal(err)
+	}
+	tok, _ := ParseToken(desc)
+	ch, ok := r.srv.tr.route(&tok)
+	if !ok {
+		b.Fatal("the token is not a window")
+	}
+	if borrowed {
+		if ch, err = r.srv.AllocateChannel(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	req := &Request{Local: r.sreg, RemoteAddr: tok.Addr, Size: uint64(size), Token: desc, Channel: ch}
+	ctx := context.Background()
+	b.SetBytes(int64(size))
+	b.ResetTimer()
+	for range b.N {
+		if _, err := h(ctx, req); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkGetWindow4KiB(b *testing.B)         { benchWindow(b, 4096, false, false) }
+func BenchmarkGetWindow1MiB(b *testing.B)         { benchWindow(b, 1<<20, false, false) }
+func BenchmarkPutWindow1MiB(b *testing.B)         { benchWindow(b, 1<<20, true, false) }
+func BenchmarkGetWindowBorrowed4KiB(b *testing.B) { benchWindow(b, 4096, false, true) }
+
+// benchRound is one client request end to end (Client.Get or Put: the
+// grant, the callback calling the server, the revoke), with window
+// tokens (the default) or region tokens (ClientOptions.RegionTokens).
+func benchRound(b *testing.B, size int, put, regions bool) {
+	sdev, cdev := memDevices(b, faultnet.Config{}, faultnet.Config{})
+	r := newRig(b, sdev, cdev, size, &ClientOptions{RegionTokens: regions}, nil)
+	buf := make([]byte, size)
+	if err := r.cli.Register(buf); err != nil {
+		b.Fatal(err)
+	}
+	r.object = pattern(size, 1)
+	ctx := ctxT(b, 10*time.Minute)
+	if _, err := r.cli.Get(ctx, "user", buf, 0, 0); err != nil {
+		b.Fatal(err)
+	}
+	if !regions {
+		for deadline := time.Now().Add(20 * time.Second); r.cli.idleConns(r.cli.rails[0], srvIP) == 0; time.Sleep(time.Millisecond) {
+			if time.Now().After(deadline) {
+				b.Fatal("no live connection of the server's")
+			}
+		}
+	}
+	st := r.cli.Stats()
+	w0, g0 := st.WindowGrants.Load(), st.RegionGrants.Load()
+	io := r.cli.Get
+	if put {
+		io = r.cli.Put
+	}
+	b.SetBytes(int64(size))
+	b.ResetTimer()
+	for range b.N {
+		if _, err := io(ctx, "user", buf, 0, 0); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.StopTimer()
+	if w, g := st.WindowGrants.Load()-w0, st.RegionGrants.Load()-g0; (regions && w != 0) || (!regions && g != 0) {
+		b.Fatalf("%d window grants, %d region grants", w, g)
+	}
+}
+
+func BenchmarkRoundGet4KiB(b *testing.B)       { benchRound(b, 4096, false, false) }
+func BenchmarkRoundGetRegion4KiB(b *testing.B) { benchRound(b, 4096, false, true) }
+func BenchmarkRoundGet1MiB(b *testing.B)       { benchRound(b, 1<<20, false, false) }
+func BenchmarkRoundGetRegion1MiB(b *testing.B) { benchRound(b, 1<<20, false, true) }
+func BenchmarkRoundPut1MiB(b *testing.B)       { benchRound(b, 1<<20, true, false) }
+func BenchmarkRoundPutRegion1MiB(b *testing.B) { benchRound(b, 1<<20, true, true) }

@@ -72,29 +72,44 @@ type RDMAInfo struct {
 // before sending the descriptor. A callback that names no server relies
 // on ClientOptions.Servers (see the package documentation).
 //
-// A token whose memory window is bound through another server's
-// connection than a's (see ClientOptions.MemoryWindows) is replaced here
-// by one that a can use: Desc and Token change, so read them after the
-// call.
+// An RC token is, where it can be, a memory window bound through one of
+// a's connections (see the package documentation's threat model): a
+// token bound through another server's connection, or a region where a
+// has a connection to bind through, is replaced here. Desc and Token
+// change, so read them after the call. A callback's token is bound, before
+// the callback runs, through a connection of the server the last
+// callback named (or of the one ClientOptions.Servers names): callbacks
+// of a client that name their servers should all name them.
 func (i *RDMAInfo) AllowServer(a netip.Addr) {
 	if i == nil || i.c == nil || i.g == nil {
 		return
 	}
-	i.c.allow(i.g, a)
-	if g := i.g; g.wc != nil && g.wc.from != a.Unmap() && a.IsValid() {
-		// The window is usable through its connection only: give the
-		// server a region instead (the fallback of grantRange).
-		if err := i.c.revoke(g); err != nil {
-			i.c.telem.error("revoke", "err", err)
-		}
-		tok, ng, err := i.c.grantMR(g.rail, g.reg, g.off, g.size, g.op)
-		if err != nil {
-			i.c.telem.error("grant", "err", err)
-			return
-		}
-		i.c.allow(ng, a)
-		i.g, i.Token, i.Desc = ng, tok, tok.String()
+	a = a.Unmap()
+	c, g := i.c, i.g
+	if !a.IsValid() {
+		return
 	}
+	c.mu.Lock()
+	c.lastNamed = a
+	c.mu.Unlock()
+	c.allow(g, a)
+	if g.wc != nil && g.wc.from == a {
+		return
+	}
+	sc := c.windowConn(g.rail, a, false)
+	if sc == nil && g.wc == nil {
+		return // a region, as a new grant would be
+	}
+	tok, ng, err := c.grantThrough(sc, g.rail, g.reg, g.off, g.size, g.op)
+	if err != nil {
+		c.telem.error("grant", "err", err)
+		return // the token stays as it is
+	}
+	c.allow(ng, a)
+	if err := c.revoke(g); err != nil {
+		c.telem.error("revoke", "err", err)
+	}
+	i.g, i.Token, i.Desc = ng, tok, tok.String()
 }
 
 // Handle identifies one callback invocation (the callback's handle).
@@ -183,21 +198,16 @@ type ClientOptions struct {
 	// token admits any address while it lives (weaker; see the package
 	// documentation).
 	Servers []netip.Addr
-	// MemoryWindows makes an RC client grant tokens as type 2 memory
-	// windows over one registration per buffer, bound through the
-	// connection of the server the token is for and invalidated when the
-	// token dies, instead of a memory region per token. A window is
-	// usable through that connection alone, so one is bound only when the
-	// client can tell which connection the server will use: the server
-	// has exactly one live connection to the client (for a callback's
-	// token, the client has exactly one live connection). Otherwise, and
-	// on DC (a DCT posts no binds), the token gets a region as without
-	// this option (ClientStats.WindowGrants and RegionGrants say which).
-	// A server that serves one client through several channels at once
-	// would find a window bound to another channel's connection: enable
-	// windows only for servers that serve the client through one
-	// connection (Tunables.MaxChannelsPerClient 1 at its front end).
-	MemoryWindows bool
+	// RegionTokens makes an RC client grant every token as a memory
+	// region of its own over the token's range, as DC always does (a DCT
+	// posts no binds). By default an RC token is, where the client can
+	// bind one, a type 2 memory window over the token's range, bound
+	// through a connection of the server the token is for, usable
+	// through that QP alone and invalidated when the token dies; the
+	// token's qp field is then that connection's QPN, which the server
+	// uses to find it (see the package documentation's threat model;
+	// ClientStats.WindowGrants and RegionGrants say which a token was).
+	RegionTokens bool
 	// Backups are the backup devices of a multipath client
 	// (rdma_multipath_enabled; see multipath.go): each listens on its
 	// first address and Addr's port (RC) or has a DCT (DC). With
@@ -223,7 +233,7 @@ type Client struct {
 	wg       sync.WaitGroup
 
 	servers []netip.Addr // ClientOptions.Servers, unmapped
-	windows bool         // ClientOptions.MemoryWindows, on RC
+	windows bool         // RC without ClientOptions.RegionTokens
 
 	mu      sync.RWMutex
 	regions map[uintptr]*region
@@ -233,7 +243,13 @@ type Client struct {
 	// those naming none.
 	allowed map[netip.Addr]int
 	unnamed int
-	closed  atomic.Bool
+	// lastNamed is the server a callback last named (AllowServer): the
+	// guess for the next callback's token.
+	lastNamed netip.Addr
+	// ambiguous is set once a window token guessed for one server reached
+	// another (see windowConn): no more guesses from connections.
+	ambiguous atomic.Bool
+	closed    atomic.Bool
 
 	stats ClientStats
 }
@@ -250,7 +266,8 @@ type ClientStats struct {
 	Strangers atomic.Uint64
 	// Grants and Revokes count the per-token grants made and destroyed;
 	// Grants − Revokes are live. WindowGrants of the grants were memory
-	// windows (ClientOptions.MemoryWindows), RegionGrants memory regions.
+	// windows (RC by default), RegionGrants memory regions (DC,
+	// ClientOptions.RegionTokens, or no connection to bind through).
 	Grants, Revokes            atomic.Uint64
 	WindowGrants, RegionGrants atomic.Uint64
 	// AccessErrors counts server connections ended by a remote access
@@ -298,6 +315,10 @@ type serverConn struct {
 	conn *cm.Conn
 	rail *rail
 	from netip.Addr // the server's address, unmapped
+	qpn  uint32     // the client's QPN: a window token's qp field
+	// windows counts the live windows bound through the connection (and
+	// binds under way); guarded by Client.mu.
+	windows int
 
 	mu  sync.Mutex // one local work request at a time; guards seq and wc
 	seq uint64
@@ -376,7 +397,7 @@ func NewClient(dev *roce.Device, ops Ops, o ClientOptions) (*Client, error) {
 			c.proto = ProtoDC
 		}
 	}
-	c.windows = o.MemoryWindows && c.proto == ProtoRC
+	c.windows = !o.RegionTokens && c.proto == ProtoRC
 	for _, a := range o.Servers {
 		c.servers = append(c.servers, a.Unmap())
 	}
@@ -525,8 +546,9 @@ func (c *Client) Addr() netip.AddrPort { return c.rails[0].addr }
 // a multipath client's current device's.
 func (c *Client) ActiveAddr() netip.AddrPort { return c.rails[c.cur.Load()].addr }
 
-// Endpoint returns the client's endpoint number (the token's qp field):
-// for DC, its DCT number.
+// Endpoint returns the client's endpoint number (the qp field of its
+// region tokens; a window token names its connection's QPN instead): for
+// DC, its DCT number.
 func (c *Client) Endpoint() uint32 { return c.endpoint }
 
 // Stats returns the client's counters.
@@ -566,6 +588,7 @@ func (c *Client) answer(r *rail, req *cm.Request) {
 	proto, ep, err := parseHello(req.PrivateData())
 	if err == nil && (proto != c.proto || ep != c.endpoint) {
 		err = fmt.Errorf("stale token: endpoint %#x protocol %d, this client is %#x protocol %d", ep, proto, c.endpoint, c.proto)
+		c.misdirected(r, req.RemoteAddr().Addr().Unmap(), ep)
 	}
 	if err == nil && !c.admits(req.RemoteAddr().Addr()) {
 		c.stats.Strangers.Add(1)
@@ -598,7 +621,7 @@ func (c *Client) answer(r *rail, req *cm.Request) {
 		_ = conn.Close()
 		return
 	}
-	c.conns[conn] = &serverConn{conn: conn, rail: r, from: conn.RemoteAddr().Addr().Unmap()}
+	c.conns[conn] = &serverConn{conn: conn, rail: r, from: conn.RemoteAddr().Addr().Unmap(), qpn: conn.QP().QPN()}
 	c.mu.Unlock()
 	c.stats.Connections.Add(1)
 	c.telem.info("server connected", "from", conn.RemoteAddr(), "qpn", conn.QP().QPN())
@@ -634,6 +657,35 @@ wait:
 	delete(c.conns, conn)
 	c.mu.Unlock()
 	_ = conn.Close()
+}
+
+// misdirected handles a server at from that dialled a QPN of one of the
+// client's connections as an endpoint number: it has no such connection.
+// If the connection is another server's, a window token whose server the
+// client guessed (windowConn) went elsewhere: the client guesses no more.
+// If it is from's own, from has lost it (a failure it reset, a path that
+// died) while the client's end lives on: the client closes it, so that no
+// more windows are bound through it.
+func (c *Client) misdirected(r *rail, from netip.Addr, qpn uint32) {
+	var lost *serverConn
+	c.mu.RLock()
+	for _, sc := range c.conns {
+		if sc.rail != r || sc.qpn != qpn {
+			continue
+		}
+		if sc.from == from {
+			lost = sc
+		} else if !c.ambiguous.Swap(true) {
+			c.telem.error("a window token reached another server than its connection's: tokens that name no server are regions from now on",
+				"bound", sc.from, "reached", from)
+		}
+		break
+	}
+	c.mu.RUnlock()
+	if lost != nil {
+		c.telem.error("the server has lost a connection the client still holds: closing it", "from", from, "qpn", qpn)
+		_ = lost.conn.Close() // answer forgets it
+	}
 }
 
 // Register registers host memory for RDMA (cuMemObjGetDescriptor): 1 …
@@ -726,10 +778,17 @@ func (r *region) sync(OpType) {
 // registration on one rail, for op, and returns the token naming it. The
 // rkey is the grant's own: it dies with revoke, and the registration's
 // keys never leave the client. With windows on, the grant is a type 2
-// window bound through the connection of server (invalid: of the only
-// server connected) when there is exactly one; otherwise a region.
-func (c *Client) grantRange(rl *rail, r *region, off, size uint64, op OpType, server netip.Addr) (Token, *grant, error) {
-	if sc := c.windowConn(rl, server); sc != nil {
+// window bound through a connection of server (see windowConn; guess: a
+// callback's token, whose server may be named later) when there is one
+// to bind through; otherwise a region.
+func (c *Client) grantRange(rl *rail, r *region, off, size uint64, op OpType, server netip.Addr, guess bool) (Token, *grant, error) {
+	return c.grantThrough(c.windowConn(rl, server, guess), rl, r, off, size, op)
+}
+
+// grantThrough grants a window bound through sc (reserved by
+// windowConn), or a region when sc is nil or the bind fails.
+func (c *Client) grantThrough(sc *serverConn, rl *rail, r *region, off, size uint64, op OpType) (Token, *grant, error) {
+	if sc != nil {
 		tok, g, err := c.grantWindow(sc, r, off, size, op)
 		if err == nil {
 			return tok, g, nil
@@ -768,15 +827,17 @@ func (c *Client) grantMR(rl *rail, r *region, off, size uint64, op OpType) (Toke
 		return Token{}, nil, err
 	}
 	c.stats.RegionGrants.Add(1)
-	return c.token(rl, mr.Addr(), size, mr.RKey()), g, nil
+	return c.token(rl, mr.Addr(), size, mr.RKey(), rl.endpoint), g, nil
 }
 
 // grantWindow grants the range as a type 2 window of the registration's
-// region, bound through sc.
+// region, bound through sc, reserved by windowConn: the reservation
+// becomes the grant's, or is released.
 func (c *Client) grantWindow(sc *serverConn, r *region, off, size uint64, op OpType) (Token, *grant, error) {
 	rl := sc.rail
 	mw, err := rl.pd.AllocMW(roce.MWType2)
 	if err != nil {
+		c.release(sc)
 		return Token{}, nil, err
 	}
 	mr := r.mrs[rl.idx]
@@ -788,15 +849,24 @@ func (c *Client) grantWindow(sc *serverConn, r *region, off, size uint64, op OpT
 		Bind: roce.MWBindInfo{MR: mr, Addr: mr.Addr() + off, Length: size, Access: grantAccess(op)}}
 	if err := sc.local(&wr); err != nil {
 		_ = mw.Close()
+		c.release(sc)
 		return Token{}, nil, err
 	}
 	g := &grant{mw: mw, wc: sc, rkey: key, rail: rl, reg: r, off: off, size: size, op: op}
 	if err := c.addGrant(g); err != nil {
 		_ = c.unbind(g)
+		c.release(sc)
 		return Token{}, nil, err
 	}
 	c.stats.WindowGrants.Add(1)
-	return c.token(rl, mr.Addr()+off, size, key), g, nil
+	return c.token(rl, mr.Addr()+off, size, key, sc.qpn), g, nil
+}
+
+// release gives back a reservation of windowConn's.
+func (c *Client) release(sc *serverConn) {
+	c.mu.Lock()
+	sc.windows--
+	c.mu.Unlock()
 }
 
 // addGrant records a new grant on its registration, unless the
@@ -813,31 +883,75 @@ func (c *Client) addGrant(g *grant) error {
 	return nil
 }
 
-func (c *Client) token(rl *rail, addr, size uint64, rkey uint32) Token {
+// token names a grant: qpn is the rail's endpoint number (a region) or
+// the QPN of the connection a window is bound through.
+func (c *Client) token(rl *rail, addr, size uint64, rkey, qpn uint32) Token {
 	return Token{Addr: addr, Size: uint32(size), RKey: rkey, LID: rl.addr.Port(),
-		QPN: rl.endpoint, HasGID: true, GID: rl.gid}
+		QPN: qpn, HasGID: true, GID: rl.gid}
 }
 
-// windowConn returns the connection to bind a window through: the only
-// live connection of server on rl (invalid server: the only live
-// connection on rl), or nil when windows are off or the client cannot
-// tell which connection the server will use.
-func (c *Client) windowConn(rl *rail, server netip.Addr) *serverConn {
+// windowConn picks, and reserves (see release), the connection to bind a
+// window through for a token handed to server: a live connection of that
+// server's on rl that no other live window is bound through, so that the
+// server's requests of concurrent tokens run on as many QPs (and
+// channels) as there are tokens. It returns nil, and the token is a
+// region, when windows are off, the server is not known, or it has no
+// such connection: the first request, or more tokens at once than it has
+// connections (a region request then runs on the channel the server
+// picks, which connects to the client if it has not yet). A connection
+// whose QPN is the rail's endpoint number is never picked, so that a
+// token's qp field names either the endpoint or a QPN.
+//
+// An invalid server is the one ClientOptions.Servers names alone, else,
+// for a callback's token (guess), the one the last callback named
+// (AllowServer corrects a wrong guess), else, with no ClientOptions.Servers,
+// the only server connected on rl. A window token guessed so but handed
+// to another server is refused when that server connects with its QPN
+// (see answer): the callback fails, is retried, and from then on the
+// client guesses no more from connections (its tokens that name no server
+// are regions).
+func (c *Client) windowConn(rl *rail, server netip.Addr, guess bool) *serverConn {
 	if !c.windows {
 		return nil
 	}
 	server = server.Unmap()
-	c.mu.RLock()
-	defer c.mu.RUnlock()
-	var only *serverConn
-	for _, sc := range c.conns {
-		if sc.rail != rl || (server.IsValid() && sc.from != server) || !sc.live() {
-			continue
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !server.IsValid() {
+		switch {
+		case len(c.servers) == 1:
+			server = c.servers[0]
+		case !guess:
+		case c.lastNamed.IsValid():
+			server = c.lastNamed
+		case len(c.servers) == 0 && !c.ambiguous.Load():
+			server = c.onlyServerLocked(rl)
 		}
-		if only != nil {
+		if !server.IsValid() {
 			return nil
 		}
-		only = sc
+	}
+	for _, sc := range c.conns {
+		if sc.rail == rl && sc.from == server && sc.windows == 0 && sc.qpn != rl.endpoint && sc.live() {
+			sc.windows++
+			return sc
+		}
+	}
+	return nil
+}
+
+// onlyServerLocked returns the address of the servers connected on rl,
+// when they all have one (invalid otherwise).
+func (c *Client) onlyServerLocked(rl *rail) netip.Addr {
+	var only netip.Addr
+	for _, sc := range c.conns {
+		if sc.rail != rl || !sc.live() {
+			continue
+		}
+		if only.IsValid() && sc.from != only {
+			return netip.Addr{}
+		}
+		only = sc.from
 	}
 	return only
 }
@@ -908,6 +1022,9 @@ func (c *Client) detachOneLocked(g *grant) []*grant {
 	}
 	g.done = true
 	delete(g.reg.grants, g)
+	if g.wc != nil {
+		g.wc.windows--
+	}
 	if g.server.IsValid() {
 		if c.allowed[g.server]--; c.allowed[g.server] <= 0 {
 			delete(c.allowed, g.server)
@@ -1002,7 +1119,7 @@ func (c *Client) GetRDMATokenFor(buf []byte, size, offset uint64, op OpType, ser
 	if size == 0 || offset > n || size > n-offset {
 		return "", newErr(name, syscall.EINVAL, ErrRange, "%d bytes at offset %d of a %d-byte registration", size, offset, n)
 	}
-	tok, g, err := c.grantRange(c.pick(), r, offset, size, op, server)
+	tok, g, err := c.grantRange(c.pick(), r, offset, size, op, server, false)
 	if err != nil {
 		err.(*Error).Op = name
 		return "", err
@@ -1140,7 +1257,7 @@ func (c *Client) call(ctx context.Context, cb Callback, h *Handle, chunk []byte,
 	for attempt := 0; ; attempt++ {
 		c.stats.Callbacks.Add(1)
 		rl := c.pick()
-		tok, g, err := c.grantRange(rl, r, roff, uint64(len(chunk)), op, netip.Addr{})
+		tok, g, err := c.grantRange(rl, r, roff, uint64(len(chunk)), op, netip.Addr{}, true)
 		if err != nil {
 			return 0, err
 		}

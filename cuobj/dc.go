@@ -96,7 +96,10 @@ func newDCTransport(pd *roce.PD, local netip.Addr, t *Tunables, mtu ib.MTU) *dcT
 	return &dcTransport{pd: pd, local: local, t: t, mtu: mtu, ahs: map[ib.GID]*roce.AH{}}
 }
 
-func (tr *dcTransport) openPath(cq *roce.CQ) (path, error) {
+// route names no channel: a DC token reaches the client's DCT from any.
+func (tr *dcTransport) route(*Token) (uint16, bool) { return 0, false }
+
+func (tr *dcTransport) openPath(_ uint16, cq *roce.CQ) (path, error) {
 	p := &dcPath{tr: tr, cq: cq, byQPN: map[uint32]*dci{}}
 	q, err := p.newDCI()
 	if err != nil {

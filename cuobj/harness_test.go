@@ -61,6 +61,8 @@ type rig struct {
 	object []byte // what Get serves
 	// hook, if set, runs in each callback before the server is called.
 	hook func(h *Handle, info *RDMAInfo) error
+	// onChannel, if set, runs in each callback once it holds its channel.
+	onChannel func(ch uint16)
 }
 
 func newRig(t testing.TB, sdev, cdev *roce.Device, size int, copt *ClientOptions, tun *Tunables) *rig {
@@ -127,6 +129,9 @@ func (r *rig) get(h *Handle, chunk []byte, off int64, info *RDMAInfo) (int, erro
 	}
 	ch := r.channel()
 	defer func() { r.chans <- ch }()
+	if r.onChannel != nil {
+		r.onChannel(ch)
+	}
 	n := min(int64(len(chunk)), int64(len(r.object))-off)
 	if n <= 0 {
 		return 0, nil
@@ -146,6 +151,9 @@ func (r *rig) put(h *Handle, chunk []byte, off int64, info *RDMAInfo) (int, erro
 	}
 	ch := r.channel()
 	defer func() { r.chans <- ch }()
+	if r.onChannel != nil {
+		r.onChannel(ch)
+	}
 	got, err := r.srv.HandlePutObject(h.Context(), &Request{Key: "put", Local: r.sreg, LocalOffset: uint64(off),
 		RemoteAddr: info.Token.Addr, Size: uint64(len(chunk)), Token: info.Desc, Channel: ch})
 	return int(got), err
@@ -212,3 +220,17 @@ func reserve(t testing.TB, n int) []byte {
 }
 
 func quietLog() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+// idleConns counts the client's live connections of server on rl that no
+// live window is bound through (those windowConn picks from).
+func (c *Client) idleConns(rl *rail, server netip.Addr) int {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	n := 0
+	for _, sc := range c.conns {
+		if sc.rail == rl && sc.from == server && sc.windows == 0 && sc.live() {
+			n++
+		}
+	}
+	return n
+}

@@ -12,10 +12,10 @@ import (
 //	0  5  "CUOBJ" (OBJ_RDMA_V1)
 //	5  1  version (1)
 //	6  2  protocol (1002), big endian
-//	8  4  the client's endpoint number (the token's qp field), big endian
+//	8  4  the client's endpoint number (a region token's qp field), big endian
 //
 // Both sides parse strictly; the client refuses a hello for another
-// endpoint (a stale token) with a REJ whose private data says so.
+// endpoint (a stale token) with a REJ that says nothing (see answer).
 const (
 	helloMagic   = "CUOBJ"
 	helloVersion = 1

@@ -37,6 +37,10 @@ type ServerOptions struct {
 // Server is a cuObject server endpoint (cuObjServer). Channel allocation
 // and buffer registration are safe for concurrent use; a channel is used
 // by one goroutine at a time (a second one is refused with ErrChannel).
+// A request whose token names, by the client's QPN, the connection of
+// another channel (a memory window bound to that QP) runs on that channel
+// for its duration: the channel's own user waits meanwhile
+// (ServerStats.Borrowed counts such requests).
 type Server struct {
 	dev   *roce.Device
 	addr  netip.AddrPort
@@ -71,6 +75,9 @@ type ServerStats struct {
 	RefusedMemory         atomic.Uint64 // Reserve past MaxHeldBytes
 	ConnectTimeouts       atomic.Uint64 // clients that did not answer within ConnectTimeout
 	Stray                 atomic.Uint64 // completions with no request outstanding on their channel, ignored
+	// Borrowed counts requests carried by another channel's connection:
+	// their token names its client QPN (a memory window bound to it).
+	Borrowed atomic.Uint64
 }
 
 // NewServer starts a server endpoint on dev at addr (the cuObjServer
@@ -140,7 +147,7 @@ func (s *Server) rcTransport(o ServerOptions) *rcTransport {
 	if o.Manager != nil {
 		dial = o.Manager.Dial
 	}
-	return &rcTransport{dial: dial, pd: s.pd, rcq: s.rcq, local: s.local, t: &s.t, mtu: o.PathMTU}
+	return &rcTransport{dial: dial, pd: s.pd, rcq: s.rcq, local: s.local, t: &s.t, mtu: o.PathMTU, byPeer: map[rcPeer]*rcConn{}}
 }
 
 // Addr returns the endpoint address.
@@ -163,9 +170,16 @@ func (s *Server) IsConnected() bool {
 type channel struct {
 	id        uint16
 	allocated atomic.Bool
-	mu        sync.Mutex // held by the goroutine using the channel
-	cq        *roce.CQ
-	p         path
+	// mu is held by the goroutine using the channel: its holder, or a
+	// request of another channel's whose token names this channel's
+	// connection (borrow), counted in lent while it waits or holds it.
+	mu   chanLock
+	lent atomic.Int32
+	// stale: freed while lent; its next holder forgets the asynchronous
+	// requests and events of the one before.
+	stale atomic.Bool
+	cq    *roce.CQ
+	p     path
 	// The rest is guarded by mu.
 	pending     map[uint64]asyncReq // asynchronous requests by WR ID
 	nextID      uint64
@@ -216,12 +230,12 @@ func (s *Server) allocate(op string, peer netip.Addr) (uint16, error) {
 			if err != nil {
 				return InvalidChannelID, newErr(op, syscall.ENOMEM, ErrInvalid, "%v", err)
 			}
-			p, err := s.tr.openPath(cq)
+			p, err := s.tr.openPath(uint16(i), cq)
 			if err != nil {
 				_ = cq.Close()
 				return InvalidChannelID, newErr(op, syscall.ENOMEM, ErrInvalid, "%v", err)
 			}
-			ch = &channel{id: uint16(i), cq: cq, p: p, pending: map[uint64]asyncReq{}}
+			ch = &channel{id: uint16(i), mu: newChanLock(), cq: cq, p: p, pending: map[uint64]asyncReq{}}
 			s.chans[i] = ch
 		}
 		ch.allocated.Store(true)
@@ -279,8 +293,9 @@ func (s *Server) ChannelsInUse() int {
 }
 
 // Connect makes sure the channel can reach the client the token names:
-// RC connects (or finds the connection kept from an earlier request), DC
-// resolves the client's address. A front end calls it before it
+// RC connects (or finds the connection kept from an earlier request, or
+// the live connection of any channel that the token names by the
+// client's QPN), DC resolves the client's address. A front end calls it before it
 // allocates a buffer or reads a file for the request, so that a token
 // naming a client that does not answer costs a channel for at most
 // Tunables.ConnectTimeout and no memory. Errors as HandleGetObject's,
@@ -299,13 +314,18 @@ func (s *Server) Connect(ctx context.Context, channel uint16, token string) erro
 	if _, err := s.checkPeer(op, &tok); err != nil {
 		return err
 	}
-	ch, err := s.channel(channel)
+	ch, err := s.channelWait(ctx, channel)
 	if err != nil {
 		_, err = s.refuse(op, syscall.EIO, err, "")
 		return err
 	}
 	defer ch.mu.Unlock()
 	ch.tok = tok
+	if _, ok := s.tr.route(&ch.tok); ok {
+		// The token names a kept connection by its client QPN: nothing to
+		// reach (the request runs on that connection's channel).
+		return nil
+	}
 	if err := ch.p.prepare(ctx, &ch.tok); err != nil {
 		return s.submitFailed(op, token, err)
 	}
@@ -364,16 +384,60 @@ func (s *Server) FreeChannel(id uint16) {
 		ch.owner = netip.Addr{}
 	}
 	s.mu.Unlock()
-	if ch.mu.TryLock() {
-		clear(ch.pending)
-		ch.events = ch.events[:0]
+	switch {
+	case ch.mu.TryLock():
+		ch.forget()
+		ch.mu.Unlock()
+	case ch.lent.Load() > 0:
+		// Lent to another channel's request, which may meet this holder's
+		// completions: the next holder forgets them (channelWait).
+		ch.stale.Store(true)
+	case ch.mu.TryLock(): // a borrower left between the two looks
+		ch.forget()
 		ch.mu.Unlock()
 	}
 	ch.allocated.Store(false)
 }
 
-// channel returns an allocated channel, locked.
-func (s *Server) channel(id uint16) (*channel, error) {
+// chanLock is a mutex whose waiter can give up (lockCtx).
+type chanLock chan struct{}
+
+func newChanLock() chanLock { return make(chanLock, 1) }
+
+func (l chanLock) Lock() { l <- struct{}{} }
+
+func (l chanLock) Unlock() { <-l }
+
+func (l chanLock) TryLock() bool {
+	select {
+	case l <- struct{}{}:
+		return true
+	default:
+		return false
+	}
+}
+
+func (l chanLock) lockCtx(ctx context.Context) error {
+	select {
+	case l <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// errLent says that a channel is lent to another channel's request for
+// now (see borrow).
+var errLent = fmt.Errorf("%w: lent to a request on another channel", ErrChannel)
+
+// channel returns an allocated channel, locked, or errLent when it is
+// lent to another channel's request.
+func (s *Server) channel(id uint16) (*channel, error) { return s.channelWait(nil, id) }
+
+// channelWait returns an allocated channel, locked. A channel lent to
+// another channel's request is waited for until ctx ends (nil ctx: errLent
+// at once); one held by another goroutine of its own is refused.
+func (s *Server) channelWait(ctx context.Context, id uint16) (*channel, error) {
 	if int(id) >= len(s.chans) {
 		return nil, fmt.Errorf("%w: channel %d of %d", ErrChannel, id, len(s.chans))
 	}
@@ -384,9 +448,50 @@ func (s *Server) channel(id uint16) (*channel, error) {
 		return nil, fmt.Errorf("%w: channel %d is not allocated", ErrChannel, id)
 	}
 	if !ch.mu.TryLock() {
-		return nil, fmt.Errorf("%w: channel %d is in use by another goroutine", ErrChannel, id)
+		// A borrower unlocks before it leaves lent: with lent seen 0, a
+		// borrower's hold has ended, so a failed second try is a holder's.
+		if ch.lent.Load() == 0 {
+			if !ch.mu.TryLock() {
+				return nil, fmt.Errorf("%w: channel %d is in use by another goroutine", ErrChannel, id)
+			}
+		} else if ctx == nil {
+			return nil, errLent
+		} else if err := ch.mu.lockCtx(ctx); err != nil {
+			return nil, fmt.Errorf("%w: channel %d: %w", ErrChannel, id, err)
+		}
+	}
+	if ch.stale.Swap(false) {
+		ch.forget()
 	}
 	return ch, nil
+}
+
+// forget drops the asynchronous requests and events of a channel's
+// holder that let it go (ch.mu held).
+func (ch *channel) forget() {
+	clear(ch.pending)
+	ch.events = ch.events[:0]
+}
+
+// borrow locks channel id for one request of another channel's whose
+// token names id's connection to the client (its memory window is bound
+// to that QP, so no other carries it); giveBack ends the loan. Whether id
+// is allocated does not matter: its connections are kept either way.
+func (s *Server) borrow(ctx context.Context, id uint16) (*channel, error) {
+	s.mu.Lock()
+	ch := s.chans[id]
+	s.mu.Unlock()
+	ch.lent.Add(1)
+	if err := ch.mu.lockCtx(ctx); err != nil {
+		ch.lent.Add(-1)
+		return nil, fmt.Errorf("%w: channel %d: %w", ErrChannel, id, err)
+	}
+	return ch, nil
+}
+
+func (ch *channel) giveBack() {
+	ch.mu.Unlock()
+	ch.lent.Add(-1)
 }
 
 // Request is one GET or PUT to serve (the arguments of
@@ -473,22 +578,63 @@ func (s *Server) handle(ctx context.Context, op string, r *Request, opcode roce.
 	if _, err := s.checkPeer(op, &tok); err != nil {
 		return 0, err
 	}
-	ch, err := s.channel(r.Channel)
+	ch, err := s.channelWait(ctx, r.Channel)
 	if err != nil {
 		return s.refuse(op, syscall.EIO, err, "")
 	}
-	defer ch.mu.Unlock()
+	ch.tok = tok
+	owner, routed := s.tr.route(&ch.tok)
+	if !routed || owner == ch.id {
+		defer ch.mu.Unlock()
+		return s.submit(ctx, op, ch, r, &tok, opcode, r.Async)
+	}
+	// The token names another channel's connection: its memory window
+	// works on that QP alone. The request runs there, one at a time with
+	// that channel's own (this channel's lock is let go first, so no two
+	// requests wait for each other's channels).
+	ch.mu.Unlock()
+	lender, err := s.borrow(ctx, owner)
+	if err != nil {
+		return s.refuse(op, syscall.EIO, err, "")
+	}
+	s.stats.Borrowed.Add(1)
+	n, err := s.submit(ctx, op, lender, r, &tok, opcode, nil)
+	lender.giveBack()
+	if r.Async == nil {
+		return n, err
+	}
+	// An asynchronous request ran to its end on the lender; its event is
+	// the caller's channel's, for its Poll.
+	st := roce.WCSuccess
+	if err != nil {
+		var e *Error
+		if !errors.As(err, &e) || !e.HasStatus {
+			return 0, err
+		}
+		st = e.Status
+	}
+	if ch, err = s.channelWait(ctx, r.Channel); err != nil {
+		return s.refuse(op, syscall.EIO, err, "")
+	}
+	ch.events = append(ch.events, AsyncEvent{Handle: r.Async, Status: st})
+	ch.mu.Unlock()
+	return 0, nil
+}
+
+// submit posts a request on ch (locked) and, unless async is set, waits
+// for its completion.
+func (s *Server) submit(ctx context.Context, op string, ch *channel, r *Request, tok *Token, opcode roce.WROpcode, async any) (int64, error) {
 	if ch.outstanding >= int(s.t.CQDepth) {
-		return s.refuse(op, syscall.ENOMEM, ErrSubmit, "%d requests outstanding on channel %d", ch.outstanding, r.Channel)
+		return s.refuse(op, syscall.ENOMEM, ErrSubmit, "%d requests outstanding on channel %d", ch.outstanding, ch.id)
 	}
 	ch.nextID++
 	id := ch.nextID
 	ch.wr = roce.SendWR{ID: id, Opcode: opcode, Flags: roce.SendSignaled,
 		SGL: r.Local.sgl(ch.sge[:0], r.LocalOffset, r.Size), RemoteAddr: r.RemoteAddr, RKey: tok.RKey}
-	if r.Async != nil {
-		ch.pending[id] = asyncReq{handle: r.Async, get: opcode == roce.WRRDMAWrite, size: r.Size}
+	if async != nil {
+		ch.pending[id] = asyncReq{handle: async, get: opcode == roce.WRRDMAWrite, size: r.Size}
 	}
-	ch.tok = tok
+	ch.tok = *tok
 	qpn, err := ch.p.post(ctx, &ch.tok, &ch.wr)
 	ch.wr.SGL = nil
 	if err != nil {
@@ -497,9 +643,9 @@ func (s *Server) handle(ctx context.Context, op string, r *Request, opcode roce.
 	}
 	ch.outstanding++
 	if s.telem.on(LogPathDebug) { // the arguments would allocate even unused
-		s.telem.debug("submitted", "op", op, "key", r.Key, "size", r.Size, "channel", r.Channel, "qpn", qpn)
+		s.telem.debug("submitted", "op", op, "key", r.Key, "size", r.Size, "channel", ch.id, "qpn", qpn)
 	}
-	if r.Async != nil {
+	if async != nil {
 		return 0, nil
 	}
 	wc, err := s.await(ctx, ch, id, qpn)
@@ -624,6 +770,9 @@ func (s *Server) Poll(channel uint16, events []AsyncEvent) (int, error) {
 		return 0, newErr(op, syscall.EINVAL, ErrInvalid, "nil events")
 	}
 	ch, err := s.channel(channel)
+	if errors.Is(err, errLent) {
+		return 0, nil // for now; the lender's events stay for the next Poll
+	}
 	if err != nil {
 		return 0, newErr(op, syscall.EINVAL, err, "")
 	}
@@ -679,7 +828,7 @@ func (s *Server) PollWait(ctx context.Context, channel uint16, events []AsyncEve
 		if n > 0 || err != nil || len(events) == 0 {
 			return n, err
 		}
-		ch, err := s.channel(channel)
+		ch, err := s.channelWait(ctx, channel)
 		if err != nil {
 			return 0, newErr("Poll", syscall.EINVAL, err, "")
 		}

@@ -27,16 +27,22 @@ const MaxRegSize = 4<<30 - 64<<10
 //   - DC (protocol 1001): LID 0 (RoCE has no LIDs) and QPN the client's
 //     DCT number.
 //   - RC (protocol 1002): LID the client's rdma_cm port and QPN the
-//     client's endpoint number. The server connects to GID:LID with
-//     rdma_cm and names the endpoint number in its request; the client
-//     refuses any other number, so a token of an earlier client at the
-//     same address and port is refused as stale instead of being served
-//     by a newcomer. An RC QP exists per pair of ends, so no QPN of the
-//     client can be named before the server is known.
+//     client's endpoint number or, for a memory window token, the client's
+//     QPN of the connection the window is bound through. A server given a
+//     token first looks for its live connection whose client end has the
+//     token's GID, port and QPN, and runs the request there; with none,
+//     the QPN is an endpoint number: the server connects to GID:LID with
+//     rdma_cm and names the endpoint number in its request. The client
+//     refuses any number but its endpoint, so a token of an earlier
+//     client at the same address and port, or naming a connection that
+//     has ended, is refused as stale instead of being served by a
+//     newcomer; and it never binds a window through a connection whose
+//     QPN is its endpoint number. An RC QP exists per pair of ends, so a
+//     client's first token to a server names the endpoint (a region).
 type Token struct {
 	Addr   uint64 // raddr: the region's first byte, as the client's MR sees it
 	Size   uint32 // rsize: the region's length in bytes
-	RKey   uint32 // the client MR's rkey
+	RKey   uint32 // the rkey of the client's grant: a memory region or window
 	LID    uint16 // see the type comment
 	QPN    uint32 // 24 bits; see the type comment
 	HasGID bool

@@ -17,7 +17,12 @@ import (
 // channel. RC is rcTransport; DC is dcTransport, whose path is one DCI
 // posting to the token's DCT number (dc.go).
 type transport interface {
-	openPath(cq *roce.CQ) (path, error)
+	// openPath opens channel id's path.
+	openPath(id uint16, cq *roce.CQ) (path, error)
+	// route returns the channel whose connection carries the requests of
+	// tok, when tok names one of the transport's live connections by the
+	// client's QPN (a memory window is bound to it; see Token).
+	route(tok *Token) (uint16, bool)
 	// close releases what the transport shares between paths, after
 	// every path is closed.
 	close() error
@@ -56,13 +61,45 @@ type rcTransport struct {
 	local netip.Addr
 	t     *Tunables
 	mtu   ib.MTU
+
+	mu sync.Mutex // guards byPeer; taken after an rcPath's mu, never before
+	// byPeer holds every channel's live connections by the client's end:
+	// a token whose qp field is the client's QPN of one of them names it.
+	byPeer map[rcPeer]*rcConn
 }
 
-func (rt *rcTransport) openPath(cq *roce.CQ) (path, error) {
-	return &rcPath{rt: rt, cq: cq, conns: map[rcKey]*rcConn{}, byQPN: map[uint32]*rcConn{}}, nil
+// rcPeer is the client's end of a connection: its address, port and QPN.
+type rcPeer struct {
+	gid  ib.GID
+	port uint16
+	qpn  uint32
+}
+
+func (rt *rcTransport) openPath(id uint16, cq *roce.CQ) (path, error) {
+	return &rcPath{rt: rt, id: id, cq: cq, conns: map[rcKey]*rcConn{}, byQPN: map[uint32]*rcConn{}}, nil
 }
 
 func (rt *rcTransport) close() error { return nil }
+
+// peer returns the live connection whose client end tok names, if any:
+// the same GID and port, and the client's QPN in tok's qp field. A QPN of
+// another client's connection (another GID) or of no live one names none.
+func (rt *rcTransport) peer(tok *Token) *rcConn {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	c := rt.byPeer[rcPeer{gid: tok.GID, port: tok.LID, qpn: tok.QPN}]
+	if c == nil || c.c.Err() != nil {
+		return nil
+	}
+	return c
+}
+
+func (rt *rcTransport) route(tok *Token) (uint16, bool) {
+	if c := rt.peer(tok); c != nil {
+		return c.p.id, true
+	}
+	return 0, false
+}
 
 type rcKey struct {
 	gid      ib.GID
@@ -72,6 +109,8 @@ type rcKey struct {
 
 type rcConn struct {
 	key         rcKey
+	p           *rcPath
+	peer        rcPeer
 	c           *cm.Conn
 	qpn         uint32
 	outstanding int
@@ -80,6 +119,7 @@ type rcConn struct {
 
 type rcPath struct {
 	rt *rcTransport
+	id uint16 // the channel's
 	cq *roce.CQ
 	mu sync.Mutex // guards the maps against abort
 	// conns holds the live connection per client; byQPN every connection
@@ -106,16 +146,22 @@ func (p *rcPath) prepare(ctx context.Context, tok *Token) error {
 	return err
 }
 
-// conn returns the live connection to the client tok names, dialling it
-// if there is none.
+// conn returns the live connection to the client tok names: the one of
+// this channel whose client QPN is tok's qp field (the server routes such
+// a token to its channel), else the one to the client's endpoint of that
+// number, dialling it if there is none.
 func (p *rcPath) conn(ctx context.Context, tok *Token) (*rcConn, error) {
 	key := rcKey{gid: tok.GID, port: tok.LID, endpoint: tok.QPN}
+	byPeer := p.rt.peer(tok)
 	p.mu.Lock()
 	if p.dead {
 		p.mu.Unlock()
 		return nil, ErrClosed
 	}
 	c := p.conns[key]
+	if byPeer != nil && byPeer.p == p && !byPeer.retired {
+		c = byPeer
+	}
 	if c != nil {
 		if qerr := c.c.QP().Err(); qerr != nil && !p.rt.t.QPResetOnFailure {
 			// Without qp_reset_on_failure a failed QP stays failed, even
@@ -180,7 +226,8 @@ func (p *rcPath) connect(ctx context.Context, tok *Token, key rcKey) (*rcConn, e
 		_ = conn.Close()
 		return nil, newErr("connect", syscall.EIO, ErrSubmit, "client %v: %v", raddr, err)
 	}
-	c := &rcConn{key: key, c: conn, qpn: conn.QP().QPN()}
+	c := &rcConn{key: key, p: p, c: conn, qpn: conn.QP().QPN(),
+		peer: rcPeer{gid: tok.GID, port: tok.LID, qpn: conn.RemoteQPN()}}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.dead {
@@ -189,6 +236,9 @@ func (p *rcPath) connect(ctx context.Context, tok *Token, key rcKey) (*rcConn, e
 	}
 	p.conns[key] = c
 	p.byQPN[c.qpn] = c
+	p.rt.mu.Lock()
+	p.rt.byPeer[c.peer] = c
+	p.rt.mu.Unlock()
 	return c, nil
 }
 
@@ -198,11 +248,21 @@ func (p *rcPath) retireLocked(c *rcConn) {
 	if p.conns[c.key] == c {
 		delete(p.conns, c.key)
 	}
+	p.unpeer(c)
 	c.retired = true
 	if c.outstanding == 0 {
 		delete(p.byQPN, c.qpn)
 		_ = c.c.Close()
 	}
+}
+
+// unpeer takes c out of the transport's index (p.mu held).
+func (p *rcPath) unpeer(c *rcConn) {
+	p.rt.mu.Lock()
+	if p.rt.byPeer[c.peer] == c {
+		delete(p.rt.byPeer, c.peer)
+	}
+	p.rt.mu.Unlock()
 }
 
 func (p *rcPath) completed(qpn uint32) {
@@ -252,10 +312,12 @@ func (p *rcPath) close() error {
 	p.dead = true
 	var errs []error
 	for _, c := range p.byQPN {
+		p.unpeer(c)
 		errs = append(errs, c.c.Close())
 	}
 	for _, c := range p.conns {
 		if _, ok := p.byQPN[c.qpn]; !ok {
+			p.unpeer(c)
 			errs = append(errs, c.c.Close())
 		}
 	}
