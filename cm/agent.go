@@ -12,7 +12,7 @@ import (
 
 	"github.com/goroce/goroce/cm/mad"
 	"github.com/goroce/goroce/ib"
-	"github.com/goroce/goroce/qp"
+	"github.com/goroce/goroce/internal/qp"
 	"github.com/goroce/goroce/roce"
 )
 

@@ -12,7 +12,7 @@ import (
 	"github.com/goroce/goroce/cm/mad"
 	"github.com/goroce/goroce/ib"
 	"github.com/goroce/goroce/internal/errtimeout"
-	"github.com/goroce/goroce/qp"
+	"github.com/goroce/goroce/internal/qp"
 )
 
 // Defaults matching the Linux rdma_cm on RoCE (cma.c) and rxe (rxe_param.h).

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/goroce/goroce/cm/mad"
-	"github.com/goroce/goroce/qp"
+	"github.com/goroce/goroce/internal/qp"
 )
 
 func TestTimerMath(t *testing.T) {

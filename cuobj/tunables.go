@@ -5,7 +5,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/goroce/goroce/qp"
+	"github.com/goroce/goroce/internal/qp"
 )
 
 // Proto is the RDMA descriptor protocol (cuObjProto_t).

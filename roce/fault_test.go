@@ -9,9 +9,9 @@ import (
 	"time"
 
 	"github.com/goroce/goroce/ib"
+	"github.com/goroce/goroce/internal/qp"
 	"github.com/goroce/goroce/link/faultnet"
 	"github.com/goroce/goroce/link/memlink"
-	"github.com/goroce/goroce/qp"
 )
 
 // A peer QP that disappears mid-transfer ends the sender's work with

@@ -13,13 +13,13 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/goroce/goroce/qp"
+	"github.com/goroce/goroce/internal/qp"
 	"github.com/goroce/goroce/roce"
 )
 
 const (
 	rocePath = "github.com/goroce/goroce/roce"
-	qpPath   = "github.com/goroce/goroce/qp"
+	qpPath   = "github.com/goroce/goroce/internal/qp"
 )
 
 // receiveOnly are qp errors that only Engine.Receive returns: the device

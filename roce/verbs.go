@@ -10,7 +10,7 @@ import (
 	"unsafe"
 
 	"github.com/goroce/goroce/ib"
-	"github.com/goroce/goroce/qp"
+	"github.com/goroce/goroce/internal/qp"
 )
 
 // PD is a protection domain (ibv_pd).

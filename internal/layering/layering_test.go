@@ -17,8 +17,9 @@ const module = "github.com/goroce/goroce"
 // layers maps a path prefix (relative to the module) to its layer; the
 // longest matching prefix wins.
 var layers = map[string]string{
-	"ib":                 "ib",
-	"qp":                 "qp",
+	"ib": "ib",
+	// The transport engine: package roce is its public face (docs/ARCHITECTURE.md).
+	"internal/qp":        "qp",
 	"roce":               "roce",
 	"link":               "link",
 	"link/memlink":       "link",
@@ -62,7 +63,7 @@ var layers = map[string]string{
 }
 
 // below lists the layers each layer may import, besides packages of its own
-// layer under the same top-level directory (cm → cm/mad, qp/qptest → qp).
+// layer under the same top-level directory (cm → cm/mad, internal/qp/qptest → qp).
 var below = map[string][]string{
 	"support":    {},
 	"kernel":     {},
@@ -87,7 +88,7 @@ var below = map[string][]string{
 
 // portable are the packages that must build on any GOOS, and so must not
 // depend, even indirectly, on anything in forbiddenDeps.
-var portable = []string{"ib", "qp", "roce", "cm", "cm/mad", "link", "link/memlink"}
+var portable = []string{"ib", "internal/qp", "roce", "cm", "cm/mad", "link", "link/memlink"}
 
 var forbiddenDeps = []string{
 	"github.com/cilium/ebpf",
