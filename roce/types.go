@@ -69,6 +69,21 @@ const (
 	UD  = qp.UD
 )
 
+// GSIQKey is the Q_Key of QP1 (IB_QP1_QKEY), which MADs to and from the
+// connection manager carry.
+const GSIQKey = qp.GSIQKey
+
+// Device limits, as rxe advertises them: a QPCap, CQ or SRQ beyond them is
+// refused with ErrInvalidArgument.
+const (
+	MaxMsgSize  = qp.MaxMsgSize  // largest message
+	MaxSGE      = qp.MaxSGE      // scatter/gather elements per work request
+	MaxInline   = qp.MaxInline   // inline bytes per send work request
+	MaxQPWR     = qp.MaxQPWR     // work requests per queue
+	MaxCQE      = qp.MaxCQE      // completion queue entries
+	MaxRdAtomic = qp.MaxRdAtomic // outstanding READs and atomics (max_qp_rd_atom)
+)
+
 // Queue pair states.
 const (
 	StateReset = qp.StateReset

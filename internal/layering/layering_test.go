@@ -68,22 +68,24 @@ var below = map[string][]string{
 	"support":    {},
 	"kernel":     {},
 	"wire":       {"ib", "support"},
-	"testhelper": {"ib", "qp", "link", "linkimpl", "roce", "support"},
+	"testhelper": {"ib", "link", "linkimpl", "roce", "support"},
 	"ib":         {},
 	"qp":         {"ib", "support"},
 	"link":       {"ib", "support"}, // headers: ib's codec, the only one
 	"linkimpl":   {"ib", "link", "kernel"},
+	// Only the device imports the engine: package roce is the one verbs API,
+	// and everything above it (cm, the protocols) uses roce's names.
 	// The device core never sees how a link is made: no AF_XDP, eBPF or
 	// socket code, so it builds anywhere.
 	"roce":         {"ib", "qp", "link"},
-	"cm":           {"ib", "qp", "link", "roce"},
-	"device-addon": {"ib", "qp", "link", "linkimpl", "kernel", "roce"},
+	"cm":           {"ib", "link", "roce"},
+	"device-addon": {"ib", "link", "linkimpl", "kernel", "roce"},
 	// Protocols take a device; they do not open interfaces.
-	"protocol": {"ib", "qp", "link", "roce", "cm", "support"},
-	"tool":     {"ib", "qp", "link", "linkimpl", "kernel", "roce", "cm", "device-addon", "protocol", "support", "wire"},
-	"cmd":      {"ib", "qp", "link", "linkimpl", "kernel", "roce", "cm", "device-addon", "protocol", "support", "wire", "tool"},
-	"bench":    {"ib", "qp", "link", "linkimpl", "kernel", "roce", "cm", "device-addon", "protocol", "support", "wire", "tool"},
-	"interop":  {"ib", "qp", "link", "linkimpl", "kernel", "roce", "cm", "device-addon", "protocol", "support", "wire", "tool"},
+	"protocol": {"ib", "link", "roce", "cm", "support"},
+	"tool":     {"ib", "link", "linkimpl", "kernel", "roce", "cm", "device-addon", "protocol", "support", "wire"},
+	"cmd":      {"ib", "link", "linkimpl", "kernel", "roce", "cm", "device-addon", "protocol", "support", "wire", "tool"},
+	"bench":    {"ib", "link", "linkimpl", "kernel", "roce", "cm", "device-addon", "protocol", "support", "wire", "tool"},
+	"interop":  {"ib", "link", "linkimpl", "kernel", "roce", "cm", "device-addon", "protocol", "support", "wire", "tool"},
 }
 
 // portable are the packages that must build on any GOOS, and so must not
