@@ -68,7 +68,7 @@ type MW struct {
 // Length bytes at Addr of MR, with the given remote access rights. A zero
 // Length unbinds a type 1 window (MR may then be nil).
 type MWBindInfo struct {
-	MR     *MR
+	MR     MRRef
 	Addr   uint64
 	Length uint64
 	Access Access
@@ -155,7 +155,7 @@ func (q *QP) BindMW(mw *MW, b *MWBind) (uint32, error) {
 	if mw.pd == nil {
 		return 0, ErrClosed
 	}
-	if b.Info.MR != nil && b.Info.MR.pd != mw.pd {
+	if mr := mrOf(b.Info.MR); mr != nil && mr.pd != mw.pd {
 		return 0, ErrWrongPD
 	}
 	key := incRKey(mw.postKey)
@@ -170,14 +170,14 @@ func (q *QP) BindMW(mw *MW, b *MWBind) (uint32, error) {
 // checkBindWR refuses at post time what ibv_bind_mw and ibv_post_send
 // refuse before the bind reaches the device.
 func (q *QP) checkBindWR(wr *SendWR) error {
-	mw := wr.MW
+	mw, mr := mwOf(wr.MW), mrOf(wr.Bind.MR)
 	if mw == nil || mw.pd == nil || mw.pd.e != q.e {
 		return ErrInvalidArgument
 	}
-	if wr.Bind.MR == nil && (wr.Bind.Addr != 0 || wr.Bind.Length != 0) {
+	if mr == nil && (wr.Bind.Addr != 0 || wr.Bind.Length != 0) {
 		return ErrInvalidArgument
 	}
-	if wr.Bind.MR != nil && (wr.Bind.MR.pd == nil || wr.Bind.MR.pd.e != q.e) {
+	if mr != nil && (mr.pd == nil || mr.pd.e != q.e) {
 		return ErrInvalidArgument
 	}
 	return nil

@@ -680,7 +680,7 @@ type SendWR struct {
 	CompareAdd uint64 // atomics: compare (CmpSwap) or add (FetchAdd)
 	Swap       uint64 // CmpSwap
 	// BIND_MW: the window and where to bind it (ibv_send_wr.bind_mw)
-	MW   *MW
+	MW   MWRef
 	Bind MWBindInfo
 	// FLUSH (with RemoteAddr and RKey)
 	FlushLen       uint32
@@ -688,7 +688,7 @@ type SendWR struct {
 	FlushLevel     uint8 // 0 = the range RemoteAddr..+FlushLen, 1 = the whole region
 	// UD; a DCI's target is AH, RemoteQPN (the DCT number) and DCKey, as
 	// mlx5dv_wr_set_dc_addr(ah, remote_dctn, remote_dc_key) names it
-	AH         *AH
+	AH         AHRef
 	RemoteQPN  uint32
 	RemoteQKey uint32
 	DCKey      uint64
@@ -742,8 +742,9 @@ func (q *QP) PostSend(wr *SendWR) error {
 			return ErrInvalidArgument
 		}
 	}
+	var ah *AH
 	if q.typ == UD || q.isDCI() {
-		if wr.AH == nil || wr.AH.pd != q.pd {
+		if ah = ahOf(wr.AH); ah == nil || ah.pd != q.pd {
 			return ErrInvalidArgument
 		}
 		if wr.RemoteQPN > ib.PSNMask {
@@ -777,7 +778,7 @@ func (q *QP) PostSend(wr *SendWR) error {
 	if isLocalWR(wr.Opcode) {
 		// A local operation moves no data: its SGL is ignored.
 		w.length, length, inline = 0, 0, false
-		w.mw, w.bindMR, w.bindLen, w.bindAccess = wr.MW, wr.Bind.MR, wr.Bind.Length, wr.Bind.Access
+		w.mw, w.bindMR, w.bindLen, w.bindAccess = mwOf(wr.MW), mrOf(wr.Bind.MR), wr.Bind.Length, wr.Bind.Access
 		w.remoteAddr = wr.Bind.Addr
 	}
 	if inline {
@@ -787,7 +788,7 @@ func (q *QP) PostSend(wr *SendWR) error {
 		w.sge = append(w.sge[:0], wr.SGL...)
 	}
 	if q.typ == UD || q.isDCI() {
-		w.av, w.remoteQPN, w.qkey, w.dcKey = wr.AH.av, wr.RemoteQPN, wr.RemoteQKey, wr.DCKey
+		w.av, w.remoteQPN, w.qkey, w.dcKey = ah.av, wr.RemoteQPN, wr.RemoteQKey, wr.DCKey
 	}
 	w.started, w.rdCounted = false, false
 	q.sqTail++
