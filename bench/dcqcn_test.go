@@ -9,10 +9,10 @@ import (
 	"time"
 
 	"github.com/goroce/goroce/ib"
+	"github.com/goroce/goroce/internal/qp"
+	"github.com/goroce/goroce/internal/qp/qptest"
 	"github.com/goroce/goroce/link"
 	"github.com/goroce/goroce/link/memlink"
-	"github.com/goroce/goroce/qp"
-	"github.com/goroce/goroce/qp/qptest"
 )
 
 // incastConfig is one run of the incast model: N senders, each an RC

@@ -22,10 +22,10 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/goroce/goroce/internal/netnstest"
+	"github.com/goroce/goroce/internal/qp"
+	"github.com/goroce/goroce/internal/qp/qptest"
 	"github.com/goroce/goroce/link"
 	"github.com/goroce/goroce/link/udplink"
-	"github.com/goroce/goroce/qp"
-	"github.com/goroce/goroce/qp/qptest"
 	"github.com/goroce/goroce/roce"
 )
 

@@ -12,7 +12,6 @@ import (
 
 	"github.com/goroce/goroce/cm/mad"
 	"github.com/goroce/goroce/ib"
-	"github.com/goroce/goroce/qp"
 	"github.com/goroce/goroce/roce"
 )
 
@@ -118,13 +117,13 @@ func startAgent(dev *roce.Device, o *ManagerOptions) (_ *agent, err error) {
 	if a.rcq, err = dev.CreateCQ(gsiRecvBuffers * 2); err != nil {
 		return nil, err
 	}
-	a.gsi, err = a.pd.CreateQP(&roce.QPInitAttr{Type: qp.GSI, SendCQ: a.scq, RecvCQ: a.rcq, SigAll: true,
+	a.gsi, err = a.pd.CreateQP(&roce.QPInitAttr{Type: roce.GSI, SendCQ: a.scq, RecvCQ: a.rcq, SigAll: true,
 		Cap: roce.QPCap{MaxSendWR: gsiSendWR, MaxRecvWR: gsiRecvBuffers, MaxSendSGE: 1, MaxRecvSGE: 1, MaxInlineData: mad.Size}})
 	if err != nil {
 		return nil, fmt.Errorf("cm: cannot take the GSI QP (QP1) of the device: %w", err)
 	}
 	ctx := context.Background()
-	if err = a.gsi.Modify(ctx, &roce.QPAttr{State: roce.StateInit, Port: 1, QKey: qp.GSIQKey},
+	if err = a.gsi.Modify(ctx, &roce.QPAttr{State: roce.StateInit, Port: 1, QKey: roce.GSIQKey},
 		roce.AttrState|roce.AttrPKeyIndex|roce.AttrPort|roce.AttrQKey); err != nil {
 		return nil, err
 	}
@@ -361,7 +360,7 @@ func (a *agent) sendMAD(o *Outbound) error {
 		a.mu.Unlock()
 	}
 	err := a.gsi.PostSend(&roce.SendWR{Opcode: roce.WRSend, Flags: roce.SendInline | roce.SendSignaled,
-		Inline: o.MAD[:], AH: ah, RemoteQPN: 1, RemoteQKey: qp.GSIQKey})
+		Inline: o.MAD[:], AH: ah, RemoteQPN: 1, RemoteQKey: roce.GSIQKey})
 	if err == nil {
 		a.inflight++
 	}

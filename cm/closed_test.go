@@ -9,14 +9,13 @@ import (
 	"time"
 
 	"github.com/goroce/goroce/link/faultnet"
-	"github.com/goroce/goroce/qp"
 	"github.com/goroce/goroce/roce"
 )
 
 // checkClosed asserts that err is a closed error of every layer.
 func checkClosed(t *testing.T, what string, err error) {
 	t.Helper()
-	for _, target := range []error{ErrClosed, roce.ErrClosed, qp.ErrClosed, net.ErrClosed} {
+	for _, target := range []error{ErrClosed, roce.ErrClosed, roce.ErrClosed, net.ErrClosed} {
 		if !errors.Is(err, target) {
 			t.Errorf("%s: %v does not match %v", what, err, target)
 		}

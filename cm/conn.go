@@ -7,7 +7,7 @@ import (
 
 	"github.com/goroce/goroce/cm/mad"
 	"github.com/goroce/goroce/ib"
-	"github.com/goroce/goroce/qp"
+	"github.com/goroce/goroce/roce"
 )
 
 // ConnectParams describes the REQ of an active connection (rdma_connect).
@@ -349,13 +349,13 @@ func (e *Engine) get(id uint32) (*conn, error) {
 // QPAttr returns the attributes, and the mask of those set, that move the
 // QP of connection id to state (StateInit, StateRTR or StateRTS), as
 // ib_cm_init_qp_attr computes them.
-func (e *Engine) QPAttr(id uint32, state qp.QPState) (qp.QPAttr, qp.AttrMask, error) {
+func (e *Engine) QPAttr(id uint32, state roce.QPState) (roce.QPAttr, roce.AttrMask, error) {
 	c, err := e.get(id)
 	if err != nil {
-		return qp.QPAttr{}, 0, err
+		return roce.QPAttr{}, 0, err
 	}
-	var a qp.QPAttr
-	var m qp.AttrMask
+	var a roce.QPAttr
+	var m roce.AttrMask
 	switch c.state {
 	case StateREQRcvd, StateMRAREQSent, StateREPSent, StateMRAREPRcvd, StateREPRcvd, StateEstablished:
 	default:
@@ -363,40 +363,40 @@ func (e *Engine) QPAttr(id uint32, state qp.QPState) (qp.QPAttr, qp.AttrMask, er
 	}
 	a.State = state
 	switch state {
-	case qp.StateInit:
-		a.AccessFlags = qp.AccessRemoteWrite
+	case roce.StateInit:
+		a.AccessFlags = roce.AccessRemoteWrite
 		if c.respRes > 0 {
-			a.AccessFlags |= qp.AccessRemoteRead | qp.AccessRemoteAtomic
+			a.AccessFlags |= roce.AccessRemoteRead | roce.AccessRemoteAtomic
 		}
 		a.PKeyIndex, a.Port = 0, 1
-		m = qp.AttrState | qp.AttrAccessFlags | qp.AttrPKeyIndex | qp.AttrPort
-	case qp.StateRTR:
+		m = roce.AttrState | roce.AttrAccessFlags | roce.AttrPKeyIndex | roce.AttrPort
+	case roce.StateRTR:
 		if c.state == StateREQRcvd || c.state == StateMRAREQSent {
 			return a, 0, fmt.Errorf("%w: RTR needs our REP parameters first", ErrState)
 		}
-		a.AV = qp.AddressVector{DGID: ib.GIDFromAddr(c.path.Remote), SGID: ib.GIDFromAddr(c.path.Local),
+		a.AV = roce.AddressVector{DGID: ib.GIDFromAddr(c.path.Remote), SGID: ib.GIDFromAddr(c.path.Local),
 			TrafficClass: c.path.TrafficClass, HopLimit: c.path.HopLimit, FlowLabel: c.path.FlowLabel}
 		a.PathMTU = c.pathMTU
 		a.DestQPN = c.remoteQPN
 		a.RQPSN = c.localPSN // the PSN we announced is the one we receive from
-		m = qp.AttrState | qp.AttrAV | qp.AttrPathMTU | qp.AttrDestQPN | qp.AttrRQPSN
+		m = roce.AttrState | roce.AttrAV | roce.AttrPathMTU | roce.AttrDestQPN | roce.AttrRQPSN
 		if c.transport == mad.TransportRC {
 			a.MaxDestRdAtomic = c.respRes
 			a.MinRNRTimer = 0 // rdma_cm leaves it 0 (655.36 ms); see ib-wire §8.7
-			m |= qp.AttrMaxDestRdAtomic | qp.AttrMinRNRTimer
+			m |= roce.AttrMaxDestRdAtomic | roce.AttrMinRNRTimer
 		}
-	case qp.StateRTS:
+	case roce.StateRTS:
 		if c.state == StateREQRcvd || c.state == StateMRAREQSent {
 			return a, 0, fmt.Errorf("%w: RTS needs our REP parameters first", ErrState)
 		}
 		a.SQPSN = c.remotePSN // and we send from the one the peer announced
-		m = qp.AttrState | qp.AttrSQPSN
+		m = roce.AttrState | roce.AttrSQPSN
 		if c.transport == mad.TransportRC {
 			a.Timeout = c.ackTimeout
 			a.RetryCnt = c.retryCount
 			a.RNRRetry = c.rnrRetry
 			a.MaxRdAtomic = c.initDepth
-			m |= qp.AttrTimeout | qp.AttrRetryCnt | qp.AttrRNRRetry | qp.AttrMaxQPRdAtomic
+			m |= roce.AttrTimeout | roce.AttrRetryCnt | roce.AttrRNRRetry | roce.AttrMaxQPRdAtomic
 		}
 	default:
 		return a, 0, fmt.Errorf("%w: no CM attributes for QP state %v", ErrInvalid, state)

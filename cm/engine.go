@@ -12,7 +12,6 @@ import (
 	"github.com/goroce/goroce/cm/mad"
 	"github.com/goroce/goroce/ib"
 	"github.com/goroce/goroce/internal/errtimeout"
-	"github.com/goroce/goroce/qp"
 )
 
 // Defaults matching the Linux rdma_cm on RoCE (cma.c) and rxe (rxe_param.h).
@@ -185,9 +184,15 @@ type Event struct {
 	Err         error
 }
 
+// Clock gives the engine the current time as a monotonic offset; the
+// engine of package roce's queue pairs reads its time the same way.
+type Clock interface {
+	Now() time.Duration
+}
+
 // Config configures an Engine.
 type Config struct {
-	Clock qp.Clock // required
+	Clock Clock // required
 	// Rand returns random 32-bit values for communication IDs; required.
 	Rand func() uint32
 	// LocalCAGUID is our node GUID (rxe: EUI-64 of the MAC).

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/goroce/goroce/cm/mad"
-	"github.com/goroce/goroce/qp"
+	"github.com/goroce/goroce/roce"
 )
 
 func TestTimerMath(t *testing.T) {
@@ -66,15 +66,15 @@ func TestConnectDisconnect(t *testing.T) {
 	}
 
 	// Both QPs get matching attributes.
-	aINIT, _, _ := p.a.e.QPAttr(aID, qp.StateInit)
-	aRTR, aRTRMask, err := p.a.e.QPAttr(aID, qp.StateRTR)
+	aINIT, _, _ := p.a.e.QPAttr(aID, roce.StateInit)
+	aRTR, aRTRMask, err := p.a.e.QPAttr(aID, roce.StateRTR)
 	if err != nil {
 		t.Fatal(err)
 	}
-	aRTS, _, _ := p.a.e.QPAttr(aID, qp.StateRTS)
-	bRTR, _, _ := p.b.e.QPAttr(req.ID, qp.StateRTR)
-	bRTS, _, _ := p.b.e.QPAttr(req.ID, qp.StateRTS)
-	bINIT, _, _ := p.b.e.QPAttr(req.ID, qp.StateInit)
+	aRTS, _, _ := p.a.e.QPAttr(aID, roce.StateRTS)
+	bRTR, _, _ := p.b.e.QPAttr(req.ID, roce.StateRTR)
+	bRTS, _, _ := p.b.e.QPAttr(req.ID, roce.StateRTS)
+	bINIT, _, _ := p.b.e.QPAttr(req.ID, roce.StateInit)
 	checks := []struct {
 		name      string
 		got, want uint64
@@ -93,8 +93,8 @@ func TestConnectDisconnect(t *testing.T) {
 		{"A mtu", uint64(aRTR.PathMTU), 3}, {"B mtu", uint64(bRTR.PathMTU), 3},
 		{"B min_rnr", uint64(bRTR.MinRNRTimer), 0},
 		{"B flow label", uint64(bRTR.AV.FlowLabel), 0x83CA0}, {"B hop limit", uint64(bRTR.AV.HopLimit), 64},
-		{"A access", uint64(aINIT.AccessFlags), uint64(qp.AccessRemoteWrite | qp.AccessRemoteRead | qp.AccessRemoteAtomic)},
-		{"B access", uint64(bINIT.AccessFlags), uint64(qp.AccessRemoteWrite | qp.AccessRemoteRead | qp.AccessRemoteAtomic)},
+		{"A access", uint64(aINIT.AccessFlags), uint64(roce.AccessRemoteWrite | roce.AccessRemoteRead | roce.AccessRemoteAtomic)},
+		{"B access", uint64(bINIT.AccessFlags), uint64(roce.AccessRemoteWrite | roce.AccessRemoteRead | roce.AccessRemoteAtomic)},
 	}
 	for _, c := range checks {
 		if c.got != c.want {
@@ -104,7 +104,7 @@ func TestConnectDisconnect(t *testing.T) {
 	if aRTR.AV.DGID.Addr() != p.b.addr || bRTR.AV.DGID.Addr() != p.a.addr || aRTR.AV.SGID.Addr() != p.a.addr {
 		t.Errorf("AVs %+v / %+v", aRTR.AV, bRTR.AV)
 	}
-	if aRTRMask&(qp.AttrDestQPN|qp.AttrRQPSN|qp.AttrAV|qp.AttrPathMTU|qp.AttrMaxDestRdAtomic|qp.AttrMinRNRTimer) == 0 {
+	if aRTRMask&(roce.AttrDestQPN|roce.AttrRQPSN|roce.AttrAV|roce.AttrPathMTU|roce.AttrMaxDestRdAtomic|roce.AttrMinRNRTimer) == 0 {
 		t.Errorf("RTR mask %v", aRTRMask)
 	}
 
@@ -552,7 +552,7 @@ func TestCallerErrors(t *testing.T) {
 	if err := p.a.e.Disconnect(id, nil); !errors.Is(err, ErrState) {
 		t.Errorf("disconnect before established: %v", err)
 	}
-	if _, _, err := p.a.e.QPAttr(id, qp.StateRTR); !errors.Is(err, ErrState) {
+	if _, _, err := p.a.e.QPAttr(id, roce.StateRTR); !errors.Is(err, ErrState) {
 		t.Errorf("QPAttr in REQ_SENT: %v", err)
 	}
 	if err := p.a.e.Listen(1); err != nil {

@@ -5,7 +5,6 @@ import (
 	"net/netip"
 	"sync"
 
-	"github.com/goroce/goroce/qp"
 	"github.com/goroce/goroce/roce"
 )
 
@@ -14,7 +13,7 @@ type ManagerOptions struct {
 	// Clock drives the CM's retransmission and timewait timers (nil: the
 	// monotonic clock). A test injects one to run hours of peer timeouts
 	// without waiting; it must be safe for concurrent use.
-	Clock qp.Clock
+	Clock Clock
 	// MaxPeerCMTimeout caps the timeout exponents a peer sets for us
 	// (Config.MaxPeerCMTimeout; 0: DefaultMaxPeerCMTimeout).
 	MaxPeerCMTimeout uint8

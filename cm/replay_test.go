@@ -13,7 +13,7 @@ import (
 
 	"github.com/goroce/goroce/cm/mad"
 	"github.com/goroce/goroce/ib"
-	"github.com/goroce/goroce/qp"
+	"github.com/goroce/goroce/roce"
 )
 
 type capturedFrame struct {
@@ -204,11 +204,11 @@ func replay(t *testing.T, name string) {
 		{"client", client, id, clientPSN, serverPSN, rep.LocalQPN, rep.ResponderResources, rep.InitiatorDepth, rep.RNRRetryCount},
 		{"server", server, ev.ID, serverPSN, clientPSN, req.LocalQPN, rep.InitiatorDepth, rep.ResponderResources, req.RNRRetryCount},
 	} {
-		rtr, _, err := c.e.QPAttr(c.id, qp.StateRTR)
+		rtr, _, err := c.e.QPAttr(c.id, roce.StateRTR)
 		if err != nil {
 			t.Fatal(err)
 		}
-		rts, _, _ := c.e.QPAttr(c.id, qp.StateRTS)
+		rts, _, _ := c.e.QPAttr(c.id, roce.StateRTS)
 		if rts.SQPSN != c.sq || rtr.RQPSN != c.rq || rtr.DestQPN != c.destQPN || rts.Timeout != 19 ||
 			rts.MaxRdAtomic != c.maxRd || rtr.MaxDestRdAtomic != c.maxDest || rts.RNRRetry != c.rnrRetry || rtr.PathMTU != req.PathMTU {
 			t.Errorf("%s: sq_psn %#x rq_psn %#x dest %#x timeout %d rd %d/%d rnr %d mtu %d; capture: sq %#x rq %#x dest %#x",

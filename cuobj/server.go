@@ -12,7 +12,6 @@ import (
 
 	"github.com/goroce/goroce/cm"
 	"github.com/goroce/goroce/ib"
-	"github.com/goroce/goroce/qp"
 	"github.com/goroce/goroce/roce"
 )
 
@@ -187,7 +186,7 @@ type channel struct {
 	events      []AsyncEvent // asynchronous completions not yet polled
 	owner       netip.Addr   // the client AllocateChannelFor counted it to; guarded by Server.mu
 	wc          [MaxPollEvents]roce.WorkCompletion
-	sge         [qp.MaxSGE]roce.SGE
+	sge         [roce.MaxSGE]roce.SGE
 	wr          roce.SendWR
 	tok         Token // the request's token, kept here so it does not escape
 }
@@ -868,7 +867,7 @@ func (s *Server) Close() error {
 		ch.mu.Unlock()
 	}
 	errs = append(errs, s.tr.close(), s.rcq.Close())
-	if err := s.pd.Close(); err != nil && !errors.Is(err, qp.ErrBusy) {
+	if err := s.pd.Close(); err != nil && !errors.Is(err, roce.ErrBusy) {
 		errs = append(errs, err)
 	}
 	s.telem.info("server closed", "addr", s.addr)

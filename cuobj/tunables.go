@@ -5,7 +5,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/goroce/goroce/qp"
+	"github.com/goroce/goroce/roce"
 )
 
 // Proto is the RDMA descriptor protocol (cuObjProto_t).
@@ -177,8 +177,8 @@ func (t Tunables) normalize() (Tunables, []string, error) {
 	if t.NumDCIs <= 0 || t.NumDCIs > maxChannels {
 		return bad("num_dcis %d outside 1 … %d", t.NumDCIs, maxChannels)
 	}
-	if t.CQDepth == 0 || t.CQDepth > qp.MaxCQE {
-		return bad("cq_depth %d outside 1 … %d", t.CQDepth, qp.MaxCQE)
+	if t.CQDepth == 0 || t.CQDepth > roce.MaxCQE {
+		return bad("cq_depth %d outside 1 … %d", t.CQDepth, roce.MaxCQE)
 	}
 	if t.Timeout > 31 {
 		return bad("timeout %d is not a 5-bit value", t.Timeout)
@@ -199,15 +199,15 @@ func (t Tunables) normalize() (Tunables, []string, error) {
 		notes = append(notes, fmt.Sprintf("max_sge %d invalid, using 10", t.MaxSGE))
 		t.MaxSGE = 10
 	}
-	if t.MaxSGE > qp.MaxSGE {
-		notes = append(notes, fmt.Sprintf("max_sge %d capped to %d", t.MaxSGE, qp.MaxSGE))
-		t.MaxSGE = qp.MaxSGE
+	if t.MaxSGE > roce.MaxSGE {
+		notes = append(notes, fmt.Sprintf("max_sge %d capped to %d", t.MaxSGE, roce.MaxSGE))
+		t.MaxSGE = roce.MaxSGE
 	}
 	if t.MaxRdAtomic <= 0 {
-		t.MaxRdAtomic = qp.MaxRdAtomic
-	} else if t.MaxRdAtomic > qp.MaxRdAtomic {
-		notes = append(notes, fmt.Sprintf("max_rd_atomic %d capped to %d", t.MaxRdAtomic, qp.MaxRdAtomic))
-		t.MaxRdAtomic = qp.MaxRdAtomic
+		t.MaxRdAtomic = roce.MaxRdAtomic
+	} else if t.MaxRdAtomic > roce.MaxRdAtomic {
+		notes = append(notes, fmt.Sprintf("max_rd_atomic %d capped to %d", t.MaxRdAtomic, roce.MaxRdAtomic))
+		t.MaxRdAtomic = roce.MaxRdAtomic
 	}
 	if t.ConnectTimeout <= 0 {
 		t.ConnectTimeout = DefaultConnectTimeout

@@ -1,12 +1,12 @@
 package roce
 
 import (
+	"github.com/goroce/goroce/internal/qp"
 	"github.com/goroce/goroce/link"
-	"github.com/goroce/goroce/qp"
 )
 
-// Congestion control (Options.CC): DCQCN in the engine (qp/ccrate.go,
-// qp/dcqcn.go).
+// Congestion control (Options.CC): DCQCN in the engine (internal/qp/ccrate.go,
+// internal/qp/dcqcn.go).
 type (
 	// CCConfig turns on congestion control; its zero value is off.
 	CCConfig = qp.CCConfig

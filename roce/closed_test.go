@@ -10,11 +10,11 @@ import (
 	"time"
 
 	"github.com/goroce/goroce/ib"
+	"github.com/goroce/goroce/internal/qp"
 	"github.com/goroce/goroce/link"
 	"github.com/goroce/goroce/link/faultnet"
 	"github.com/goroce/goroce/link/memlink"
 	"github.com/goroce/goroce/link/udplink"
-	"github.com/goroce/goroce/qp"
 )
 
 // closeable is one object of the table: how to make it, use it and close it.

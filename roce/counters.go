@@ -3,7 +3,7 @@ package roce
 import (
 	"sync/atomic"
 
-	"github.com/goroce/goroce/qp"
+	"github.com/goroce/goroce/internal/qp"
 )
 
 // counters are the device's own event counts (the engine keeps its own;

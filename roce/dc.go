@@ -6,7 +6,7 @@ import (
 	"net/netip"
 
 	"github.com/goroce/goroce/ib"
-	"github.com/goroce/goroce/qp"
+	"github.com/goroce/goroce/internal/qp"
 )
 
 // DC queue pair types (docs/dc.md): a DCI reaches one DCT at a time, naming

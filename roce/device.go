@@ -14,8 +14,8 @@ import (
 	"time"
 
 	"github.com/goroce/goroce/ib"
+	"github.com/goroce/goroce/internal/qp"
 	"github.com/goroce/goroce/link"
-	"github.com/goroce/goroce/qp"
 )
 
 // Options configure a Device. Every field has a working zero value; package

@@ -1,6 +1,8 @@
 // Package roce is the goroce RoCEv2 device: one port over one link, with a
 // verbs-shaped API (Device → PD → MR, CQ, QP, AH, SRQ) on top of the transport
-// engine of package qp.
+// engine (internal/qp). This package is goroce's one verbs API: the engine is
+// internal, and every type, constant and error of it a caller needs has a
+// name here.
 //
 // # Opening a device
 //

@@ -9,9 +9,9 @@ import (
 	"time"
 
 	"github.com/goroce/goroce/ib"
+	"github.com/goroce/goroce/internal/qp"
 	"github.com/goroce/goroce/link/faultnet"
 	"github.com/goroce/goroce/link/memlink"
-	"github.com/goroce/goroce/qp"
 )
 
 // A peer QP that disappears mid-transfer ends the sender's work with
@@ -131,6 +131,59 @@ func TestBadInput(t *testing.T) {
 	if err := a.pd.Close(); !errors.Is(err, qp.ErrBusy) {
 		t.Fatalf("closing a PD in use: %v", err)
 	}
+}
+
+// A work request goes to the engine as the caller built it, so the device
+// checks the objects it names first: another device's AH, MW or MR, a nil
+// or zero one, or a type that merely embeds one is refused with an error,
+// never handed on; the QP's own AH still works after them.
+func TestPostSendForeignObjects(t *testing.T) {
+	da, db := memPair(t, faultnet.Config{}, faultnet.Config{}, nil)
+	a := newEndpoint(t, da, UD, 4096)
+	b := newEndpoint(t, db, UD, 4096)
+	connect(t, a, b, addrA, addrB, ConnectAttr{})
+	ahA, err := a.pd.CreateAH(t.Context(), AddressVector{DGID: ib.GIDFromAddr(addrB)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ahB, err := b.pd.CreateAH(t.Context(), AddressVector{DGID: ib.GIDFromAddr(addrA)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mwB, err := b.pd.AllocMW(MWType2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	send := func(ah AHRef) *SendWR {
+		return &SendWR{ID: 7, Opcode: WRSend, Flags: SendSignaled, SGL: []SGE{a.mr.SGE(0, 100)},
+			AH: ah, RemoteQPN: b.qp.QPN(), RemoteQKey: 0x1234}
+	}
+	var nilAH *AH
+	for _, c := range []struct {
+		name string
+		wr   *SendWR
+		want error
+	}{
+		{"AH of another device", send(ahB), ErrWrongDevice},
+		{"nil *AH", send(nilAH), ErrInvalidArgument},
+		{"zero AH", send(&AH{}), ErrInvalidArgument},
+		{"type embedding an AH", send(struct{ *AH }{ahA}), ErrInvalidArgument},
+		{"MW of another device", &SendWR{Opcode: WRBindMW, MW: mwB, AH: ahA}, ErrWrongDevice},
+		{"MR of another device", &SendWR{Opcode: WRBindMW, AH: ahA,
+			Bind: MWBindInfo{MR: b.mr, Length: 8}}, ErrWrongDevice},
+	} {
+		if err := a.qp.PostSend(c.wr); !errors.Is(err, c.want) {
+			t.Errorf("%s: %v, want %v", c.name, err, c.want)
+		}
+	}
+	if _, err := a.qp.PostSendBatch([]SendWR{*send(ahA), *send(ahB)}); !errors.Is(err, ErrWrongDevice) {
+		t.Errorf("batch with another device's AH: %v", err)
+	}
+	wantOK(t, waitWC(t, a.scq, 5*time.Second), WCSend) // the batch's first
+	if err := a.qp.PostSend(send(ahA)); err != nil {
+		t.Fatal(err)
+	}
+	wantOK(t, waitWC(t, a.scq, 5*time.Second), WCSend)
 }
 
 // A SEND that finds no receive posted is RNR NAKed and retried by the timer

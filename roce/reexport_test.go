@@ -13,13 +13,13 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/goroce/goroce/qp"
+	"github.com/goroce/goroce/internal/qp"
 	"github.com/goroce/goroce/roce"
 )
 
 const (
 	rocePath = "github.com/goroce/goroce/roce"
-	qpPath   = "github.com/goroce/goroce/qp"
+	qpPath   = "github.com/goroce/goroce/internal/qp"
 )
 
 // receiveOnly are qp errors that only Engine.Receive returns: the device
@@ -35,11 +35,12 @@ var ownSentinels = map[string][2]error{
 	"ErrClosed": {roce.ErrClosed, qp.ErrClosed},
 }
 
-// A roce user never has to import qp: every qp type that roce's exported
-// API reaches (signatures, struct fields, methods, recursively) has an
-// alias of the same name in roce, every qp constant of such a type is
-// re-exported with its name and value, and every qp error a verbs call can
-// return is re-exported (or matched by roce's own sentinel).
+// roce is the one verbs API, and a user cannot import the engine
+// (internal/qp): so every engine type that roce's exported API reaches
+// (signatures, struct fields, methods, recursively; SendWR's AHRef, for
+// one) has an alias of the same name in roce, every engine constant of such
+// a type is re-exported with its name and value, and every engine error a
+// verbs call can return is re-exported (or matched by roce's own sentinel).
 func TestReexportsComplete(t *testing.T) {
 	if testing.Short() {
 		t.Skip("type-checks roce from source")

@@ -6,8 +6,8 @@ import (
 	"testing"
 
 	"github.com/goroce/goroce/ib"
+	"github.com/goroce/goroce/internal/qp"
 	"github.com/goroce/goroce/link/faultnet"
-	"github.com/goroce/goroce/qp"
 )
 
 // TestResources checks that every create counts one object and every

@@ -10,9 +10,9 @@ import (
 
 	"github.com/gopacket/gopacket/pcapgo"
 	"github.com/goroce/goroce/ib"
+	"github.com/goroce/goroce/internal/qp"
 	"github.com/goroce/goroce/link"
 	"github.com/goroce/goroce/link/memlink"
-	"github.com/goroce/goroce/qp"
 )
 
 // rxeCaptures returns the pcaps recorded from real rxe peers (shared/ next to

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"sync/atomic"
 
-	"github.com/goroce/goroce/qp"
+	"github.com/goroce/goroce/internal/qp"
 )
 
 // ErrFrameReleased is returned when a receive buffer is released or reposted

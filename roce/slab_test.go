@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/goroce/goroce/internal/qp"
 	"github.com/goroce/goroce/link/faultnet"
-	"github.com/goroce/goroce/qp"
 )
 
 // A receive server hands frames to worker goroutines, which check and

@@ -4,8 +4,8 @@ import (
 	"errors"
 
 	"github.com/goroce/goroce/ib"
+	"github.com/goroce/goroce/internal/qp"
 	"github.com/goroce/goroce/link"
-	"github.com/goroce/goroce/qp"
 )
 
 // txLend builds frames in buffers the link lends (link.TxLender: the UMEM

@@ -5,17 +5,18 @@ import (
 
 	"github.com/goroce/goroce/ib"
 	"github.com/goroce/goroce/internal/errclosed"
-	"github.com/goroce/goroce/qp"
+	"github.com/goroce/goroce/internal/qp"
 )
 
-// Plain data types of the transport engine, re-exported so that users of the
-// device need not import package qp. Objects with behaviour (PD, MR, CQ, QP,
-// AH, SRQ) are wrapped instead, because the engine is single-threaded and the
-// device serialises every call into it.
+// Plain data types of the transport engine (internal/qp, which only this
+// package may import), re-exported as aliases: they are this package's API,
+// and a value passes to the engine unconverted. Objects with behaviour (PD,
+// MR, MW, CQ, QP, AH, SRQ) are wrapped instead, because the engine is
+// single-threaded and the device serialises every call into it.
 //
-// The re-export is complete, and a test keeps it so: every qp type this
+// The re-export is complete, and a test keeps it so: every engine type this
 // package's API reaches, every constant of those types and every error a
-// verbs call returns has a name here, the same name as in qp.
+// verbs call returns has a name here, the same name as in the engine.
 type (
 	// GID is a 16-byte global identifier: on RoCEv2 an IPv6 or IPv4-mapped address.
 	GID = ib.GID
@@ -40,6 +41,23 @@ type (
 	SGE = qp.SGE
 	// RecvWR is a receive work request.
 	RecvWR = qp.RecvWR
+	// SendWR is a send work request (struct ibv_send_wr, one at a time).
+	// Its AH, MW and Bind.MR take this package's *AH, *MW and *MR; a
+	// post hands it to the engine as it is, without a copy.
+	SendWR = qp.SendWR
+	// MWBindInfo says what a window is bound to (struct ibv_mw_bind_info):
+	// Length bytes at Addr of MR (an *MR) with the given remote access. MR
+	// must allow AccessMWBind, and AccessLocalWrite for a writable window.
+	// A zero Length unbinds a type 1 window (MR may then be nil).
+	MWBindInfo = qp.MWBindInfo
+	// MWBind is a type 1 bind request (struct ibv_mw_bind).
+	MWBind = qp.MWBind
+	// AHRef is what SendWR.AH holds: an *AH.
+	AHRef = qp.AHRef
+	// MWRef is what SendWR.MW holds: an *MW.
+	MWRef = qp.MWRef
+	// MRRef is what MWBindInfo.MR holds: an *MR.
+	MRRef = qp.MRRef
 	// SendFlags are ibv_send_flags.
 	SendFlags = qp.SendFlags
 	// WROpcode is a send work request opcode (ibv_wr_opcode).
@@ -61,12 +79,41 @@ type (
 	AttrError = qp.AttrError
 )
 
+// ahRef, mwRef and mrRef, embedded in AH, MW and MR, let those stand for
+// the engine's objects in a work request.
+type (
+	ahRef = qp.Ref[qp.AH]
+	mwRef = qp.Ref[qp.MW]
+	mrRef = qp.Ref[qp.MR]
+)
+
+var (
+	_ AHRef = (*AH)(nil)
+	_ MWRef = (*MW)(nil)
+	_ MRRef = (*MR)(nil)
+)
+
 // Queue pair types. GSI is QP1, which the connection manager holds.
 const (
 	GSI = qp.GSI
 	RC  = qp.RC
 	UC  = qp.UC
 	UD  = qp.UD
+)
+
+// GSIQKey is the Q_Key of QP1 (IB_QP1_QKEY), which MADs to and from the
+// connection manager carry.
+const GSIQKey = qp.GSIQKey
+
+// Device limits, as rxe advertises them: a QPCap, CQ or SRQ beyond them is
+// refused with ErrInvalidArgument.
+const (
+	MaxMsgSize  = qp.MaxMsgSize  // largest message
+	MaxSGE      = qp.MaxSGE      // scatter/gather elements per work request
+	MaxInline   = qp.MaxInline   // inline bytes per send work request
+	MaxQPWR     = qp.MaxQPWR     // work requests per queue
+	MaxCQE      = qp.MaxCQE      // completion queue entries
+	MaxRdAtomic = qp.MaxRdAtomic // outstanding READs and atomics (max_qp_rd_atom)
 )
 
 // Queue pair states.
@@ -206,8 +253,7 @@ const (
 const GRHSize = 40
 
 // Errors of the verbs calls, returned (wrapped) by the engine and passed
-// through by the device: the same values as qp's, so errors.Is works with
-// either name.
+// through by the device: the engine's own values.
 var (
 	ErrInvalidArgument = qp.ErrInvalidArgument
 	ErrInvalidState    = qp.ErrInvalidState

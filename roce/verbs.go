@@ -10,7 +10,7 @@ import (
 	"unsafe"
 
 	"github.com/goroce/goroce/ib"
-	"github.com/goroce/goroce/qp"
+	"github.com/goroce/goroce/internal/qp"
 )
 
 // PD is a protection domain (ibv_pd).
@@ -50,11 +50,12 @@ func (pd *PD) Device() *Device { return pd.d }
 // are zero-copy from the caller's point of view, and the caller must not
 // touch bytes that an outstanding operation targets.
 type MR struct {
-	d    *Device
-	mr   *qp.MR
-	buf  []byte
-	key  uint32
-	addr uint64
+	mrRef // stands for mr in a work request (MWBindInfo.MR)
+	d     *Device
+	mr    *qp.MR
+	buf   []byte
+	key   uint32
+	addr  uint64
 }
 
 // RegisterMR registers buf (ibv_reg_mr). Its address on the wire (RETH VA,
@@ -80,7 +81,7 @@ func (pd *PD) RegisterMRAt(buf []byte, iova uint64, access Access) (*MR, error) 
 		return nil, fmt.Errorf("roce: register MR of %d bytes: %w", len(buf), err)
 	}
 	pd.d.res.MR++
-	return &MR{d: pd.d, mr: mr, buf: buf, key: mr.LKey(), addr: iova}, nil
+	return &MR{mrRef: qp.NewRef(mr), d: pd.d, mr: mr, buf: buf, key: mr.LKey(), addr: iova}, nil
 }
 
 // LKey returns the local key.
@@ -130,8 +131,9 @@ func (mr *MR) Close() error {
 // under its own R_Key, which a bind moves and an invalidation or Close
 // revokes without touching the region.
 type MW struct {
-	d  *Device
-	mw *qp.MW
+	mwRef // stands for mw in a work request (SendWR.MW)
+	d     *Device
+	mw    *qp.MW
 }
 
 // AllocMW allocates a memory window (ibv_alloc_mw). A type 1 window starts
@@ -146,7 +148,7 @@ func (pd *PD) AllocMW(typ MWType) (*MW, error) {
 		return nil, fmt.Errorf("roce: allocate %v window: %w", typ, err)
 	}
 	pd.d.res.MW++
-	return &MW{d: pd.d, mw: mw}, nil
+	return &MW{mwRef: qp.NewRef(mw), d: pd.d, mw: mw}, nil
 }
 
 // RKey returns the window's current R_Key; a bind changes its low 8 bits
@@ -176,32 +178,6 @@ func (mw *MW) Close() error {
 	}
 	defer mw.d.mu.Unlock()
 	return mw.d.res.released(&mw.d.res.MW, mw.mw.Dealloc())
-}
-
-// MWBindInfo says what a window is bound to (struct ibv_mw_bind_info):
-// Length bytes at Addr of MR with the given remote access. MR must allow
-// AccessMWBind, and AccessLocalWrite for a writable window. A zero Length
-// unbinds a type 1 window (MR may then be nil).
-type MWBindInfo struct {
-	MR     *MR
-	Addr   uint64
-	Length uint64
-	Access Access
-}
-
-func (b *MWBindInfo) engine() qp.MWBindInfo {
-	i := qp.MWBindInfo{Addr: b.Addr, Length: b.Length, Access: b.Access}
-	if b.MR != nil {
-		i.MR = b.MR.mr
-	}
-	return i
-}
-
-// MWBind is a type 1 bind request (struct ibv_mw_bind).
-type MWBind struct {
-	ID    uint64
-	Flags SendFlags
-	Info  MWBindInfo
 }
 
 // CQ is a completion queue (ibv_cq). Completions are added by the device's
@@ -524,9 +500,10 @@ func (s *SRQ) Close() error {
 
 // AH is an address handle for UD sends (ibv_ah): a resolved destination.
 type AH struct {
-	d  *Device
-	ah *qp.AH
-	av AddressVector
+	ahRef // stands for ah in a work request (SendWR.AH)
+	d     *Device
+	ah    *qp.AH
+	av    AddressVector
 }
 
 // CreateAH resolves av.DGID's MAC address (waiting at most until ctx ends)
@@ -546,7 +523,7 @@ func (pd *PD) CreateAH(ctx context.Context, av AddressVector) (*AH, error) {
 		return nil, devErr(err)
 	}
 	d.res.AH++
-	return &AH{d: d, ah: ah, av: av}, nil
+	return &AH{ahRef: qp.NewRef(ah), d: d, ah: ah, av: av}, nil
 }
 
 // AV returns the address vector, with the SGID filled in.
@@ -610,7 +587,6 @@ type QP struct {
 	q   *qp.QP
 	qpn uint32
 	typ QPType
-	wr  qp.SendWR // scratch for PostSend, used under d.mu
 	// Failure (events.go): failed is closed and err set when the device
 	// moves the QP to the error state.
 	failed atomic.Pointer[chan struct{}]
@@ -751,52 +727,6 @@ func (q *QP) Modify(ctx context.Context, attr *QPAttr, mask AttrMask) error {
 	return nil
 }
 
-// SendWR is a send work request (struct ibv_send_wr, one at a time).
-type SendWR struct {
-	ID             uint64
-	Opcode         WROpcode
-	Flags          SendFlags
-	SGL            []SGE
-	Inline         []byte // payload when Flags has SendInline (copied at post time)
-	Imm            uint32 // immediate data for *_WITH_IMM, as on the wire
-	InvalidateRKey uint32 // SEND_WITH_INV and LOCAL_INV
-	RemoteAddr     uint64 // RDMA and atomics
-	// RKey is the remote key of RDMA and atomics; for BIND_MW the window's
-	// new R_Key (ibv_send_wr.bind_mw.rkey), of which only the low 8 bits,
-	// the consumer key, are used.
-	RKey       uint32
-	CompareAdd uint64 // atomics: compare (CmpSwap) or add (FetchAdd)
-	Swap       uint64 // CmpSwap
-	// BIND_MW: the window and where to bind it (ibv_send_wr.bind_mw)
-	MW   *MW
-	Bind MWBindInfo
-	// UD; a DCI's target is AH, RemoteQPN (the DCT number) and DCKey
-	// (mlx5dv_wr_set_dc_addr).
-	AH         *AH
-	RemoteQPN  uint32
-	RemoteQKey uint32
-	DCKey      uint64
-}
-
-func (q *QP) fill(wr *SendWR) {
-	w := &q.wr
-	w.ID, w.Opcode, w.Flags = wr.ID, wr.Opcode, wr.Flags
-	w.SGL, w.Inline, w.Imm, w.InvalidateRKey = wr.SGL, wr.Inline, wr.Imm, wr.InvalidateRKey
-	w.RemoteAddr, w.RKey, w.CompareAdd, w.Swap = wr.RemoteAddr, wr.RKey, wr.CompareAdd, wr.Swap
-	w.AH = nil
-	if wr.AH != nil {
-		w.AH = wr.AH.ah
-	}
-	w.RemoteQPN, w.RemoteQKey, w.DCKey = wr.RemoteQPN, wr.RemoteQKey, wr.DCKey
-	w.MW, w.Bind = nil, qp.MWBindInfo{}
-	if wr.Opcode == WRBindMW {
-		if wr.MW != nil {
-			w.MW = wr.MW.mw
-		}
-		w.Bind = wr.Bind.engine()
-	}
-}
-
 // PostSend posts a send work request and starts transmitting it. Structural
 // errors (wrong state, queue full, too many SGEs, opcode not valid for the QP
 // type) are returned; memory errors surface as error completions.
@@ -821,18 +751,16 @@ func (q *QP) PostSendBatch(wrs []SendWR) (int, error) {
 	n := 0
 	var err error
 	for i := range wrs {
-		if !q.sameDevice(&wrs[i]) {
-			err = ErrWrongDevice
+		// The work request goes to the engine as it is: its objects
+		// checked to be this device's, it is not copied.
+		if err = q.owns(&wrs[i]); err != nil {
 			break
 		}
-		q.fill(&wrs[i])
-		err = q.q.PostSend(&q.wr)
-		if err != nil {
+		if err = q.q.PostSend(&wrs[i]); err != nil {
 			break
 		}
 		n++
 	}
-	q.wr.SGL, q.wr.Inline, q.wr.AH, q.wr.MW, q.wr.Bind.MR = nil, nil, nil, nil, nil
 	d.mu.Unlock()
 	if n > 0 {
 		d.flush()
@@ -843,10 +771,46 @@ func (q *QP) PostSendBatch(wrs []SendWR) (int, error) {
 	return n, nil
 }
 
-// sameDevice reports whether the objects wr names belong to the QP's device.
-func (q *QP) sameDevice(wr *SendWR) bool {
-	return (wr.AH == nil || wr.AH.d == q.d) && (wr.MW == nil || wr.MW.d == q.d) &&
-		(wr.Bind.MR == nil || wr.Bind.MR.d == q.d)
+// owns checks that the objects wr names are this package's AH, MW and MR
+// of the QP's device, which the engine may then resolve: a nil one inside
+// the interface, or one of another device, stops here.
+func (q *QP) owns(wr *SendWR) error {
+	if err := q.d.owns(wr.AH); err != nil {
+		return err
+	}
+	if err := q.d.owns(wr.MW); err != nil {
+		return err
+	}
+	return q.d.owns(wr.Bind.MR)
+}
+
+// owns checks one reference of a work request (AHRef, MWRef, MRRef): nil,
+// or a non-nil *AH, *MW or *MR of d.
+func (d *Device) owns(ref any) error {
+	var od *Device
+	switch o := ref.(type) {
+	case nil:
+		return nil
+	case *AH:
+		if o != nil {
+			od = o.d
+		}
+	case *MW:
+		if o != nil {
+			od = o.d
+		}
+	case *MR:
+		if o != nil {
+			od = o.d
+		}
+	}
+	switch od {
+	case nil:
+		return ErrInvalidArgument
+	case d:
+		return nil
+	}
+	return ErrWrongDevice
 }
 
 // BindMW binds a type 1 window (ibv_bind_mw): it posts a BIND_MW work
@@ -859,13 +823,16 @@ func (q *QP) BindMW(mw *MW, b *MWBind) (uint32, error) {
 		return 0, fmt.Errorf("roce: bind MW: %w", qp.ErrInvalidArgument)
 	}
 	d := q.d
-	if mw.d != d || (b.Info.MR != nil && b.Info.MR.d != d) {
+	if mw.d != d {
 		return 0, ErrWrongDevice
+	}
+	if err := d.owns(b.Info.MR); err != nil {
+		return 0, fmt.Errorf("roce: bind MW: %w", err)
 	}
 	if err := d.lock(); err != nil {
 		return 0, err
 	}
-	key, err := q.q.BindMW(mw.mw, &qp.MWBind{ID: b.ID, Flags: b.Flags, Info: b.Info.engine()})
+	key, err := q.q.BindMW(mw.mw, b)
 	d.mu.Unlock()
 	if err != nil {
 		return 0, fmt.Errorf("roce: bind MW on QP %d: %w", q.qpn, devErr(err))

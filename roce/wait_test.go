@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/goroce/goroce/internal/qp"
 	"github.com/goroce/goroce/link/memlink"
-	"github.com/goroce/goroce/qp"
 )
 
 // memPairSpin opens a memlink pair with the given CQSpin (negative: no spin,

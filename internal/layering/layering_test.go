@@ -17,8 +17,9 @@ const module = "github.com/goroce/goroce"
 // layers maps a path prefix (relative to the module) to its layer; the
 // longest matching prefix wins.
 var layers = map[string]string{
-	"ib":                 "ib",
-	"qp":                 "qp",
+	"ib": "ib",
+	// The transport engine: package roce is its public face (docs/ARCHITECTURE.md).
+	"internal/qp":        "qp",
 	"roce":               "roce",
 	"link":               "link",
 	"link/memlink":       "link",
@@ -62,32 +63,34 @@ var layers = map[string]string{
 }
 
 // below lists the layers each layer may import, besides packages of its own
-// layer under the same top-level directory (cm → cm/mad, qp/qptest → qp).
+// layer under the same top-level directory (cm → cm/mad, internal/qp/qptest → qp).
 var below = map[string][]string{
 	"support":    {},
 	"kernel":     {},
 	"wire":       {"ib", "support"},
-	"testhelper": {"ib", "qp", "link", "linkimpl", "roce", "support"},
+	"testhelper": {"ib", "link", "linkimpl", "roce", "support"},
 	"ib":         {},
 	"qp":         {"ib", "support"},
 	"link":       {"ib", "support"}, // headers: ib's codec, the only one
 	"linkimpl":   {"ib", "link", "kernel"},
+	// Only the device imports the engine: package roce is the one verbs API,
+	// and everything above it (cm, the protocols) uses roce's names.
 	// The device core never sees how a link is made: no AF_XDP, eBPF or
 	// socket code, so it builds anywhere.
 	"roce":         {"ib", "qp", "link"},
-	"cm":           {"ib", "qp", "link", "roce"},
-	"device-addon": {"ib", "qp", "link", "linkimpl", "kernel", "roce"},
+	"cm":           {"ib", "link", "roce"},
+	"device-addon": {"ib", "link", "linkimpl", "kernel", "roce"},
 	// Protocols take a device; they do not open interfaces.
-	"protocol": {"ib", "qp", "link", "roce", "cm", "support"},
-	"tool":     {"ib", "qp", "link", "linkimpl", "kernel", "roce", "cm", "device-addon", "protocol", "support", "wire"},
-	"cmd":      {"ib", "qp", "link", "linkimpl", "kernel", "roce", "cm", "device-addon", "protocol", "support", "wire", "tool"},
-	"bench":    {"ib", "qp", "link", "linkimpl", "kernel", "roce", "cm", "device-addon", "protocol", "support", "wire", "tool"},
-	"interop":  {"ib", "qp", "link", "linkimpl", "kernel", "roce", "cm", "device-addon", "protocol", "support", "wire", "tool"},
+	"protocol": {"ib", "link", "roce", "cm", "support"},
+	"tool":     {"ib", "link", "linkimpl", "kernel", "roce", "cm", "device-addon", "protocol", "support", "wire"},
+	"cmd":      {"ib", "link", "linkimpl", "kernel", "roce", "cm", "device-addon", "protocol", "support", "wire", "tool"},
+	"bench":    {"ib", "link", "linkimpl", "kernel", "roce", "cm", "device-addon", "protocol", "support", "wire", "tool"},
+	"interop":  {"ib", "link", "linkimpl", "kernel", "roce", "cm", "device-addon", "protocol", "support", "wire", "tool"},
 }
 
 // portable are the packages that must build on any GOOS, and so must not
 // depend, even indirectly, on anything in forbiddenDeps.
-var portable = []string{"ib", "qp", "roce", "cm", "cm/mad", "link", "link/memlink"}
+var portable = []string{"ib", "internal/qp", "roce", "cm", "cm/mad", "link", "link/memlink"}
 
 var forbiddenDeps = []string{
 	"github.com/cilium/ebpf",

@@ -1,4 +1,4 @@
-// Package mw qualifies goroce's memory windows (qp/mw.go) against
+// Package mw qualifies goroce's memory windows (internal/qp/mw.go) against
 // rdma_rxe's: type 2 windows, bound by a BIND_MW work request and usable
 // through the binding QP alone, in both directions over RC connections
 // made with rdma_cm.
