@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/netip"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/service/s3"
@@ -46,6 +47,67 @@ type rdmaBackend struct {
 	// base bounds every RDMA transfer: Gateway.Close cancels it. (Not the
 	// fasthttp.RequestCtx: its Done races with the server's shutdown.)
 	base context.Context
+	idle bufPool
+}
+
+// idleBuffers is how many registered buffers of chunkSize the gateway
+// keeps between requests. Allocating (and so zeroing and faulting in) a
+// request's 16 MiB afresh, and registering it, cost as much CPU as the
+// file's read for a 16 MiB GET; the few kept idle are memory beside the
+// budget (Tunables.MaxHeldBytes), which counts the buffers in use.
+const idleBuffers = 2
+
+// hostBuf is a registered buffer.
+type hostBuf struct {
+	buf []byte
+	reg *cuobj.Buffer
+}
+
+// bufPool holds up to idleBuffers registered buffers of chunkSize.
+type bufPool struct {
+	mu     sync.Mutex
+	bufs   []hostBuf
+	closed bool
+}
+
+func (p *bufPool) get() (hostBuf, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(p.bufs) == 0 {
+		return hostBuf{}, false
+	}
+	hb := p.bufs[len(p.bufs)-1]
+	p.bufs = p.bufs[:len(p.bufs)-1]
+	return hb, true
+}
+
+// put keeps hb, or says to deregister it: the pool is full or closed.
+func (p *bufPool) put(hb hostBuf) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed || len(p.bufs) == idleBuffers {
+		return false
+	}
+	p.bufs = append(p.bufs, hb)
+	return true
+}
+
+// close empties the pool for good and returns what it held.
+func (p *bufPool) close() []hostBuf {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.closed = true
+	bufs := p.bufs
+	p.bufs = nil
+	return bufs
+}
+
+// shutdown deregisters the idle buffers: the cuobj.Server outlives the
+// gateway.
+func (b *rdmaBackend) shutdown() {
+	for _, hb := range b.idle.close() {
+		_ = b.rdma.DeregisterBuffer(hb.reg)
+	}
 }
 
 func apiErr(status int, code, msg string) s3err.APIError {
@@ -132,6 +194,11 @@ func (b *rdmaBackend) start(ctx context.Context, rctx *fasthttp.RequestCtx, key 
 		b.rdma.FreeChannel(ch)
 		return nil, b.rdmaError(rctx, key, err)
 	}
+	if size == chunkSize {
+		if hb, ok := b.idle.get(); ok {
+			return &run{b: b, ch: ch, buf: hb.buf, reg: hb.reg, release: release, tok: tok, raw: raw}, nil
+		}
+	}
 	buf, err := b.rdma.AllocHostBuffer(size)
 	if err == nil {
 		var reg *cuobj.Buffer
@@ -144,8 +211,13 @@ func (b *rdmaBackend) start(ctx context.Context, rctx *fasthttp.RequestCtx, key 
 	return nil, apiErr(http.StatusInternalServerError, "InternalError", err.Error())
 }
 
-func (r *run) end() {
-	_ = r.b.rdma.DeregisterBuffer(r.reg)
+// end ends the request. Its buffer is kept for the next one only when
+// clean: every transfer into it completed (a failed one may have left
+// pieces in flight that drain gave up on).
+func (r *run) end(clean bool) {
+	if !clean || len(r.buf) != chunkSize || !r.b.idle.put(hostBuf{r.buf, r.reg}) {
+		_ = r.b.rdma.DeregisterBuffer(r.reg)
+	}
 	r.buf = nil
 	r.release()
 	r.b.rdma.FreeChannel(r.ch)
@@ -366,7 +438,7 @@ func (b *rdmaBackend) readBody(rctx *fasthttp.RequestCtx, key string, tok cuobj.
 	wait = func() error {
 		close(stop) // a backend that stopped reading unblocks the transfers
 		err := <-done
-		r.end()
+		r.end(err == nil)
 		cancel()
 		if err != nil && !errors.Is(err, errStopped) {
 			return b.rdmaError(rctx, key, err)
@@ -470,8 +542,9 @@ func (b *rdmaBackend) GetObject(ctx context.Context, in *s3.GetObjectInput) (*s3
 		if err != nil {
 			return nil, err
 		}
-		defer r.end()
-		if err := r.writePieces(tctx, key, n, res.Body); err != nil {
+		err = r.writePieces(tctx, key, n, res.Body)
+		r.end(err == nil)
+		if err != nil {
 			var ae s3err.APIError
 			if errors.As(err, &ae) {
 				return nil, err

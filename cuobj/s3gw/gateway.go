@@ -293,6 +293,7 @@ func (g *Gateway) Close() error {
 		err = g.app.ShutdownWithContext(ctx)
 		g.stop() // transfers still running after the grace period
 		g.be.Shutdown()
+		g.be.shutdown() // a transfer ending later deregisters its own
 		if e := os.Chdir(g.wd); err == nil {
 			err = e
 		}

@@ -508,3 +508,82 @@ func TestTransferFailsMidway(t *testing.T) {
 		t.Fatalf("Get after the failures: %d %v %v", n, byRDMA, err)
 	}
 }
+
+// A request of chunkSize or more keeps its registered buffer for the
+// next one when it ends clean, never after a failed transfer, and the
+// gateway's Close deregisters what it kept.
+func TestBufferReuse(t *testing.T) {
+	e := setup(t, true, nil)
+	ctx := ctxT(t)
+	idle := func() []hostBuf {
+		e.g.be.idle.mu.Lock()
+		defer e.g.be.idle.mu.Unlock()
+		return append([]hostBuf(nil), e.g.be.idle.bufs...)
+	}
+	const size = 2*chunkSize + 3
+	a, b := data(size), data(size)
+	buf := make([]byte, size)
+	if err := e.cli.RDMA().Register(buf); err != nil {
+		t.Fatal(err)
+	}
+	for i, obj := range [][]byte{a, b} {
+		copy(buf, obj)
+		if byRDMA, err := e.cli.Put(ctx, "bucket", string(rune('a'+i)), buf); err != nil || !byRDMA {
+			t.Fatalf("Put: %v %v", byRDMA, err)
+		}
+	}
+	kept := idle()
+	if len(kept) != 1 {
+		t.Fatalf("%d buffers kept after two PUTs one after the other, want 1", len(kept))
+	}
+	for i, obj := range [][]byte{a, b} {
+		clear(buf)
+		if n, byRDMA, err := e.cli.Get(ctx, "bucket", string(rune('a'+i)), buf); err != nil || !byRDMA || n != size || !bytes.Equal(buf, obj) {
+			t.Fatalf("Get %d: %d %v %v", i, n, byRDMA, err)
+		}
+		if k := idle(); len(k) != 1 || k[0].reg != kept[0].reg {
+			t.Fatalf("after GET %d: %d buffers kept, not the same one", i, len(k))
+		}
+	}
+	// A GET past its grant fails midway: its buffer is not kept.
+	desc, err := e.cli.RDMA().GetRDMATokenFor(buf, 4<<20, 0, cuobj.OpGet, srvIP)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok, err := cuobj.ParseToken(desc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok.Size = size
+	resp, body, err := e.s.try(ctx, "GET", "/bucket/a", nil, map[string]string{s3rdma.HeaderToken: tok.String()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != http.StatusInternalServerError {
+		t.Fatalf("GET past the grant: %s %s", resp.Status, body)
+	}
+	_ = e.cli.RDMA().PutRDMAToken(desc)
+	if k := idle(); len(k) != 0 {
+		t.Fatalf("%d buffers kept after a failed transfer", len(k))
+	}
+	if err := e.g.be.rdma.DeregisterBuffer(kept[0].reg); err == nil {
+		t.Error("the failed transfer's buffer was still registered")
+	}
+	clear(buf)
+	if n, byRDMA, err := e.cli.Get(ctx, "bucket", "b", buf); err != nil || !byRDMA || n != size || !bytes.Equal(buf, b) {
+		t.Fatalf("Get after the failure: %d %v %v", n, byRDMA, err)
+	}
+	kept = idle()
+	if len(kept) != 1 {
+		t.Fatalf("%d buffers kept after a clean GET", len(kept))
+	}
+	if err := e.g.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if k := idle(); len(k) != 0 {
+		t.Errorf("%d buffers kept after Close", len(k))
+	}
+	if err := e.g.be.rdma.DeregisterBuffer(kept[0].reg); err == nil {
+		t.Error("Close left the kept buffer registered")
+	}
+}

@@ -29,17 +29,25 @@ func Prefix() [4]byte {
 // nothing either way.
 func Pair(t testing.TB, srv []netip.Addr, cli netip.Addr) (sdev, cdev *roce.Device) {
 	t.Helper()
+	return PairMTU(t, srv, cli, 0)
+}
+
+// PairMTU is Pair with both links reporting mtu (0: a wildcard's 1500,
+// so a path MTU of 1024). Benchmarks set lo's, as a link bound to a
+// loopback address reports it (perf --loopback's path MTU of 4096).
+func PairMTU(t testing.TB, srv []netip.Addr, cli netip.Addr, mtu int) (sdev, cdev *roce.Device) {
+	t.Helper()
 	// Linux routes all of 127.0.0.0/8 to lo; some systems only 127.0.0.1.
 	probe, err := net.ListenUDP("udp4", net.UDPAddrFromAddrPort(netip.AddrPortFrom(cli, 0)))
 	if err != nil {
 		t.Skipf("no UDP socket on %v: %v", cli, err)
 	}
 	probe.Close()
-	ls, err := udplink.ListenOptions(netip.AddrPortFrom(netip.IPv4Unspecified(), 0), udplink.Options{EphemeralPort: true})
+	ls, err := udplink.ListenOptions(netip.AddrPortFrom(netip.IPv4Unspecified(), 0), udplink.Options{EphemeralPort: true, WildcardMTU: mtu})
 	if err != nil {
 		t.Skipf("no UDP socket on the IPv4 wildcard address: %v", err)
 	}
-	lc, err := udplink.ListenOptions(netip.AddrPortFrom(netip.IPv4Unspecified(), 0), udplink.Options{EphemeralPort: true})
+	lc, err := udplink.ListenOptions(netip.AddrPortFrom(netip.IPv4Unspecified(), 0), udplink.Options{EphemeralPort: true, WildcardMTU: mtu})
 	if err != nil {
 		ls.Close()
 		t.Skipf("no second UDP socket on the IPv4 wildcard address: %v", err)

@@ -116,6 +116,9 @@ func ListenPlain(addr netip.AddrPort, opts Options) (*PlainLink, error) {
 	}
 	l.port = conn.LocalAddr().(*net.UDPAddr).AddrPort().Port()
 	l.mtu, l.mac = interfaceOf(ip)
+	if l.wildcard && opts.WildcardMTU > 0 {
+		l.mtu = opts.WildcardMTU
+	}
 	copy(l.macArr[:], l.mac)
 	l.name = netip.AddrPortFrom(ip, l.port).String()
 	// One byte more than the largest datagram tells a longer one.

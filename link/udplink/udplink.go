@@ -32,6 +32,10 @@ type Options struct {
 	// DisableGRO leaves UDP_GRO (Linux 5.0) off: the kernel then hands over
 	// every datagram on its own, cutting runs a local sender kept whole.
 	DisableGRO bool
+	// WildcardMTU is the MTU a link bound to a wildcard address reports
+	// (default 1500): no one interface holds that address. A link bound
+	// to an address reports its interface's MTU whatever this says.
+	WildcardMTU int
 }
 
 const (

@@ -146,6 +146,9 @@ func ListenOptions(addr netip.AddrPort, opts Options) (*Link, error) {
 	}
 	l.port = netip.MustParseAddrPort(l.conn.LocalAddr().String()).Port()
 	l.mtu, l.mac = interfaceOf(ip)
+	if l.wildcard && opts.WildcardMTU > 0 {
+		l.mtu = opts.WildcardMTU
+	}
 	copy(l.macArr[:], l.mac)
 	l.name = netip.AddrPortFrom(ip, l.port).String()
 	l.initRecv(l.recvBufSize(opts.MaxDatagram))

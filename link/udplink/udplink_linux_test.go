@@ -556,6 +556,34 @@ func TestLoopbackPrefixMTU(t *testing.T) {
 	}
 }
 
+// A wildcard link reports 1500 unless told its MTU; a link bound to an
+// address reports its interface's whatever it is told.
+func TestWildcardMTU(t *testing.T) {
+	for _, c := range []struct {
+		addr      string
+		opt, want int
+	}{{"0.0.0.0", 0, 1500}, {"0.0.0.0", 65536, 65536}, {"0.0.0.0", 9000, 9000}} {
+		l, err := ListenOptions(netip.AddrPortFrom(netip.MustParseAddr(c.addr), 0), Options{EphemeralPort: true, WildcardMTU: c.opt})
+		if err != nil {
+			t.Skipf("no socket on %s: %v", c.addr, err)
+		}
+		if l.MTU() != c.want {
+			t.Errorf("%s with WildcardMTU %d: MTU %d, want %d", c.addr, c.opt, l.MTU(), c.want)
+		}
+		l.Close()
+	}
+	if lo, err := net.InterfaceByName("lo"); err == nil {
+		l, err := ListenOptions(netip.MustParseAddrPort("127.0.0.1:0"), Options{EphemeralPort: true, WildcardMTU: 1234})
+		if err != nil {
+			t.Skipf("no socket on 127.0.0.1: %v", err)
+		}
+		defer l.Close()
+		if l.MTU() != lo.MTU {
+			t.Errorf("127.0.0.1 with WildcardMTU 1234: MTU %d, lo has %d", l.MTU(), lo.MTU)
+		}
+	}
+}
+
 func TestPickInterface(t *testing.T) {
 	pfx := func(ss ...string) []netip.Prefix {
 		var ps []netip.Prefix
