@@ -24,8 +24,8 @@ var (
 	// ErrDisconnected is the Err of a connection ended with a DREQ, ours
 	// or (wrapped: "by the peer") the peer's.
 	ErrDisconnected = errors.New("cm: disconnected")
-	// ErrAnswered reports a second answer to a Request.
-	ErrAnswered = errors.New("cm: request already answered")
+	// errAnswered: a second answer to a Request.
+	errAnswered = stateError("request already answered")
 
 	errPeerDisconnected = fmt.Errorf("%w by the peer", ErrDisconnected)
 	errDeviceClosed     = fmt.Errorf("%w: the device closed", ErrClosed)

@@ -341,7 +341,7 @@ func (e *Engine) SIDRReply(id uint32, status mad.SIDRStatus, qpn, qkey uint32, p
 func (e *Engine) get(id uint32) (*conn, error) {
 	c, ok := e.conns[id]
 	if !ok {
-		return nil, ErrUnknownID
+		return nil, errUnknownID
 	}
 	return c, nil
 }

@@ -59,4 +59,19 @@
 //
 // Wire formats live in package cm/mad; package cm/rping is rping's test on
 // top of this package.
+//
+// # Errors
+//
+//	ErrTimeout          no answer after the retries (a net.Error, Timeout true)
+//	ErrState            a call the state does not allow: wrong state, an ID
+//	                    the engine does not hold, a Request answered twice
+//	ErrInvalid          bad parameters from the caller
+//	ErrListening        a second listener on a service ID
+//	ErrClosed           a closed Manager, Listener or Conn (net.ErrClosed)
+//	ErrDisconnected     a connection ended by a DREQ (ours or the peer's)
+//	ErrHalfOpenDropped  a half-open handshake displaced (MaxHalfOpen)
+//
+// A refusal by the peer matches mad.ErrRejected: a *mad.RejectError for a
+// REJ (errors.Is also matches its mad.RejectReason), a mad.SIDRStatus for a
+// SIDR_REP with a status other than success.
 package cm

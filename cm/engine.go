@@ -39,19 +39,25 @@ var (
 	// answer after Max CM Retries retransmissions (rdma_cm: UNREACHABLE).
 	// It is a net.Error whose Timeout() is true.
 	ErrTimeout = errtimeout.New("cm: no response from the peer")
-	// ErrUnknownID reports an operation on a communication ID the engine
-	// does not hold (never created, or already gone).
-	ErrUnknownID = errors.New("cm: unknown communication ID")
-	// ErrState reports an operation not allowed in the connection's state.
+	// ErrState reports an operation not allowed in the connection's state,
+	// on a communication ID the engine does not hold (never created, or
+	// already gone), or a second answer to a Request; the message says which.
 	ErrState = errors.New("cm: operation not allowed in this state")
 	// ErrInvalid reports bad parameters from the caller.
 	ErrInvalid = errors.New("cm: invalid argument")
 	// ErrListening reports a second listener on the same service ID.
 	ErrListening = errors.New("cm: service ID already has a listener")
-	// ErrSIDRStatus reports a SIDR_REP whose status is not success; the
-	// event carries the status.
-	ErrSIDRStatus = errors.New("cm: SIDR request refused")
+
+	// errUnknownID: an operation on a communication ID the engine does not
+	// hold.
+	errUnknownID = stateError("unknown communication ID")
 )
+
+// stateError is an ErrState naming what was refused.
+type stateError string
+
+func (e stateError) Error() string        { return "cm: " + string(e) }
+func (e stateError) Is(target error) bool { return target == ErrState }
 
 // ConvertToDuration is cm_convert_to_ms: 4.096 µs × 2^t rounded the kernel's
 // way, 2^max(t−8, 0) ms.
@@ -361,7 +367,7 @@ func (e *Engine) tablesEmpty() bool {
 func (e *Engine) State(id uint32) (State, error) {
 	c, ok := e.conns[id]
 	if !ok {
-		return StateIdle, ErrUnknownID
+		return StateIdle, errUnknownID
 	}
 	return c.state, nil
 }

@@ -331,7 +331,7 @@ func TestConsumerReject(t *testing.T) {
 	if !errors.As(ev.Err, &re) || re.Reason != mad.RejConsumerDefined || !bytes.HasPrefix(re.PrivateData, []byte("busy")) {
 		t.Fatalf("%v", ev.Err)
 	}
-	if _, err := p.a.e.State(aID); !errors.Is(err, ErrUnknownID) {
+	if _, err := p.a.e.State(aID); !errors.Is(err, ErrState) || err != errUnknownID {
 		t.Error("active ID survived the REJ")
 	}
 	p.assertEmpty()
@@ -461,7 +461,7 @@ func TestSIDR(t *testing.T) {
 	// No listener: status UNSUPPORTED.
 	_, _ = p.a.e.SIDRRequest(&SIDRParams{ServiceID: sid + 1, Path: Path{Local: p.a.addr, Remote: p.b.addr}})
 	p.pump()
-	if rep := p.a.take(t, EventSIDRReply); !errors.Is(rep.Err, ErrSIDRStatus) || rep.SIDRREP.Status != mad.SIDRUnsupported {
+	if rep := p.a.take(t, EventSIDRReply); !errors.Is(rep.Err, mad.ErrRejected) || rep.SIDRREP.Status != mad.SIDRUnsupported {
 		t.Fatalf("%v", rep.Err)
 	}
 	// No answer: timeout after the retries; a duplicate SIDR_REQ creates
@@ -542,7 +542,7 @@ func TestCallerErrors(t *testing.T) {
 	if _, err := p.a.e.Connect(cp); !errors.Is(err, ErrInvalid) {
 		t.Errorf("MTU 9: %v", err)
 	}
-	if err := p.a.e.RTU(12345, nil); !errors.Is(err, ErrUnknownID) {
+	if err := p.a.e.RTU(12345, nil); !errors.Is(err, ErrState) || err != errUnknownID {
 		t.Errorf("RTU unknown: %v", err)
 	}
 	id, _ := p.a.e.Connect(p.connectParams(testSID))

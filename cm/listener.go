@@ -528,7 +528,7 @@ func (r *Request) Accept(ctx context.Context, o AcceptOptions) (*Conn, error) {
 		return nil, err
 	}
 	if !r.claim() {
-		return nil, ErrAnswered
+		return nil, errAnswered
 	}
 	r.l.a.mu.Lock()
 	r.l.startLocked(r, ctx)
@@ -551,7 +551,7 @@ func (r *Request) Reject(reason mad.RejectReason, privateData []byte) error {
 		return fmt.Errorf("%w: %d bytes of reject private data, at most %d", ErrInvalid, len(privateData), limit)
 	}
 	if !r.claim() {
-		return ErrAnswered
+		return errAnswered
 	}
 	a := r.l.a
 	return a.do(func(e *Engine) error {
@@ -559,7 +559,7 @@ func (r *Request) Reject(reason mad.RejectReason, privateData []byte) error {
 		if r.SIDR() {
 			return e.SIDRReply(r.ev.ID, mad.SIDRReject, 0, 0, privateData)
 		}
-		// ErrUnknownID: the peer gave up already.
+		// errUnknownID: the peer gave up already.
 		return e.Reject(r.ev.ID, reason, nil, privateData)
 	})
 }

@@ -381,7 +381,7 @@ func (e *Engine) recvSIDRREP(p Path, m mad.MAD) {
 	e.remove(c)
 	ev := Event{Type: EventSIDRReply, ID: c.id, ServiceID: c.serviceID, Path: c.path, SIDRREP: &f, PrivateData: f.PrivateData}
 	if f.Status != mad.SIDRSuccess {
-		ev.Err = fmt.Errorf("%w: status %d", ErrSIDRStatus, f.Status)
+		ev.Err = f.Status // matches mad.ErrRejected and the status
 	}
 	e.emit(ev)
 }

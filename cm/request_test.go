@@ -64,7 +64,7 @@ func TestRequestAcceptReject(t *testing.T) {
 	if a.err != nil {
 		t.Fatal(a.err)
 	}
-	if err := a.r.Reject(0, nil); !errors.Is(err, ErrAnswered) {
+	if err := a.r.Reject(0, nil); !errors.Is(err, ErrState) || err != errAnswered {
 		t.Errorf("second answer: %v", err)
 	}
 
@@ -96,7 +96,7 @@ func TestRequestAcceptReject(t *testing.T) {
 	if got, want := cc.QP().Attr().AccessFlags, roce.AccessRemoteWrite|roce.AccessRemoteRead|roce.AccessRemoteAtomic; got != want {
 		t.Errorf("dialed QP access %v, want %v", got, want)
 	}
-	if err := r.Reject(0, nil); !errors.Is(err, ErrAnswered) {
+	if err := r.Reject(0, nil); !errors.Is(err, ErrState) || err != errAnswered {
 		t.Errorf("reject after accept: %v", err)
 	}
 	if err := a.r.Reject(0, make([]byte, mad.REJPrivateDataSize+1)); !errors.Is(err, ErrInvalid) {
@@ -162,7 +162,7 @@ func TestRequestSIDR(t *testing.T) {
 			conns <- c
 		}
 	}()
-	if _, err := Dial(ctx, da, laddr, DialOptions{PortSpace: mad.PortSpaceUDP, PrivateData: []byte("no")}); !errors.Is(err, ErrSIDRStatus) {
+	if _, err := Dial(ctx, da, laddr, DialOptions{PortSpace: mad.PortSpaceUDP, PrivateData: []byte("no")}); !errors.Is(err, mad.ErrRejected) || !errors.Is(err, mad.SIDRReject) {
 		t.Errorf("rejected SIDR: %v", err)
 	}
 	cc, err := Dial(ctx, da, laddr, DialOptions{PortSpace: mad.PortSpaceUDP, PrivateData: []byte("yes")})

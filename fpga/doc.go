@@ -68,4 +68,15 @@
 // it, and Serve returns ErrPSNMismatch. The remedy is the firmware's soft
 // reset before the FPGA is programmed again. Packets from any other address
 // never reach the QP (bad_addr).
+//
+// # Errors
+//
+//	ErrInvalidSetting  an argument the FPGA or Rogue cannot take (bad port,
+//	                   payload, depth, GID, QPN or PSN; a slab of 4 GiB or more)
+//	ErrState           a call out of order (the message names which)
+//	ErrFlushed         Err: the receive queue was flushed, the server stopped
+//	ErrPSNMismatch     Err and Serve: a stale FPGA QP (see above)
+//
+// No host GID on the FPGA's subnet, or an empty GID index, wraps
+// roce.ErrNoGID.
 package fpga

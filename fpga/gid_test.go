@@ -3,6 +3,7 @@ package fpga_test
 import (
 	"errors"
 	"net/netip"
+	"strings"
 	"testing"
 
 	"github.com/goroce/goroce/fpga"
@@ -26,7 +27,7 @@ func TestGIDPick(t *testing.T) {
 	for _, tc := range []struct {
 		fpga, want string
 		err        error
-	}{{"192.168.5.7", "192.168.5.1", nil}, {"10.0.0.9", "10.0.0.1", nil}, {"fd00::7", "fd00::1", nil}, {"172.16.0.2", "", fpga.ErrNoGID}} {
+	}{{"192.168.5.7", "192.168.5.1", nil}, {"10.0.0.9", "10.0.0.1", nil}, {"fd00::7", "fd00::1", nil}, {"172.16.0.2", "", roce.ErrNoGID}} {
 		s, err := fpga.NewServer(dev, 1, -1, 0, 4)
 		if err != nil {
 			t.Fatal(err)
@@ -58,7 +59,7 @@ func TestGIDPick(t *testing.T) {
 	if _, err := fpga.NewServer(dev, 1, 40, 0, 4); err == nil {
 		t.Fatal("an empty GID index was accepted")
 	}
-	if _, err := fpga.NewServer(dev, 1, 1, 1<<20, 1<<12); !errors.Is(err, fpga.ErrSlabTooLarge) {
+	if _, err := fpga.NewServer(dev, 1, 1, 1<<20, 1<<12); !errors.Is(err, fpga.ErrInvalidSetting) || !strings.Contains(err.Error(), "32-bit MR length") {
 		t.Fatalf("a 4 GiB slab: %v", err)
 	}
 }

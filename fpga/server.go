@@ -22,16 +22,29 @@ const (
 	DefaultRxQueueDepth = 256
 )
 
-// Errors of the server.
+// Errors of the server (see the package doc's Errors section).
 var (
-	ErrNoFPGAGID      = errors.New("fpga: FPGA GID not set (SetFPGAGID)")
-	ErrConnected      = errors.New("fpga: CompleteConnection already called")
-	ErrStopped        = errors.New("fpga: server stopped")
-	ErrFlushed        = errors.New("fpga: receive flushed (QP in error state)")
-	ErrPSNMismatch    = errors.New("fpga: sender's PSNs do not match (stale FPGA QP? soft-reset it)")
-	ErrSlabTooLarge   = errors.New("fpga: slab does not fit the FPGA's 32-bit MR length")
-	ErrNoGID          = errors.New("fpga: no RoCEv2 GID shares the FPGA's subnet")
+	// ErrInvalidSetting: an argument the FPGA or Rogue cannot take.
 	ErrInvalidSetting = errors.New("fpga: invalid setting")
+	// ErrState: a call the server's state does not allow (CompleteConnection
+	// before SetFPGAGID, twice, or after Stop; SetFPGAGID once connected).
+	ErrState = errors.New("fpga: call not allowed in this state")
+	// ErrFlushed: the receive queue was flushed (QP in error state).
+	ErrFlushed = errors.New("fpga: receive flushed (QP in error state)")
+	// ErrPSNMismatch: the sender's PSNs do not match (a stale FPGA QP).
+	ErrPSNMismatch = errors.New("fpga: sender's PSNs do not match (stale FPGA QP? soft-reset it)")
+)
+
+// stateError is an ErrState with the call order it refused.
+type stateError string
+
+func (e stateError) Error() string        { return "fpga: " + string(e) }
+func (e stateError) Is(target error) bool { return target == ErrState }
+
+const (
+	errNoFPGAGID stateError = "FPGA GID not set (SetFPGAGID)"
+	errConnected stateError = "CompleteConnection already called"
+	errStopped   stateError = "server stopped"
 )
 
 // DataPath selects which completions carry frames.
@@ -185,7 +198,7 @@ func (s *Server) SetFPGAGID(g ib.GID) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.connected {
-		return ErrConnected
+		return errConnected
 	}
 	s.fpgaGID, s.haveFPGA = g, true
 	if s.gidIndex < 0 {
@@ -212,7 +225,7 @@ func (s *Server) pickGID() error {
 			return nil
 		}
 	}
-	return fmt.Errorf("fpga: FPGA %v: %w", fa, ErrNoGID)
+	return fmt.Errorf("fpga: no RoCEv2 GID shares the subnet of FPGA %v: %w", fa, roce.ErrNoGID)
 }
 
 // CompleteConnection connects the server to the FPGA's QP: it posts every
@@ -227,11 +240,11 @@ func (s *Server) CompleteConnection(ctx context.Context, fpgaQPN, fpgaRqPSN uint
 	defer s.mu.Unlock()
 	switch {
 	case s.stopped:
-		return ErrStopped
+		return errStopped
 	case s.connected:
-		return ErrConnected
+		return errConnected
 	case !s.haveFPGA:
-		return ErrNoFPGAGID
+		return errNoFPGAGID
 	}
 	if pmtu == 0 {
 		pmtu = ib.MTU4096

@@ -3,6 +3,7 @@ package fpga_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -233,7 +234,7 @@ func TestBadCompletions(t *testing.T) {
 	if err := s.CompleteConnection(ctx, q.QPN(), s.SqPSN(), ib.MTU4096, 1); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.CompleteConnection(ctx, q.QPN(), s.SqPSN(), ib.MTU4096, 1); !errors.Is(err, fpga.ErrConnected) {
+	if err := s.CompleteConnection(ctx, q.QPN(), s.SqPSN(), ib.MTU4096, 1); !errors.Is(err, fpga.ErrState) || !strings.Contains(err.Error(), "already called") {
 		t.Fatalf("second CompleteConnection: %v", err)
 	}
 	var frames atomic.Int32

@@ -55,7 +55,7 @@ const slabAlign = 4096
 func newRxSlab(dev *roce.Device, pd *roce.PD, count, size int) (*rxSlab, error) {
 	if uint64(count)*uint64(size) >= 1<<32 {
 		// The FPGA's MR length field is 32 bits wide.
-		return nil, fmt.Errorf("fpga: slab of %d × %d bytes: %w", count, size, ErrSlabTooLarge)
+		return nil, fmt.Errorf("fpga: slab of %d × %d bytes does not fit the FPGA's 32-bit MR length: %w", count, size, ErrInvalidSetting)
 	}
 	raw := make([]byte, count*size+slabAlign)
 	off := 0

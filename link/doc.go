@@ -22,4 +22,16 @@
 // is the one place headers are encoded and decoded. They are deliberately
 // minimal (no IP options, no IPv6 extension headers), since RoCEv2 uses
 // neither.
+//
+// # Errors
+//
+//	ErrClosed     a closed link (matches net.ErrClosed)
+//	ErrMalformed  not a well-formed frame: truncated, not-ip, not-udp, header
+//	ErrRefused    a frame the link does not allow: family, source-addr,
+//	              source-port
+//	ErrTooLarge   beyond the link MTU
+//
+// ErrMalformed and ErrRefused come as a fixed *Error (no allocation) whose
+// Reason is the token above (ReasonOf); a WriteBatch refusal wraps its error
+// in a FrameError with the frame's index.
 package link

@@ -1,6 +1,9 @@
 package link
 
-import "github.com/goroce/goroce/ib"
+import (
+	"github.com/goroce/goroce/ib"
+	"github.com/goroce/goroce/internal/linkerr"
+)
 
 // Sizes of the headers a link walks or synthesizes (ib's).
 const (
@@ -28,8 +31,8 @@ type Frame = ib.Encap
 
 // ParseFrame walks Ethernet [+802.1Q] + IPv4/IPv6 + UDP with ib.ParseEncap.
 // It accepts no IP options, IPv4 fragments or IPv6 extension headers,
-// which RoCEv2 never uses. Errors are ErrTruncated, ErrNotIP, ErrNotUDP or
-// ErrMalformed.
+// which RoCEv2 never uses. Errors are ErrMalformed (reasons truncated,
+// not-ip, not-udp, header).
 func ParseFrame(b []byte) (f Frame, err error) {
 	if err = ib.ParseEncap(b, &f); err != nil {
 		err = frameErr(err)
@@ -41,13 +44,13 @@ func ParseFrame(b []byte) (f Frame, err error) {
 func frameErr(err error) error {
 	switch err {
 	case ib.ErrTruncated:
-		return ErrTruncated
+		return linkerr.Truncated
 	case ib.ErrNotIP:
-		return ErrNotIP
+		return linkerr.NotIP
 	case ib.ErrNotUDP:
-		return ErrNotUDP
+		return linkerr.NotUDP
 	}
-	return ErrMalformed
+	return linkerr.Header
 }
 
 // Header describes the Ethernet+IP+UDP prefix a link synthesizes in front

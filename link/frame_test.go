@@ -10,6 +10,7 @@ import (
 	"github.com/gopacket/gopacket/layers"
 
 	"github.com/goroce/goroce/ib"
+	"github.com/goroce/goroce/internal/linkerr"
 )
 
 func synth(t testing.TB, src, dst string, payload []byte) []byte {
@@ -102,34 +103,34 @@ func TestParseErrors(t *testing.T) {
 		frame []byte
 		want  error
 	}{
-		{"empty", nil, ErrTruncated},
-		{"short ethernet", v4[:13], ErrTruncated},
-		{"short vlan", []byte{0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x81, 0, 0}, ErrTruncated},
-		{"arp", mod(v4, func(b []byte) { b[12], b[13] = 0x08, 0x06 }), ErrNotIP},
-		{"short ipv4", v4[:30], ErrTruncated},
-		{"ipv4 options", mod(v4, func(b []byte) { b[14] = 0x46 }), ErrMalformed},
-		{"ipv4 total too small", mod(v4, func(b []byte) { b[16], b[17] = 0, 20 }), ErrMalformed},
-		{"ipv4 total too big", mod(v4, func(b []byte) { b[16], b[17] = 0xFF, 0xFF }), ErrTruncated},
-		{"ipv4 fragment", mod(v4, func(b []byte) { b[20] |= 0x20 }), ErrMalformed},
-		{"ipv4 tcp", mod(v4, func(b []byte) { b[23] = 6 }), ErrNotUDP},
-		{"udp length too big", mod(v4, func(b []byte) { b[38], b[39] = 0, 200 }), ErrMalformed},
-		{"udp length too small", mod(v4, func(b []byte) { b[38], b[39] = 0, 7 }), ErrMalformed},
-		{"short ipv6", v6[:50], ErrTruncated},
-		{"ipv6 bad version", mod(v6, func(b []byte) { b[14] = 0x45 }), ErrMalformed},
-		{"ipv6 ext header", mod(v6, func(b []byte) { b[20] = 0 }), ErrNotUDP},
-		{"ipv6 payload too big", mod(v6, func(b []byte) { b[18], b[19] = 0xFF, 0 }), ErrTruncated},
-		{"ipv6 payload too small", mod(v6, func(b []byte) { b[18], b[19] = 0, 4 }), ErrMalformed},
+		{"empty", nil, linkerr.Truncated},
+		{"short ethernet", v4[:13], linkerr.Truncated},
+		{"short vlan", []byte{0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x81, 0, 0}, linkerr.Truncated},
+		{"arp", mod(v4, func(b []byte) { b[12], b[13] = 0x08, 0x06 }), linkerr.NotIP},
+		{"short ipv4", v4[:30], linkerr.Truncated},
+		{"ipv4 options", mod(v4, func(b []byte) { b[14] = 0x46 }), linkerr.Header},
+		{"ipv4 total too small", mod(v4, func(b []byte) { b[16], b[17] = 0, 20 }), linkerr.Header},
+		{"ipv4 total too big", mod(v4, func(b []byte) { b[16], b[17] = 0xFF, 0xFF }), linkerr.Truncated},
+		{"ipv4 fragment", mod(v4, func(b []byte) { b[20] |= 0x20 }), linkerr.Header},
+		{"ipv4 tcp", mod(v4, func(b []byte) { b[23] = 6 }), linkerr.NotUDP},
+		{"udp length too big", mod(v4, func(b []byte) { b[38], b[39] = 0, 200 }), linkerr.Header},
+		{"udp length too small", mod(v4, func(b []byte) { b[38], b[39] = 0, 7 }), linkerr.Header},
+		{"short ipv6", v6[:50], linkerr.Truncated},
+		{"ipv6 bad version", mod(v6, func(b []byte) { b[14] = 0x45 }), linkerr.Header},
+		{"ipv6 ext header", mod(v6, func(b []byte) { b[20] = 0 }), linkerr.NotUDP},
+		{"ipv6 payload too big", mod(v6, func(b []byte) { b[18], b[19] = 0xFF, 0 }), linkerr.Truncated},
+		{"ipv6 payload too small", mod(v6, func(b []byte) { b[18], b[19] = 0, 4 }), linkerr.Header},
 	} {
-		if _, err := ParseFrame(tc.frame); !errors.Is(err, tc.want) {
+		if _, err := ParseFrame(tc.frame); err != tc.want || !errors.Is(err, ErrMalformed) {
 			t.Errorf("%s: got %v, want %v", tc.name, err, tc.want)
 		}
 	}
 }
 
 func TestFrameErrorUnwrap(t *testing.T) {
-	var err error = &FrameError{Index: 3, Err: ErrFamily}
+	var err error = &FrameError{Index: 3, Err: linkerr.Family}
 	var fe *FrameError
-	if !errors.Is(err, ErrFamily) || !errors.As(err, &fe) || fe.Index != 3 || err.Error() == "" {
+	if !errors.Is(err, ErrRefused) || errors.Is(err, ErrMalformed) || ReasonOf(err) != "family" || !errors.As(err, &fe) || fe.Index != 3 || err.Error() == "" {
 		t.Fatal(err)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"net/netip"
 
 	"github.com/goroce/goroce/internal/errclosed"
+	"github.com/goroce/goroce/internal/linkerr"
 )
 
 // Link moves whole Ethernet frames (Ethernet [+VLAN] + IP + UDP + IB packet
@@ -147,23 +148,37 @@ type Info struct {
 // every other goroce ErrClosed (errors.Is).
 var ErrClosed = errclosed.New("link: closed")
 
-// Errors describing a frame the link cannot carry. They are wrapped in a
-// FrameError naming the frame's index in the batch.
+// Categories of a frame the link cannot carry, matched with errors.Is. A
+// WriteBatch refusal wraps one in a FrameError naming the frame's index in
+// the batch.
 var (
-	ErrTruncated  = errors.New("link: frame truncated")
-	ErrNotIP      = errors.New("link: not an IPv4 or IPv6 frame")
-	ErrNotUDP     = errors.New("link: not a UDP datagram")
-	ErrMalformed  = errors.New("link: malformed IP or UDP header")
-	ErrFamily     = errors.New("link: IP version does not match the link's address family")
-	ErrTooLarge   = errors.New("link: frame exceeds the link MTU")
-	ErrSourceAddr = errors.New("link: frame source address is not the link's")
-	ErrSourcePort = errors.New("link: frame UDP source port is not the link's fixed source port")
+	// ErrMalformed: not a well-formed Ethernet + IP + UDP frame (reasons
+	// truncated, not-ip, not-udp, header).
+	ErrMalformed = linkerr.ErrMalformed
+	// ErrRefused: a well-formed frame the link's address family, address or
+	// fixed source port does not allow (family, source-addr, source-port).
+	ErrRefused = linkerr.ErrRefused
+	// ErrTooLarge: a frame beyond the link MTU (returned as is or wrapped).
+	ErrTooLarge = linkerr.ErrTooLarge
 )
+
+// Error is the detail of an ErrMalformed or ErrRefused: Kind is the
+// category, Reason a stable token, Detail the text.
+type Error = linkerr.Error
+
+// ReasonOf returns the Reason of the *Error in err's chain, or "".
+func ReasonOf(err error) string {
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Reason
+	}
+	return ""
+}
 
 // FrameError reports which frame of a batch was refused and why.
 type FrameError struct {
 	Index int   // position in the batch
-	Err   error // one of the Err* values above, or a system error
+	Err   error // an *Error, ErrTooLarge (perhaps wrapped), or a system error
 }
 
 func (e *FrameError) Error() string { return fmt.Sprintf("frame %d: %v", e.Index, e.Err) }

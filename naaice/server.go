@@ -83,6 +83,13 @@ var errIdle = errtimeout.New("naaice: connection idle past the server's IdleTime
 // errEvicted ends an idle connection displaced by a new one (MaxConns).
 var errEvicted = errors.New("naaice: idle connection closed for a new one (MaxConns)")
 
+// Refusals the server makes itself, beyond what mrsp.ParseAAR checks: the
+// same reasons and codes as mrsp's limit checks.
+var (
+	errNAAFull   = &mrsp.Error{Kind: mrsp.ErrRefused, Reason: "total-size", Detail: "regions exceed the NAA's memory", Code: mrsp.CodeNoMemory}
+	errNAAMemory = &mrsp.Error{Kind: mrsp.ErrRefused, Reason: "memory", Detail: "region memory could not be registered", Code: mrsp.CodeNoMemory}
+)
+
 // DefaultServerLimits: the library's limits (31 regions, page-aligned
 // non-overlapping NAA addresses) and 256 MiB per connection.
 var DefaultServerLimits = mrsp.Limits{MaxRegions: mrsp.MaxAAREntries, MaxTotal: 256 << 20}
@@ -331,7 +338,7 @@ func (s *Server) serve(ctx context.Context, w *worker, req *cm.Request) {
 		} else {
 			err = nil // the host left between RPCs: the normal end
 		}
-	case errors.Is(err, mrsp.ErrOutOfOrder):
+	case errors.As(err, new(*mrsp.TransitionError)):
 		s.ctr.outOfOrder.Add(1)
 	case errors.As(err, new(*CompletionError)):
 		s.ctr.wcErrors.Add(1)
@@ -584,7 +591,7 @@ func (w *worker) allocate() error {
 		}
 	}
 	if !w.s.reserve(w, total) {
-		return mrsp.ErrTotalTooLarge
+		return errNAAFull
 	}
 	for _, r := range w.regions {
 		buf := make([]byte, r.Size)
@@ -594,7 +601,7 @@ func (w *worker) allocate() error {
 		}
 		mr, err := w.pd.RegisterMR(buf, roce.AccessLocalWrite|roce.AccessRemoteWrite)
 		if err != nil {
-			return mrsp.ErrOutOfMemory
+			return errNAAMemory
 		}
 		w.mrs = append(w.mrs, mr)
 		w.call.Regions = append(w.call.Regions, buf)

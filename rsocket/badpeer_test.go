@@ -89,44 +89,45 @@ func (p *rawPeer) write(t *testing.T, imm uint32, addr uint64, key uint32, paylo
 
 func TestBadPeer(t *testing.T) {
 	cases := []struct {
-		name string
-		send func(t *testing.T, p *rawPeer)
-		want error
+		name   string
+		send   func(t *testing.T, p *rawPeer)
+		want   error  // category, or nil when more than one rule may catch it first
+		reason string // wire.Error.Reason
 	}{
 		{"reserved op", func(t *testing.T, p *rawPeer) {
 			p.write(t, 5<<29|1, 0, 0, nil)
-		}, wire.ErrReservedOp},
+		}, wire.ErrMalformed, "reserved-op"},
 		{"write past buffer", func(t *testing.T, p *rawPeer) {
 			d := p.peer.DataBuf
 			p.write(t, uint32(wire.MakeImm(wire.OpData, d.Length+4096)), d.Addr, d.Key, make([]byte, d.Length+4096))
-		}, nil},
+		}, nil, ""},
 		{"length differs from immediate", func(t *testing.T, p *rawPeer) {
 			d := p.peer.DataBuf
 			p.write(t, uint32(wire.MakeImm(wire.OpData, 10)), d.Addr, d.Key, make([]byte, 20))
-		}, wire.ErrLength},
+		}, wire.ErrMalformed, "length"},
 		{"no credits", func(t *testing.T, p *rawPeer) {
 			d := p.peer.DataBuf
 			for i := 0; i <= int(p.peer.Credits); i++ {
 				p.write(t, uint32(wire.MakeImm(wire.OpData, 1)), d.Addr+uint64(i), d.Key, []byte{byte(i)})
 			}
-		}, wire.ErrNoCredit},
+		}, wire.ErrProtocol, "credit"},
 		{"zero-length advert", func(t *testing.T, p *rawPeer) {
 			s := p.peer.TargetSGL
 			p.write(t, uint32(wire.MakeImm(wire.OpSGL, 100)), s.Addr+wire.SGELen, s.Key, make([]byte, wire.SGELen))
-		}, wire.ErrZeroLength},
+		}, wire.ErrMalformed, "zero-length"},
 		{"overlapping advert", func(t *testing.T, p *rawPeer) {
 			s := p.peer.TargetSGL
 			b := make([]byte, wire.SGELen)
 			// Slot 0 holds our first half (4096 + 64 KiB into our MR).
 			wire.SGE{Addr: p.mr.Addr() + 8192, Key: p.mr.RKey(), Length: 4096}.Put(b, binary.LittleEndian)
 			p.write(t, uint32(wire.MakeImm(wire.OpSGL, 100)), s.Addr+wire.SGELen, s.Key, b)
-		}, wire.ErrOverlap},
+		}, wire.ErrMalformed, "overlap"},
 		{"iomap without table", func(t *testing.T, p *rawPeer) {
 			s := p.peer.TargetSGL
 			// Zero bytes: a 24-byte write would end outside the victim's
 			// 32-byte target list, which its QP refuses by itself.
 			p.write(t, uint32(wire.MakeImm(wire.OpIOMapSGL, 0)), s.Addr+2*wire.SGELen, s.Key, nil)
-		}, wire.ErrBadSlot},
+		}, wire.ErrProtocol, "slot"},
 	}
 	da, db := devPair(t, faultnet.Config{}, faultnet.Config{})
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -181,8 +182,8 @@ func TestBadPeer(t *testing.T) {
 			if !errors.As(rerr, &pe) {
 				t.Fatalf("read: %v, want a ProtocolError", rerr)
 			}
-			if tc.want != nil && !errors.Is(rerr, tc.want) {
-				t.Fatalf("read: %v, want %v", rerr, tc.want)
+			if tc.want != nil && (!errors.Is(rerr, tc.want) || wire.ReasonOf(rerr) != tc.reason) {
+				t.Fatalf("read: %v, want %v (%s)", rerr, tc.want, tc.reason)
 			}
 			if ReadStats().ProtocolErrors == before {
 				t.Fatal("not counted")

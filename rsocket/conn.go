@@ -420,6 +420,12 @@ func (c *Conn) takeLocked() {
 	}
 }
 
+// Checks onRecv makes itself, on the completion rather than on the bytes.
+var (
+	errLength    = &wire.Error{Kind: wire.ErrMalformed, Reason: "length", Detail: "payload length does not match the message"}
+	errIOMapSlot = &wire.Error{Kind: wire.ErrProtocol, Reason: "slot", Detail: "iomap index out of range"}
+)
+
 func (c *Conn) protocolError(err error, what string) {
 	c.failLocked(&ProtocolError{Op: what, Err: err})
 }
@@ -443,7 +449,7 @@ func (c *Conn) onRecv(wc *roce.WorkCompletion) {
 		}
 	}
 	if wc.Flags&roce.WCWithImm == 0 || wc.Opcode != roce.WCRecvRDMAWithImm {
-		c.protocolError(wire.ErrLength, "message without immediate")
+		c.protocolError(errLength, "message without immediate")
 		return
 	}
 	m, err := wire.ParseImm(wc.Imm)
@@ -454,7 +460,7 @@ func (c *Conn) onRecv(wc *roce.WorkCompletion) {
 	switch m.Op() {
 	case wire.OpData:
 		if wc.ByteLen != m.Data() {
-			c.protocolError(wire.ErrLength, "data")
+			c.protocolError(errLength, "data")
 			return
 		}
 		if c.peerEOF {
@@ -485,12 +491,12 @@ func (c *Conn) onRecv(wc *roce.WorkCompletion) {
 			c.nextAdv ^= 1
 			c.w.Send.OnCredit(m.Data())
 		default:
-			c.protocolError(wire.ErrLength, "buffer advert")
+			c.protocolError(errLength, "buffer advert")
 		}
 	case wire.OpIOMapSGL:
 		i := int(m.Data())
 		if i >= len(c.peerMaps) || wc.ByteLen != wire.IOMapEntryLen {
-			c.protocolError(wire.ErrBadSlot, "iomap entry")
+			c.protocolError(errIOMapSlot, "iomap entry")
 			return
 		}
 		off := wire.IOMapOffset(i)
@@ -505,7 +511,7 @@ func (c *Conn) onRecv(wc *roce.WorkCompletion) {
 		c.peerMaps[i] = e
 	case wire.OpCtrl:
 		if wc.ByteLen != 0 {
-			c.protocolError(wire.ErrLength, "control message")
+			c.protocolError(errLength, "control message")
 			return
 		}
 		switch m.Data() {
@@ -985,7 +991,7 @@ func (c *Conn) Err() error {
 // connection is ended and Stats counts it.
 type ProtocolError struct {
 	Op  string // what was being received
-	Err error  // a wire error (wire.ErrNoCredit, wire.ErrPastBuffer, ...)
+	Err error  // a wire error: wire.ErrMalformed, wire.ErrProtocol or wire.ErrClosed
 }
 
 func (e *ProtocolError) Error() string {

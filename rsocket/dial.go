@@ -110,7 +110,7 @@ func (d *Dialer) dial(ctx context.Context, dev *roce.Device, raddr netip.AddrPor
 			return c, nil
 		}
 	}
-	if errors.Is(err, wire.ErrBadVersion) {
+	if wire.ReasonOf(err) == "version" {
 		err = ErrVersion
 	}
 	cmc.Close()
@@ -325,7 +325,7 @@ func (l *Listener) acceptLoop() {
 		}
 		peer, err := wire.ParseConnData(r.PrivateData())
 		if err != nil {
-			if errors.Is(err, wire.ErrBadVersion) {
+			if wire.ReasonOf(err) == "version" {
 				stats.rejVersion.Add(1)
 			} else {
 				stats.rejConnData.Add(1)

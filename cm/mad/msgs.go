@@ -2,6 +2,7 @@ package mad
 
 import (
 	"encoding/binary"
+	"strconv"
 
 	"github.com/goroce/goroce/ib"
 )
@@ -753,6 +754,21 @@ const (
 	SIDRRedirect       SIDRStatus = 4
 	SIDRUnsupportedVer SIDRStatus = 5
 )
+
+var sidrNames = [...]string{"success", "unsupported", "reject", "no QP", "redirect", "unsupported version"}
+
+func (s SIDRStatus) String() string {
+	if int(s) < len(sidrNames) {
+		return sidrNames[s]
+	}
+	return "SIDR_STATUS_" + strconv.Itoa(int(s))
+}
+
+// Error makes a non-success status the error of a refused SIDR request.
+func (s SIDRStatus) Error() string { return "cm: SIDR request refused: " + s.String() }
+
+// Is makes every SIDRStatus match ErrRejected, like a RejectReason.
+func (s SIDRStatus) Is(target error) bool { return target == ErrRejected }
 
 const (
 	sidrRepStatus    = 4

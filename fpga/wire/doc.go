@@ -55,4 +55,14 @@
 // QP access 0x0E, P_Key 0xFFFF, timeout 14, retry 3, RNR retry 7 (retry
 // forever on RNR NAK, which is the flow control: the host answers RNR NAK when
 // every slot is held downstream).
+//
+// # Errors
+//
+// Errors are fixed *Error values (no allocation) of two categories, matched
+// with errors.Is; Reason is a stable token (ReasonOf):
+//
+//	ErrInvalid  qpn, psn, pmtu, rnr-timer, retry (NewSetup); config,
+//	            slab-size (SlabLen)
+//	ErrFrame    slot, flushed, status, opcode, zero-length, too-long
+//	            (Checker.Check, whose Action says what to do with the slot)
 package wire

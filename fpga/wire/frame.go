@@ -1,26 +1,56 @@
 package wire
 
-// Error is the type of this package's errors (fixed sentinels).
-type Error struct{ s string }
+import "errors"
 
-func (e *Error) Error() string { return "fpga: " + e.s }
+// Error categories, matched with errors.Is.
+var (
+	// ErrInvalid: a connection or slab setting outside what the FPGA
+	// accepts.
+	ErrInvalid = errors.New("fpga: invalid setting")
+	// ErrFrame: a receive completion that is not a good frame; the Action
+	// Checker.Check returns with it says what to do with the slot.
+	ErrFrame = errors.New("fpga: bad receive completion")
+)
+
+// Error is the type of this package's errors: a category (Kind), a stable
+// Reason token and the text. The values are fixed, so returning one
+// allocates nothing.
+type Error struct {
+	Kind   error  // ErrInvalid or ErrFrame
+	Reason string // see the package doc
+	Detail string
+}
+
+func (e *Error) Error() string { return "fpga: " + e.Detail }
+
+// Is makes errors.Is(err, e.Kind) true.
+func (e *Error) Is(target error) bool { return target == e.Kind }
+
+// ReasonOf returns the Reason of the *Error in err's chain, or "".
+func ReasonOf(err error) string {
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Reason
+	}
+	return ""
+}
 
 var (
-	ErrQPN          = &Error{"QPN not a non-zero 24-bit value"}
-	ErrPSN          = &Error{"PSN wider than 24 bits"}
-	ErrPMTU         = &Error{"path MTU code not 1..5"}
-	ErrRNRTimer     = &Error{"RNR timer code not 0..31"}
-	ErrRetry        = &Error{"retry count wider than 3 bits"}
-	ErrConfig       = &Error{"max payload and queue depth must be non-zero"}
-	ErrSlabTooLarge = &Error{"slab of 4 GiB or more"}
+	errQPN          = &Error{ErrInvalid, "qpn", "QPN not a non-zero 24-bit value"}
+	errPSN          = &Error{ErrInvalid, "psn", "PSN wider than 24 bits"}
+	errPMTU         = &Error{ErrInvalid, "pmtu", "path MTU code not 1..5"}
+	errRNRTimer     = &Error{ErrInvalid, "rnr-timer", "RNR timer code not 0..31"}
+	errRetry        = &Error{ErrInvalid, "retry", "retry count wider than 3 bits"}
+	errConfig       = &Error{ErrInvalid, "config", "max payload and queue depth must be non-zero"}
+	errSlabTooLarge = &Error{ErrInvalid, "slab-size", "slab of 4 GiB or more"}
 
 	// Frame checks, in the order Server::processCompletion applies them.
-	ErrSlotRange  = &Error{"work request id outside the receive slots"}
-	ErrFlushed    = &Error{"receive flushed: QP in error"}
-	ErrStatus     = &Error{"completion with error status"}
-	ErrOpcode     = &Error{"unexpected completion opcode"}
-	ErrZeroLength = &Error{"frame of 0 bytes"}
-	ErrTooLong    = &Error{"frame longer than max payload"}
+	errSlotRange  = &Error{ErrFrame, "slot", "work request id outside the receive slots"}
+	errFlushed    = &Error{ErrFrame, "flushed", "receive flushed: QP in error"}
+	errStatus     = &Error{ErrFrame, "status", "completion with error status"}
+	errOpcode     = &Error{ErrFrame, "opcode", "unexpected completion opcode"}
+	errZeroLength = &Error{ErrFrame, "zero-length", "frame of 0 bytes"}
+	errTooLong    = &Error{ErrFrame, "too-long", "frame longer than max payload"}
 )
 
 // Kind is what a receive completion was.
@@ -86,23 +116,23 @@ type Checker struct {
 // Repost; otherwise Deliver with channel = imm & 0xFF.
 func (c *Checker) Check(wc Completion) (Frame, Action, error) {
 	if wc.Slot >= uint64(c.NumSlots) {
-		return Frame{}, Drop, ErrSlotRange
+		return Frame{}, Drop, errSlotRange
 	}
 	switch wc.Status {
 	case StatusOK:
 	case StatusFlush:
-		return Frame{}, Stop, ErrFlushed
+		return Frame{}, Stop, errFlushed
 	default:
-		return Frame{}, Repost, ErrStatus
+		return Frame{}, Repost, errStatus
 	}
 	if wc.Kind != KindSendImm && !(c.AcceptWrite && wc.Kind == KindWriteImm) {
-		return Frame{}, Repost, ErrOpcode
+		return Frame{}, Repost, errOpcode
 	}
 	if wc.ByteLen == 0 {
-		return Frame{}, Repost, ErrZeroLength
+		return Frame{}, Repost, errZeroLength
 	}
 	if wc.ByteLen > c.MaxPayload {
-		return Frame{}, Repost, ErrTooLong
+		return Frame{}, Repost, errTooLong
 	}
 	s := uint32(wc.Slot)
 	return Frame{Slot: s, Offset: SlotOffset(s, c.MaxPayload), Len: wc.ByteLen,

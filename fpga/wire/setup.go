@@ -58,15 +58,15 @@ type Setup struct {
 func NewSetup(h HostParams, fpgaQPN uint32, t Transport) (Setup, error) {
 	switch {
 	case h.QPN == 0 || h.QPN > ib.PSNMask || fpgaQPN == 0 || fpgaQPN > ib.PSNMask:
-		return Setup{}, ErrQPN
+		return Setup{}, errQPN
 	case uint32(h.RqPSN) > ib.PSNMask || uint32(h.SqPSN) > ib.PSNMask:
-		return Setup{}, ErrPSN
+		return Setup{}, errPSN
 	case !t.PMTU.Valid():
-		return Setup{}, ErrPMTU
+		return Setup{}, errPMTU
 	case t.MinRNRTimer > 31:
-		return Setup{}, ErrRNRTimer
+		return Setup{}, errRNRTimer
 	case t.RNRRetry > 7 || t.RetryCount > 7:
-		return Setup{}, ErrRetry
+		return Setup{}, errRetry
 	}
 	return Setup{
 		HostRTRDestQPN: fpgaQPN, HostRTRRqPSN: h.SqPSN, HostRTRPathMTU: t.PMTU,
@@ -82,11 +82,11 @@ func NewSetup(h HostParams, fpgaQPN uint32, t Transport) (Setup, error) {
 // on the FPGA side); it returns the slab length.
 func SlabLen(maxPayload, depth uint32) (uint32, error) {
 	if maxPayload == 0 || depth == 0 {
-		return 0, ErrConfig
+		return 0, errConfig
 	}
 	n := uint64(maxPayload) * uint64(depth)
 	if n >= 1<<32 {
-		return 0, ErrSlabTooLarge
+		return 0, errSlabTooLarge
 	}
 	return uint32(n), nil
 }

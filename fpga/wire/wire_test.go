@@ -49,12 +49,12 @@ func TestSetupPSNPairing(t *testing.T) {
 		tr   Transport
 		want error
 	}{
-		{h, 0, DefaultTransport, ErrQPN},
-		{h, 1 << 24, DefaultTransport, ErrQPN},
-		{HostParams{QPN: 1, RqPSN: 1 << 24}, 2, DefaultTransport, ErrPSN},
-		{h, 2, Transport{PMTU: 6}, ErrPMTU},
-		{h, 2, Transport{PMTU: ib.MTU1024, MinRNRTimer: 32}, ErrRNRTimer},
-		{h, 2, Transport{PMTU: ib.MTU1024, RNRRetry: 8}, ErrRetry},
+		{h, 0, DefaultTransport, errQPN},
+		{h, 1 << 24, DefaultTransport, errQPN},
+		{HostParams{QPN: 1, RqPSN: 1 << 24}, 2, DefaultTransport, errPSN},
+		{h, 2, Transport{PMTU: 6}, errPMTU},
+		{h, 2, Transport{PMTU: ib.MTU1024, MinRNRTimer: 32}, errRNRTimer},
+		{h, 2, Transport{PMTU: ib.MTU1024, RNRRetry: 8}, errRetry},
 	} {
 		if _, err := NewSetup(tc.h, tc.qpn, tc.tr); err != tc.want {
 			t.Errorf("%+v: %v want %v", tc, err, tc.want)
@@ -66,13 +66,13 @@ func TestSlabLen(t *testing.T) {
 	if n, err := SlabLen(DefaultMaxPayload, DefaultRxQueueDepth); n != 9000*256 || err != nil {
 		t.Fatal(n, err)
 	}
-	if _, err := SlabLen(1<<16, 1<<16); err != ErrSlabTooLarge {
+	if _, err := SlabLen(1<<16, 1<<16); err != errSlabTooLarge {
 		t.Fatal(err)
 	}
 	if n, err := SlabLen(1<<16, 1<<16-1); err != nil || n != (1<<32)-(1<<16) {
 		t.Fatal(n, err)
 	}
-	if _, err := SlabLen(0, 1); err != ErrConfig {
+	if _, err := SlabLen(0, 1); err != errConfig {
 		t.Fatal(err)
 	}
 }
@@ -89,15 +89,15 @@ func TestCheck(t *testing.T) {
 		act  Action
 		want error
 	}{
-		{func(w *Completion) { w.Slot = 256 }, Drop, ErrSlotRange},
-		{func(w *Completion) { w.Slot = 1 << 40; w.Status = StatusFlush }, Drop, ErrSlotRange},
-		{func(w *Completion) { w.Status = StatusFlush }, Stop, ErrFlushed},
-		{func(w *Completion) { w.Status = StatusError }, Repost, ErrStatus},
-		{func(w *Completion) { w.Kind = KindWriteImm }, Repost, ErrOpcode},
-		{func(w *Completion) { w.Kind = KindSend }, Repost, ErrOpcode},
-		{func(w *Completion) { w.Kind = KindOther }, Repost, ErrOpcode},
-		{func(w *Completion) { w.ByteLen = 0 }, Repost, ErrZeroLength},
-		{func(w *Completion) { w.ByteLen = 4097 }, Repost, ErrTooLong},
+		{func(w *Completion) { w.Slot = 256 }, Drop, errSlotRange},
+		{func(w *Completion) { w.Slot = 1 << 40; w.Status = StatusFlush }, Drop, errSlotRange},
+		{func(w *Completion) { w.Status = StatusFlush }, Stop, errFlushed},
+		{func(w *Completion) { w.Status = StatusError }, Repost, errStatus},
+		{func(w *Completion) { w.Kind = KindWriteImm }, Repost, errOpcode},
+		{func(w *Completion) { w.Kind = KindSend }, Repost, errOpcode},
+		{func(w *Completion) { w.Kind = KindOther }, Repost, errOpcode},
+		{func(w *Completion) { w.ByteLen = 0 }, Repost, errZeroLength},
+		{func(w *Completion) { w.ByteLen = 4097 }, Repost, errTooLong},
 	} {
 		w := good
 		tc.mod(&w)

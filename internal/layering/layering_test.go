@@ -45,6 +45,8 @@ var layers = map[string]string{
 	"internal/errclosed": "base",
 	// So does the shared timeout error.
 	"internal/errtimeout": "base",
+	// The link layer's frame errors, shared by link and its implementations.
+	"internal/linkerr": "base",
 	// Capture decoding for the commands and the interop suites.
 	"internal/pcapdump":  "wire",
 	"internal/wirecheck": "wire",

@@ -47,7 +47,7 @@ func TestRxeSIDR(t *testing.T) {
 	for {
 		conn, err = cm.Dial(ctx, dev, netip.AddrPortFrom(g.Addr, rping.DefaultPort), opts)
 		// Until udaddy listens, rxe's CM answers SIDR_REP status UNSUPPORTED.
-		if !errors.Is(err, cm.ErrSIDRStatus) {
+		if !errors.Is(err, mad.SIDRUnsupported) {
 			break
 		}
 		if recvMR != nil {

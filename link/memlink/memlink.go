@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/goroce/goroce/internal/linkerr"
 	"github.com/goroce/goroce/link"
 	"github.com/goroce/goroce/link/faultnet"
 )
@@ -251,7 +252,7 @@ func (l *Link) WriteBatch(frames [][]byte) (int, error) {
 	var err error
 	for i, f := range frames {
 		if len(f) < link.EthernetSize {
-			err = &link.FrameError{Index: i, Err: link.ErrTruncated}
+			err = &link.FrameError{Index: i, Err: linkerr.Truncated}
 			break
 		}
 		if len(f) > maxLen {

@@ -136,7 +136,7 @@ func TestBadFrames(t *testing.T) {
 	a, _ := PairWithOptions(Options{MTU: 1000})
 	n, err := a.WriteBatch([][]byte{frame(0, 64), make([]byte, 13)})
 	var fe *link.FrameError
-	if n != 1 || !errors.As(err, &fe) || fe.Index != 1 || !errors.Is(err, link.ErrTruncated) {
+	if n != 1 || !errors.As(err, &fe) || fe.Index != 1 || !errors.Is(err, link.ErrMalformed) || link.ReasonOf(err) != "truncated" {
 		t.Fatalf("short frame: %d, %v", n, err)
 	}
 	n, err = a.WriteBatch([][]byte{make([]byte, 1000+18), make([]byte, 1000+19)})

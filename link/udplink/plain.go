@@ -16,6 +16,7 @@ import (
 	"golang.org/x/net/ipv4"
 	"golang.org/x/net/ipv6"
 
+	"github.com/goroce/goroce/internal/linkerr"
 	"github.com/goroce/goroce/link"
 )
 
@@ -337,13 +338,13 @@ func checkFrame(frame []byte, v6, wildcard bool, addr netip.Addr, port uint16) (
 		return f, err
 	}
 	if (f.Version == 6) != v6 {
-		return f, link.ErrFamily
+		return f, linkerr.Family
 	}
 	if f.SrcPort != port {
-		return f, link.ErrSourcePort
+		return f, linkerr.SourcePort
 	}
 	if !wildcard && f.Src != addr {
-		return f, link.ErrSourceAddr
+		return f, linkerr.SourceAddr
 	}
 	return f, nil
 }

@@ -116,7 +116,7 @@ func TestPlainDropsAndErrors(t *testing.T) {
 
 	other := mkframe(netip.MustParseAddrPort("127.0.0.9:1"), b.LocalAddr(), 0, payload(2, 10))
 	var fe *link.FrameError
-	if k, err := a.WriteBatch([][]byte{small, other}); k != 1 || !errors.As(err, &fe) || fe.Index != 1 || !errors.Is(err, link.ErrSourcePort) {
+	if k, err := a.WriteBatch([][]byte{small, other}); k != 1 || !errors.As(err, &fe) || fe.Index != 1 || !errors.Is(err, link.ErrRefused) || link.ReasonOf(err) != "source-port" {
 		t.Fatalf("WriteBatch of a foreign frame = %d, %v", k, err)
 	}
 

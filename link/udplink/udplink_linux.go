@@ -440,9 +440,9 @@ func (l *Link) synthAddrs(i int, h *link.Header) bool {
 // WriteBatch sends the UDP payload of each frame to the frame's destination
 // address and port. A frame that is not a well-formed IPv4/IPv6 UDP frame of
 // the link's family, from the link's address and port, is refused with a
-// FrameError (errors.Is: link.ErrTruncated, ErrNotIP, ErrNotUDP,
-// ErrMalformed, ErrFamily, ErrSourceAddr, ErrSourcePort; ErrTooLarge when
-// the kernel reports it exceeds the path MTU); the frames before it are
+// FrameError (errors.Is: link.ErrMalformed, link.ErrRefused; ErrTooLarge
+// when the kernel reports it exceeds the path MTU; link.ReasonOf gives the
+// detail); the frames before it are
 // sent, and n counts them.
 func (l *Link) WriteBatch(frames [][]byte) (n int, err error) {
 	l.writeMu.Lock()

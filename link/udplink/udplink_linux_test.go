@@ -205,7 +205,7 @@ func TestServesAddr(t *testing.T) {
 		}
 		from := netip.AddrPortFrom(a.Unmap(), c.l.LocalAddr().Port())
 		_, err := c.l.WriteBatch([][]byte{mkframe(from, peer.LocalAddr(), 0, payload(0, 40))})
-		if refused := errors.Is(err, link.ErrSourceAddr); refused == c.want {
+		if refused := errors.Is(err, link.ErrRefused) && link.ReasonOf(err) == "source-addr"; refused == c.want {
 			t.Errorf("%v: send from %v: %v", c.l.LocalAddr(), a, err)
 		}
 	}
@@ -270,21 +270,22 @@ func TestBadFrames(t *testing.T) {
 	wrongPort := mkframe(netip.AddrPortFrom(a.LocalAddr().Addr(), 1), b.LocalAddr(), 0, payload(0, 40))
 	wrongAddr := mkframe(netip.AddrPortFrom(netip.MustParseAddr("127.0.0.9"), a.LocalAddr().Port()), b.LocalAddr(), 0, payload(0, 40))
 	for _, tc := range []struct {
-		name  string
-		frame []byte
-		want  error
+		name   string
+		frame  []byte
+		want   error
+		reason string
 	}{
-		{"short", good[:20], link.ErrTruncated},
-		{"not IP", arp, link.ErrNotIP},
-		{"IPv6 on IPv4 link", v6, link.ErrFamily},
-		{"source port", wrongPort, link.ErrSourcePort},
-		{"source address", wrongAddr, link.ErrSourceAddr},
-		{"truncated UDP", good[:len(good)-1], link.ErrTruncated},
+		{"short", good[:20], link.ErrMalformed, "truncated"},
+		{"not IP", arp, link.ErrMalformed, "not-ip"},
+		{"IPv6 on IPv4 link", v6, link.ErrRefused, "family"},
+		{"source port", wrongPort, link.ErrRefused, "source-port"},
+		{"source address", wrongAddr, link.ErrRefused, "source-addr"},
+		{"truncated UDP", good[:len(good)-1], link.ErrMalformed, "truncated"},
 	} {
 		n, err := a.WriteBatch([][]byte{good, good, tc.frame, good})
 		var fe *link.FrameError
-		if n != 2 || !errors.As(err, &fe) || fe.Index != 2 || !errors.Is(err, tc.want) {
-			t.Errorf("%s: n=%d err=%v, want 2, %v at index 2", tc.name, n, err, tc.want)
+		if n != 2 || !errors.As(err, &fe) || fe.Index != 2 || !errors.Is(err, tc.want) || link.ReasonOf(err) != tc.reason {
+			t.Errorf("%s: n=%d err=%v, want 2, %v (%s) at index 2", tc.name, n, err, tc.want, tc.reason)
 		}
 	}
 	// The frames before each bad one were really sent.
@@ -293,7 +294,7 @@ func TestBadFrames(t *testing.T) {
 	// And the reverse family mismatch on an IPv6 link.
 	if _, err := netip.ParseAddr("::1"); err == nil {
 		c := listen(t, "::1")
-		if _, err := c.WriteBatch([][]byte{good}); !errors.Is(err, link.ErrFamily) {
+		if _, err := c.WriteBatch([][]byte{good}); !errors.Is(err, link.ErrRefused) || link.ReasonOf(err) != "family" {
 			t.Errorf("IPv4 frame on IPv6 link: %v", err)
 		}
 	}

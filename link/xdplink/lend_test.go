@@ -83,7 +83,7 @@ func TestLendTx(t *testing.T) {
 			}
 			sent, err := a.l.WriteLent(bufs[:4], frames[:4])
 			var fe *link.FrameError
-			if sent != want || !errors.As(err, &fe) || fe.Index != 1 || !errors.Is(err, link.ErrTruncated) {
+			if sent != want || !errors.As(err, &fe) || fe.Index != 1 || !errors.Is(err, link.ErrMalformed) || link.ReasonOf(err) != "truncated" {
 				t.Fatalf("WriteLent with refused frames: %d, %v", sent, err)
 			}
 			// ReturnTx gives back unused spans.

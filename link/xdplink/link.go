@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/goroce/goroce/bpf"
+	"github.com/goroce/goroce/internal/linkerr"
 	"github.com/goroce/goroce/link"
 	"github.com/goroce/goroce/xdp"
 )
@@ -445,7 +446,7 @@ func (l *Link) WriteBatch(frames [][]byte) (int, error) {
 	end, bad := len(frames), error(nil)
 	for i, f := range frames {
 		if len(f) < ethHeaderLen {
-			end, bad = i, link.ErrTruncated
+			end, bad = i, linkerr.Truncated
 			break
 		}
 		if len(f) > l.mtu+ethHeaderLen+vlanTagLen {
@@ -646,7 +647,7 @@ func (l *Link) WriteLent(bufs, frames [][]byte) (int, error) {
 			continue
 		case err == nil:
 			if j < len(frames) {
-				bad := link.ErrTruncated
+				var bad error = linkerr.Truncated
 				if len(frames[j]) >= ethHeaderLen {
 					bad = link.ErrTooLarge
 				}

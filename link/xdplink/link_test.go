@@ -241,15 +241,16 @@ func TestBadInput(t *testing.T) {
 		defer l.Close()
 		ok := make([]byte, 100)
 		for _, tc := range []struct {
-			frame []byte
-			want  error
+			frame  []byte
+			want   error
+			reason string
 		}{
-			{make([]byte, 3100), link.ErrTooLarge},
-			{make([]byte, 10), link.ErrTruncated},
+			{make([]byte, 3100), link.ErrTooLarge, ""},
+			{make([]byte, 10), link.ErrMalformed, "truncated"},
 		} {
 			n, err := l.WriteBatch([][]byte{ok, tc.frame, ok})
 			var fe *link.FrameError
-			if n != 1 || !errors.Is(err, tc.want) || !errors.As(err, &fe) || fe.Index != 1 {
+			if n != 1 || !errors.Is(err, tc.want) || link.ReasonOf(err) != tc.reason || !errors.As(err, &fe) || fe.Index != 1 {
 				return fmt.Errorf("WriteBatch(100, %d, 100 bytes) = %d, %v; want 1, %v at index 1", len(tc.frame), n, err, tc.want)
 			}
 			t.Log(err)

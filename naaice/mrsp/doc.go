@@ -83,7 +83,7 @@
 // DATA_SENDING 20, CALCULATING 21 (NAA), DATA_RECEIVING 22, FINISHED 30,
 // ERROR 40. HostTransitions and NAATransitions are the tables; any other
 // (state, event) pair is an out-of-order message or completion and gives a
-// *TransitionError (errors.Is ErrOutOfOrder). Like the C host, a host
+// *TransitionError (errors.Is ErrProtocol). Like the C host, a host
 // Machine refuses the A before the AAR's send completion and the NAA's final
 // write before its own writes complete. CM errors move to ERROR from any
 // state; a disconnect to DISCONNECTED (host) or FINISHED (NAA).
@@ -113,4 +113,20 @@
 // naaice_set_bytes_to_send lengths honoured), NAA OUTPUT regions in order at
 // their whole length; the last write of each carries the immediate.
 // HostAbort and NAAAbort are the zero-length error writes.
+//
+// # Errors
+//
+// Errors are fixed *Error values (no allocation) whose Kind is one of four
+// categories, matched with errors.Is; Reason is a stable token (ReasonOf),
+// Code the MRSP code an NAA answers an AAR failing that check with:
+//
+//	ErrMalformed  short, length, type, padding, no-regions, zero-code, flags,
+//	              fn-code, no-start
+//	ErrRefused    too-many, zero-size, region-size, total-size, memory,
+//	              address, unaligned, overlap, wrap
+//	ErrProtocol   count, too-small (an A that does not match the AAR), order
+//	              (every *TransitionError)
+//	ErrAborted    abort (the host's immediate 0)
+//
+// ErrNoWrites (a data phase with nothing to write) is returned as is.
 package mrsp

@@ -26,6 +26,9 @@ func FuzzMessage(f *testing.F) {
 				if e == nil || e.Code == 0 {
 					t.Fatalf("AAR error without MRSP code: %v", err)
 				}
+				if e.Kind != ErrMalformed && e.Kind != ErrRefused {
+					t.Fatalf("AAR refused outside ErrMalformed/ErrRefused: %v", err)
+				}
 				return
 			}
 			out, err := AppendAAR(nil, rs)

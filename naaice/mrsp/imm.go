@@ -29,26 +29,26 @@ const (
 // wire: [user2, user1, user0, 0x80|fn].
 func HostImm(fn uint8, user [3]byte) (uint32, error) {
 	if fn == 0 || fn > FnCodeMask {
-		return 0, ErrFnCode
+		return 0, errFnCode
 	}
 	return uint32(user[2])<<24 | uint32(user[1])<<16 | uint32(user[0])<<8 | StartRPCMask | uint32(fn), nil
 }
 
 // ParseHostImm decodes the host's immediate as an NAA receives it. 0 is the
-// host's error signal (ErrHostAbort). The C software NAA only masks the
+// host's error signal (ErrAborted). The C software NAA only masks the
 // function code; this parser also requires the start bit and a non-zero
 // function code.
 func ParseHostImm(v uint32) (fn uint8, user [3]byte, err error) {
 	if v == HostAbortImm {
-		return 0, user, ErrHostAbort
+		return 0, user, errHostAbort
 	}
 	user = [3]byte{byte(v >> 8), byte(v >> 16), byte(v >> 24)}
 	if v&StartRPCMask == 0 {
-		return 0, user, ErrNoStart
+		return 0, user, errNoStart
 	}
 	fn = uint8(v & FnCodeMask)
 	if fn == 0 {
-		return 0, user, ErrFnCode
+		return 0, user, errFnCode
 	}
 	return fn, user, nil
 }

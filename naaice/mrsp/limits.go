@@ -35,10 +35,10 @@ func (l *Limits) Check(rs []Region) error {
 		max = l.MaxRegions
 	}
 	if len(rs) > max {
-		return ErrTooManyRegions
+		return errTooManyRegions
 	}
 	if len(rs) == 0 {
-		return ErrNoRegions
+		return errNoRegions
 	}
 	maxSize := uint64(MaxRegionSize)
 	if l.MaxRegionSize != 0 {
@@ -51,41 +51,41 @@ func (l *Limits) Check(rs []Region) error {
 	var total uint64
 	for i, r := range rs {
 		if r.Flags&^flagsKnown != 0 {
-			return ErrFlags
+			return errFlags
 		}
 		if r.Internal() {
 			if r.Flags != FlagInternal || r.HostAddr != 0 || r.RKey != 0 {
-				return ErrFlags
+				return errFlags
 			}
 		} else if r.Flags&FlagSingleSend != 0 && r.Flags&FlagInput == 0 {
-			return ErrFlags
+			return errFlags
 		}
 		if r.Size == 0 {
-			return ErrZeroSize
+			return errZeroSize
 		}
 		if uint64(r.Size) > maxSize {
-			return ErrRegionTooLarge
+			return errRegionTooLarge
 		}
 		total += uint64(r.Size)
 		if l.MaxTotal != 0 && total > l.MaxTotal {
-			return ErrTotalTooLarge
+			return errTotalTooLarge
 		}
 		if r.HostAddr+uint64(r.Size) < r.HostAddr {
-			return ErrAddrOverflow
+			return errWrap
 		}
 		if !l.AnyAlignment && r.NAAAddr%PageWidth != 0 {
-			return ErrUnaligned
+			return errUnaligned
 		}
 		if r.NAAAddr >= mem {
-			return ErrInvalidAddress
+			return errInvalidAddress
 		}
 		end := r.NAAAddr + pages(r.Size)
 		if end > mem {
-			return ErrOutOfMemory
+			return errOutOfMemory
 		}
 		for _, o := range rs[:i] {
 			if r.NAAAddr < o.NAAAddr+pages(o.Size) && o.NAAAddr < end {
-				return ErrOverlap
+				return errOverlap
 			}
 		}
 	}

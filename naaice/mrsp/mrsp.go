@@ -97,10 +97,10 @@ type Advert struct {
 // Type returns the message type of b.
 func Type(b []byte) (uint8, error) {
 	if len(b) < 1 {
-		return 0, ErrShort
+		return 0, errShort
 	}
 	if b[0] > MsgA {
-		return b[0], ErrBadType
+		return b[0], errBadType
 	}
 	return b[0], nil
 }
@@ -109,15 +109,15 @@ func Type(b []byte) (uint8, error) {
 // internal regions, as the C host orders them).
 func AppendAAR(b []byte, regions []Region) ([]byte, error) {
 	if len(regions) == 0 {
-		return b, ErrNoRegions
+		return b, errNoRegions
 	}
 	if len(regions) > MaxAAREntries {
-		return b, ErrTooManyRegions
+		return b, errTooManyRegions
 	}
 	b = append(b, MsgAAR, uint8(len(regions)), 0, 0)
 	for _, r := range regions {
 		if r.NAAAddr > MaxNAAAddr {
-			return b, ErrInvalidAddress
+			return b, errInvalidAddress
 		}
 		b = binary.BigEndian.AppendUint64(b, uint64(r.Flags)<<56|r.NAAAddr)
 		b = binary.BigEndian.AppendUint64(b, r.HostAddr)
@@ -130,7 +130,7 @@ func AppendAAR(b []byte, regions []Region) ([]byte, error) {
 // AppendA appends an A message.
 func AppendA(b []byte, adverts []Advert) ([]byte, error) {
 	if len(adverts) > MaxAEntries {
-		return b, ErrTooManyRegions
+		return b, errTooManyRegions
 	}
 	b = append(b, MsgA, uint8(len(adverts)), 0, 0)
 	for _, a := range adverts {
@@ -149,42 +149,42 @@ func AppendErr(b []byte, code ErrCode) []byte { return append(b, MsgErr, uint8(c
 // 0 from a conforming host; the host side is unaffected.
 func ParseErr(b []byte) (ErrCode, error) {
 	if len(b) < ErrLen {
-		return 0, ErrShort
+		return 0, errShort
 	}
 	if b[0] != MsgErr {
-		return 0, ErrBadType
+		return 0, errBadType
 	}
 	if len(b) != ErrLen {
-		return 0, ErrLength
+		return 0, errLength
 	}
 	if b[2] != 0 || b[3] != 0 {
-		return 0, ErrPadding
+		return 0, errPadding
 	}
 	if b[1] == 0 {
-		return 0, ErrZeroCode
+		return 0, errZeroCode
 	}
 	return ErrCode(b[1]), nil
 }
 
 func header(b []byte, typ uint8, entry, max int) (int, error) {
 	if len(b) < HeaderLen {
-		return 0, ErrShort
+		return 0, errShort
 	}
 	if b[0] != typ {
-		return 0, ErrBadType
+		return 0, errBadType
 	}
 	n := int(b[1])
 	if b[2] != 0 || b[3] != 0 {
-		return 0, ErrPadding
+		return 0, errPadding
 	}
 	if n > max {
-		return 0, ErrTooManyRegions
+		return 0, errTooManyRegions
 	}
 	if len(b) < HeaderLen+n*entry {
-		return 0, ErrShort
+		return 0, errShort
 	}
 	if len(b) != HeaderLen+n*entry {
-		return 0, ErrLength
+		return 0, errLength
 	}
 	return n, nil
 }
@@ -202,7 +202,7 @@ func ParseAAR(b []byte, lim *Limits, out []Region) ([]Region, error) {
 		return out, err
 	}
 	if n == 0 {
-		return out, ErrNoRegions
+		return out, errNoRegions
 	}
 	start := len(out)
 	for i := 0; i < n; i++ {
@@ -235,14 +235,14 @@ func ParseA(b []byte, out []Advert) ([]Advert, error) {
 		a := Advert{Addr: binary.BigEndian.Uint64(p[0:8]), RKey: binary.BigEndian.Uint32(p[8:12]),
 			Size: binary.BigEndian.Uint32(p[12:16])}
 		if a.Size == 0 {
-			return out, ErrZeroSize
+			return out, errZeroSize
 		}
 		if a.Addr+uint64(a.Size) < a.Addr {
-			return out, ErrAddrOverflow
+			return out, errWrap
 		}
 		for _, o := range out[start:] {
 			if a.Addr < o.Addr+uint64(o.Size) && o.Addr < a.Addr+uint64(a.Size) {
-				return out, ErrOverlap
+				return out, errOverlap
 			}
 		}
 		out = append(out, a)
@@ -260,15 +260,15 @@ func MatchA(req []Region, adv []Advert) error {
 			continue
 		}
 		if j >= len(adv) {
-			return ErrCountMismatch
+			return errCountMismatch
 		}
 		if adv[j].Size < r.Size {
-			return ErrRegionTooSmall
+			return errRegionTooSmall
 		}
 		j++
 	}
 	if j != len(adv) {
-		return ErrCountMismatch
+		return errCountMismatch
 	}
 	return nil
 }

@@ -73,15 +73,15 @@ func TestAGolden(t *testing.T) {
 	if err := MatchA(withInternal, got); err != nil {
 		t.Fatal(err)
 	}
-	if err := MatchA(withInternal, got[:2]); err != ErrCountMismatch {
+	if err := MatchA(withInternal, got[:2]); err != errCountMismatch {
 		t.Fatal(err)
 	}
 	small := append([]Advert{}, got...)
 	small[1].Size = 1000
-	if err := MatchA(exampleRegions, small); err != ErrRegionTooSmall {
+	if err := MatchA(exampleRegions, small); err != errRegionTooSmall {
 		t.Fatal(err)
 	}
-	if err := MatchA(exampleRegions[:2], got); err != ErrCountMismatch {
+	if err := MatchA(exampleRegions[:2], got); err != errCountMismatch {
 		t.Fatal(err)
 	}
 	for _, tc := range []struct {
@@ -89,15 +89,15 @@ func TestAGolden(t *testing.T) {
 		b    string
 		want error
 	}{
-		{"short", "0201", ErrShort},
-		{"short entries", "02020000" + "00007f00aa000000000000a100000400", ErrShort},
-		{"trailing", "02000000ff", ErrLength},
-		{"type", "01000000", ErrBadType},
-		{"padding", "02000100", ErrPadding},
-		{"zero size", "02010000" + "00007f00aa000000000000a100000000", ErrZeroSize},
-		{"wrap", "02010000" + "fffffffffffffff0000000a100000400", ErrAddrOverflow},
-		{"overlap", "02020000" + "00007f00aa000000000000a100000400" + "00007f00aa000200000000a200000400", ErrOverlap},
-		{"too many", "02ff0000", ErrTooManyRegions},
+		{"short", "0201", errShort},
+		{"short entries", "02020000" + "00007f00aa000000000000a100000400", errShort},
+		{"trailing", "02000000ff", errLength},
+		{"type", "01000000", errBadType},
+		{"padding", "02000100", errPadding},
+		{"zero size", "02010000" + "00007f00aa000000000000a100000000", errZeroSize},
+		{"wrap", "02010000" + "fffffffffffffff0000000a100000400", errWrap},
+		{"overlap", "02020000" + "00007f00aa000000000000a100000400" + "00007f00aa000200000000a200000400", errOverlap},
+		{"too many", "02ff0000", errTooManyRegions},
 	} {
 		if _, err := ParseA(hx(t, tc.b), nil); err != tc.want {
 			t.Errorf("%s: %v want %v", tc.name, err, tc.want)
@@ -116,16 +116,16 @@ func TestErrMsg(t *testing.T) {
 	if c, err := ParseErr(b); c != CodeTooManyRegions || err != nil {
 		t.Fatal(c, err)
 	}
-	for s, want := range map[string]error{"000100": ErrShort, "0001000000": ErrLength, "01010000": ErrBadType,
-		"00010001": ErrPadding, "00000000": ErrZeroCode} {
+	for s, want := range map[string]error{"000100": errShort, "0001000000": errLength, "01010000": errBadType,
+		"00010001": errPadding, "00000000": errZeroCode} {
 		if _, err := ParseErr(hx(t, s)); err != want {
 			t.Errorf("%s: %v want %v", s, err, want)
 		}
 	}
-	if typ, err := Type([]byte{3}); err != ErrBadType || typ != MsgR {
+	if typ, err := Type([]byte{3}); err != errBadType || typ != MsgR {
 		t.Fatal(typ, err)
 	}
-	if _, err := Type(nil); err != ErrShort {
+	if _, err := Type(nil); err != errShort {
 		t.Fatal(err)
 	}
 }
@@ -151,28 +151,28 @@ func TestAARErrors(t *testing.T) {
 		want error
 		code ErrCode
 	}{
-		{"short", []byte{1, 1}, nil, ErrShort, CodeNoMemory},
-		{"truncated entry", enc(ok)[:27], nil, ErrShort, CodeNoMemory},
-		{"trailing", append(enc(ok), 0), nil, ErrLength, CodeNoMemory},
-		{"type", enc(ok)[:0:0], nil, ErrShort, CodeNoMemory},
-		{"empty", []byte{1, 0, 0, 0}, nil, ErrNoRegions, CodeNoMemory},
-		{"padding", func() []byte { b := enc(ok); b[3] = 1; return b }(), nil, ErrPadding, CodeNoMemory},
-		{"32 regions", big, nil, ErrTooManyRegions, CodeTooManyRegions},
-		{"over limit", enc(ok, at(4096, 10)), &Limits{MaxRegions: 1}, ErrTooManyRegions, CodeTooManyRegions},
-		{"unknown flag", enc(flags(0x14)), nil, ErrFlags, CodeNoMemory},
-		{"internal with input", enc(flags(FlagInternal | FlagInput)), nil, ErrFlags, CodeNoMemory},
-		{"internal with host buffer", enc(Region{Flags: FlagInternal, HostAddr: 1, Size: 1}), nil, ErrFlags, CodeNoMemory},
-		{"single-send not input", enc(flags(FlagSingleSend)), nil, ErrFlags, CodeNoMemory},
-		{"zero size", enc(at(0, 0)), nil, ErrZeroSize, CodeInvalidAddress},
-		{"region too large", enc(at(0, 1<<31+1)), nil, ErrRegionTooLarge, CodeNoMemory},
-		{"region over limit", enc(at(0, 5000)), &Limits{MaxRegionSize: 4096}, ErrRegionTooLarge, CodeNoMemory},
-		{"total", enc(ok, at(4096, 4096)), &Limits{MaxTotal: 8000}, ErrTotalTooLarge, CodeNoMemory},
-		{"unaligned", enc(at(100, 10)), nil, ErrUnaligned, CodeInvalidAddress},
-		{"out of bounds", enc(at(1<<20, 10)), &Limits{NAAMemSize: 1 << 20}, ErrInvalidAddress, CodeInvalidAddress},
-		{"ends past memory", enc(at(1<<20-4096, 4097)), &Limits{NAAMemSize: 1 << 20}, ErrOutOfMemory, CodeNoMemory},
-		{"overlap", enc(ok, at(0, 10)), nil, ErrOverlap, CodeInvalidAddress},
-		{"overlap rounded", enc(at(0, 10), internal, at(4096, 4097), at(8192, 1)), nil, ErrOverlap, CodeInvalidAddress},
-		{"host wrap", enc(Region{Flags: FlagInput, HostAddr: ^uint64(0), Size: 2}), nil, ErrAddrOverflow, CodeInvalidAddress},
+		{"short", []byte{1, 1}, nil, errShort, CodeNoMemory},
+		{"truncated entry", enc(ok)[:27], nil, errShort, CodeNoMemory},
+		{"trailing", append(enc(ok), 0), nil, errLength, CodeNoMemory},
+		{"type", enc(ok)[:0:0], nil, errShort, CodeNoMemory},
+		{"empty", []byte{1, 0, 0, 0}, nil, errNoRegions, CodeNoMemory},
+		{"padding", func() []byte { b := enc(ok); b[3] = 1; return b }(), nil, errPadding, CodeNoMemory},
+		{"32 regions", big, nil, errTooManyRegions, CodeTooManyRegions},
+		{"over limit", enc(ok, at(4096, 10)), &Limits{MaxRegions: 1}, errTooManyRegions, CodeTooManyRegions},
+		{"unknown flag", enc(flags(0x14)), nil, errFlags, CodeNoMemory},
+		{"internal with input", enc(flags(FlagInternal | FlagInput)), nil, errFlags, CodeNoMemory},
+		{"internal with host buffer", enc(Region{Flags: FlagInternal, HostAddr: 1, Size: 1}), nil, errFlags, CodeNoMemory},
+		{"single-send not input", enc(flags(FlagSingleSend)), nil, errFlags, CodeNoMemory},
+		{"zero size", enc(at(0, 0)), nil, errZeroSize, CodeInvalidAddress},
+		{"region too large", enc(at(0, 1<<31+1)), nil, errRegionTooLarge, CodeNoMemory},
+		{"region over limit", enc(at(0, 5000)), &Limits{MaxRegionSize: 4096}, errRegionTooLarge, CodeNoMemory},
+		{"total", enc(ok, at(4096, 4096)), &Limits{MaxTotal: 8000}, errTotalTooLarge, CodeNoMemory},
+		{"unaligned", enc(at(100, 10)), nil, errUnaligned, CodeInvalidAddress},
+		{"out of bounds", enc(at(1<<20, 10)), &Limits{NAAMemSize: 1 << 20}, errInvalidAddress, CodeInvalidAddress},
+		{"ends past memory", enc(at(1<<20-4096, 4097)), &Limits{NAAMemSize: 1 << 20}, errOutOfMemory, CodeNoMemory},
+		{"overlap", enc(ok, at(0, 10)), nil, errOverlap, CodeInvalidAddress},
+		{"overlap rounded", enc(at(0, 10), internal, at(4096, 4097), at(8192, 1)), nil, errOverlap, CodeInvalidAddress},
+		{"host wrap", enc(Region{Flags: FlagInput, HostAddr: ^uint64(0), Size: 2}), nil, errWrap, CodeInvalidAddress},
 	} {
 		_, err := ParseAAR(tc.b, tc.lim, nil)
 		var e *Error
@@ -186,10 +186,10 @@ func TestAARErrors(t *testing.T) {
 	if _, err := ParseAAR(enc(ok, internal), nil, nil); err != nil {
 		t.Error(err)
 	}
-	if _, err := AppendAAR(nil, []Region{{NAAAddr: 1 << 56, Size: 1}}); err != ErrInvalidAddress {
+	if _, err := AppendAAR(nil, []Region{{NAAAddr: 1 << 56, Size: 1}}); err != errInvalidAddress {
 		t.Error(err)
 	}
-	if _, err := AppendAAR(nil, make([]Region, 32)); err != ErrTooManyRegions {
+	if _, err := AppendAAR(nil, make([]Region, 32)); err != errTooManyRegions {
 		t.Error(err)
 	}
 	// The largest AAR fits the C receive buffer.
@@ -229,11 +229,11 @@ func TestImmediates(t *testing.T) {
 		t.Fatal(fn, user, err)
 	}
 	for _, fn := range []uint8{0, 128, 255} {
-		if _, err := HostImm(fn, [3]byte{}); err != ErrFnCode {
+		if _, err := HostImm(fn, [3]byte{}); err != errFnCode {
 			t.Fatal(fn, err)
 		}
 	}
-	for v, want := range map[uint32]error{0: ErrHostAbort, 0x01: ErrNoStart, 0x80: ErrFnCode, 0xff000001: ErrNoStart} {
+	for v, want := range map[uint32]error{0: errHostAbort, 0x01: errNoStart, 0x80: errFnCode, 0xff000001: errNoStart} {
 		if _, _, err := ParseHostImm(v); err != want {
 			t.Errorf("%#x: %v want %v", v, err, want)
 		}

@@ -36,7 +36,7 @@ func HostWrites(req []Region, adv []Advert, rpc int, sendLen []uint32, imm uint3
 		n := r.Size
 		if sendLen != nil {
 			if i >= len(sendLen) || sendLen[i] > r.Size {
-				return out[:start], ErrRegionTooSmall
+				return out[:start], errRegionTooSmall
 			}
 			n = sendLen[i]
 		}

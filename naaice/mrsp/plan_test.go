@@ -18,10 +18,10 @@ func TestPlans(t *testing.T) {
 	if err != nil || len(w) != 2 || w[0].Region != 1 || w[1].Region != 2 || !w[1].WithImm {
 		t.Fatalf("%+v %v", w, err)
 	}
-	if _, err := HostWrites(req, adv, 0, []uint32{2000, 0, 0}, imm, nil); err != ErrRegionTooSmall {
+	if _, err := HostWrites(req, adv, 0, []uint32{2000, 0, 0}, imm, nil); err != errRegionTooSmall {
 		t.Fatal(err)
 	}
-	if _, err := HostWrites(req, adv[:2], 0, nil, imm, nil); err != ErrCountMismatch {
+	if _, err := HostWrites(req, adv[:2], 0, nil, imm, nil); err != errCountMismatch {
 		t.Fatal(err)
 	}
 	single := []Region{{Flags: FlagSingleSend | FlagInput | FlagOutput, Size: 8}}

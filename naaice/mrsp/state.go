@@ -118,18 +118,13 @@ var NAATransitions = []Transition{
 }
 
 // TransitionError reports an event the current state does not accept (an
-// out-of-order message or completion). It wraps ErrOutOfOrder.
+// out-of-order message or completion). It matches ErrProtocol, with reason
+// "order".
 type TransitionError struct {
 	Role  Role
 	State State
 	Event Event
 }
-
-// ErrOutOfOrder is wrapped by every *TransitionError.
-var ErrOutOfOrder = &Error{"event not allowed in this state", 0}
-
-// ErrNoWrites reports StartData with no writes to wait for.
-var ErrNoWrites = &Error{"data phase without writes", 0}
 
 func (e *TransitionError) Error() string {
 	r := "host"
@@ -139,7 +134,7 @@ func (e *TransitionError) Error() string {
 	return "naaice: " + r + " got " + e.Event.String() + " in state " + e.State.String()
 }
 
-func (e *TransitionError) Unwrap() error { return ErrOutOfOrder }
+func (e *TransitionError) Unwrap() error { return errOutOfOrder }
 
 // Machine is one side's state machine.
 type Machine struct {

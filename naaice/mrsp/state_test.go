@@ -29,7 +29,7 @@ func TestHostMachine(t *testing.T) {
 			t.Fatal(m.State())
 		}
 		// The NAA's reply cannot be taken before the host's writes complete.
-		if err := m.Step(EvRecvImm); !errors.Is(err, ErrOutOfOrder) {
+		if err := m.Step(EvRecvImm); !errors.Is(err, ErrProtocol) || ReasonOf(err) != "order" {
 			t.Fatal(err)
 		}
 		run(t, m, EvWriteDone)

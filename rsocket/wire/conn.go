@@ -15,13 +15,6 @@ const (
 	EvKeepalive                   // CTRL KEEPALIVE carried as immediate (no-op)
 )
 
-// ErrLength reports a message whose payload length does not match its
-// immediate or its kind (an SGL advert is 16 bytes, an iomap entry 24).
-var ErrLength = &Error{"payload length does not match the message"}
-
-// ErrClosed reports data or a CTRL arriving after the peer disconnected.
-var ErrClosed = &Error{"message after disconnect"}
-
 // Conn is both halves of a connected stream rsocket plus the
 // readable/writable state that CTRL messages change (rs_poll_cq).
 type Conn struct {
@@ -59,7 +52,7 @@ func (c *ConnConfig) Local() ConnData {
 // NewConn joins the local configuration with the peer's ConnData.
 func NewConn(cfg ConnConfig, peer *ConnData) (*Conn, error) {
 	if cfg.IOMapSize < 0 || cfg.IOMapSize > MaxIOMapSize || cfg.RQSize > QPMaxSize {
-		return nil, ErrBadConfig
+		return nil, errBadConfig
 	}
 	s, err := NewSender(peer, cfg.SQSize, cfg.SBufSize)
 	if err != nil {
@@ -93,7 +86,7 @@ func (c *Conn) OnRecv(imm uint32, addr uint64, body []byte) (ev Event, idx int, 
 			return 0, 0, e, ErrClosed
 		}
 		if uint32(len(body)) != m.Data() {
-			return 0, 0, e, ErrLength
+			return 0, 0, e, errLength
 		}
 		if err := c.Recv.OnData(addr, m.Data()); err != nil {
 			return 0, 0, e, err
@@ -106,7 +99,7 @@ func (c *Conn) OnRecv(imm uint32, addr uint64, body []byte) (ev Event, idx int, 
 			return EvCredit, 0, e, nil
 		case SGELen:
 			if addr < c.targetAddr || addr-c.targetAddr >= SGLSize*SGELen || (addr-c.targetAddr)%SGELen != 0 {
-				return 0, 0, e, ErrBadSlot
+				return 0, 0, e, errBadSlot
 			}
 			slot := int(addr-c.targetAddr) / SGELen
 			sge, err := ParseAdvert(body, c.order)
@@ -119,17 +112,17 @@ func (c *Conn) OnRecv(imm uint32, addr uint64, body []byte) (ev Event, idx int, 
 			c.Send.OnCredit(m.Data())
 			return EvAdvert, slot, e, nil
 		}
-		return 0, 0, e, ErrLength
+		return 0, 0, e, errLength
 	case OpIOMapSGL:
 		i := int(m.Data())
 		if i >= c.iomapSize {
-			return 0, 0, e, ErrBadSlot
+			return 0, 0, e, errBadSlot
 		}
 		if len(body) != IOMapEntryLen {
-			return 0, 0, e, ErrLength
+			return 0, 0, e, errLength
 		}
 		if addr != c.targetAddr+uint64(IOMapOffset(i)) {
-			return 0, 0, e, ErrBadSlot
+			return 0, 0, e, errBadSlot
 		}
 		e, err = ParseIOMapEntry(body, c.order)
 		if err != nil {
@@ -141,7 +134,7 @@ func (c *Conn) OnRecv(imm uint32, addr uint64, body []byte) (ev Event, idx int, 
 		return EvIOMap, i, e, nil
 	default: // OpCtrl
 		if len(body) != 0 {
-			return 0, 0, e, ErrLength
+			return 0, 0, e, errLength
 		}
 		switch m.Data() {
 		case CtrlDisconnect:

@@ -103,7 +103,7 @@ func (c *ConnData) IOMapAddr() uint64 {
 func ParseConnData(b []byte) (ConnData, error) {
 	var c ConnData
 	if len(b) < ConnDataLen {
-		return c, ErrShort
+		return c, errShort
 	}
 	c.Version = b[0]
 	c.Flags = ConnFlags(b[1])
@@ -113,29 +113,29 @@ func ParseConnData(b []byte) (ConnData, error) {
 	c.TargetSGL, _ = ParseSGE(b[8:24], binary.BigEndian)
 	c.DataBuf, _ = ParseSGE(b[24:40], binary.BigEndian)
 	if c.Version != ConnVersion {
-		return c, ErrBadVersion
+		return c, errVersion
 	}
 	if c.Flags&^(ConnFlagNet|ConnFlagIOMap) != 0 {
-		return c, ErrReservedFlags
+		return c, errReservedFlags
 	}
 	if c.Reserved != [3]byte{} {
-		return c, ErrReservedNonZero
+		return c, errReservedBytes
 	}
 	if c.TargetSGL.Length != SGLSize {
-		return c, ErrSGLLength
+		return c, errSGLLength
 	}
 	if c.DataBuf.Length == 0 {
-		return c, ErrZeroLength
+		return c, errZeroLength
 	}
 	list := SGE{Addr: c.TargetSGL.Addr, Length: uint32(TargetListLen(c.IOMapSize()))}
 	if _, wrap := list.End(); wrap {
-		return c, ErrAddrOverflow
+		return c, errWrap
 	}
 	if _, wrap := c.DataBuf.End(); wrap {
-		return c, ErrAddrOverflow
+		return c, errWrap
 	}
 	if list.Overlaps(c.DataBuf) {
-		return c, ErrOverlap
+		return c, errOverlap
 	}
 	return c, nil
 }

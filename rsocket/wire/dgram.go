@@ -18,10 +18,6 @@ const (
 	RDMAUDPQKey = 0x01234567
 )
 
-// ErrBadHeader reports a datagram header whose tag, version, length,
-// reserved bits or address family do not match.
-var ErrBadHeader = &Error{"bad datagram header"}
-
 // DSHeader is struct ds_header, the start of every UD SEND payload: the
 // sender's address so rrecvfrom can report it.
 //
@@ -61,7 +57,7 @@ func (h DSHeader) AppendTo(b []byte) []byte {
 // or version 6 with length 24, and the whole header present.
 func ParseDSHeader(b []byte) (DSHeader, error) {
 	if len(b) < DSIPv4HdrLen {
-		return DSHeader{}, ErrShort
+		return DSHeader{}, errShort
 	}
 	port := binary.BigEndian.Uint16(b[2:4])
 	switch {
@@ -69,12 +65,12 @@ func ParseDSHeader(b []byte) (DSHeader, error) {
 		return DSHeader{Addr: netip.AddrPortFrom(netip.AddrFrom4([4]byte(b[4:8])), port)}, nil
 	case b[0] == 6 && b[1] == DSIPv6HdrLen:
 		if len(b) < DSIPv6HdrLen {
-			return DSHeader{}, ErrShort
+			return DSHeader{}, errShort
 		}
 		return DSHeader{Addr: netip.AddrPortFrom(netip.AddrFrom16([16]byte(b[8:24])), port),
 			FlowInfo: binary.BigEndian.Uint32(b[4:8])}, nil
 	}
-	return DSHeader{}, ErrBadHeader
+	return DSHeader{}, errHeader
 }
 
 // UDPHeader is struct ds_udp_header, prefixed to datagrams sent over the
@@ -114,14 +110,14 @@ func (h UDPHeader) AppendTo(b []byte) []byte {
 // or CTRL, the reserved byte and the QPN's top byte zero.
 func ParseUDPHeader(b []byte, v6 bool) (UDPHeader, int, error) {
 	if len(b) < DSUDPIPv4HdrLen {
-		return UDPHeader{}, 0, ErrShort
+		return UDPHeader{}, 0, errShort
 	}
 	if binary.BigEndian.Uint32(b[0:4]) != DSUDPTag || b[7] != 0 {
-		return UDPHeader{}, 0, ErrBadHeader
+		return UDPHeader{}, 0, errHeader
 	}
 	h := UDPHeader{Op: Op(b[5]), QPN: binary.BigEndian.Uint32(b[8:12])}
 	if h.Op != OpData && h.Op != OpCtrl || h.QPN > 0xFFFFFF {
-		return UDPHeader{}, 0, ErrBadHeader
+		return UDPHeader{}, 0, errHeader
 	}
 	switch {
 	case !v6 && b[4] == 4 && b[6] == DSUDPIPv4HdrLen:
@@ -129,10 +125,10 @@ func ParseUDPHeader(b []byte, v6 bool) (UDPHeader, int, error) {
 		return h, DSUDPIPv4HdrLen, nil
 	case v6 && b[4] == 6 && b[6] == DSUDPIPv6HdrLen:
 		if len(b) < DSUDPIPv6HdrLen {
-			return UDPHeader{}, 0, ErrShort
+			return UDPHeader{}, 0, errShort
 		}
 		h.Addr = netip.AddrFrom16([16]byte(b[12:28]))
 		return h, DSUDPIPv6HdrLen, nil
 	}
-	return UDPHeader{}, 0, ErrBadHeader
+	return UDPHeader{}, 0, errHeader
 }

@@ -26,7 +26,7 @@ func TestDSHeader(t *testing.T) {
 	for _, tc := range []struct {
 		b    []byte
 		want error
-	}{{b[:7], ErrShort}, {b6[:20], ErrShort}, {[]byte{4, 24, 0, 0, 0, 0, 0, 0}, ErrBadHeader}, {[]byte{5, 8, 0, 0, 0, 0, 0, 0}, ErrBadHeader}} {
+	}{{b[:7], errShort}, {b6[:20], errShort}, {[]byte{4, 24, 0, 0, 0, 0, 0, 0}, errHeader}, {[]byte{5, 8, 0, 0, 0, 0, 0, 0}, errHeader}} {
 		if _, err := ParseDSHeader(tc.b); err != tc.want {
 			t.Errorf("%x: %v", tc.b, err)
 		}
@@ -42,7 +42,7 @@ func TestUDPHeader(t *testing.T) {
 	if g, n, err := ParseUDPHeader(b, false); err != nil || g != h || n != 16 {
 		t.Fatal(g, n, err)
 	}
-	if _, _, err := ParseUDPHeader(b, true); err != ErrBadHeader {
+	if _, _, err := ParseUDPHeader(b, true); err != errHeader {
 		t.Fatal(err)
 	}
 	h6 := UDPHeader{Op: OpCtrl, QPN: 0xabcdef, Addr: netip.MustParseAddr("fd00::2")}
@@ -52,11 +52,11 @@ func TestUDPHeader(t *testing.T) {
 	}
 	bad := func(i int, v byte) []byte { c := append([]byte(nil), b...); c[i] = v; return c }
 	for _, c := range [][]byte{bad(0, 0x54), bad(5, 4), bad(7, 1), bad(8, 1), bad(6, 28)} {
-		if _, _, err := ParseUDPHeader(c, false); err != ErrBadHeader {
+		if _, _, err := ParseUDPHeader(c, false); err != errHeader {
 			t.Errorf("%x: %v", c, err)
 		}
 	}
-	if _, _, err := ParseUDPHeader(b6[:20], true); err != ErrShort {
+	if _, _, err := ParseUDPHeader(b6[:20], true); err != errShort {
 		t.Fatal(err)
 	}
 }

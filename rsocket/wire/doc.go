@@ -87,10 +87,10 @@
 // lowers the peer's credits for good; this package reproduces that.
 //
 // Receiver, Sender and Conn reproduce those rules and reject what a correct
-// peer cannot send: data beyond the granted credits (ErrNoCredit), not at
-// the fill position (ErrOutOfOrder), past the advertised space
-// (ErrPastBuffer) or across two adverts (ErrCrossesSGE), and adverts into a
-// slot still in use (ErrSlotBusy). Interop notes from runs against
+// peer cannot send (ErrProtocol): data beyond the granted credits (reason
+// "credit"), not at the fill position ("order"), past the advertised space
+// ("past-buffer") or across two adverts ("crosses-sge"), and adverts into a
+// slot still in use ("slot-busy"). Interop notes from runs against
 // rstream/riostream/rcopy: an active side may write into the first half
 // before sending its own first advert (accepted here); credit-only messages
 // arrive at irregular intervals.
@@ -107,4 +107,22 @@
 // REP carries the conn data at offset 0, with no CM header; an iomap update
 // takes a credit that is never returned (rs_write_iomap increments sseq_no,
 // rs_poll_cq never queues RS_OP_IOMAP_SGL).
+//
+// # Errors
+//
+// Every error is a fixed *Error value (returning one allocates nothing)
+// whose Kind is one of four categories, matched with errors.Is; its Reason
+// is a stable token for counters and tests (ReasonOf extracts it), its
+// Detail the text:
+//
+//	ErrMalformed  the bytes break the format: short, version, reserved-flags,
+//	              reserved-bytes, sgl-length, zero-length, wrap, overlap,
+//	              reserved-op, ctrl, zero-data, iomap-reserved, length, header
+//	ErrProtocol   the peer breaks the flow rules: credit, past-buffer, order,
+//	              crosses-sge, slot-busy, slot; over-consume (Consume)
+//	ErrBlocked    local flow control, retry later: send-queue, send-buffer,
+//	              credits, target (the rs_can_send terms), ctrl-slot
+//	ErrInvalid    a caller's bad argument: config, zero-data, slot, ctrl
+//
+// ErrClosed (data or a CTRL after the peer disconnected) is returned as is.
 package wire

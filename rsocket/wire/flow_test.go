@@ -169,31 +169,31 @@ func TestSenderBlocking(t *testing.T) {
 	if err != nil || w.Len != 4096 || w.Addr != 0x10000 || w.Imm != 0x1000 || w.Slot != 0 {
 		t.Fatal(w, err)
 	}
-	if s.Blocked() != ErrNoSendBuffer {
+	if s.Blocked() != errNoSendBuffer {
 		t.Fatal(s.Blocked())
 	}
 	s.DataDone(4096)
-	if s.Blocked() != ErrNoTarget {
+	if s.Blocked() != errNoTarget {
 		t.Fatal(s.Blocked())
 	}
 	if err := s.Advertise(0, SGE{Addr: 0x11000, Key: 2, Length: 4096}); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Advertise(0, SGE{Addr: 0x12000, Key: 2, Length: 4096}); err != ErrSlotBusy {
+	if err := s.Advertise(0, SGE{Addr: 0x12000, Key: 2, Length: 4096}); err != errSlotBusy {
 		t.Fatal(err)
 	}
-	if err := s.Advertise(1, SGE{Addr: 0x11800, Key: 2, Length: 4096}); err != ErrOverlap {
+	if err := s.Advertise(1, SGE{Addr: 0x11800, Key: 2, Length: 4096}); err != errOverlap {
 		t.Fatal(err)
 	}
-	if err := s.Advertise(2, SGE{Addr: 0x11800, Key: 2, Length: 4096}); err != ErrBadSlot {
+	if err := s.Advertise(2, SGE{Addr: 0x11800, Key: 2, Length: 4096}); err != errBadSlot {
 		t.Fatal(err)
 	}
-	if err := s.Advertise(1, SGE{Addr: 0x13000, Key: 2}); err != ErrZeroLength {
+	if err := s.Advertise(1, SGE{Addr: 0x13000, Key: 2}); err != errZeroLength {
 		t.Fatal(err)
 	}
 	// Wrong slot order: the sender moved to slot 1 after using slot 0 up, so
 	// a fresh slot 0 advert waits until slot 1 is advertised and used.
-	if s.Blocked() != ErrNoTarget {
+	if s.Blocked() != errNoTarget {
 		t.Fatal(s.Blocked())
 	}
 	if err := s.Advertise(1, SGE{Addr: 0x20000, Key: 3, Length: 100}); err != nil {
@@ -206,7 +206,7 @@ func TestSenderBlocking(t *testing.T) {
 		}
 		s.DataDone(1)
 	}
-	if s.Blocked() != ErrNoCredits || s.Credits() != 0 {
+	if s.Blocked() != errNoCredits || s.Credits() != 0 {
 		t.Fatal(s.Blocked(), s.Credits())
 	}
 	s.OnCredit(0x1FFF0020) // only the low 16 bits count
@@ -217,16 +217,16 @@ func TestSenderBlocking(t *testing.T) {
 	if err != nil || w.Addr != 0x1000+32+24 || w.Key != 1 || w.Imm != 0xC0000001 || w.Len != 24 {
 		t.Fatal(w, err)
 	}
-	if _, err := s.WriteIOMap(2); err != ErrBadSlot {
+	if _, err := s.WriteIOMap(2); err != errIOMapIndex {
 		t.Fatal(err)
 	}
 	for i := 0; i < 11; i++ {
 		s.WriteData(1)
 	}
-	if s.Blocked() != ErrNoSendQueue {
+	if s.Blocked() != errNoSendQueue {
 		t.Fatal(s.Blocked())
 	}
-	if _, err := NewSender(&peerData, 4, 4096); err != ErrBadConfig {
+	if _, err := NewSender(&peerData, 4, 4096); err != errBadConfig {
 		t.Fatal(err)
 	}
 }
@@ -235,20 +235,20 @@ func TestReceiverErrors(t *testing.T) {
 	a, b := newPair(t, false, false, 8192, 16, 1)
 	r := &b.conn.Recv
 	base := b.cfg.RBufAddr
-	if err := r.OnData(base+1, 10); err != ErrOutOfOrder {
+	if err := r.OnData(base+1, 10); err != errOutOfOrder {
 		t.Fatal(err)
 	}
-	if err := r.OnData(base-1, 10); err != ErrPastBuffer {
+	if err := r.OnData(base-1, 10); err != errPastBuffer {
 		t.Fatal(err)
 	}
-	if err := r.OnData(base, 4097); err != ErrPastBuffer {
+	if err := r.OnData(base, 4097); err != errPastBuffer {
 		t.Fatal(err)
 	}
 	if err := r.OnData(base, 4000); err != nil {
 		t.Fatal(err)
 	}
 	deliverCredit(t, b, a) // second half advertised
-	if err := r.OnData(base+4000, 200); err != ErrCrossesSGE {
+	if err := r.OnData(base+4000, 200); err != errCrossesSGE {
 		t.Fatal(err)
 	}
 	if err := r.OnData(base+4000, 96); err != nil {
@@ -257,10 +257,10 @@ func TestReceiverErrors(t *testing.T) {
 	if err := r.OnData(base+4096, 4096); err != nil {
 		t.Fatal(err)
 	}
-	if err := r.OnData(base, 1); err != ErrPastBuffer { // nothing advertised
+	if err := r.OnData(base, 1); err != errPastBuffer { // nothing advertised
 		t.Fatal(err)
 	}
-	if err := r.Consume(8193); err != ErrOverConsume {
+	if err := r.Consume(8193); err != errOverConsume {
 		t.Fatal(err)
 	}
 	// Credits: 16 granted, 3 used; 13 more small messages need space, so
@@ -281,7 +281,7 @@ func TestReceiverErrors(t *testing.T) {
 		}
 		lim, rcvd = r.Granted()
 	}
-	if err := r.OnData(base+uint64(rcvd-3), 1); err != ErrNoCredit {
+	if err := r.OnData(base+uint64(rcvd-3), 1); err != errNoCredit {
 		t.Fatal(err)
 	}
 	// Control slots: four in flight at most.
@@ -290,10 +290,10 @@ func TestReceiverErrors(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if _, err := r.Ctrl(CtrlDisconnect); err != ErrNoCtrlSlot {
+	if _, err := r.Ctrl(CtrlDisconnect); err != errNoCtrlSlot {
 		t.Fatal(err)
 	}
-	if _, err := r.NextCredit(); err != ErrNoCtrlSlot || r.CreditDue() {
+	if _, err := r.NextCredit(); err != errNoCtrlSlot || r.CreditDue() {
 		t.Fatal(err)
 	}
 }
@@ -314,16 +314,16 @@ func TestConnOnRecv(t *testing.T) {
 		body []byte
 		want error
 	}{
-		{0xC0000002, b.cfg.TargetAddr + 80, body, ErrBadSlot},
-		{0xC0000001, b.cfg.TargetAddr + 32, body, ErrBadSlot},
-		{0xC0000001, b.cfg.TargetAddr + 56, body[:16], ErrLength},
-		{0x80000010, b.cfg.TargetAddr + 8, make([]byte, 16), ErrBadSlot},
-		{0x80000010, b.cfg.TargetAddr + 32, make([]byte, 16), ErrBadSlot},
-		{0x80000010, b.cfg.TargetAddr, make([]byte, 16), ErrZeroLength},
-		{0x80000010, b.cfg.TargetAddr, make([]byte, 8), ErrLength},
-		{0x00000010, b.cfg.RBufAddr, make([]byte, 8), ErrLength},
-		{0xE0000000, 0, make([]byte, 1), ErrLength},
-		{0xA0000000, 0, nil, ErrReservedOp},
+		{0xC0000002, b.cfg.TargetAddr + 80, body, errBadSlot},
+		{0xC0000001, b.cfg.TargetAddr + 32, body, errBadSlot},
+		{0xC0000001, b.cfg.TargetAddr + 56, body[:16], errLength},
+		{0x80000010, b.cfg.TargetAddr + 8, make([]byte, 16), errBadSlot},
+		{0x80000010, b.cfg.TargetAddr + 32, make([]byte, 16), errBadSlot},
+		{0x80000010, b.cfg.TargetAddr, make([]byte, 16), errZeroLength},
+		{0x80000010, b.cfg.TargetAddr, make([]byte, 8), errLength},
+		{0x00000010, b.cfg.RBufAddr, make([]byte, 8), errLength},
+		{0xE0000000, 0, make([]byte, 1), errLength},
+		{0xA0000000, 0, nil, errReservedOp},
 	} {
 		if _, _, _, err := c.OnRecv(tc.imm, tc.addr, tc.body); err != tc.want {
 			t.Errorf("%#x: %v want %v", tc.imm, err, tc.want)

@@ -3,6 +3,7 @@ package wire
 import (
 	"bytes"
 	"encoding/binary"
+	"errors"
 	"testing"
 )
 
@@ -134,8 +135,11 @@ func FuzzConn(f *testing.F) {
 				if next()%2 == 0 {
 					addr = b.cfg.TargetAddr + off
 				}
-				if _, _, _, err := b.conn.OnRecv(imm, addr, body[:n]); err == nil {
+				_, _, _, err := b.conn.OnRecv(imm, addr, body[:n])
+				if err == nil {
 					tainted = true
+				} else if !errors.Is(err, ErrMalformed) && !errors.Is(err, ErrProtocol) && err != ErrClosed {
+					t.Fatalf("peer input refused outside the peer categories: %v", err)
 				}
 			}
 			r := &b.conn.Recv

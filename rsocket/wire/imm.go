@@ -53,19 +53,19 @@ func ParseImm(v uint32) (Imm, error) {
 	switch m.Op() {
 	case OpData:
 		if m.Data() == 0 {
-			return m, ErrZeroData
+			return m, errZeroData
 		}
 	case OpSGL:
 	case OpIOMapSGL:
 		if m.Data()>>16 != 0 {
-			return m, ErrIOMapReserved
+			return m, errIOMapReserved
 		}
 	case OpCtrl:
 		if m.Data() > CtrlShutdown {
-			return m, ErrBadCtrl
+			return m, errBadCtrl
 		}
 	default:
-		return m, ErrReservedOp
+		return m, errReservedOp
 	}
 	return m, nil
 }

@@ -54,10 +54,10 @@ type Receiver struct {
 // the second half is free and goes out with the first credit message.
 func NewReceiver(peer *ConnData, rqSize uint16, rbufAddr uint64, rbufKey, rbufSize uint32) (*Receiver, error) {
 	if rqSize < QPMinSize || rqSize > QPMaxSize || rbufSize < 2 || rbufSize%2 != 0 {
-		return nil, ErrBadConfig
+		return nil, errBadConfig
 	}
 	if _, wrap := (SGE{Addr: rbufAddr, Length: rbufSize}).End(); wrap {
-		return nil, ErrBadConfig
+		return nil, errBadConfig
 	}
 	half := rbufSize / 2
 	r := &Receiver{
@@ -86,7 +86,7 @@ func (r *Receiver) Granted() (limit, received uint16) { return r.granted, r.rcvd
 // takeCredit checks and counts one credit-consuming message.
 func (r *Receiver) takeCredit() error {
 	if r.rcvd == r.granted {
-		return ErrNoCredit
+		return errNoCredit
 	}
 	r.rcvd++
 	return nil
@@ -98,26 +98,26 @@ func (r *Receiver) takeCredit() error {
 // within it.
 func (r *Receiver) OnData(addr uint64, n uint32) error {
 	if n == 0 {
-		return ErrZeroData
+		return errZeroData
 	}
 	if r.rcvd == r.granted {
-		return ErrNoCredit
+		return errNoCredit
 	}
 	if r.advN == 0 {
-		return ErrPastBuffer
+		return errPastBuffer
 	}
 	s := &r.adv[0]
 	if addr < r.rbufAddr || addr-r.rbufAddr >= uint64(r.rbufSize) {
-		return ErrPastBuffer
+		return errPastBuffer
 	}
 	if uint32(addr-r.rbufAddr) != s.off {
-		return ErrOutOfOrder
+		return errOutOfOrder
 	}
 	if n > s.left {
 		if r.advN > 1 && (s.off+s.left)%r.rbufSize == r.adv[1].off && n-s.left <= r.adv[1].left {
-			return ErrCrossesSGE
+			return errCrossesSGE
 		}
-		return ErrPastBuffer
+		return errPastBuffer
 	}
 	r.rcvd++
 	s.off += n
@@ -145,7 +145,7 @@ func (r *Receiver) OnIOMap() error { return r.takeCredit() }
 // become free for re-advertisement.
 func (r *Receiver) Consume(n uint32) error {
 	if n > r.unread {
-		return ErrOverConsume
+		return errOverConsume
 	}
 	r.unread -= n
 	for n > 0 {
@@ -183,7 +183,7 @@ func (r *Receiver) CreditDue() bool {
 // 1, ...). It uses a control slot until CtrlDone.
 func (r *Receiver) NextCredit() (Credit, error) {
 	if r.ctrlSeq == r.ctrlMax {
-		return Credit{}, ErrNoCtrlSlot
+		return Credit{}, errNoCtrlSlot
 	}
 	r.ctrlSeq++
 	half := r.rbufSize / 2
@@ -215,10 +215,10 @@ func (r *Receiver) NextCredit() (Credit, error) {
 // returns its immediate.
 func (r *Receiver) Ctrl(value uint32) (Imm, error) {
 	if value > CtrlShutdown {
-		return 0, ErrBadCtrl
+		return 0, errCtrlValue
 	}
 	if r.ctrlSeq == r.ctrlMax {
-		return 0, ErrNoCtrlSlot
+		return 0, errNoCtrlSlot
 	}
 	r.ctrlSeq++
 	return MakeImm(OpCtrl, value), nil

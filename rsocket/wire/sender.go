@@ -34,7 +34,7 @@ type Sender struct {
 // bytes. QPCtrlSize send slots stay reserved for control messages.
 func NewSender(peer *ConnData, sqSize int, sbufSize uint32) (*Sender, error) {
 	if sqSize <= QPCtrlSize || sqSize > QPMaxSize || sbufSize < SndLowat {
-		return nil, ErrBadConfig
+		return nil, errBadConfig
 	}
 	s := &Sender{
 		sseqComp:  peer.Credits,
@@ -53,13 +53,13 @@ func NewSender(peer *ConnData, sqSize int, sbufSize uint32) (*Sender, error) {
 func (s *Sender) Blocked() error {
 	switch {
 	case s.sqeAvail <= 0:
-		return ErrNoSendQueue
+		return errNoSendQueue
 	case s.sbufAvail < SndLowat:
-		return ErrNoSendBuffer
+		return errNoSendBuffer
 	case s.sseqNo == s.sseqComp:
-		return ErrNoCredits
+		return errNoCredits
 	case s.target[s.cur].Length == 0:
-		return ErrNoTarget
+		return errNoTarget
 	}
 	return nil
 }
@@ -97,7 +97,7 @@ func (s *Sender) WriteData(want uint32) (Write, error) {
 		return Write{}, err
 	}
 	if want == 0 {
-		return Write{}, ErrZeroData
+		return Write{}, errZeroWrite
 	}
 	n := want
 	if n > s.sbufAvail {
@@ -126,7 +126,7 @@ func (s *Sender) WriteData(want uint32) (Write, error) {
 // count iomap updates as consumed).
 func (s *Sender) WriteIOMap(index int) (Write, error) {
 	if index < 0 || index >= s.iomapLen {
-		return Write{}, ErrBadSlot
+		return Write{}, errIOMapIndex
 	}
 	if err := s.Blocked(); err != nil {
 		return Write{}, err
@@ -155,19 +155,19 @@ func (s *Sender) OnCredit(data uint32) { s.sseqComp = uint16(data) }
 // buffer must not overlap the other live slot.
 func (s *Sender) Advertise(slot int, sge SGE) error {
 	if slot < 0 || slot >= SGLSize {
-		return ErrBadSlot
+		return errBadSlot
 	}
 	if sge.Length == 0 {
-		return ErrZeroLength
+		return errZeroLength
 	}
 	if _, wrap := sge.End(); wrap {
-		return ErrAddrOverflow
+		return errWrap
 	}
 	if s.target[slot].Length != 0 {
-		return ErrSlotBusy
+		return errSlotBusy
 	}
 	if sge.Overlaps(s.target[slot^1]) {
-		return ErrOverlap
+		return errOverlap
 	}
 	s.target[slot] = sge
 	return nil
@@ -182,7 +182,7 @@ func (s *Sender) WriteDirect(want uint32) (uint32, error) {
 		return 0, err
 	}
 	if want == 0 {
-		return 0, ErrZeroData
+		return 0, errZeroWrite
 	}
 	n := min(want, s.sbufAvail)
 	s.sqeAvail--

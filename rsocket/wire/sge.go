@@ -38,7 +38,7 @@ func (s SGE) Put(b []byte, o binary.ByteOrder) {
 // ParseSGE reads an SGE from b in byte order o without judging it.
 func ParseSGE(b []byte, o binary.ByteOrder) (SGE, error) {
 	if len(b) < SGELen {
-		return SGE{}, ErrShort
+		return SGE{}, errShort
 	}
 	return SGE{Addr: o.Uint64(b[0:8]), Key: o.Uint32(b[8:12]), Length: o.Uint32(b[12:16])}, nil
 }
@@ -52,10 +52,10 @@ func ParseAdvert(b []byte, o binary.ByteOrder) (SGE, error) {
 		return s, err
 	}
 	if s.Length == 0 {
-		return s, ErrZeroLength
+		return s, errZeroLength
 	}
 	if _, wrap := s.End(); wrap {
-		return s, ErrAddrOverflow
+		return s, errWrap
 	}
 	return s, nil
 }
@@ -84,18 +84,18 @@ func (e IOMapEntry) Contains(off uint64) bool {
 // neither the address range nor the offset range wraps.
 func ParseIOMapEntry(b []byte, o binary.ByteOrder) (IOMapEntry, error) {
 	if len(b) < IOMapEntryLen {
-		return IOMapEntry{}, ErrShort
+		return IOMapEntry{}, errShort
 	}
 	e := IOMapEntry{Offset: o.Uint64(b[0:8])}
 	e.SGE, _ = ParseSGE(b[8:24], o)
 	if e.Length == 0 {
-		return e, ErrZeroLength
+		return e, errZeroLength
 	}
 	if _, wrap := e.End(); wrap {
-		return e, ErrAddrOverflow
+		return e, errWrap
 	}
 	if e.Offset+uint64(e.Length) < e.Offset {
-		return e, ErrAddrOverflow
+		return e, errWrap
 	}
 	return e, nil
 }
@@ -113,16 +113,16 @@ func IOMapOffset(i int) int { return SGLSize*SGELen + i*IOMapEntryLen }
 func ParseTargetSGL(b []byte, o binary.ByteOrder) ([SGLSize]SGE, error) {
 	var sgl [SGLSize]SGE
 	if len(b) < SGLSize*SGELen {
-		return sgl, ErrShort
+		return sgl, errShort
 	}
 	for i := range sgl {
 		sgl[i], _ = ParseSGE(b[i*SGELen:], o)
 		if _, wrap := sgl[i].End(); wrap {
-			return sgl, ErrAddrOverflow
+			return sgl, errWrap
 		}
 	}
 	if sgl[0].Overlaps(sgl[1]) {
-		return sgl, ErrOverlap
+		return sgl, errOverlap
 	}
 	return sgl, nil
 }
@@ -131,7 +131,7 @@ func ParseTargetSGL(b []byte, o binary.ByteOrder) ([SGLSize]SGE, error) {
 // unused slots; used entries must not overlap in address or offset.
 func ParseIOMapTable(b []byte, n int, o binary.ByteOrder, out []IOMapEntry) ([]IOMapEntry, error) {
 	if n < 0 || len(b) < n*IOMapEntryLen {
-		return out, ErrShort
+		return out, errShort
 	}
 	start := len(out)
 	for i := 0; i < n; i++ {
@@ -149,7 +149,7 @@ func ParseIOMapTable(b []byte, n int, o binary.ByteOrder, out []IOMapEntry) ([]I
 				continue
 			}
 			if f.SGE.Overlaps(e.SGE) || (e.Offset < f.Offset+uint64(f.Length) && f.Offset < e.Offset+uint64(e.Length)) {
-				return out, ErrOverlap
+				return out, errOverlap
 			}
 		}
 		out = append(out, e)

@@ -57,22 +57,22 @@ func TestConnDataErrors(t *testing.T) {
 		mod  func(b []byte) []byte
 		want error
 	}{
-		{"short", func(b []byte) []byte { return b[:39] }, ErrShort},
-		{"version0", func(b []byte) []byte { b[0] = 0; return b }, ErrBadVersion},
-		{"version2", func(b []byte) []byte { b[0] = 2; return b }, ErrBadVersion},
-		{"flags", func(b []byte) []byte { b[1] = 0x06; return b }, ErrReservedFlags},
-		{"reserved", func(b []byte) []byte { b[5] = 1; return b }, ErrReservedNonZero},
-		{"sgl1", func(b []byte) []byte { b[23] = 1; return b }, ErrSGLLength},
-		{"sgl0", func(b []byte) []byte { b[23] = 0; return b }, ErrSGLLength},
-		{"zero buf", func(b []byte) []byte { copy(b[36:40], []byte{0, 0, 0, 0}); return b }, ErrZeroLength},
-		{"buf wraps", func(b []byte) []byte { copy(b[24:32], mustHex(t, "fffffffffffffff0")); return b }, ErrAddrOverflow},
-		{"list wraps", func(b []byte) []byte { copy(b[8:16], mustHex(t, "fffffffffffffff0")); return b }, ErrAddrOverflow},
-		{"overlap", func(b []byte) []byte { copy(b[24:32], mustHex(t, "00005555aaaa1010")); return b }, ErrOverlap},
+		{"short", func(b []byte) []byte { return b[:39] }, errShort},
+		{"version0", func(b []byte) []byte { b[0] = 0; return b }, errVersion},
+		{"version2", func(b []byte) []byte { b[0] = 2; return b }, errVersion},
+		{"flags", func(b []byte) []byte { b[1] = 0x06; return b }, errReservedFlags},
+		{"reserved", func(b []byte) []byte { b[5] = 1; return b }, errReservedBytes},
+		{"sgl1", func(b []byte) []byte { b[23] = 1; return b }, errSGLLength},
+		{"sgl0", func(b []byte) []byte { b[23] = 0; return b }, errSGLLength},
+		{"zero buf", func(b []byte) []byte { copy(b[36:40], []byte{0, 0, 0, 0}); return b }, errZeroLength},
+		{"buf wraps", func(b []byte) []byte { copy(b[24:32], mustHex(t, "fffffffffffffff0")); return b }, errWrap},
+		{"list wraps", func(b []byte) []byte { copy(b[8:16], mustHex(t, "fffffffffffffff0")); return b }, errWrap},
+		{"overlap", func(b []byte) []byte { copy(b[24:32], mustHex(t, "00005555aaaa1010")); return b }, errOverlap},
 		{"overlap iomap", func(b []byte) []byte {
 			b[7] = 2
 			copy(b[24:32], mustHex(t, "00005555aaaa1040"))
 			return b
-		}, ErrOverlap},
+		}, errOverlap},
 	} {
 		b := tc.mod(append([]byte(nil), base...))
 		if _, err := ParseConnData(b); !errors.Is(err, tc.want) {
@@ -123,18 +123,18 @@ func TestImm(t *testing.T) {
 	}{
 		{0x00000800, OpData, 2048, nil},
 		{0x00010000, OpData, 65536, nil},
-		{0x00000000, OpData, 0, ErrZeroData},
-		{0x20000001, OpRsvdDataMore, 1, ErrReservedOp},
-		{0x40000001, OpWrite, 1, ErrReservedOp},
-		{0x60000001, OpRsvdDRAMore, 1, ErrReservedOp},
+		{0x00000000, OpData, 0, errZeroData},
+		{0x20000001, OpRsvdDataMore, 1, errReservedOp},
+		{0x40000001, OpWrite, 1, errReservedOp},
+		{0x60000001, OpRsvdDRAMore, 1, errReservedOp},
 		{0x80000180, OpSGL, 384, nil},
-		{0xA0000000, OpRsvd, 0, ErrReservedOp},
+		{0xA0000000, OpRsvd, 0, errReservedOp},
 		{0xC0000003, OpIOMapSGL, 3, nil},
-		{0xC0010000, OpIOMapSGL, 0x10000, ErrIOMapReserved},
+		{0xC0010000, OpIOMapSGL, 0x10000, errIOMapReserved},
 		{0xE0000000, OpCtrl, CtrlDisconnect, nil},
 		{0xE0000001, OpCtrl, CtrlKeepalive, nil},
 		{0xE0000002, OpCtrl, CtrlShutdown, nil},
-		{0xE0000003, OpCtrl, 3, ErrBadCtrl},
+		{0xE0000003, OpCtrl, 3, errBadCtrl},
 	} {
 		m, err := ParseImm(tc.v)
 		if m.Op() != tc.op || m.Data() != tc.data || err != tc.err {
@@ -166,7 +166,7 @@ func TestSGEAndIOMap(t *testing.T) {
 	if got, err := ParseAdvert(b[:16], binary.BigEndian); err != nil || got != s {
 		t.Fatal(got, err)
 	}
-	if _, err := ParseAdvert(b[:15], binary.BigEndian); err != ErrShort {
+	if _, err := ParseAdvert(b[:15], binary.BigEndian); err != errShort {
 		t.Fatal(err)
 	}
 	e := IOMapEntry{Offset: 4096, SGE: SGE{Addr: 0x10000, Key: 7, Length: 4096}}
@@ -190,13 +190,13 @@ func TestSGEAndIOMap(t *testing.T) {
 	}
 	f.Offset = 5000 // offset range overlaps e's
 	f.Put(tbl[2*IOMapEntryLen:], binary.LittleEndian)
-	if _, err := ParseIOMapTable(tbl, 3, binary.LittleEndian, nil); err != ErrOverlap {
+	if _, err := ParseIOMapTable(tbl, 3, binary.LittleEndian, nil); err != errOverlap {
 		t.Fatal(err)
 	}
 	var sgl [32]byte
 	SGE{Addr: 100, Key: 1, Length: 50}.Put(sgl[:], binary.LittleEndian)
 	SGE{Addr: 120, Key: 1, Length: 50}.Put(sgl[16:], binary.LittleEndian)
-	if _, err := ParseTargetSGL(sgl[:], binary.LittleEndian); err != ErrOverlap {
+	if _, err := ParseTargetSGL(sgl[:], binary.LittleEndian); err != errOverlap {
 		t.Fatal(err)
 	}
 	SGE{Addr: 150, Key: 1, Length: 50}.Put(sgl[16:], binary.LittleEndian)
