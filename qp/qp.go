@@ -979,12 +979,15 @@ func (q *QP) produceBody(now time.Duration, t *TxPacket) int {
 			return produced
 		}
 	}
-	if q.ccHoldsResponse(now) {
+	// The congestion control calls only with it on: every packet passes here.
+	if q.e.cc.on && q.ccHoldsResponse(now) {
 		// A READ response stream waits for the QP's rate (ccrate.go).
 	} else if n, ok := q.resp.produce(q, buf, t); ok {
 		t.Len = n
 		q.reqTurn = true
-		q.ccChargeResponse(now, buf, n)
+		if q.e.cc.on {
+			q.ccChargeResponse(now, buf, n)
+		}
 		return produced
 	}
 	if n, ok := q.request(now, buf, t); ok {
