@@ -931,7 +931,7 @@ func (q *QP) produce(now time.Duration, t *TxPacket) int {
 	if !q.ccApplies() {
 		return q.produceBody(now, t)
 	}
-	if q.produceCNP(t) {
+	if q.cc != nil && q.cc.cnpPending && q.produceCNP(t) { // the call only with a CNP to send
 		return produced
 	}
 	r := q.produceBody(now, t)
