@@ -208,7 +208,11 @@ func markECT(t *TxPacket) {
 func (q *QP) paceOK(now time.Duration) bool {
 	q.ccInit()
 	rp := &q.cc.rp
-	rp.Advance(now)
+	// Advance only runs timers of a limited rate and never limits it, so
+	// an unlimited QP (no CNP yet, or recovered) skips the call.
+	if rp.Limited() {
+		rp.Advance(now)
+	}
 	if !rp.Limited() {
 		q.cc.pace.reset(now)
 		return true
@@ -228,6 +232,9 @@ func (q *QP) paceOK(now time.Duration) bool {
 // paceCharge takes a request of n bytes sent at now from the QP's rate.
 func (q *QP) paceCharge(now time.Duration, n int) {
 	q.ccInit()
+	if !q.cc.rp.Limited() {
+		return // OnSend counts nothing at the full rate
+	}
 	q.cc.rp.OnSend(now, n)
 	if q.cc.rp.Limited() {
 		q.cc.pace.charge(n)

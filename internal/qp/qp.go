@@ -932,7 +932,7 @@ func (q *QP) produce(now time.Duration, t *TxPacket) int {
 	if !q.ccApplies() {
 		return q.produceBody(now, t)
 	}
-	if q.produceCNP(t) {
+	if q.cc != nil && q.cc.cnpPending && q.produceCNP(t) { // the call only with a CNP to send
 		return produced
 	}
 	r := q.produceBody(now, t)
@@ -980,12 +980,15 @@ func (q *QP) produceBody(now time.Duration, t *TxPacket) int {
 			return produced
 		}
 	}
-	if q.ccHoldsResponse(now) {
+	// The congestion control calls only with it on: every packet passes here.
+	if q.e.cc.on && q.ccHoldsResponse(now) {
 		// A READ response stream waits for the QP's rate (ccrate.go).
 	} else if n, ok := q.resp.produce(q, buf, t); ok {
 		t.Len = n
 		q.reqTurn = true
-		q.ccChargeResponse(now, buf, n)
+		if q.e.cc.on {
+			q.ccChargeResponse(now, buf, n)
+		}
 		return produced
 	}
 	if n, ok := q.request(now, buf, t); ok {

@@ -257,7 +257,9 @@ func (q *QP) receive(p *ib.Packet, src *Source) error {
 		q.e.stats.BadAddress++
 		return ErrBadAddress
 	}
-	q.noteCE(src)
+	if q.e.cc.on { // the call only with congestion control on: every packet passes here
+		q.noteCE(src)
+	}
 	if isResp {
 		return q.complete(p, q.e.clock.Now())
 	}
