@@ -86,8 +86,9 @@ var below = map[string][]string{
 	"protocol": {"ib", "link", "roce", "cm", "support"},
 	"tool":     {"ib", "link", "linkimpl", "kernel", "roce", "cm", "device-addon", "protocol", "support", "wire"},
 	"cmd":      {"ib", "link", "linkimpl", "kernel", "roce", "cm", "device-addon", "protocol", "support", "wire", "tool"},
-	"bench":    {"ib", "link", "linkimpl", "kernel", "roce", "cm", "device-addon", "protocol", "support", "wire", "tool"},
-	"interop":  {"ib", "link", "linkimpl", "kernel", "roce", "cm", "device-addon", "protocol", "support", "wire", "tool"},
+	// The engine-level models (the DCQCN incast) drive the engine itself.
+	"bench":   {"ib", "qp", "link", "linkimpl", "kernel", "roce", "cm", "device-addon", "protocol", "support", "wire", "tool"},
+	"interop": {"ib", "link", "linkimpl", "kernel", "roce", "cm", "device-addon", "protocol", "support", "wire", "tool"},
 }
 
 // portable are the packages that must build on any GOOS, and so must not
@@ -369,6 +370,65 @@ func TestOutsideModuleSetsFaults(t *testing.T) {
 		t.Fatalf("go run in examples/faults: %v\n%s", err, out)
 	}
 	t.Logf("%s", bytes.TrimSpace(out))
+}
+
+// testHarness are the layers a package's tests may import beyond what its
+// code may: the links, netdev and the test helpers, so that a layer's tests
+// run it over real sockets and interfaces, as gVisor's stack tests run over
+// link endpoints. Nothing above the layer: a test of roce never imports
+// cm, a test of cm no protocol, a protocol's test no tool or command.
+var testHarness = []string{"link", "linkimpl", "kernel", "device-addon", "support", "testhelper", "wire"}
+
+// Test imports run downward too, but for the harness above.
+func TestTestImportsRunDownward(t *testing.T) {
+	gotool := goTool(t)
+	cmd := exec.Command(gotool, "list", "-e", "-json=ImportPath,TestImports,XTestImports", "./...")
+	cmd.Dir = moduleRoot(t, gotool)
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	n := 0
+	for dec := json.NewDecoder(bytes.NewReader(out)); dec.More(); {
+		var p struct {
+			ImportPath                string
+			TestImports, XTestImports []string
+		}
+		if err := dec.Decode(&p); err != nil {
+			t.Fatal(err)
+		}
+		from, ok := rel(p.ImportPath)
+		if !ok {
+			continue
+		}
+		fromLayer, ok := layerOf(from)
+		if !ok {
+			continue // TestImportsRunDownward reports it
+		}
+		for _, imp := range slices.Concat(p.TestImports, p.XTestImports) {
+			to, ok := rel(imp)
+			if !ok {
+				continue
+			}
+			n++
+			toLayer, ok := layerOf(to)
+			switch {
+			case !ok:
+				t.Errorf("%s's tests import %s, which is in no layer", from, to)
+			case toLayer == "cmd" && (fromLayer != "cmd" || !strings.HasPrefix(to+"/", cmdRoot(from)+"/")):
+				t.Errorf("%s's tests import %s: reusable code does not live under cmd/", from, to)
+			case toLayer == fromLayer && top(from) == top(to):
+			case toLayer == "base":
+			case slices.Contains(below[fromLayer], toLayer):
+			case slices.Contains(testHarness, toLayer):
+			default:
+				t.Errorf("%s's tests (layer %s) import %s (layer %s): a test imports only downward and the test harness", from, fromLayer, to, toLayer)
+			}
+		}
+	}
+	if n < 50 {
+		t.Fatalf("only %d test imports inside the module: go list found too little", n)
+	}
 }
 
 // The benchmarks measure the stack, not the interop lab: bench, whose code
