@@ -27,6 +27,8 @@ import (
 	"github.com/goroce/goroce/cuobj/s3gw"
 	"github.com/goroce/goroce/cuobj/s3rdma"
 	"github.com/goroce/goroce/internal/looppair"
+	"github.com/goroce/goroce/internal/netnstest"
+	"github.com/goroce/goroce/roce"
 	"github.com/goroce/goroce/tools/perftest"
 	"github.com/goroce/goroce/tools/perftest/perfrun"
 )
@@ -35,6 +37,7 @@ var (
 	s3rdmaSize   = flag.Int("s3rdmabench.size", 16<<20, "TestS3RDMATable object size in bytes (the issue's figure: 268435456)")
 	s3rdmaRounds = flag.Int("s3rdmabench.rounds", 1, "TestS3RDMATable rounds, the cases taking turns (the table shows medians)")
 	s3rdmaProto  = flag.String("s3rdmabench.proto", "rc", "TestS3RDMATable transport of the RDMA cases: rc or dc (perf runs over RC either way)")
+	s3rdmaLink   = flag.String("s3rdmabench.link", "udp", "TestS3RDMATable link: udp (kernel UDP on loopback) or xdp (AF_XDP between two network namespaces over veth; root)")
 )
 
 // TestS3RDMATable measures, in one run and on one pair of goroce devices
@@ -49,6 +52,17 @@ var (
 //	go test ./bench -run TestS3RDMATable -count=1 -v -args -s3rdmabench.size=268435456 -s3rdmabench.rounds=3
 //
 // -s3rdmabench.proto=dc moves the RDMA cases over DC instead of RC.
+//
+// -s3rdmabench.link=xdp runs the same table between two network
+// namespaces joined by a veth (MTU 9000): the gateway and its cuobj.Server
+// on one end's AF_XDP device, the client on the other's; the plain HTTP
+// over kernel TCP across the same veth, the gateway listening on its veth
+// address; perf read-bw and write-bw in-process on the same two AF_XDP
+// devices. A veth between namespaces is the nearest this machine has to
+// two hosts: RoCE over AF_XDP and TCP both through the same device pair,
+// where on loopback both ends of each sit on lo.
+//
+//	go test ./bench -run TestS3RDMATable -count=1 -v -args -s3rdmabench.link=xdp -s3rdmabench.size=67108864 -s3rdmabench.rounds=3
 func TestS3RDMATable(t *testing.T) {
 	size := *s3rdmaSize
 	proto := map[string]cuobj.Proto{"rc": cuobj.ProtoRC, "dc": cuobj.ProtoDC}[*s3rdmaProto]
@@ -58,9 +72,16 @@ func TestS3RDMATable(t *testing.T) {
 	if size <= 0 || size > s3gw.DefaultMaxObjectSize {
 		t.Fatalf("-s3rdmabench.size %d outside 1 … %d", size, s3gw.DefaultMaxObjectSize)
 	}
-	pfx := looppair.Prefix()
-	srvIP, cliIP := netip.AddrFrom4([4]byte{pfx[0], pfx[1], pfx[2], 1}), netip.AddrFrom4([4]byte{pfx[0], pfx[1], pfx[2], 2})
-	sdev, cdev := looppair.PairMTU(t, []netip.Addr{srvIP}, cliIP, loMTU())
+	var rig s3rig
+	switch *s3rdmaLink {
+	case "udp":
+		rig = s3LoopRig(t)
+	case "xdp":
+		rig = s3VethRig(t)
+	default:
+		t.Fatalf("-s3rdmabench.link %q: udp or xdp", *s3rdmaLink)
+	}
+	sdev, cdev, srvIP := rig.sdev, rig.cdev, rig.srvIP
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
 	off := &cuobj.Telemetry{Off: true}
@@ -78,7 +99,7 @@ func TestS3RDMATable(t *testing.T) {
 	if err != nil {
 		t.Skipf("no gateway on a temporary directory: %v", err)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ln, err := rig.listen()
 	if err != nil {
 		g.Close()
 		t.Fatal(err)
@@ -87,7 +108,7 @@ func TestS3RDMATable(t *testing.T) {
 	t.Cleanup(func() { g.Close() })
 	endpoint := "http://" + ln.Addr().String()
 	cfg := cuobj.DefaultConfig()
-	c, err := s3rdma.NewClient(cdev, endpoint, s3rdma.ClientOptions{Credentials: creds, RDMA: cuobj.ClientOptions{Config: &cfg, Telemetry: off, Proto: proto}})
+	c, err := s3rdma.NewClient(cdev, endpoint, s3rdma.ClientOptions{HTTP: rig.http, Credentials: creds, RDMA: cuobj.ClientOptions{Config: &cfg, Telemetry: off, Proto: proto}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -104,7 +125,7 @@ func TestS3RDMATable(t *testing.T) {
 	if err := c.RDMA().Register(buf); err != nil {
 		t.Fatal(err)
 	}
-	plain := &plainS3{url: endpoint, creds: aws.Credentials{AccessKeyID: creds.AccessKey, SecretAccessKey: creds.SecretKey},
+	plain := &plainS3{url: endpoint, http: rig.http, creds: aws.Credentials{AccessKeyID: creds.AccessKey, SecretAccessKey: creds.SecretKey},
 		signer: v4.NewSigner(func(o *v4.SignerOptions) { o.DisableURIPathEscaping = true })}
 	check := func(what string, got []byte) {
 		if !bytes.Equal(got, obj) {
@@ -127,9 +148,9 @@ func TestS3RDMATable(t *testing.T) {
 	perf := func(v perftest.Verb) float64 {
 		const msg, iters = 65536, 5000
 		cpu0 := cpuTime(syscall.RUSAGE_SELF)
-		res, _, err := perfrun.Loopback(ctx, perfrun.PerfConfig{Verb: v, Size: msg, Iters: iters, Gbits: true, GIDIndex: -1}, io.Discard, false)
+		res, err := rig.perf(ctx, perfrun.PerfConfig{Verb: v, Size: msg, Iters: iters, Gbits: true, GIDIndex: -1})
 		if err != nil || len(res) == 0 || res[0].BW == nil {
-			t.Fatalf("perf %v --loopback: %v", v, err)
+			t.Fatalf("perf %v (%s): %v", v, rig.perfName, err)
 		}
 		// Setup and teardown included: a little over the transfer's own.
 		cpuPerGB[v.String()] = append(cpuPerGB[v.String()], (cpuTime(syscall.RUSAGE_SELF)-cpu0).Seconds()/(msg*iters/1e9))
@@ -139,7 +160,7 @@ func TestS3RDMATable(t *testing.T) {
 	fig := map[string][]float64{}
 	add := func(k string, v float64) { fig[k] = append(fig[k], v) }
 	rounds := max(*s3rdmaRounds, 1)
-	fmt.Printf("TestS3RDMATable: %d-byte objects, %d rounds, RDMA over %s, path MTU %d, load average %s\n", size, rounds, *s3rdmaProto, sdev.QueryPort().ActiveMTU.Bytes(), loadAvg())
+	fmt.Printf("TestS3RDMATable: %d-byte objects, %d rounds, RDMA over %s, %s, path MTU %d, load average %s\n", size, rounds, *s3rdmaProto, rig.name, sdev.QueryPort().ActiveMTU.Bytes(), loadAvg())
 	for round := range rounds {
 		add("rdma put", timed("RDMA PUT", func() error {
 			byRDMA, err := c.Put(ctx, "bucket", "rdma", obj)
@@ -170,13 +191,115 @@ func TestS3RDMATable(t *testing.T) {
 	m := func(k string) float64 { return median(fig[k]) }
 	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
 	cpu := func(k string) float64 { return median(cpuPerGB[k]) }
-	fmt.Fprintln(tw, "op\tRDMA MB/s\tsigned HTTP MB/s\tRDMA/HTTP\tperf --loopback MB/s\tRDMA/perf\tCPU s/GB RDMA\tHTTP\tperf\t")
+	fmt.Fprintf(tw, "op\tRDMA MB/s\tsigned HTTP MB/s\tRDMA/HTTP\tperf %s MB/s\tRDMA/perf\tCPU s/GB RDMA\tHTTP\tperf\t\n", rig.perfName)
 	fmt.Fprintf(tw, "PUT (server READ)\t%.0f\t%.0f\t%.2f×\tread-bw %.0f\t%.2f×\t%.2f\t%.2f\t%.2f\t\n", m("rdma put"), m("http put"), m("rdma put")/m("http put"),
 		m("perf read"), m("rdma put")/m("perf read"), cpu("RDMA PUT"), cpu("HTTP PUT"), cpu(perftest.Read.String()))
 	fmt.Fprintf(tw, "GET (server WRITE)\t%.0f\t%.0f\t%.2f×\twrite-bw %.0f\t%.2f×\t%.2f\t%.2f\t%.2f\t\n", m("rdma get"), m("http get"), m("rdma get")/m("http get"),
 		m("perf write"), m("rdma get")/m("perf write"), cpu("RDMA GET"), cpu("HTTP GET"), cpu(perftest.Write.String()))
 	tw.Flush()
 	fmt.Printf("targets: RDMA/HTTP ≥ 3×, RDMA/perf ≥ 0.8×; load average at end %s\n", loadAvg())
+}
+
+// s3rig is where TestS3RDMATable runs: the two devices, the gateway's
+// address, its HTTP listener and client, and the link's own perf.
+type s3rig struct {
+	name       string // the link, for the table's heading
+	sdev, cdev *roce.Device
+	srvIP      netip.Addr
+	listen     func() (net.Listener, error) // the gateway's HTTP listener
+	http       *http.Client                 // nil: http.DefaultClient
+	perfName   string
+	perf       func(ctx context.Context, cfg perfrun.PerfConfig) ([]perfrun.PerfResult, error) // the client's results
+}
+
+// s3LoopRig is the pair of devices on kernel UDP sockets on loopback, the
+// gateway on 127.0.0.1, and perf --loopback (its own pair, as rocectl's).
+func s3LoopRig(t *testing.T) s3rig {
+	pfx := looppair.Prefix()
+	srvIP, cliIP := netip.AddrFrom4([4]byte{pfx[0], pfx[1], pfx[2], 1}), netip.AddrFrom4([4]byte{pfx[0], pfx[1], pfx[2], 2})
+	sdev, cdev := looppair.PairMTU(t, []netip.Addr{srvIP}, cliIP, loMTU())
+	return s3rig{
+		name: "kernel UDP link on loopback", sdev: sdev, cdev: cdev, srvIP: srvIP,
+		listen:   func() (net.Listener, error) { return net.Listen("tcp", "127.0.0.1:0") },
+		perfName: "--loopback",
+		perf: func(ctx context.Context, cfg perfrun.PerfConfig) ([]perfrun.PerfResult, error) {
+			res, _, err := perfrun.Loopback(ctx, cfg, io.Discard, false)
+			return res, err
+		},
+	}
+}
+
+// s3VethRig is a veth pair between two network namespaces: the server's
+// AF_XDP device in B, the client's in A. The gateway listens on B's veth
+// address from inside B, and the HTTP client dials from inside A, so its
+// bodies cross the veth over kernel TCP. perf runs in-process on the same
+// two devices, its out-of-band TCP likewise across the veth.
+func s3VethRig(t *testing.T) s3rig {
+	netnstest.RequireRoot(t)
+	p := readyPair(t)
+	sdev, cdev := openXDP(t, p.VethB), openXDP(t, p.VethA)
+	srvIP := p.VethB.Addr.Addr()
+	listenB := func() (ln net.Listener, err error) {
+		err = p.B.Do(func() (err error) {
+			ln, err = net.Listen("tcp4", netip.AddrPortFrom(srvIP, 0).String())
+			return err
+		})
+		return ln, err
+	}
+	// A socket belongs to the namespace it was made in, whichever thread
+	// uses it later.
+	dialA := func(ctx context.Context, network, addr string) (c net.Conn, err error) {
+		err = p.A.Do(func() (err error) {
+			c, err = (&net.Dialer{Timeout: 20 * time.Second}).DialContext(ctx, network, addr)
+			return err
+		})
+		return c, err
+	}
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.Proxy, tr.DialContext = nil, dialA
+	hc := &http.Client{Transport: tr}
+	t.Cleanup(tr.CloseIdleConnections)
+	return s3rig{
+		name: fmt.Sprintf("AF_XDP link between two namespaces over veth (MTU %d)", vethMTU), sdev: sdev, cdev: cdev, srvIP: srvIP,
+		listen: listenB, http: hc, perfName: "AF_XDP",
+		perf: func(ctx context.Context, cfg perfrun.PerfConfig) ([]perfrun.PerfResult, error) {
+			ln, err := listenB()
+			if err != nil {
+				return nil, err
+			}
+			defer ln.Close()
+			type res struct {
+				r   []perfrun.PerfResult
+				err error
+			}
+			srv := make(chan res, 1)
+			ctx, cancel := context.WithCancel(ctx)
+			defer cancel()
+			go func() {
+				scfg := cfg
+				scfg.Device = p.VethB.Name
+				r, err := perfrun.Perf(ctx, sdev, perfrun.OOB{Listener: ln}, scfg, io.Discard, false)
+				if err != nil {
+					cancel()
+				}
+				srv <- res{r, err}
+			}()
+			cfg.Device = p.VethA.Name
+			addr := ln.Addr().String()
+			r, err := perfrun.Perf(ctx, cdev, perfrun.OOB{Dial: func(ctx context.Context) (net.Conn, error) { return dialA(ctx, "tcp4", addr) }}, cfg, io.Discard, false)
+			if err != nil {
+				cancel()
+			}
+			s := <-srv
+			switch {
+			case err != nil:
+				return nil, fmt.Errorf("client: %w", err)
+			case s.err != nil:
+				return nil, fmt.Errorf("server: %w", s.err)
+			}
+			return r, nil
+		},
+	}
 }
 
 // loMTU is lo's MTU: the links of the table's pair report it, as the
@@ -194,6 +317,7 @@ func loMTU() int {
 // any S3 client does (the payload hashed and signed).
 type plainS3 struct {
 	url    string
+	http   *http.Client // nil: http.DefaultClient
 	creds  aws.Credentials
 	signer *v4.Signer
 }
@@ -212,7 +336,11 @@ func (p *plainS3) do(ctx context.Context, method, path string, body []byte) (*ht
 	if err := p.signer.SignHTTP(ctx, p.creds, req, h, "s3", s3gw.DefaultRegion, time.Now()); err != nil {
 		return nil, err
 	}
-	resp, err := http.DefaultClient.Do(req)
+	hc := p.http
+	if hc == nil {
+		hc = http.DefaultClient
+	}
+	resp, err := hc.Do(req)
 	if err != nil {
 		return nil, err
 	}
