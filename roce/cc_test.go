@@ -83,7 +83,14 @@ func TestCCDevice(t *testing.T) {
 			for range msgs {
 				wantOK(t, waitWC(t, a.scq, 10*time.Second), WCRDMAWrite)
 			}
+			// A CNP B sent for the last frames may still be on its way to
+			// A when A's last completion arrives: wait until A has seen
+			// every CNP B sent.
 			ca, cb := da.Counters(), db.Counters()
+			for deadline := time.Now().Add(10 * time.Second); ca.RPCNPHandled+ca.RPCNPIgnored != cb.NPCNPSent && time.Now().Before(deadline); {
+				time.Sleep(time.Millisecond)
+				ca, cb = da.Counters(), db.Counters()
+			}
 			rate, limited := a.qp.CCRate()
 			if !on {
 				if ml.ect.Load() != 0 || ml.notECT.Load() == 0 {
