@@ -36,6 +36,13 @@ func TestReleaseFreesPrepared(t *testing.T) {
 			go func() { <-c.Done(); c.Close() }()
 		}
 	}()
+	// A listener on A keeps A's CM, and with it QP1's objects, alive
+	// between dials: without one the CM may stop as soon as a dial ends.
+	la, err := Listen(ctx, da, netip.AddrPortFrom(devAddrA, 7186), ListenOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer la.Close()
 	var prepared, released atomic.Int32
 	var regs sync.Map
 	opts := DialOptions{QP: QPOptions{
