@@ -19,7 +19,9 @@ import (
 type Options struct {
 	// Port is the UDP destination port of the packets marked (0: 4791).
 	Port uint16
-	// Every marks one ECN-capable packet in this many (0 or 1: all).
+	// Every marks one ECN-capable packet in this many (0 or 1: all),
+	// counted per CPU: a sender that moves between CPUs gets up to
+	// Every-1 fewer marks per CPU it used.
 	Every uint32
 
 	clsact bool // attach with clsact even where TCX is (tests)

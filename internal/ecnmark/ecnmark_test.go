@@ -7,6 +7,7 @@ import (
 	"errors"
 	"net"
 	"net/netip"
+	"runtime"
 	"testing"
 	"time"
 
@@ -156,7 +157,13 @@ func testMarkEveryNth(t *testing.T, clsact, v6 bool) {
 			got[key{r == rRoCE, tos}]++
 		}
 	}
-	want := map[key]int{{true, 3}: n / 4, {true, 2}: n - n/4, {true, 0}: n, {false, 2}: n, {false, 0}: n}
+	// The marker counts per CPU, and the sender may move between CPUs
+	// mid-run: each CPU's count leaves up to Every-1 packets unmarked.
+	marked := got[key{true, 3}]
+	if lo := n/4 - (runtime.NumCPU() - 1); marked < lo || marked > n/4 {
+		t.Errorf("%d datagrams to 4791 marked CE, want %d..%d (all: %v)", marked, lo, n/4, got)
+	}
+	want := map[key]int{{true, 2}: n - marked, {true, 0}: n, {false, 2}: n, {false, 0}: n}
 	for k, v := range want {
 		if got[k] != v {
 			t.Errorf("datagrams (to 4791: %v) with TOS %#x: %d, want %d (all: %v)", k.roce, k.tos, got[k], v, got)
@@ -166,7 +173,7 @@ func testMarkEveryNth(t *testing.T, clsact, v6 bool) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s != (ecnmark.Stats{ECT: n, Marked: n / 4, NotECT: n}) {
-		t.Errorf("stats %+v", s)
+	if s != (ecnmark.Stats{ECT: n, Marked: uint64(marked), NotECT: n}) {
+		t.Errorf("stats %+v, want %d ECT, %d marked (as received), %d Not-ECT", s, n, marked, n)
 	}
 }
