@@ -359,24 +359,7 @@ func TestWindowAsyncBorrowed(t *testing.T) {
 	const size = 4096
 	r := newRigAt(t, sdev, cdev, srvIP, size, &ClientOptions{Proto: ProtoRC}, nil)
 	ctx := ctxT(t, 60*time.Second)
-	buf := make([]byte, size)
-	if err := r.cli.Register(buf); err != nil {
-		t.Fatal(err)
-	}
-	r.object = pattern(size, 1)
-	if _, err := r.cli.Get(ctx, "user", buf, 0, 0); err != nil {
-		t.Fatal(err)
-	}
-	r.waitIdle(t, 1)
-	desc, err := r.cli.GetRDMATokenFor(buf, size, 0, OpGet, srvIP)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tok, _ := ParseToken(desc)
-	owner, ok := r.srv.tr.route(&tok)
-	if !ok {
-		t.Fatal("the window token names no connection")
-	}
+	buf, desc, tok, owner := windowGetToken(t, ctx, r, size)
 	ch, err := r.srv.AllocateChannel()
 	if err != nil {
 		t.Fatal(err)
@@ -481,24 +464,7 @@ func TestHandleAllocsWindow(t *testing.T) {
 	const size = 4096
 	r := newRig(t, sdev, cdev, size, nil, nil)
 	ctx := ctxT(t, 60*time.Second)
-	buf := make([]byte, size)
-	if err := r.cli.Register(buf); err != nil {
-		t.Fatal(err)
-	}
-	r.object = pattern(size, 1)
-	if _, err := r.cli.Get(ctx, "user", buf, 0, 0); err != nil {
-		t.Fatal(err)
-	}
-	r.waitIdle(t, 1)
-	desc, err := r.cli.GetRDMATokenFor(buf, size, 0, OpGet, srvIP)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tok, _ := ParseToken(desc)
-	owner, ok := r.srv.tr.route(&tok)
-	if !ok {
-		t.Fatal("the window token names no connection")
-	}
+	_, desc, tok, owner := windowGetToken(t, ctx, r, size)
 	other, err := r.srv.AllocateChannel()
 	if err != nil {
 		t.Fatal(err)
@@ -742,4 +708,30 @@ func TestWindowLostConnection(t *testing.T) {
 	if n, err := r.cli.Get(ctx, "user", buf, 0, 0); err != nil || n != size || st.WindowGrants.Load() != 2 {
 		t.Fatalf("Get after = %d, %v; %d window grants, want 2", n, err, st.WindowGrants.Load())
 	}
+}
+
+// windowGetToken makes the server's connection to r's client with a first
+// GET of size bytes, then a GET token for a registered buffer of that size:
+// a window, whose qp field routes to owner, the channel of that connection.
+func windowGetToken(t *testing.T, ctx context.Context, r *rig, size int) (buf []byte, desc string, tok Token, owner uint16) {
+	t.Helper()
+	buf = make([]byte, size)
+	if err := r.cli.Register(buf); err != nil {
+		t.Fatal(err)
+	}
+	r.object = pattern(size, 1)
+	if _, err := r.cli.Get(ctx, "user", buf, 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	r.waitIdle(t, 1)
+	desc, err := r.cli.GetRDMATokenFor(buf, uint64(size), 0, OpGet, srvIP)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok, _ = ParseToken(desc)
+	owner, ok := r.srv.tr.route(&tok)
+	if !ok {
+		t.Fatal("the window token names no connection")
+	}
+	return buf, desc, tok, owner
 }
