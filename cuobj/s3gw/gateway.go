@@ -81,6 +81,92 @@ type Gateway struct {
 	wd   string // the working directory before New: the posix backend changes it
 	stop context.CancelFunc
 	once sync.Once
+	// fresh holds the connections that have not yet sent a byte.
+	// fasthttp's shutdown counts such a connection as busy for its
+	// first 5 s (a client's transport may open one it never uses), past
+	// Close's grace, so Close closes them itself.
+	fresh freshConns
+}
+
+// freshConns tracks the accepted connections that have not yet sent a
+// byte. (fasthttp's StateActive cannot tell: it fires before the first
+// read.)
+type freshConns struct {
+	mu sync.Mutex
+	m  map[*countedConn]struct{}
+}
+
+// countedConn notes its first byte read. Embedding the TCP connection
+// keeps its ReadFrom, which fasthttp's sendfile path uses.
+type countedConn struct {
+	*net.TCPConn
+	used atomic.Bool
+}
+
+func (c *countedConn) Read(p []byte) (int, error) {
+	n, err := c.TCPConn.Read(p)
+	if n > 0 && !c.used.Load() {
+		c.used.Store(true)
+	}
+	return n, err
+}
+
+// trackingListener counts the TCP connections it accepts in fresh.
+type trackingListener struct {
+	net.Listener
+	fresh *freshConns
+}
+
+func (l trackingListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	tc, ok := c.(*net.TCPConn)
+	if err != nil || !ok {
+		return c, err
+	}
+	cc := &countedConn{TCPConn: tc}
+	l.fresh.mu.Lock()
+	if l.fresh.m == nil {
+		l.fresh.m = make(map[*countedConn]struct{})
+	}
+	l.fresh.m[cc] = struct{}{}
+	l.fresh.mu.Unlock()
+	return cc, nil
+}
+
+// state forgets a connection once fasthttp has closed it.
+func (f *freshConns) state(c net.Conn, s fasthttp.ConnState) {
+	cc, ok := c.(*countedConn)
+	if !ok || s != fasthttp.StateClosed && s != fasthttp.StateHijacked {
+		return
+	}
+	f.mu.Lock()
+	delete(f.m, cc)
+	f.mu.Unlock()
+}
+
+// closeUnused closes every connection that has not sent a byte.
+func (f *freshConns) closeUnused() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for c := range f.m {
+		if !c.used.Load() {
+			_ = c.Close()
+			delete(f.m, c)
+		}
+	}
+}
+
+// unused counts the connections that have not sent a byte.
+func (f *freshConns) unused() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	n := 0
+	for c := range f.m {
+		if !c.used.Load() {
+			n++
+		}
+	}
+	return n
 }
 
 // Stats counts what the gateway did.
@@ -178,7 +264,9 @@ func New(o Options) (*Gateway, error) {
 	hs.HeaderReceived = func(*fasthttp.RequestHeader) fasthttp.RequestConfig {
 		return fasthttp.RequestConfig{ReadTimeout: body}
 	}
-	return &Gateway{srv: srv, app: app, be: be, wd: wd, stop: stop}, nil
+	g := &Gateway{srv: srv, app: app, be: be, wd: wd, stop: stop}
+	hs.ConnState = g.fresh.state
+	return g, nil
 }
 
 func (o *Options) fill() {
@@ -277,7 +365,7 @@ func fiberApp(srv *s3api.S3ApiServer) (*fiber.App, error) {
 
 // Serve answers S3 requests on ln until Close.
 func (g *Gateway) Serve(ln net.Listener) error {
-	return g.app.Listener(ln, fiber.ListenConfig{DisableStartupMessage: true})
+	return g.app.Listener(trackingListener{Listener: ln, fresh: &g.fresh}, fiber.ListenConfig{DisableStartupMessage: true})
 }
 
 // Stats returns the gateway's counters.
@@ -290,7 +378,28 @@ func (g *Gateway) Close() error {
 	g.once.Do(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
+		// The shutdown closes the listener at once; connections still
+		// without a request are closed once it has (a little later,
+		// for one accepted just before).
+		go func() {
+			select { // a request already on its way gets a moment
+			case <-ctx.Done():
+				return
+			case <-time.After(300 * time.Millisecond):
+			}
+			t := time.NewTicker(50 * time.Millisecond)
+			defer t.Stop()
+			for {
+				g.fresh.closeUnused()
+				select {
+				case <-ctx.Done():
+					return
+				case <-t.C:
+				}
+			}
+		}()
 		err = g.app.ShutdownWithContext(ctx)
+		cancel()
 		g.stop() // transfers still running after the grace period
 		g.be.Shutdown()
 		g.be.shutdown() // a transfer ending later deregisters its own

@@ -378,6 +378,52 @@ func TestSlowClientsCut(t *testing.T) {
 	}
 }
 
+// TestCloseWithUnusedConnection: a connection that never sent a request
+// (a client's transport may open one it does not use) does not hold Close
+// up: fasthttp counts it as busy for its first 5 s, past Close's grace.
+func TestCloseWithUnusedConnection(t *testing.T) {
+	g, err := New(Options{Dir: t.TempDir(), AccessKey: creds.AccessKey, SecretKey: creds.SecretKey})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		g.Close()
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- g.Serve(ln) }()
+	s := &signer{url: "http://" + ln.Addr().String(), creds: creds, http: &http.Client{}}
+	s.mustOK(t, "PUT", "/bucket", nil) // the server is serving
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		g.Close()
+		t.Fatal(err)
+	}
+	defer c.Close()
+	// Wait until the server has accepted it (a fresh connection counts
+	// from then on).
+	for i := 0; ; i++ {
+		if g.fresh.unused() > 0 {
+			break
+		}
+		if i == 2000 {
+			t.Fatal("the server never accepted the connection")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if err := g.Close(); err != nil {
+		t.Errorf("Close with an unused connection open: %v", err)
+	}
+	if err := <-done; err != nil && !errors.Is(err, net.ErrClosed) {
+		t.Errorf("Serve: %v", err)
+	}
+	c.SetReadDeadline(time.Now().Add(time.Minute))
+	if _, err := c.Read(make([]byte, 1)); err == nil {
+		t.Error("the unused connection is still open")
+	}
+}
+
 // TestRDMAUploadPart: the parts of a multipart upload sent by RDMA (a
 // token, no body) make the object, byte for byte.
 func TestRDMAUploadPart(t *testing.T) {
