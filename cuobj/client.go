@@ -214,6 +214,12 @@ type ClientOptions struct {
 	// rdma_dev_addr_list set, the list selects and orders dev and these
 	// by address or interface name.
 	Backups []*roce.Device
+	// HandshakeTimeout bounds each server connection's accept handshake
+	// on the client's listener, from the REQ to the RTU (0: 10 s, as
+	// rsocket's listener; the CM also ends any half-open handshake after
+	// its own bound). A handshake that runs out is counted in
+	// ClientStats.HandshakeFailures.
+	HandshakeTimeout time.Duration
 }
 
 // Client is a cuObject client (cuObjClient). Its methods are safe for
@@ -227,6 +233,7 @@ type Client struct {
 	cfg      Config
 	maxCB    int64
 	parallel int
+	hsTime   time.Duration // ClientOptions.HandshakeTimeout
 	telem    *telemetry
 	ctx      context.Context
 	cancel   context.CancelFunc
@@ -264,6 +271,10 @@ type ClientStats struct {
 	// Strangers counts connection requests refused because no live token
 	// was handed to their address.
 	Strangers atomic.Uint64
+	// HandshakeFailures counts accepted connection requests whose
+	// handshake did not complete (no RTU within
+	// ClientOptions.HandshakeTimeout, or the CM abandoned it).
+	HandshakeFailures atomic.Uint64
 	// Grants and Revokes count the per-token grants made and destroyed;
 	// Grants − Revokes are live. WindowGrants of the grants were memory
 	// windows (RC by default), RegionGrants memory regions (DC,
@@ -328,6 +339,9 @@ type serverConn struct {
 // localTimeout bounds a bind or an invalidation: they complete as soon as
 // the device's send queue reaches them, unless the device is stuck.
 const localTimeout = 10 * time.Second
+
+// DefaultHandshakeTimeout is ClientOptions.HandshakeTimeout's default.
+const DefaultHandshakeTimeout = 10 * time.Second
 
 // local posts a local work request (BIND_MW, LOCAL_INV) on the
 // connection's QP and waits for its completion.
@@ -408,6 +422,10 @@ func NewClient(dev *roce.Device, ops Ops, o ClientOptions) (*Client, error) {
 	c.parallel = o.Parallel
 	if c.parallel <= 0 {
 		c.parallel = 4
+	}
+	c.hsTime = o.HandshakeTimeout
+	if c.hsTime <= 0 {
+		c.hsTime = DefaultHandshakeTimeout
 	}
 	var dcKey uint64
 	if c.proto == ProtoDC {
@@ -602,7 +620,7 @@ func (c *Client) answer(r *rail, req *cm.Request) {
 		_ = req.Reject(0, nil)
 		return
 	}
-	ctx, cancel := context.WithTimeout(c.ctx, 30*time.Second)
+	ctx, cancel := context.WithTimeout(c.ctx, c.hsTime)
 	defer cancel()
 	conn, err := req.Accept(ctx, cm.AcceptOptions{
 		QP: cm.QPOptions{PD: r.pd, Access: roce.AccessLocalWrite | roce.AccessRemoteWrite | roce.AccessRemoteRead,
@@ -612,6 +630,9 @@ func (c *Client) answer(r *rail, req *cm.Request) {
 		PrivateData: appendHello(nil, c.proto, c.endpoint),
 	})
 	if err != nil {
+		if c.ctx.Err() == nil {
+			c.stats.HandshakeFailures.Add(1)
+		}
 		c.telem.error("accept failed", "from", req.RemoteAddr(), "err", err)
 		return
 	}

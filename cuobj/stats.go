@@ -6,7 +6,7 @@ import "fmt"
 // the atomics' internals.
 func (s *ClientStats) String() string {
 	return fmt.Sprintf("gets=%d puts=%d get_bytes=%d put_bytes=%d callbacks=%d retries=%d "+
-		"connections=%d refused=%d failovers=%d failbacks=%d",
+		"connections=%d refused=%d strangers=%d handshake_failures=%d failovers=%d failbacks=%d",
 		s.Gets.Load(), s.Puts.Load(), s.GetBytes.Load(), s.PutBytes.Load(), s.Callbacks.Load(), s.Retries.Load(),
-		s.Connections.Load(), s.Refused.Load(), s.Failovers.Load(), s.Failbacks.Load())
+		s.Connections.Load(), s.Refused.Load(), s.Strangers.Load(), s.HandshakeFailures.Load(), s.Failovers.Load(), s.Failbacks.Load())
 }

@@ -105,6 +105,8 @@ func RegisterClient(mp metric.MeterProvider, c *cuobj.Client, attrs ...attribute
 		{"cuobj.client.retries", "{call}", "callbacks retried", none, &st.Retries},
 		{"cuobj.client.connections", "{connection}", "servers accepted", none, &st.Connections},
 		{"cuobj.client.refused", "{connection}", "connection requests refused", none, &st.Refused},
+		{"cuobj.client.strangers", "{connection}", "connection requests from an address no live token was handed to", none, &st.Strangers},
+		{"cuobj.client.handshake_failures", "{connection}", "accept handshakes that did not complete", none, &st.HandshakeFailures},
 		{"cuobj.client.failovers", "{failover}", "moves to a backup device", none, &st.Failovers},
 		{"cuobj.client.failbacks", "{failback}", "moves back to an earlier device", none, &st.Failbacks},
 	}, attrs)

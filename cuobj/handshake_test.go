@@ -1,0 +1,109 @@
+package cuobj
+
+import (
+	"io"
+	"log/slog"
+	"net"
+	"net/netip"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/goroce/goroce/cm/mad"
+	"github.com/goroce/goroce/ib"
+	"github.com/goroce/goroce/link"
+	"github.com/goroce/goroce/link/memlink"
+	"github.com/goroce/goroce/roce"
+)
+
+// rtuDropper loses the RTUs its device sends while armed.
+type rtuDropper struct {
+	link.Link
+	armed atomic.Bool
+	lost  atomic.Int32
+}
+
+func (l *rtuDropper) WriteBatch(frames [][]byte) (int, error) {
+	if !l.armed.Load() {
+		return l.Link.WriteBatch(frames)
+	}
+	var p ib.Packet
+	kept := make([][]byte, 0, len(frames))
+	for _, f := range frames {
+		if ib.Parse(f, &p) == nil && p.BTH.DestQP() == 1 && len(p.Payload) >= mad.HeaderSize+8 &&
+			mad.MAD(p.Payload).AttrID() == mad.AttrRTU {
+			l.lost.Add(1)
+			continue
+		}
+		kept = append(kept, f)
+	}
+	if _, err := l.Link.WriteBatch(kept); err != nil {
+		return 0, err
+	}
+	return len(frames), nil
+}
+
+// TestHandshakeDeadline: a connection to the client's listener whose RTU
+// never arrives (from the address a live token was handed to, so it is
+// admitted) ends at ClientOptions.HandshakeTimeout, counted, and the
+// server's own connection goes on working beside it.
+func TestHandshakeDeadline(t *testing.T) {
+	macA, macB := net.HardwareAddr{2, 0, 0, 0, 0, 0xa}, net.HardwareAddr{2, 0, 0, 0, 0, 0xb}
+	la, lb := memlink.PairWithOptions(memlink.Options{HardwareAddrA: macA, HardwareAddrB: macB})
+	drop := &rtuDropper{Link: la}
+	lg := slog.New(slog.NewTextHandler(io.Discard, nil))
+	sdev, err := roce.OpenLink(drop, roce.Options{Addrs: []netip.Addr{srvIP}, Neighbours: map[netip.Addr]net.HardwareAddr{cliIP: macB}, Logger: lg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sdev.Close() })
+	cdev, err := roce.OpenLink(lb, roce.Options{Addrs: []netip.Addr{cliIP}, Neighbours: map[netip.Addr]net.HardwareAddr{srvIP: macA}, Logger: lg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cdev.Close() })
+
+	// Region tokens: the token's qp field is the client's endpoint, which
+	// the stuck dial's hello names.
+	r := newRig(t, sdev, cdev, 4096, &ClientOptions{RegionTokens: true, HandshakeTimeout: 300 * time.Millisecond}, nil)
+	ctx := ctxT(t, 90*time.Second)
+	buf := make([]byte, 4096)
+	if err := r.cli.Register(buf); err != nil {
+		t.Fatal(err)
+	}
+	r.object = pattern(4096, 7)
+	if n, err := r.cli.Get(ctx, "user", buf, 0, 0); err != nil || n != 4096 {
+		t.Fatalf("first Get = %d, %v", n, err)
+	}
+	r.hook = func(h *Handle, info *RDMAInfo) error {
+		tok := info.Token
+		drop.armed.Store(true)
+		c, err := dialClient(ctx, t, sdev, srvIP, netip.AddrPortFrom(cliIP, tok.LID), tok.QPN)
+		if err != nil {
+			drop.armed.Store(false)
+			t.Errorf("the dial whose RTU is lost: %v", err)
+			return nil
+		}
+		t.Cleanup(func() { c.Close() })
+		// The RTU may leave after Dial returns.
+		deadline := time.Now().Add(30 * time.Second)
+		for drop.lost.Load() == 0 && time.Now().Before(deadline) {
+			time.Sleep(time.Millisecond)
+		}
+		drop.armed.Store(false)
+		for r.cli.Stats().HandshakeFailures.Load() == 0 {
+			if time.Now().After(deadline) {
+				t.Errorf("no handshake failure counted in 30 s (%d RTUs lost; %v)", drop.lost.Load(), r.cli.Stats())
+				break
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		return nil
+	}
+	if n, err := r.cli.Get(ctx, "user", buf, 0, 0); err != nil || n != 4096 {
+		t.Fatalf("Get beside the stuck handshake = %d, %v", n, err)
+	}
+	if drop.lost.Load() == 0 {
+		t.Error("no RTU was lost: the test proved nothing")
+	}
+}
