@@ -130,6 +130,7 @@ type Conn struct {
 	ownPD, ownCQs bool
 	local, remote netip.AddrPort
 	privateData   []byte
+	startPSN      uint32      // the first PSN the QP expects (RC, UC)
 	access        roce.Access // QPOptions.Access
 	release       func(*Conn) // QPOptions.Release, until it ran
 	// UD
@@ -142,6 +143,12 @@ type Conn struct {
 
 // QP returns the connection's queue pair.
 func (c *Conn) QP() *roce.QP { return c.qp }
+
+// StartingPSN returns the first PSN the connection's QP expects to
+// receive (RC and UC): the one it announced in its REQ or REP. A QP whose
+// expected PSN (QP.Attr().RQPSN) has moved from it has received requests
+// from the peer.
+func (c *Conn) StartingPSN() uint32 { return c.startPSN }
 
 // PD returns the protection domain of the QP.
 func (c *Conn) PD() *roce.PD { return c.pd }
@@ -493,8 +500,9 @@ func (c *Conn) request(p *dialPlan) error {
 			if mtu == 0 {
 				mtu = IBoEMTU(c.a.dev.Info().NetdevMTU)
 			}
+			c.startPSN = randPSN()
 			c.id, err = e.Connect(&ConnectParams{ServiceID: sid, Path: path, QPN: c.qp.QPN(),
-				StartingPSN: randPSN(), ResponderResources: defaultU8(o.ResponderResources, 16),
+				StartingPSN: c.startPSN, ResponderResources: defaultU8(o.ResponderResources, 16),
 				InitiatorDepth: defaultU8(o.InitiatorDepth, 16), RetryCount: defaultU8(o.RetryCount, 7),
 				RNRRetryCount: defaultU8(o.RNRRetryCount, 7), PathMTU: mtu,
 				PacketLifeTime: o.PacketLifeTime, PrivateData: p.privateData})

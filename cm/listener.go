@@ -618,7 +618,8 @@ func (r *Request) accept(o *AcceptOptions) (*Conn, error) {
 	var qerr error
 	err := a.do(func(e *Engine) error {
 		a.ids[c.id] = c.st
-		err := e.Accept(c.id, &AcceptParams{QPN: c.qp.QPN(), StartingPSN: randPSN(),
+		c.startPSN = randPSN()
+		err := e.Accept(c.id, &AcceptParams{QPN: c.qp.QPN(), StartingPSN: c.startPSN,
 			ResponderResources: min(defaultU8(o.ResponderResources, 16), req.InitiatorDepth),
 			InitiatorDepth:     min(defaultU8(o.InitiatorDepth, 16), req.ResponderResources),
 			RNRRetryCount:      defaultU8(o.RNRRetryCount, 7), PrivateData: o.PrivateData,

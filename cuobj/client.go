@@ -330,6 +330,9 @@ type serverConn struct {
 	// windows counts the live windows bound through the connection (and
 	// binds under way); guarded by Client.mu.
 	windows int
+	// heard is set once the server has sent a request on the
+	// connection (see heardFrom).
+	heard atomic.Bool
 
 	mu  sync.Mutex // one local work request at a time; guards seq and wc
 	seq uint64
@@ -379,6 +382,25 @@ func (s *serverConn) local(wr *roce.SendWR) error {
 
 // live reports whether the connection can still carry a server's access.
 func (s *serverConn) live() bool { return s.conn.Err() == nil && s.conn.QP().Err() == nil }
+
+// heardFrom reports whether the server has sent a request on the
+// connection. The client's accept completes when the server's RTU
+// arrives, before the server has taken the connection into the index by
+// which it routes window tokens (it does so before it first posts on it):
+// a window bound through a connection the server has not used yet may
+// reach it first, and the server would take its qp field for an endpoint
+// number. So windows are bound only through connections the server has
+// used: their QP's expected PSN has moved from the one it started at.
+func (s *serverConn) heardFrom() bool {
+	if s.heard.Load() {
+		return true
+	}
+	if s.conn.QP().ExpectedPSN() == s.conn.StartingPSN() {
+		return false
+	}
+	s.heard.Store(true)
+	return true
+}
 
 // NewClient creates a client on dev with the application's callbacks and
 // starts listening for servers.
@@ -953,7 +975,7 @@ func (c *Client) windowConn(rl *rail, server netip.Addr, guess bool) *serverConn
 		}
 	}
 	for _, sc := range c.conns {
-		if sc.rail == rl && sc.from == server && sc.windows == 0 && sc.qpn != rl.endpoint && sc.live() {
+		if sc.rail == rl && sc.from == server && sc.windows == 0 && sc.qpn != rl.endpoint && sc.live() && sc.heardFrom() {
 			sc.windows++
 			return sc
 		}

@@ -735,3 +735,67 @@ func windowGetToken(t *testing.T, ctx context.Context, r *rig, size int) (buf []
 	}
 	return buf, desc, tok, owner
 }
+
+// TestWindowNotBeforeServerUsedIt: the client's accept completes before
+// the server has taken the connection into the index it routes window
+// tokens by, so no window is bound through a connection the server has
+// not yet sent on: a token taken then is a region naming the endpoint;
+// once the server has used the connection, the next token is a window
+// through it that the server routes.
+func TestWindowNotBeforeServerUsedIt(t *testing.T) {
+	sdev, cdev := memDevices(t, faultnet.Config{}, faultnet.Config{})
+	r := newRig(t, sdev, cdev, 4096, nil, nil)
+	ctx := ctxT(t, 30*time.Second)
+	const size = 4096
+	buf := make([]byte, size)
+	if err := r.cli.Register(buf); err != nil {
+		t.Fatal(err)
+	}
+	first, err := r.cli.GetRDMATokenFor(buf, size, 0, OpGet, srvIP)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ch, err := r.srv.AllocateChannel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.srv.FreeChannel(ch)
+	// The server reaches the client and sends nothing on the connection.
+	if err := r.srv.Connect(ctx, ch, first); err != nil {
+		t.Fatal(err)
+	}
+	r.waitIdle(t, 1)
+	if err := r.cli.PutRDMAToken(first); err != nil {
+		t.Fatal(err)
+	}
+	desc, err := r.cli.GetRDMATokenFor(buf, size, 0, OpGet, srvIP)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok, _ := ParseToken(desc)
+	if st := r.cli.Stats(); st.WindowGrants.Load() != 0 || tok.QPN != r.cli.endpoint {
+		t.Fatalf("%d window grants, qp %#x: want a region naming the endpoint %#x before the server used its connection",
+			st.WindowGrants.Load(), tok.QPN, r.cli.endpoint)
+	}
+	req := &Request{Key: "k", Local: r.sreg, RemoteAddr: tok.Addr, Size: size, Token: desc, Channel: ch}
+	if n, err := r.srv.HandleGetObject(ctx, req); err != nil || n != size {
+		t.Fatalf("GET with the region token = %d, %v", n, err)
+	}
+	if err := r.cli.PutRDMAToken(desc); err != nil {
+		t.Fatal(err)
+	}
+	if desc, err = r.cli.GetRDMATokenFor(buf, size, 0, OpGet, srvIP); err != nil {
+		t.Fatal(err)
+	}
+	tok, _ = ParseToken(desc)
+	if r.cli.Stats().WindowGrants.Load() != 1 {
+		t.Fatalf("qp %#x, no window once the server used its connection", tok.QPN)
+	}
+	if _, ok := r.srv.tr.route(&tok); !ok {
+		t.Fatal("the server does not route the window token")
+	}
+	req.Token = desc
+	if n, err := r.srv.HandleGetObject(ctx, req); err != nil || n != size {
+		t.Fatalf("GET with the window token = %d, %v", n, err)
+	}
+}

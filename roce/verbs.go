@@ -659,6 +659,16 @@ func (q *QP) Attr() QPAttr {
 	return q.q.Attr()
 }
 
+// ExpectedPSN returns the PSN the QP's responder expects next: its
+// starting PSN (QPAttr.RQPSN as set) until the peer's first request
+// arrives, then one past the last request taken in order. (rxe's
+// ibv_query_qp reports it as rq_psn; QPAttr keeps what was set.)
+func (q *QP) ExpectedPSN() uint32 {
+	q.d.mu.Lock()
+	defer q.d.mu.Unlock()
+	return q.q.ExpectedPSN()
+}
+
 // PSNRejects returns the requests this RC QP refused for their PSN: a
 // peer (or someone sending from its address) at PSNs the QP does not
 // expect.

@@ -240,6 +240,11 @@ func (q *QP) PSNRejects() PSNRejects {
 	return PSNRejects{Duplicate: q.resp.dupReqs, OutOfSequence: q.resp.oosReqs}
 }
 
+// ExpectedPSN returns the PSN the responder expects next (rxe's
+// resp.psn, what ibv_query_qp reports as rq_psn on rxe): the starting PSN
+// until the first request arrives.
+func (q *QP) ExpectedPSN() uint32 { return uint32(q.resp.epsn) }
+
 // Type returns the transport type.
 func (q *QP) Type() QPType {
 	if q.dc != nil {
