@@ -4,16 +4,19 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"github.com/goroce/goroce/internal/looppair"
 	"io"
 	"log/slog"
 	"net"
 	"net/netip"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/goroce/goroce/cm"
 	"github.com/goroce/goroce/cm/mad"
+	"github.com/goroce/goroce/ib"
+	"github.com/goroce/goroce/internal/looppair"
+	"github.com/goroce/goroce/link"
 	"github.com/goroce/goroce/link/memlink"
 	"github.com/goroce/goroce/roce"
 )
@@ -590,4 +593,105 @@ func TestAttackWindows(t *testing.T) {
 			t.Errorf("grants %d, revokes %d: a window outlived its token", st.Grants.Load(), st.Revokes.Load())
 		}
 	})
+}
+
+// writeTrap, once armed, drops the first RDMA WRITE its device receives,
+// and every later packet to the same QP, and reports it on hit.
+type writeTrap struct {
+	link.Link
+	armed atomic.Bool
+	qpn   atomic.Uint32 // the trapped QP, once hit
+	hit   chan struct{}
+}
+
+func (l *writeTrap) ReadBatch(ctx context.Context, fn func(frames [][]byte)) (int, error) {
+	return l.Link.ReadBatch(ctx, func(frames [][]byte) {
+		if !l.armed.Load() && l.qpn.Load() == 0 {
+			fn(frames)
+			return
+		}
+		var p ib.Packet
+		kept := make([][]byte, 0, len(frames))
+		for _, f := range frames {
+			if ib.Parse(f, &p) == nil {
+				if q := l.qpn.Load(); q != 0 && p.BTH.DestQP() == q {
+					continue
+				}
+				if op := p.BTH.Opcode(); (op == ib.RCWriteOnly || op == ib.RCWriteFirst) && l.armed.CompareAndSwap(true, false) {
+					l.qpn.Store(p.BTH.DestQP())
+					close(l.hit)
+					continue
+				}
+			}
+			kept = append(kept, f)
+		}
+		fn(kept)
+	})
+}
+
+// TestClientHangsUpMidRequest: a client that ends its connection while
+// the server's RDMA WRITE on it is in flight does not hold the server's
+// channel until the request's context ends. The server's QP would retry
+// for ever at retry_cnt 7, as rxe's does; the waiting request sees the
+// peer gone, resets the connection so that the WRITE flushes, and the
+// client's retry gets the object over a new connection.
+func TestClientHangsUpMidRequest(t *testing.T) {
+	macA, macB := net.HardwareAddr{2, 0, 0, 0, 0, 0xa}, net.HardwareAddr{2, 0, 0, 0, 0, 0xb}
+	la, lb := memlink.PairWithOptions(memlink.Options{HardwareAddrA: macA, HardwareAddrB: macB})
+	trap := &writeTrap{Link: lb, hit: make(chan struct{})}
+	lg := slog.New(slog.NewTextHandler(io.Discard, nil))
+	sdev, err := roce.OpenLink(la, roce.Options{Addrs: []netip.Addr{srvIP}, Neighbours: map[netip.Addr]net.HardwareAddr{cliIP: macB}, Logger: lg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sdev.Close() })
+	cdev, err := roce.OpenLink(trap, roce.Options{Addrs: []netip.Addr{cliIP}, Neighbours: map[netip.Addr]net.HardwareAddr{srvIP: macA}, Logger: lg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cdev.Close() })
+	r := newRig(t, sdev, cdev, 4096, nil, nil)
+	ctx := ctxT(t, 60*time.Second)
+	buf := make([]byte, 4096)
+	if err := r.cli.Register(buf); err != nil {
+		t.Fatal(err)
+	}
+	r.object = pattern(4096, 3)
+	if n, err := r.cli.Get(ctx, "user", buf, 0, 0); err != nil || n != 4096 {
+		t.Fatalf("first Get = %d, %v", n, err)
+	}
+	trap.armed.Store(true)
+	type result struct {
+		n   int64
+		err error
+	}
+	done := make(chan result, 1)
+	clear(buf)
+	go func() {
+		n, err := r.cli.Get(ctx, "user", buf, 0, 0)
+		done <- result{n, err}
+	}()
+	select {
+	case <-trap.hit:
+	case <-ctx.Done():
+		t.Fatal("the server's WRITE never came")
+	}
+	// The WRITE is outstanding at the server: the client hangs up.
+	r.cli.mu.Lock()
+	var conns []*cm.Conn
+	for c := range r.cli.conns {
+		conns = append(conns, c)
+	}
+	r.cli.mu.Unlock()
+	for _, c := range conns {
+		c.Close()
+	}
+	res := <-done
+	if res.err != nil || res.n != 4096 || !bytes.Equal(buf, r.object) {
+		t.Fatalf("Get whose connection the client ended mid-WRITE = %d, %v (server %+v)", res.n, res.err, r.srv.Stats())
+	}
+	if r.srv.Stats().Resets.Load() == 0 || r.cli.Stats().Retries.Load() == 0 {
+		t.Errorf("server resets %d, client retries %d: want the WRITE flushed and retried",
+			r.srv.Stats().Resets.Load(), r.cli.Stats().Retries.Load())
+	}
 }

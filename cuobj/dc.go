@@ -304,6 +304,9 @@ func (p *dcPath) post(ctx context.Context, tok *Token, wr *roce.SendWR) (uint32,
 	return p.cur.qp.QPN(), nil
 }
 
+// gone: a DCI has no connection a peer could end.
+func (p *dcPath) gone(uint32) bool { return false }
+
 func (p *dcPath) completed(qpn uint32) {
 	p.mu.Lock()
 	defer p.mu.Unlock()

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"os"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -706,7 +707,19 @@ func (s *Server) await(ctx context.Context, ch *channel, id uint64, qpn uint32) 
 		if n > 0 {
 			continue
 		}
-		if err := waitCQ(ctx, ch.cq); err != nil {
+		err := waitCQUntil(ctx, ch.cq, time.Now().Add(peerCheck))
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			// A client that hung up mid-request leaves its work requests
+			// to the QP's retries, which at retry_cnt 7 never end (as
+			// rxe's): reset the connection so that they flush now.
+			if cancelled == nil && ch.p.gone(qpn) {
+				cancelled = errPeerGone
+				ch.p.failed(qpn, true)
+				s.stats.Resets.Add(1)
+			}
+			continue
+		}
+		if err != nil {
 			if cancelled != nil || !s.IsConnected() {
 				return mine, errors.Join(cancelled, err)
 			}
@@ -753,6 +766,18 @@ func (s *Server) complete(ch *channel, wc *roce.WorkCompletion) (AsyncEvent, boo
 // waitCQ blocks until cq has completions or ctx ends. Every wait of the
 // package goes through here.
 func waitCQ(ctx context.Context, cq *roce.CQ) error { return cq.Wait(ctx) }
+
+// waitCQUntil is waitCQ bounded by a deadline too.
+func waitCQUntil(ctx context.Context, cq *roce.CQ, deadline time.Time) error {
+	return cq.WaitUntil(ctx, deadline)
+}
+
+// errPeerGone ends a request whose client ended the connection.
+var errPeerGone = errors.New("cuobj: the client ended the connection during the request")
+
+// peerCheck is how often a request waiting for its completion looks
+// whether its client has ended the connection.
+const peerCheck = time.Second
 
 // Poll returns completed asynchronous requests of a channel (poll): at
 // most min(len(events), MaxPollEvents), without blocking; 0 when there are

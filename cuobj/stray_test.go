@@ -14,6 +14,7 @@ func (p *countPath) post(context.Context, *Token, *roce.SendWR) (uint32, error) 
 func (p *countPath) prepare(context.Context, *Token) error                      { return nil }
 func (p *countPath) completed(uint32)                                           { p.n++ }
 func (p *countPath) failed(uint32, bool)                                        {}
+func (p *countPath) gone(uint32) bool                                           { return false }
 func (p *countPath) abort()                                                     {}
 func (p *countPath) close() error                                               { return nil }
 

@@ -38,6 +38,10 @@ type path interface {
 	// prepare reaches the client tok names (RC: connects; DC: resolves
 	// its address) without posting, within Tunables.ConnectTimeout.
 	prepare(ctx context.Context, tok *Token) error
+	// gone reports whether the peer of qpn's connection has ended it
+	// (RC: a DREQ or the connection's failure), so that work requests
+	// still outstanding on it will complete only when the QP gives up.
+	gone(qpn uint32) bool
 	// completed notes that a work request posted on qpn completed.
 	completed(qpn uint32)
 	// failed notes a failed completion on qpn; reset asks for the QP to be
@@ -263,6 +267,13 @@ func (p *rcPath) unpeer(c *rcConn) {
 		delete(p.rt.byPeer, c.peer)
 	}
 	p.rt.mu.Unlock()
+}
+
+func (p *rcPath) gone(qpn uint32) bool {
+	p.mu.Lock()
+	c := p.byQPN[qpn]
+	p.mu.Unlock()
+	return c != nil && c.c.Err() != nil
 }
 
 func (p *rcPath) completed(qpn uint32) {

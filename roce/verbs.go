@@ -296,6 +296,15 @@ func (cq *CQ) WaitDeadline(deadline time.Time) error {
 	return cq.wait(context.Background(), deadline)
 }
 
+// WaitUntil is Wait bounded by ctx and by an absolute deadline, whichever
+// ends first (ctx's error, or os.ErrDeadlineExceeded when the deadline
+// passes; a zero deadline is none). A waiter that must look at something
+// else now and then uses it to wake without a context per wait: it
+// allocates nothing.
+func (cq *CQ) WaitUntil(ctx context.Context, deadline time.Time) error {
+	return cq.wait(ctx, deadline)
+}
+
 // wait waits for progress on the CQ, bounded by ctx and deadline (either
 // may be unbounded): the single waiting path of the CQ (see Device.park).
 func (cq *CQ) wait(ctx context.Context, deadline time.Time) error {
