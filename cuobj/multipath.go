@@ -32,7 +32,8 @@ import (
 // A request the server had already posted when the client's path died
 // fails only when the server's QP gives up: goroce's QPs, like rxe's, read
 // the server's default retry_cnt of 7 as "retry for ever", so such a
-// request then ends with its context; a server of multipath clients sets
+// request then ends with its context (a client that ends the connection
+// with a DREQ has it flushed within a second); a server of multipath clients sets
 // Tunables.RetryCount to 6 or less to have it fail with
 // IBV_WC_RETRY_EXC_ERR, which the client retries on another device.
 
