@@ -636,20 +636,8 @@ func (l *writeTrap) ReadBatch(ctx context.Context, fn func(frames [][]byte)) (in
 // peer gone, resets the connection so that the WRITE flushes, and the
 // client's retry gets the object over a new connection.
 func TestClientHangsUpMidRequest(t *testing.T) {
-	macA, macB := net.HardwareAddr{2, 0, 0, 0, 0, 0xa}, net.HardwareAddr{2, 0, 0, 0, 0, 0xb}
-	la, lb := memlink.PairWithOptions(memlink.Options{HardwareAddrA: macA, HardwareAddrB: macB})
-	trap := &writeTrap{Link: lb, hit: make(chan struct{})}
-	lg := slog.New(slog.NewTextHandler(io.Discard, nil))
-	sdev, err := roce.OpenLink(la, roce.Options{Addrs: []netip.Addr{srvIP}, Neighbours: map[netip.Addr]net.HardwareAddr{cliIP: macB}, Logger: lg})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { sdev.Close() })
-	cdev, err := roce.OpenLink(trap, roce.Options{Addrs: []netip.Addr{cliIP}, Neighbours: map[netip.Addr]net.HardwareAddr{srvIP: macA}, Logger: lg})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cdev.Close() })
+	trap := &writeTrap{hit: make(chan struct{})}
+	sdev, cdev := memDevicesWrapped(t, nil, func(l link.Link) link.Link { trap.Link = l; return trap })
 	r := newRig(t, sdev, cdev, 4096, nil, nil)
 	ctx := ctxT(t, 60*time.Second)
 	buf := make([]byte, 4096)

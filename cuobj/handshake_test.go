@@ -1,9 +1,6 @@
 package cuobj
 
 import (
-	"io"
-	"log/slog"
-	"net"
 	"net/netip"
 	"sync/atomic"
 	"testing"
@@ -12,8 +9,6 @@ import (
 	"github.com/goroce/goroce/cm/mad"
 	"github.com/goroce/goroce/ib"
 	"github.com/goroce/goroce/link"
-	"github.com/goroce/goroce/link/memlink"
-	"github.com/goroce/goroce/roce"
 )
 
 // rtuDropper loses the RTUs its device sends while armed.
@@ -48,20 +43,8 @@ func (l *rtuDropper) WriteBatch(frames [][]byte) (int, error) {
 // admitted) ends at ClientOptions.HandshakeTimeout, counted, and the
 // server's own connection goes on working beside it.
 func TestHandshakeDeadline(t *testing.T) {
-	macA, macB := net.HardwareAddr{2, 0, 0, 0, 0, 0xa}, net.HardwareAddr{2, 0, 0, 0, 0, 0xb}
-	la, lb := memlink.PairWithOptions(memlink.Options{HardwareAddrA: macA, HardwareAddrB: macB})
-	drop := &rtuDropper{Link: la}
-	lg := slog.New(slog.NewTextHandler(io.Discard, nil))
-	sdev, err := roce.OpenLink(drop, roce.Options{Addrs: []netip.Addr{srvIP}, Neighbours: map[netip.Addr]net.HardwareAddr{cliIP: macB}, Logger: lg})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { sdev.Close() })
-	cdev, err := roce.OpenLink(lb, roce.Options{Addrs: []netip.Addr{cliIP}, Neighbours: map[netip.Addr]net.HardwareAddr{srvIP: macA}, Logger: lg})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cdev.Close() })
+	drop := &rtuDropper{}
+	sdev, cdev := memDevicesWrapped(t, func(l link.Link) link.Link { drop.Link = l; return drop }, nil)
 
 	// Region tokens: the token's qp field is the client's endpoint, which
 	// the stuck dial's hello names.

@@ -13,6 +13,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/goroce/goroce/link"
 	"github.com/goroce/goroce/link/faultnet"
 	"github.com/goroce/goroce/link/memlink"
 	"github.com/goroce/goroce/roce"
@@ -33,8 +34,28 @@ func memDevices(t testing.TB, ab, ba faultnet.Config) (*roce.Device, *roce.Devic
 
 func memDevicesAt(t testing.TB, ab, ba faultnet.Config, srvIP, cliIP netip.Addr) (*roce.Device, *roce.Device) {
 	t.Helper()
+	return memDevicesWith(t, memlink.Options{AtoB: ab, BtoA: ba}, srvIP, cliIP, nil, nil)
+}
+
+// memDevicesWrapped is memDevices with the server's and the client's links
+// wrapped by ws and wc (nil: as they are).
+func memDevicesWrapped(t testing.TB, ws, wc func(link.Link) link.Link) (*roce.Device, *roce.Device) {
+	t.Helper()
+	return memDevicesWith(t, memlink.Options{}, srvIP, cliIP, ws, wc)
+}
+
+func memDevicesWith(t testing.TB, o memlink.Options, srvIP, cliIP netip.Addr, ws, wc func(link.Link) link.Link) (*roce.Device, *roce.Device) {
+	t.Helper()
 	macA, macB := net.HardwareAddr{2, 0, 0, 0, 0, 0xa}, net.HardwareAddr{2, 0, 0, 0, 0, 0xb}
-	la, lb := memlink.PairWithOptions(memlink.Options{AtoB: ab, BtoA: ba, HardwareAddrA: macA, HardwareAddrB: macB})
+	o.HardwareAddrA, o.HardwareAddrB = macA, macB
+	ma, mb := memlink.PairWithOptions(o)
+	var la, lb link.Link = ma, mb
+	if ws != nil {
+		la = ws(la)
+	}
+	if wc != nil {
+		lb = wc(lb)
+	}
 	lg := slog.New(slog.NewTextHandler(io.Discard, nil))
 	da, err := roce.OpenLink(la, roce.Options{Addrs: []netip.Addr{srvIP}, Neighbours: map[netip.Addr]net.HardwareAddr{cliIP: macB}, Logger: lg})
 	if err != nil {

@@ -382,22 +382,11 @@ func TestSlowClientsCut(t *testing.T) {
 // (a client's transport may open one it does not use) does not hold Close
 // up: fasthttp counts it as busy for its first 5 s, past Close's grace.
 func TestCloseWithUnusedConnection(t *testing.T) {
-	g, err := New(Options{Dir: t.TempDir(), AccessKey: creds.AccessKey, SecretKey: creds.SecretKey})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		g.Close()
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- g.Serve(ln) }()
-	s := &signer{url: "http://" + ln.Addr().String(), creds: creds, http: &http.Client{}}
+	g, url := gateway(t, Options{Dir: t.TempDir()})
+	s := &signer{url: url, creds: creds, http: &http.Client{}}
 	s.mustOK(t, "PUT", "/bucket", nil) // the server is serving
-	c, err := net.Dial("tcp", ln.Addr().String())
+	c, err := net.Dial("tcp", strings.TrimPrefix(url, "http://"))
 	if err != nil {
-		g.Close()
 		t.Fatal(err)
 	}
 	defer c.Close()
@@ -412,11 +401,8 @@ func TestCloseWithUnusedConnection(t *testing.T) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-	if err := g.Close(); err != nil {
+	if err := g.Close(); err != nil { // the cleanup's Close returns nil then
 		t.Errorf("Close with an unused connection open: %v", err)
-	}
-	if err := <-done; err != nil && !errors.Is(err, net.ErrClosed) {
-		t.Errorf("Serve: %v", err)
 	}
 	c.SetReadDeadline(time.Now().Add(time.Minute))
 	if _, err := c.Read(make([]byte, 1)); err == nil {
