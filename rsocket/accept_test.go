@@ -5,48 +5,14 @@ import (
 	"io"
 	"net"
 	"net/netip"
-	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/goroce/goroce/cm/mad"
-	"github.com/goroce/goroce/ib"
-	"github.com/goroce/goroce/link"
+	"github.com/goroce/goroce/cm/cmtest"
 	"github.com/goroce/goroce/link/faultnet"
 	"github.com/goroce/goroce/link/memlink"
 	"github.com/goroce/goroce/roce"
 )
-
-// rtuDropper loses every RTU of the first connection whose RTU it sees:
-// that connection is established on the dialer's side and never on the
-// listener's, whose handshake waits.
-type rtuDropper struct {
-	link.Link
-	comm    atomic.Uint32 // the dialer's communication ID, once seen
-	dropped atomic.Int64
-}
-
-func (l *rtuDropper) WriteBatch(frames [][]byte) (int, error) {
-	var p ib.Packet
-	kept := make([][]byte, 0, len(frames))
-	for _, f := range frames {
-		if ib.Parse(f, &p) == nil && p.BTH.DestQP() == 1 && len(p.Payload) >= mad.HeaderSize+8 {
-			m := mad.MAD(p.Payload)
-			if m.AttrID() == mad.AttrRTU {
-				id := m.RTU().LocalCommID()
-				if l.comm.CompareAndSwap(0, id) || l.comm.Load() == id {
-					l.dropped.Add(1)
-					continue
-				}
-			}
-		}
-		kept = append(kept, f)
-	}
-	if _, err := l.Link.WriteBatch(kept); err != nil {
-		return 0, err
-	}
-	return len(frames), nil
-}
 
 // TestAcceptConcurrent: a peer whose handshake never completes does not
 // hold up the next one. The first dialer's RTU is lost for good, and the
@@ -54,7 +20,7 @@ func (l *rtuDropper) WriteBatch(frames [][]byte) (int, error) {
 // connection while the first handshake is still open.
 func TestAcceptConcurrent(t *testing.T) {
 	la, lb := memlink.PairWithOptions(memlink.Options{AtoB: faultnet.Config{}, BtoA: faultnet.Config{}})
-	drop := &rtuDropper{Link: la}
+	drop := cmtest.Lossy(la, cmtest.RTUs(1))
 	da, err := roce.OpenLink(drop, roce.Options{Addrs: []netip.Addr{addrA}, Neighbours: map[netip.Addr]net.HardwareAddr{addrB: lb.HardwareAddr()}})
 	if err != nil {
 		t.Fatal(err)
@@ -95,7 +61,7 @@ func TestAcceptConcurrent(t *testing.T) {
 	defer c1.Close()
 	// Dial returns as it sends the RTU; the second request must come
 	// after the first's RTU was lost.
-	for drop.dropped.Load() == 0 {
+	for drop.Lost() == 0 {
 		if ctx.Err() != nil {
 			t.Fatal("the first connection's RTU was never sent")
 		}

@@ -4,52 +4,14 @@ import (
 	"context"
 	"net"
 	"net/netip"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/goroce/goroce/cm/mad"
-	"github.com/goroce/goroce/ib"
-	"github.com/goroce/goroce/link"
+	"github.com/goroce/goroce/cm/cmtest"
 	"github.com/goroce/goroce/link/faultnet"
 	"github.com/goroce/goroce/link/memlink"
 	"github.com/goroce/goroce/roce"
 )
-
-// rtusLost loses every RTU of the first n connections whose RTUs it
-// sees: those handshakes never complete on the listener's side.
-type rtusLost struct {
-	link.Link
-	n    int
-	mu   sync.Mutex
-	lost map[uint32]bool
-}
-
-func (l *rtusLost) WriteBatch(frames [][]byte) (int, error) {
-	var p ib.Packet
-	kept := make([][]byte, 0, len(frames))
-	for _, f := range frames {
-		if ib.Parse(f, &p) == nil && p.BTH.DestQP() == 1 && len(p.Payload) >= mad.HeaderSize+8 {
-			if m := mad.MAD(p.Payload); m.AttrID() == mad.AttrRTU {
-				id := m.RTU().LocalCommID()
-				l.mu.Lock()
-				if !l.lost[id] && len(l.lost) < l.n {
-					l.lost[id] = true
-				}
-				drop := l.lost[id]
-				l.mu.Unlock()
-				if drop {
-					continue
-				}
-			}
-		}
-		kept = append(kept, f)
-	}
-	if _, err := l.Link.WriteBatch(kept); err != nil {
-		return 0, err
-	}
-	return len(frames), nil
-}
 
 // TestHandshakesDoNotFillBacklog: more handshakes that never complete
 // than the listener's backlog hold no backlog slot: the next dialer is
@@ -59,7 +21,7 @@ func (l *rtusLost) WriteBatch(frames [][]byte) (int, error) {
 func TestHandshakesDoNotFillBacklog(t *testing.T) {
 	const stuck = 6
 	la, lb := memlink.PairWithOptions(memlink.Options{AtoB: faultnet.Config{}, BtoA: faultnet.Config{}})
-	drop := &rtusLost{Link: la, n: stuck, lost: map[uint32]bool{}}
+	drop := cmtest.Lossy(la, cmtest.RTUs(stuck))
 	da, err := roce.OpenLink(drop, roce.Options{Addrs: []netip.Addr{addrA}, Neighbours: map[netip.Addr]net.HardwareAddr{addrB: lb.HardwareAddr()}})
 	if err != nil {
 		t.Fatal(err)
