@@ -111,7 +111,11 @@
 //     Servers, the only server connected) that no other live window is
 //     bound through, so that concurrent tokens run on as many QPs and
 //     channels as there are; never through a connection whose QPN is its
-//     endpoint number, so the two cannot be confused. A callback's window
+//     endpoint number, so the two cannot be confused; and only through a
+//     connection the server has already sent a request on (the client's
+//     accept completes at the RTU, before the server has indexed the
+//     connection, so a window through it could reach the server first and
+//     be taken for an endpoint number). A callback's window
 //     guessed for one server and handed to another is refused there as
 //     stale; the callback is retried with a region, and the client
 //     guesses from its connections no more. A server that has lost a
