@@ -269,7 +269,7 @@ func (q *QP) Destroy() error {
 	}
 	q.destroyed = true
 	q.destroyDC()
-	q.e.ready.remove(q)
+	q.e.readyOf(q).remove(q)
 	q.e.timers.release(q)
 	delete(q.e.qps, q.qpn)
 	if q.e.rxQP == q {
@@ -583,7 +583,7 @@ func (q *QP) setState(s QPState) {
 			q.rq.clear()
 		}
 		q.resetTransport()
-		q.e.ready.remove(q)
+		q.e.readyOf(q).remove(q)
 		q.releaseQueues()
 	case StateErr:
 		if prev != StateErr {
