@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math/bits"
 	"net"
 	"net/netip"
 	"runtime"
@@ -88,6 +89,15 @@ type Options struct {
 	// CC turns on congestion control (DCQCN: ECN marking, CNPs, per-QP
 	// rate limits; see CCConfig). Off by default.
 	CC CCConfig
+	// Shards is the number of transmit shards (default: GOMAXPROCS at
+	// OpenLink, at most 4). A QP belongs to shard QPN mod Shards, and each
+	// shard runs its own transmit pass, with its own buffers, so that QPs
+	// of different shards build and send their packets on different CPUs
+	// at once, the link's system calls included; a QP's packets still
+	// leave in order, from its shard's pass. One shard is one transmit
+	// pass for the device, as on one CPU, where more would only add
+	// locking.
+	Shards int
 	// DSCP (0..63) is the DSCP of packets whose QP or address handle
 	// gives none (a traffic class below 4, as ConnectAttr's zero value):
 	// RoCE data usually travels in a class of its own, such as 26 (AF31)
@@ -173,26 +183,18 @@ type Device struct {
 	res   Resources // live verbs objects, guarded by mu
 	tap   atomic.Pointer[pcapTap]
 
-	// Transmit: txMu owns the slots; txPending asks the holder to go again.
-	txMu      sync.Mutex
-	txPending atomic.Bool
-	slots     []qp.TxPacket
-	frames    [][]byte
-	ipID      uint16
+	// Transmit: one pass per shard (Options.Shards), each with its own
+	// buffers.
+	shards    []txShard
 	wakeAt    atomic.Int64 // when the timer goroutine will next wake
 	timer     *wakeTimer   // the timer goroutine's; reset under mu
 	lastTxErr atomic.Pointer[string]
-	lend      txLend      // frames built in the link's buffers (txlend.go)
 	deferred  atomic.Bool // a poller left a transmit pass to its caller (txdefer.go)
 	deferT    *time.Timer // flushes what was deferred if the caller does not
 
 	// Receive goroutine state.
-	pkt rxState
-	// Loopback: frames to one of our own GIDs never reach the link (as
-	// rxe_loopback); the transmit pass delivers them. Guarded by txMu.
-	loop    [][]byte
-	loopPkt rxState
-	rxFn    func(frames [][]byte)
+	pkt  rxState
+	rxFn func(frames [][]byte)
 
 	ctx     context.Context
 	cancel  context.CancelFunc
@@ -219,6 +221,30 @@ type Device struct {
 	pollFn         func(frames [][]byte)
 	pollEmpty      atomic.Uint32 // pollOnce calls that found nothing: when to yield
 }
+
+// txShard is one shard's transmit pass: mu owns its buffers, and pending
+// asks the holder to go again.
+type txShard struct {
+	mu      sync.Mutex
+	pending atomic.Bool
+	idx     int // the engine's shard number
+	slots   []qp.TxPacket
+	frames  [][]byte
+	ipID    uint16
+	lend    txLend // frames built in the link's buffers (txlend.go)
+	// Loopback: frames to one of our own GIDs never reach the link (as
+	// rxe_loopback); the transmit pass delivers them.
+	loop    [][]byte
+	loopPkt rxState
+	// looped says the last pass delivered frames locally, whose answers
+	// may be queued on other shards.
+	looped bool
+	_      [64]byte // the next shard's lock on another cache line
+}
+
+// maxDefaultShards bounds the default of Options.Shards: a device's
+// passes share one engine lock and one link.
+const maxDefaultShards = 4
 
 // Headroom budget: Ethernet + VLAN + IPv6 + UDP, rounded up.
 const (
@@ -272,6 +298,12 @@ func newDevice(l link.Link, opts Options) (*Device, error) {
 	if opts.TxBatch <= 0 {
 		opts.TxBatch = 32
 	}
+	if opts.Shards == 0 {
+		opts.Shards = min(runtime.GOMAXPROCS(0), maxDefaultShards)
+	}
+	if opts.Shards < 0 || opts.Shards > qp.MaxShards {
+		return nil, fmt.Errorf("roce: Options.Shards %d: not in 1..%d: %w", opts.Shards, qp.MaxShards, qp.ErrInvalidArgument)
+	}
 	if opts.BusyPoll == 0 {
 		opts.BusyPoll = opts.CQSpin
 	}
@@ -315,7 +347,7 @@ func newDevice(l link.Link, opts Options) (*Device, error) {
 	d.netMTU.Store(int64(mtu))
 	d.portUp.Store(true)
 	d.clock.start = d.start
-	eng, err := qp.New(qp.Config{Clock: &d.clock, PortMTU: ib.ActiveMTU(mtu), CC: opts.CC})
+	eng, err := qp.New(qp.Config{Clock: &d.clock, PortMTU: ib.ActiveMTU(mtu), CC: opts.CC, Shards: opts.Shards})
 	if err != nil {
 		return nil, err
 	}
@@ -344,15 +376,23 @@ func newDevice(l link.Link, opts Options) (*Device, error) {
 		}
 		d.tap.Store(tap)
 	}
-	d.slots = make([]qp.TxPacket, opts.TxBatch)
-	d.frames = make([][]byte, opts.TxBatch)
-	d.loop = make([][]byte, 0, opts.TxBatch)
-	slab := make([]byte, opts.TxBatch*txSlotSize)
-	for i := range d.slots {
-		d.slots[i].Buf = slab[i*txSlotSize : (i+1)*txSlotSize : (i+1)*txSlotSize]
-		d.slots[i].Headroom = txHeadroom
+	d.shards = make([]txShard, opts.Shards)
+	for k := range d.shards {
+		s := &d.shards[k]
+		s.idx = k
+		s.slots = make([]qp.TxPacket, opts.TxBatch)
+		s.frames = make([][]byte, opts.TxBatch)
+		s.loop = make([][]byte, 0, opts.TxBatch)
+		// IP IDs only tell fragments apart, and every frame leaves with
+		// DF set: the shards count apart from spread starting points.
+		s.ipID = uint16(k * (1 << 16) / opts.Shards)
+		slab := make([]byte, opts.TxBatch*txSlotSize)
+		for i := range s.slots {
+			s.slots[i].Buf = slab[i*txSlotSize : (i+1)*txSlotSize : (i+1)*txSlotSize]
+			s.slots[i].Headroom = txHeadroom
+		}
+		s.lend.init(l, opts.TxBatch)
 	}
-	d.lend.init(l, opts.TxBatch)
 	d.rxFn = func(frames [][]byte) { d.receiveBatch(frames, &d.pkt) }
 	d.pollFn = func(frames [][]byte) {
 		d.ctr.polledPkts.Add(uint64(len(frames)))
@@ -691,104 +731,138 @@ func (d *Device) timerLoop() {
 	}
 }
 
-// flush transmits everything the engine has to send. Whoever holds txMu
-// sends; a caller that finds it busy leaves a note so the holder goes again.
+// flush transmits everything the engine has to send: it runs the pass of
+// every shard the engine has packets queued on (qp.Engine.ReadyShards).
+// Whoever holds a shard's lock sends for it; a caller that finds it busy
+// leaves a note so the holder goes again.
 func (d *Device) flush() {
 	d.undefer()
-	d.txPending.Store(true)
 	for {
-		if !d.txMu.TryLock() {
+		m := d.eng.ReadyShards()
+		if m == 0 {
 			return
 		}
-		d.txPending.Store(false)
-		d.transmit()
-		d.txMu.Unlock()
-		if !d.txPending.Load() {
+		looped := false
+		for ; m != 0; m &= m - 1 {
+			s := &d.shards[bits.TrailingZeros64(m)]
+			looped = d.flushShard(s) || looped
+		}
+		// Frames delivered locally may have queued answers on shards
+		// already passed.
+		if !looped {
 			return
 		}
 	}
 }
 
-// flushAll transmits everything the engine has queued, waiting for a
-// transmit pass that is under way instead of leaving the work to it.
-func (d *Device) flushAll() {
-	d.undefer()
-	d.txMu.Lock()
-	d.txPending.Store(false)
-	d.transmit()
-	d.txMu.Unlock()
+// flushShard runs s's transmit pass unless another goroutine runs it, and
+// reports whether it delivered frames locally.
+func (d *Device) flushShard(s *txShard) (looped bool) {
+	s.pending.Store(true)
+	for {
+		if !s.mu.TryLock() {
+			return looped
+		}
+		s.pending.Store(false)
+		d.transmit(s)
+		looped = looped || s.looped
+		s.mu.Unlock()
+		if !s.pending.Load() {
+			return looped
+		}
+	}
 }
 
-// transmit runs with txMu held.
-func (d *Device) transmit() {
+// flushAll transmits everything the engine has queued, waiting for
+// transmit passes that are under way instead of leaving the work to them.
+func (d *Device) flushAll() {
+	d.undefer()
+	for i := range d.shards {
+		s := &d.shards[i]
+		s.mu.Lock()
+		s.pending.Store(false)
+		d.transmit(s)
+		s.mu.Unlock()
+	}
+	// What a shard's local delivery queued on an earlier one.
+	d.flush()
+}
+
+// shardOf returns the transmit shard of the QP numbered qpn.
+func (d *Device) shardOf(qpn uint32) *txShard { return &d.shards[d.eng.ShardOf(qpn)] }
+
+// transmit runs with s.mu held.
+func (d *Device) transmit(s *txShard) {
+	s.looped = false
 	for {
 		// The engine writes into buffers the link lends, where frames are
-		// sent from, or else into the device's slots (txlend.go).
-		slots := d.lend.take(d)
-		lent := d.lend.lent()
+		// sent from, or else into the shard's slots (txlend.go).
+		slots := s.lend.take(d, s.slots)
+		lent := s.lend.lent()
 		d.mu.Lock()
 		if d.closed.Load() {
 			d.mu.Unlock()
-			d.lend.giveBack()
+			s.lend.giveBack()
 			return
 		}
 		var short uint64
 		if lent {
 			short = d.eng.Stats().ShortTxBuffer
 		}
-		n := d.eng.Transmit(slots)
+		n := d.eng.TransmitShard(s.idx, slots)
 		if lent && d.eng.Stats().ShortTxBuffer != short {
-			d.lend.short = true
+			s.lend.short = true
 		}
 		if n > 0 {
 			d.noteDeadline()
 		}
 		d.mu.Unlock()
-		d.lend.produced(n)
+		s.lend.produced(n)
 		if n == 0 {
-			d.lend.giveBack()
-			if d.lend.short {
+			s.lend.giveBack()
+			if s.lend.short {
 				continue
 			}
 			return
 		}
 		k := 0
-		d.loop = d.loop[:0]
+		s.loop = s.loop[:0]
 		for i := 0; i < n; i++ {
-			f, local, ok := d.buildFrame(&slots[i])
+			f, local, ok := d.buildFrame(&slots[i], s)
 			switch {
 			case !ok:
 			case local:
-				d.loop = append(d.loop, f)
+				s.loop = append(s.loop, f)
 			default:
-				d.frames[k] = f
+				s.frames[k] = f
 				if lent {
-					d.lend.send(i, k)
+					s.lend.send(i, k)
 				}
 				k++
 			}
 		}
 		if lent {
-			d.writeLent(d.frames[:k])
+			d.writeLent(&s.lend, s.frames[:k])
 		} else {
-			d.write(d.frames[:k])
+			d.write(s.frames[:k])
 		}
-		clear(d.frames[:k])
-		if len(d.loop) > 0 {
+		clear(s.frames[:k])
+		if len(s.loop) > 0 {
 			if tap := d.tap.Load(); tap != nil {
-				for _, f := range d.loop {
+				for _, f := range s.loop {
 					tap.write(f)
 				}
 			}
-			d.ctr.sentPkts.Add(uint64(len(d.loop)))
-			d.receiveBatch(d.loop, &d.loopPkt)
-			clear(d.loop)
-			d.lend.giveBack()
+			d.ctr.sentPkts.Add(uint64(len(s.loop)))
+			d.receiveBatch(s.loop, &s.loopPkt)
+			clear(s.loop)
+			s.lend.giveBack()
+			s.looped = true
 			// The receive may have produced responses: go round again.
 			continue
 		}
-		d.lend.giveBack()
-		if n < len(slots) && !d.lend.short {
+		s.lend.giveBack()
+		if n < len(slots) && !s.lend.short {
 			return
 		}
 	}
@@ -827,7 +901,7 @@ func (d *Device) write(frames [][]byte) {
 
 // buildFrame puts the Ethernet/IP/UDP headers in front of the IB packet the
 // engine wrote into t and seals it with the ICRC.
-func (d *Device) buildFrame(t *qp.TxPacket) (frame []byte, local, ok bool) {
+func (d *Device) buildFrame(t *qp.TxPacket, s *txShard) (frame []byte, local, ok bool) {
 	av := &t.AV
 	dst := av.DGID.Addr()
 	src := av.SGID.Addr()
@@ -871,8 +945,8 @@ func (d *Device) buildFrame(t *qp.TxPacket) (frame []byte, local, ok bool) {
 		h.SrcPort = d.linfo.FixedSourcePort
 	}
 	if !d.linfo.IPIDZero {
-		d.ipID++
-		h.IPID = d.ipID
+		s.ipID++
+		h.IPID = s.ipID
 	}
 	hs := h.HeaderSize()
 	start := t.Headroom - hs
