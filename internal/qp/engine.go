@@ -138,8 +138,8 @@ type Engine struct {
 	// (ReadyShards), so that a device learns which shards to transmit on
 	// without taking its lock.
 	readyMask atomic.Uint64
-	turn      int // the shard Transmit starts at (round robin)
-	timers timerHeap // QPs that may have a timer running (timers.go)
+	turn      int       // the shard Transmit starts at (round robin)
+	timers    timerHeap // QPs that may have a timer running (timers.go)
 	// armed is the earliest timer armed since the last TakeArmed
 	// (armedOK: any), so a driver learns of an earlier deadline in O(1)
 	// instead of asking NextDeadline again.
