@@ -244,10 +244,10 @@ func (cq *CQ) Poll(wc []WorkCompletion) int {
 			return 0
 		}
 	}
-	d.mu.Lock()
+	// The CQ's own lock, not the device's: a consumer polling does not
+	// wait for a receive batch or a post of another QP (qp.CQ).
 	n := cq.cq.Poll(wc)
 	cq.avail.Add(int64(-n))
-	d.mu.Unlock()
 	for i := range wc[:n] {
 		switch wc[i].Status {
 		case qp.WCRetryExcErr:
