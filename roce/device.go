@@ -227,7 +227,6 @@ type Device struct {
 type txShard struct {
 	mu      sync.Mutex
 	pending atomic.Bool
-	idx     int // the engine's shard number
 	slots   []qp.TxPacket
 	frames  [][]byte
 	ipID    uint16
@@ -239,6 +238,7 @@ type txShard struct {
 	// looped says the last pass delivered frames locally, whose answers
 	// may be queued on other shards.
 	looped bool
+	turn   uint     // the shard a pass of several starts at
 	_      [64]byte // the next shard's lock on another cache line
 }
 
@@ -379,7 +379,6 @@ func newDevice(l link.Link, opts Options) (*Device, error) {
 	d.shards = make([]txShard, opts.Shards)
 	for k := range d.shards {
 		s := &d.shards[k]
-		s.idx = k
 		s.slots = make([]qp.TxPacket, opts.TxBatch)
 		s.frames = make([][]byte, opts.TxBatch)
 		s.loop = make([][]byte, 0, opts.TxBatch)
@@ -734,43 +733,54 @@ func (d *Device) timerLoop() {
 // flush transmits everything the engine has to send: it runs the pass of
 // every shard the engine has packets queued on (qp.Engine.ReadyShards).
 // Whoever holds a shard's lock sends for it; a caller that finds it busy
-// leaves a note so the holder goes again.
+// leaves a note so the holder goes again. A caller that takes several
+// shards sends their packets in one pass, in one link write, as a device
+// of one shard does: a goroutine alone sends no more system calls than
+// with one shard, and goroutines at once send apart.
 func (d *Device) flush() {
 	d.undefer()
 	for {
 		m := d.eng.ReadyShards()
-		if m == 0 {
+		if m == 0 || !d.flushShards(m) {
 			return
-		}
-		looped := false
-		for ; m != 0; m &= m - 1 {
-			s := &d.shards[bits.TrailingZeros64(m)]
-			looped = d.flushShard(s) || looped
 		}
 		// Frames delivered locally may have queued answers on shards
-		// already passed.
-		if !looped {
-			return
-		}
+		// another goroutine held.
 	}
 }
 
-// flushShard runs s's transmit pass unless another goroutine runs it, and
-// reports whether it delivered frames locally.
-func (d *Device) flushShard(s *txShard) (looped bool) {
-	s.pending.Store(true)
-	for {
-		if !s.mu.TryLock() {
-			return looped
-		}
-		s.pending.Store(false)
-		d.transmit(s)
-		looped = looped || s.looped
-		s.mu.Unlock()
-		if !s.pending.Load() {
-			return looped
+// flushShards runs the passes of the shards in m that no other goroutine
+// runs, and reports whether they delivered frames locally.
+func (d *Device) flushShards(m uint64) (looped bool) {
+	var held uint64
+	for ; m != 0; m &= m - 1 {
+		i := bits.TrailingZeros64(m)
+		s := &d.shards[i]
+		s.pending.Store(true)
+		if s.mu.TryLock() {
+			held |= 1 << i
 		}
 	}
+	for held != 0 {
+		lead := &d.shards[bits.TrailingZeros64(held)]
+		for h := held; h != 0; h &= h - 1 {
+			d.shards[bits.TrailingZeros64(h)].pending.Store(false)
+		}
+		d.transmit(lead, held)
+		looped = looped || lead.looped
+		for h := held; h != 0; h &= h - 1 {
+			d.shards[bits.TrailingZeros64(h)].mu.Unlock()
+		}
+		again := uint64(0)
+		for h := held; h != 0; h &= h - 1 {
+			i := bits.TrailingZeros64(h)
+			if s := &d.shards[i]; s.pending.Load() && s.mu.TryLock() {
+				again |= 1 << i
+			}
+		}
+		held = again
+	}
+	return looped
 }
 
 // flushAll transmits everything the engine has queued, waiting for
@@ -781,7 +791,7 @@ func (d *Device) flushAll() {
 		s := &d.shards[i]
 		s.mu.Lock()
 		s.pending.Store(false)
-		d.transmit(s)
+		d.transmit(s, 1<<i)
 		s.mu.Unlock()
 	}
 	// What a shard's local delivery queued on an earlier one.
@@ -791,8 +801,25 @@ func (d *Device) flushAll() {
 // shardOf returns the transmit shard of the QP numbered qpn.
 func (d *Device) shardOf(qpn uint32) *txShard { return &d.shards[d.eng.ShardOf(qpn)] }
 
-// transmit runs with s.mu held.
-func (d *Device) transmit(s *txShard) {
+// transmitShards fills slots from the engine's queues of the shards in
+// held, starting at a different one each pass. Called with d.mu held.
+func (d *Device) transmitShards(s *txShard, held uint64, slots []qp.TxPacket) int {
+	if held&(held-1) == 0 {
+		return d.eng.TransmitShard(bits.TrailingZeros64(held), slots)
+	}
+	s.turn++
+	n := 0
+	rot := s.turn % uint(len(d.shards))
+	for h := bits.RotateLeft64(held, -int(rot)); h != 0 && n < len(slots); h &= h - 1 {
+		i := (bits.TrailingZeros64(h) + int(rot)) % 64
+		n += d.eng.TransmitShard(i, slots[n:])
+	}
+	return n
+}
+
+// transmit runs the pass of the shards in held, whose locks the caller
+// holds, in the buffers of s, one of them.
+func (d *Device) transmit(s *txShard, held uint64) {
 	s.looped = false
 	for {
 		// The engine writes into buffers the link lends, where frames are
@@ -809,7 +836,7 @@ func (d *Device) transmit(s *txShard) {
 		if lent {
 			short = d.eng.Stats().ShortTxBuffer
 		}
-		n := d.eng.TransmitShard(s.idx, slots)
+		n := d.transmitShards(s, held, slots)
 		if lent && d.eng.Stats().ShortTxBuffer != short {
 			s.lend.short = true
 		}
