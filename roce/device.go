@@ -89,14 +89,17 @@ type Options struct {
 	// CC turns on congestion control (DCQCN: ECN marking, CNPs, per-QP
 	// rate limits; see CCConfig). Off by default.
 	CC CCConfig
-	// Shards is the number of transmit shards (default: GOMAXPROCS at
-	// OpenLink, at most 4). A QP belongs to shard QPN mod Shards, and each
-	// shard runs its own transmit pass, with its own buffers, so that QPs
-	// of different shards build and send their packets on different CPUs
-	// at once, the link's system calls included; a QP's packets still
-	// leave in order, from its shard's pass. One shard is one transmit
-	// pass for the device, as on one CPU, where more would only add
-	// locking.
+	// Shards is the number of transmit shards (default 1, at most 64). A
+	// QP belongs to shard QPN mod Shards, and each shard runs its own
+	// transmit pass, with its own buffers, so that QPs of different
+	// shards build and send their packets on different CPUs at once, the
+	// link's system calls included; a QP's packets still leave in order,
+	// from its shard's pass. One shard is one transmit pass for the
+	// device: a goroutine that finds it running leaves its packets to it,
+	// which then go in one link write (one GSO send on the kernel UDP
+	// link). That batching beat parallel passes on a loaded 2-CPU host
+	// (bench/README.md, "Transmit shards"), so more shards are for links
+	// and hosts where the system call, not its count, is the cost.
 	Shards int
 	// DSCP (0..63) is the DSCP of packets whose QP or address handle
 	// gives none (a traffic class below 4, as ConnectAttr's zero value):
@@ -242,10 +245,6 @@ type txShard struct {
 	_      [64]byte // the next shard's lock on another cache line
 }
 
-// maxDefaultShards bounds the default of Options.Shards: a device's
-// passes share one engine lock and one link.
-const maxDefaultShards = 4
-
 // Headroom budget: Ethernet + VLAN + IPv6 + UDP, rounded up.
 const (
 	txHeadroom = 128
@@ -299,7 +298,7 @@ func newDevice(l link.Link, opts Options) (*Device, error) {
 		opts.TxBatch = 32
 	}
 	if opts.Shards == 0 {
-		opts.Shards = min(runtime.GOMAXPROCS(0), maxDefaultShards)
+		opts.Shards = 1
 	}
 	if opts.Shards < 0 || opts.Shards > qp.MaxShards {
 		return nil, fmt.Errorf("roce: Options.Shards %d: not in 1..%d: %w", opts.Shards, qp.MaxShards, qp.ErrInvalidArgument)
