@@ -175,10 +175,18 @@ type Device struct {
 	netMTU atomic.Int64 // IP MTU of the link (follows the interface)
 	portUp atomic.Bool  // interface operationally up (or no interface)
 
-	// mu guards the engine and every engine object.
-	mu    sync.Mutex
-	eng   *qp.Engine
-	clock monoClock // the engine's; guarded by mu
+	// mu guards the engine and every engine object but the CQs' rings
+	// (qp.CQ has a lock of its own, which CQ.Poll takes instead).
+	mu sync.Mutex
+	// polled is raised by CQ.Poll when it takes completions and read by
+	// the receive and transmit passes under mu before the engine touches
+	// memory regions: the edge in the memory model that orders a
+	// consumer's accesses before a completion was taken before the
+	// device's later accesses to the same memory, which CQ.Poll gave when
+	// it took mu (MR.Sync). It never waits, unlike mu.
+	polled atomic.Uint64
+	eng    *qp.Engine
+	clock  monoClock // the engine's; guarded by mu
 
 	gids  atomic.Pointer[gidTable]
 	neigh *neighbours
@@ -626,6 +634,7 @@ func (d *Device) receiveBatch(frames [][]byte, rx *rxState) {
 		}
 		if !locked {
 			d.mu.Lock()
+			d.polled.Load() // see polled
 			locked = true
 			d.clock.hold = true
 		}
@@ -835,6 +844,7 @@ func (d *Device) transmit(s *txShard, held uint64) {
 		if lent {
 			short = d.eng.Stats().ShortTxBuffer
 		}
+		d.polled.Load() // see polled
 		n := d.transmitShards(s, held, slots)
 		if lent && d.eng.Stats().ShortTxBuffer != short {
 			s.lend.short = true

@@ -248,6 +248,9 @@ func (cq *CQ) Poll(wc []WorkCompletion) int {
 	// wait for a receive batch or a post of another QP (qp.CQ).
 	n := cq.cq.Poll(wc)
 	cq.avail.Add(int64(-n))
+	if n > 0 {
+		d.polled.Add(1)
+	}
 	for i := range wc[:n] {
 		switch wc[i].Status {
 		case qp.WCRetryExcErr:
