@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/netip"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -296,4 +297,103 @@ func TestShardsDestroyInFlight(t *testing.T) {
 	close(stop)
 	<-xdone
 	t.Logf("B: %d frames for the destroyed QP", db.Counters().UnknownQP)
+}
+
+// Receives posted from one goroutine, without the device lock, while the
+// device fills them from the wire and another goroutine moves the QP to
+// the error state: each posted receive completes exactly once, in the
+// order posted, the filled ones first and the rest flushed; none is
+// refused or lost.
+func TestPostRecvWhileReceiving(t *testing.T) {
+	da, db := memPair(t, faultnet.Config{}, faultnet.Config{}, nil)
+	a, b := newEndpoint(t, da, RC, 4096), newEndpoint(t, db, RC, 4096)
+	connect(t, a, b, addrA, addrB, ConnectAttr{})
+	const msgs, stopAfter = 2000, 500
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	posted := make(chan int, 1)
+	var completed atomic.Int64 // receives completed: at most 256 outstanding, within the CQ
+	go func() {
+		n := 0
+		defer func() { posted <- n }()
+		for n < msgs {
+			if int64(n)-completed.Load() >= 256 {
+				if ctx.Err() != nil {
+					return
+				}
+				time.Sleep(10 * time.Microsecond)
+				continue
+			}
+			err := b.qp.PostRecv(&RecvWR{ID: uint64(n), SGL: []SGE{b.mr.SGE(n%64*64, 64)}})
+			switch {
+			case err == nil:
+				n++
+			case errors.Is(err, qp.ErrQueueFull):
+				if ctx.Err() != nil {
+					return
+				}
+				time.Sleep(10 * time.Microsecond)
+			default:
+				t.Errorf("post receive %d: %v", n, err)
+				return
+			}
+		}
+	}()
+	go func() {
+		var wc [16]WorkCompletion
+		for i := 0; i < msgs && ctx.Err() == nil; i++ {
+			for a.scq.Len() > 100 {
+				a.scq.Poll(wc[:])
+			}
+			if a.qp.PostSend(&SendWR{ID: uint64(i), Opcode: WRSend, SGL: []SGE{a.mr.SGE(0, 16)}}) != nil {
+				time.Sleep(10 * time.Microsecond)
+				i--
+			}
+			a.scq.Poll(wc[:])
+		}
+	}()
+	var wc [16]WorkCompletion
+	next, ok, flushed, errored := 0, 0, 0, false
+	var total = -1
+	for total < 0 || next < total {
+		if total < 0 {
+			select {
+			case total = <-posted:
+			default:
+			}
+		}
+		n := b.rcq.Poll(wc[:])
+		if n == 0 {
+			if ctx.Err() != nil {
+				t.Fatalf("%d of %d receives completed (%d filled, %d flushed)", next, total, ok, flushed)
+			}
+			time.Sleep(10 * time.Microsecond)
+			continue
+		}
+		for _, c := range wc[:n] {
+			if c.WRID != uint64(next) {
+				t.Fatalf("receive %d completed, want %d", c.WRID, next)
+			}
+			next++
+			completed.Add(1)
+			switch {
+			case c.Status == WCSuccess && !errored:
+				ok++
+			case c.Status == WCWRFlushErr:
+				errored = true
+				flushed++
+			default:
+				t.Fatalf("receive %d: %v after %d filled, %d flushed", c.WRID, c.Status, ok, flushed)
+			}
+		}
+		if ok >= stopAfter && !errored {
+			if err := b.qp.Modify(ctx, &QPAttr{State: StateErr}, AttrState); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if ok < stopAfter || flushed == 0 {
+		t.Fatalf("%d receives filled and %d flushed of %d", ok, flushed, total)
+	}
+	t.Logf("%d receives filled, %d flushed", ok, flushed)
 }

@@ -279,6 +279,10 @@ func (c *curRecv) sgl() []SGE { return c.sge }
 // made on the first post (alloc) and dropped by release, so a QP that
 // receives nothing holds none.
 type recvQueue struct {
+	// mu guards the ring against QP.PostRecvConcurrent, which posts
+	// without the engine's serialization: the engine's own accesses to a
+	// QP's queue (taking, flushing, clearing) take it too.
+	mu      sync.Mutex
 	ring    []recvWQE
 	store   []SGE
 	head, n int

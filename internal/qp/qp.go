@@ -267,7 +267,9 @@ func (q *QP) Destroy() error {
 	if q.destroyed {
 		return ErrClosed
 	}
+	q.rq.mu.Lock()
 	q.destroyed = true
+	q.rq.mu.Unlock()
 	q.destroyDC()
 	q.e.readyOf(q).remove(q)
 	q.e.timers.release(q)
@@ -575,13 +577,18 @@ func (q *QP) checkValues(attr *QPAttr, mask AttrMask) error {
 
 func (q *QP) setState(s QPState) {
 	prev := q.state
+	// Under the receive queue's lock: PostRecvConcurrent reads the state
+	// there, so a receive it posts is either refused or flushed.
+	q.rq.mu.Lock()
 	q.state = s
+	if s == StateReset && q.srq == nil {
+		q.rq.clear()
+		q.rq.release()
+	}
+	q.rq.mu.Unlock()
 	switch s {
 	case StateReset:
 		q.sqHead, q.sqTail = 0, 0
-		if q.srq == nil {
-			q.rq.clear()
-		}
 		q.resetTransport()
 		q.e.readyOf(q).remove(q)
 		q.releaseQueues()
@@ -633,7 +640,9 @@ func (q *QP) flush() {
 	}
 	if q.srq == nil {
 		for {
+			q.rq.mu.Lock()
 			id, ok := q.rq.pop()
+			q.rq.mu.Unlock()
 			if !ok {
 				break
 			}
@@ -848,7 +857,32 @@ func (q *QP) PostRecv(wr *RecvWR) error {
 		q.pushWC(q.recvCQ, &wc)
 		return nil
 	}
+	q.rq.mu.Lock()
+	defer q.rq.mu.Unlock()
 	return q.rq.post(wr)
+}
+
+// PostRecvConcurrent is PostRecv for a caller that does not hold the
+// engine's serialization: it may run at the same time as any engine call.
+// It reports false, having done nothing, when the QP is in the error state
+// (where a receive completes at once, flushed: the caller posts it with
+// PostRecv then) or uses an SRQ.
+func (q *QP) PostRecvConcurrent(wr *RecvWR) (bool, error) {
+	if q.srq != nil {
+		return false, nil
+	}
+	q.rq.mu.Lock()
+	defer q.rq.mu.Unlock()
+	if q.destroyed {
+		return true, ErrClosed
+	}
+	switch q.state {
+	case StateReset:
+		return true, ErrInvalidState
+	case StateErr:
+		return false, nil
+	}
+	return true, q.rq.post(wr)
 }
 
 // takeRecv takes the next receive WQE from the SRQ or the QP's own queue.
@@ -856,6 +890,8 @@ func (q *QP) takeRecv(dst *curRecv) bool {
 	if q.srq != nil {
 		return q.srq.take(dst)
 	}
+	q.rq.mu.Lock()
+	defer q.rq.mu.Unlock()
 	return q.rq.take(dst)
 }
 
@@ -1104,9 +1140,7 @@ func (q *QP) releaseQueues() {
 	if q.sqHead == q.sqTail {
 		q.sq, q.sqStore, q.sqInline = nil, nil, nil
 	}
-	if q.srq == nil {
-		q.rq.release()
-	}
+	// The receive queue was released by setState, under its lock.
 	q.resp.cur.sge = nil
 	q.resp.release()
 }
