@@ -122,3 +122,57 @@ func TestShardsConfig(t *testing.T) {
 		t.Fatalf("default: %v, %d shards", err, e.Shards())
 	}
 }
+
+// PostRecvConcurrent posts to a QP's own queue in the states that take a
+// receive, refuses RESET and a destroyed QP, and leaves the error state
+// (a flushed completion) and SRQ-attached QPs to PostRecv.
+func TestPostRecvConcurrent(t *testing.T) {
+	e, err := qp.New(qp.Config{Clock: &qptest.Clock{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ep, err := qptest.NewEndpoint(e, qp.RC, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := ep.QP
+	wr := &qp.RecvWR{ID: 1}
+	if ok, err := q.PostRecvConcurrent(wr); !ok || !errors.Is(err, qp.ErrInvalidState) {
+		t.Fatalf("RESET: %v, %v", ok, err)
+	}
+	if err := q.Modify(&qp.QPAttr{State: qp.StateInit, Port: 1}, qp.AttrState|qp.AttrPKeyIndex|qp.AttrPort|qp.AttrAccessFlags); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 4; i++ {
+		if ok, err := q.PostRecvConcurrent(wr); !ok || err != nil {
+			t.Fatalf("INIT, receive %d: %v, %v", i, ok, err)
+		}
+	}
+	if ok, err := q.PostRecvConcurrent(wr); !ok || !errors.Is(err, qp.ErrQueueFull) {
+		t.Fatalf("full queue: %v, %v", ok, err)
+	}
+	if err := q.Modify(&qp.QPAttr{State: qp.StateErr}, qp.AttrState); err != nil {
+		t.Fatal(err)
+	}
+	var wc [8]qp.WorkCompletion
+	if n := ep.RCQ.Poll(wc[:]); n != 4 || wc[0].Status != qp.WCWRFlushErr {
+		t.Fatalf("%d completions after the move to ERR, want the 4 posted, flushed", n)
+	}
+	if ok, _ := q.PostRecvConcurrent(wr); ok {
+		t.Fatal("ERR: posted without the engine")
+	}
+	srq, _ := ep.PD.CreateSRQ(qp.SRQAttr{MaxWR: 4, MaxSGE: 1})
+	sq, err := ep.PD.CreateQP(&qp.QPInitAttr{Type: qp.RC, SendCQ: ep.SCQ, RecvCQ: ep.RCQ, SRQ: srq, Cap: qp.QPCap{MaxSendWR: 4}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ok, _ := sq.PostRecvConcurrent(wr); ok {
+		t.Fatal("an SRQ-attached QP took a receive of its own")
+	}
+	if err := q.Destroy(); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := q.PostRecvConcurrent(wr); !ok || !errors.Is(err, qp.ErrClosed) {
+		t.Fatalf("destroyed: %v, %v", ok, err)
+	}
+}
