@@ -91,7 +91,10 @@
 // passes hold it only while the engine runs: the frame headers, the ICRC
 // and the link's system calls run outside it. A CQ's ring has a lock of its
 // own, which CQ.Poll takes instead of the device's, so a consumer taking
-// completions does not wait for a receive batch or another QP's post; the
+// completions does not wait for a receive batch or another QP's post, and
+// so has a QP's receive queue, which QP.PostRecv takes instead (a QP in
+// the error state, whose receives complete at once, still takes the
+// device lock); the
 // completions of QPs of every shard go into one CQ in the order the engine
 // made them. The GID table and the neighbour cache are copy-on-write
 // snapshots read without a lock. The data path allocates nothing per

@@ -13,8 +13,10 @@
 // the same result every time.
 //
 // An Engine is not safe for concurrent use: the device serialises calls.
-// The exceptions are [Engine.ReadyShards] and the consumer's side of a CQ
-// ([CQ.Poll], [CQ.Len], [CQ.Overflows]), which may run at any time. With
+// The exceptions are [Engine.ReadyShards], the consumer's side of a CQ
+// ([CQ.Poll], [CQ.Len], [CQ.Overflows]) and [QP.PostRecvConcurrent], which
+// may run at any time: a CQ's ring and a QP's receive queue have locks of
+// their own, which the engine takes too. With
 // [Config.Shards] the QPs with packets to send wait in one queue per shard
 // (QPN mod Shards), so that a device can run a transmit pass per shard at
 // once ([Engine.TransmitShard]) and each QP's packets stay in order.
