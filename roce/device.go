@@ -98,7 +98,7 @@ type Options struct {
 	// device: a goroutine that finds it running leaves its packets to it,
 	// which then go in one link write (one GSO send on the kernel UDP
 	// link). That batching beat parallel passes on a loaded 2-CPU host
-	// (bench/README.md, "Transmit shards"), so more shards are for links
+	// (bench/README.md, "Two CPUs for one device"), so more shards are for links
 	// and hosts where the system call, not its count, is the cost.
 	Shards int
 	// DSCP (0..63) is the DSCP of packets whose QP or address handle
