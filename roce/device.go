@@ -198,7 +198,8 @@ type Device struct {
 	// buffers.
 	shards    []txShard
 	wakeAt    atomic.Int64 // when the timer goroutine will next wake
-	timer     *wakeTimer   // the timer goroutine's; reset under mu
+	timer     *wakeTimer   // the timer goroutine's; set by rearm
+	timerMu   sync.Mutex   // serialises rearm's system calls on timer
 	lastTxErr atomic.Pointer[string]
 	deferred  atomic.Bool // a poller left a transmit pass to its caller (txdefer.go)
 	deferT    *time.Timer // flushes what was deferred if the caller does not
@@ -655,8 +656,11 @@ func (d *Device) receiveBatch(frames [][]byte, rx *rxState) {
 		d.clock.hold, d.clock.have = false, false
 		// A received NAK may have armed a timer (RNR) without anything
 		// to transmit.
-		d.noteDeadline()
+		moved := d.noteDeadline()
 		d.mu.Unlock()
+		if moved {
+			d.rearm()
+		}
 	}
 }
 
@@ -669,14 +673,31 @@ func (d *Device) receiveBatch(frames [][]byte, rx *rxState) {
 // here rather than by waking the goroutine to reset it: each message of
 // a ping-pong arms a probe while the device's wake-up is unset, and a
 // goroutine wake-up (a context switch on a loaded host) per message was
-// most of the device's wake-ups.
-func (d *Device) noteDeadline() {
+// most of the device's wake-ups. It reports whether it moved the wake-up:
+// the caller then calls rearm once it has released d.mu, so that the
+// timer's system calls (timerfd_settime) are not made under the device
+// lock.
+func (d *Device) noteDeadline() bool {
 	at, ok := d.eng.TakeArmed()
 	if !ok || int64(at) >= d.wakeAt.Load() {
-		return
+		return false
 	}
 	d.wakeAt.Store(int64(at))
-	d.timer.reset(timerWait(at - time.Since(d.start)))
+	return true
+}
+
+// rearm sets the timer goroutine's timer to wakeAt as it is now. Every
+// goroutine that moves wakeAt calls it afterwards, and each call reads
+// the latest value under timerMu, so the last one sets the timer to the
+// last wakeAt, whatever order the calls come in.
+func (d *Device) rearm() {
+	d.timerMu.Lock()
+	if at := time.Duration(d.wakeAt.Load()); at == never {
+		d.timer.disarm()
+	} else {
+		d.timer.reset(timerWait(at - time.Since(d.start)))
+	}
+	d.timerMu.Unlock()
 }
 
 // timerWait is how long the timer goroutine sleeps for a deadline wait
@@ -701,14 +722,14 @@ func (d *Device) countDrop(err error) {
 
 // timerLoop is the single timer goroutine: it runs the engine's retransmit
 // and RNR timers against the real clock. It sleeps on d.timer, which
-// noteDeadline resets when a timer is armed earlier than the planned
-// wake-up.
+// rearm resets after noteDeadline saw a timer armed earlier than the
+// planned wake-up.
 func (d *Device) timerLoop() {
 	defer d.wg.Done()
 	defer func() {
-		d.mu.Lock()
+		d.timerMu.Lock()
 		d.timer.close()
-		d.mu.Unlock()
+		d.timerMu.Unlock()
 	}()
 	for {
 		d.ctr.timerWakes.Add(1)
@@ -716,9 +737,9 @@ func (d *Device) timerLoop() {
 		d.eng.Advance(time.Since(d.start))
 		d.mu.Unlock()
 		d.flush()
-		// Read the deadline, publish it and set the timer under the lock,
-		// so that a timer armed by another goroutine either is seen here
-		// or resets the timer after this.
+		// Read the deadline and publish it under the lock, so that a
+		// timer armed by another goroutine either is seen here or moves
+		// wakeAt after this, and rearms after it.
 		d.mu.Lock()
 		next, ok := d.eng.NextDeadline()
 		if !ok {
@@ -726,12 +747,8 @@ func (d *Device) timerLoop() {
 		}
 		d.eng.TakeArmed() // included in next
 		d.wakeAt.Store(int64(next))
-		if ok {
-			d.timer.reset(timerWait(next - time.Since(d.start)))
-		} else {
-			d.timer.disarm()
-		}
 		d.mu.Unlock()
+		d.rearm()
 		if !d.timer.wait(d.ctx) {
 			return
 		}
@@ -849,10 +866,11 @@ func (d *Device) transmit(s *txShard, held uint64) {
 		if lent && d.eng.Stats().ShortTxBuffer != short {
 			s.lend.short = true
 		}
-		if n > 0 {
-			d.noteDeadline()
-		}
+		moved := n > 0 && d.noteDeadline()
 		d.mu.Unlock()
+		if moved {
+			d.rearm()
+		}
 		s.lend.produced(n)
 		if n == 0 {
 			s.lend.giveBack()
