@@ -16,6 +16,17 @@ import (
 // memory link, through both devices' goroutines, costs no allocation.
 func TestAllocsSendRecv(t *testing.T) {
 	da, db := memPair(t, faultnet.Config{}, faultnet.Config{}, nil)
+	allocsSendRecv(t, da, db)
+}
+
+// The same with transmit shards, the two QPs in different ones.
+func TestAllocsSendRecvShards(t *testing.T) {
+	da, db := shardPair(t, 3, faultnet.Config{})
+	newEndpoint(t, db, RC, 64) // b's QP in another shard than a's
+	allocsSendRecv(t, da, db)
+}
+
+func allocsSendRecv(t *testing.T, da, db *Device) {
 	a := newEndpoint(t, da, RC, 8192)
 	b := newEndpoint(t, db, RC, 8192)
 	connect(t, a, b, addrA, addrB, ConnectAttr{})

@@ -11,7 +11,7 @@ import (
 // The ACK of a message whose completion the receiver has seen leaves even
 // when the receiver closes its QP at once. The receive path posts the
 // completion under the device lock and transmits after it; here another
-// transmit pass holds the transmit slots at that moment (txMu), so the ACK
+// transmit pass holds the transmit slots at that moment (its shard's lock), so the ACK
 // is still queued when Close runs. Without the ACK the sender resends into
 // a QP that no longer exists until its retry count runs out.
 func TestCloseSendsQueuedAck(t *testing.T) {
@@ -35,11 +35,13 @@ func queuedAckLeaves(t *testing.T, end func(*QP) error) {
 	if err := b.qp.PostRecv(&RecvWR{ID: 7, SGL: []SGE{b.mr.SGE(0, 64)}}); err != nil {
 		t.Fatal(err)
 	}
-	db.txMu.Lock()
+	// The pass of b's QP's shard: the one the ACK would leave from.
+	tx := &db.shardOf(b.qp.QPN()).mu
+	tx.Lock()
 	locked := true
 	defer func() {
 		if locked {
-			db.txMu.Unlock()
+			tx.Unlock()
 		}
 	}()
 	if err := a.qp.PostSend(&SendWR{ID: 1, Opcode: WRSend, Flags: SendSignaled, SGL: []SGE{a.mr.SGE(0, 64)}}); err != nil {
@@ -55,7 +57,7 @@ func queuedAckLeaves(t *testing.T, end func(*QP) error) {
 		closed <- err
 	case <-time.After(100 * time.Millisecond):
 	}
-	db.txMu.Unlock()
+	tx.Unlock()
 	locked = false
 	if err := <-closed; err != nil {
 		t.Fatal(err)

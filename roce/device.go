@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math/bits"
 	"net"
 	"net/netip"
 	"runtime"
@@ -88,6 +89,18 @@ type Options struct {
 	// CC turns on congestion control (DCQCN: ECN marking, CNPs, per-QP
 	// rate limits; see CCConfig). Off by default.
 	CC CCConfig
+	// Shards is the number of transmit shards (default 1, at most 64). A
+	// QP belongs to shard QPN mod Shards, and each shard runs its own
+	// transmit pass, with its own buffers, so that QPs of different
+	// shards build and send their packets on different CPUs at once, the
+	// link's system calls included; a QP's packets still leave in order,
+	// from its shard's pass. One shard is one transmit pass for the
+	// device: a goroutine that finds it running leaves its packets to it,
+	// which then go in one link write (one GSO send on the kernel UDP
+	// link). That batching beat parallel passes on a loaded 2-CPU host
+	// (bench/README.md, "Two CPUs for one device"), so more shards are for links
+	// and hosts where the system call, not its count, is the cost.
+	Shards int
 	// DSCP (0..63) is the DSCP of packets whose QP or address handle
 	// gives none (a traffic class below 4, as ConnectAttr's zero value):
 	// RoCE data usually travels in a class of its own, such as 26 (AF31)
@@ -162,10 +175,18 @@ type Device struct {
 	netMTU atomic.Int64 // IP MTU of the link (follows the interface)
 	portUp atomic.Bool  // interface operationally up (or no interface)
 
-	// mu guards the engine and every engine object.
-	mu    sync.Mutex
-	eng   *qp.Engine
-	clock monoClock // the engine's; guarded by mu
+	// mu guards the engine and every engine object but the CQs' rings
+	// (qp.CQ has a lock of its own, which CQ.Poll takes instead).
+	mu sync.Mutex
+	// polled is raised by CQ.Poll when it takes completions and read by
+	// the receive and transmit passes under mu before the engine touches
+	// memory regions: the edge in the memory model that orders a
+	// consumer's accesses before a completion was taken before the
+	// device's later accesses to the same memory, which CQ.Poll gave when
+	// it took mu (MR.Sync). It never waits, unlike mu.
+	polled atomic.Uint64
+	eng    *qp.Engine
+	clock  monoClock // the engine's; guarded by mu
 
 	gids  atomic.Pointer[gidTable]
 	neigh *neighbours
@@ -173,26 +194,19 @@ type Device struct {
 	res   Resources // live verbs objects, guarded by mu
 	tap   atomic.Pointer[pcapTap]
 
-	// Transmit: txMu owns the slots; txPending asks the holder to go again.
-	txMu      sync.Mutex
-	txPending atomic.Bool
-	slots     []qp.TxPacket
-	frames    [][]byte
-	ipID      uint16
+	// Transmit: one pass per shard (Options.Shards), each with its own
+	// buffers.
+	shards    []txShard
 	wakeAt    atomic.Int64 // when the timer goroutine will next wake
-	timer     *wakeTimer   // the timer goroutine's; reset under mu
+	timer     *wakeTimer   // the timer goroutine's; set by rearm
+	timerMu   sync.Mutex   // serialises rearm's system calls on timer
 	lastTxErr atomic.Pointer[string]
-	lend      txLend      // frames built in the link's buffers (txlend.go)
 	deferred  atomic.Bool // a poller left a transmit pass to its caller (txdefer.go)
 	deferT    *time.Timer // flushes what was deferred if the caller does not
 
 	// Receive goroutine state.
-	pkt rxState
-	// Loopback: frames to one of our own GIDs never reach the link (as
-	// rxe_loopback); the transmit pass delivers them. Guarded by txMu.
-	loop    [][]byte
-	loopPkt rxState
-	rxFn    func(frames [][]byte)
+	pkt  rxState
+	rxFn func(frames [][]byte)
 
 	ctx     context.Context
 	cancel  context.CancelFunc
@@ -218,6 +232,26 @@ type Device struct {
 	pollPkt        rxState
 	pollFn         func(frames [][]byte)
 	pollEmpty      atomic.Uint32 // pollOnce calls that found nothing: when to yield
+}
+
+// txShard is one shard's transmit pass: mu owns its buffers, and pending
+// asks the holder to go again.
+type txShard struct {
+	mu      sync.Mutex
+	pending atomic.Bool
+	slots   []qp.TxPacket
+	frames  [][]byte
+	ipID    uint16
+	lend    txLend // frames built in the link's buffers (txlend.go)
+	// Loopback: frames to one of our own GIDs never reach the link (as
+	// rxe_loopback); the transmit pass delivers them.
+	loop    [][]byte
+	loopPkt rxState
+	// looped says the last pass delivered frames locally, whose answers
+	// may be queued on other shards.
+	looped bool
+	turn   uint     // the shard a pass of several starts at
+	_      [64]byte // the next shard's lock on another cache line
 }
 
 // Headroom budget: Ethernet + VLAN + IPv6 + UDP, rounded up.
@@ -272,6 +306,12 @@ func newDevice(l link.Link, opts Options) (*Device, error) {
 	if opts.TxBatch <= 0 {
 		opts.TxBatch = 32
 	}
+	if opts.Shards == 0 {
+		opts.Shards = 1
+	}
+	if opts.Shards < 0 || opts.Shards > qp.MaxShards {
+		return nil, fmt.Errorf("roce: Options.Shards %d: not in 1..%d: %w", opts.Shards, qp.MaxShards, qp.ErrInvalidArgument)
+	}
 	if opts.BusyPoll == 0 {
 		opts.BusyPoll = opts.CQSpin
 	}
@@ -315,7 +355,7 @@ func newDevice(l link.Link, opts Options) (*Device, error) {
 	d.netMTU.Store(int64(mtu))
 	d.portUp.Store(true)
 	d.clock.start = d.start
-	eng, err := qp.New(qp.Config{Clock: &d.clock, PortMTU: ib.ActiveMTU(mtu), CC: opts.CC})
+	eng, err := qp.New(qp.Config{Clock: &d.clock, PortMTU: ib.ActiveMTU(mtu), CC: opts.CC, Shards: opts.Shards})
 	if err != nil {
 		return nil, err
 	}
@@ -344,15 +384,22 @@ func newDevice(l link.Link, opts Options) (*Device, error) {
 		}
 		d.tap.Store(tap)
 	}
-	d.slots = make([]qp.TxPacket, opts.TxBatch)
-	d.frames = make([][]byte, opts.TxBatch)
-	d.loop = make([][]byte, 0, opts.TxBatch)
-	slab := make([]byte, opts.TxBatch*txSlotSize)
-	for i := range d.slots {
-		d.slots[i].Buf = slab[i*txSlotSize : (i+1)*txSlotSize : (i+1)*txSlotSize]
-		d.slots[i].Headroom = txHeadroom
+	d.shards = make([]txShard, opts.Shards)
+	for k := range d.shards {
+		s := &d.shards[k]
+		s.slots = make([]qp.TxPacket, opts.TxBatch)
+		s.frames = make([][]byte, opts.TxBatch)
+		s.loop = make([][]byte, 0, opts.TxBatch)
+		// IP IDs only tell fragments apart, and every frame leaves with
+		// DF set: the shards count apart from spread starting points.
+		s.ipID = uint16(k * (1 << 16) / opts.Shards)
+		slab := make([]byte, opts.TxBatch*txSlotSize)
+		for i := range s.slots {
+			s.slots[i].Buf = slab[i*txSlotSize : (i+1)*txSlotSize : (i+1)*txSlotSize]
+			s.slots[i].Headroom = txHeadroom
+		}
+		s.lend.init(l, opts.TxBatch)
 	}
-	d.lend.init(l, opts.TxBatch)
 	d.rxFn = func(frames [][]byte) { d.receiveBatch(frames, &d.pkt) }
 	d.pollFn = func(frames [][]byte) {
 		d.ctr.polledPkts.Add(uint64(len(frames)))
@@ -588,6 +635,7 @@ func (d *Device) receiveBatch(frames [][]byte, rx *rxState) {
 		}
 		if !locked {
 			d.mu.Lock()
+			d.polled.Load() // see polled
 			locked = true
 			d.clock.hold = true
 		}
@@ -608,8 +656,11 @@ func (d *Device) receiveBatch(frames [][]byte, rx *rxState) {
 		d.clock.hold, d.clock.have = false, false
 		// A received NAK may have armed a timer (RNR) without anything
 		// to transmit.
-		d.noteDeadline()
+		moved := d.noteDeadline()
 		d.mu.Unlock()
+		if moved {
+			d.rearm()
+		}
 	}
 }
 
@@ -622,14 +673,31 @@ func (d *Device) receiveBatch(frames [][]byte, rx *rxState) {
 // here rather than by waking the goroutine to reset it: each message of
 // a ping-pong arms a probe while the device's wake-up is unset, and a
 // goroutine wake-up (a context switch on a loaded host) per message was
-// most of the device's wake-ups.
-func (d *Device) noteDeadline() {
+// most of the device's wake-ups. It reports whether it moved the wake-up:
+// the caller then calls rearm once it has released d.mu, so that the
+// timer's system calls (timerfd_settime) are not made under the device
+// lock.
+func (d *Device) noteDeadline() bool {
 	at, ok := d.eng.TakeArmed()
 	if !ok || int64(at) >= d.wakeAt.Load() {
-		return
+		return false
 	}
 	d.wakeAt.Store(int64(at))
-	d.timer.reset(timerWait(at - time.Since(d.start)))
+	return true
+}
+
+// rearm sets the timer goroutine's timer to wakeAt as it is now. Every
+// goroutine that moves wakeAt calls it afterwards, and each call reads
+// the latest value under timerMu, so the last one sets the timer to the
+// last wakeAt, whatever order the calls come in.
+func (d *Device) rearm() {
+	d.timerMu.Lock()
+	if at := time.Duration(d.wakeAt.Load()); at == never {
+		d.timer.disarm()
+	} else {
+		d.timer.reset(timerWait(at - time.Since(d.start)))
+	}
+	d.timerMu.Unlock()
 }
 
 // timerWait is how long the timer goroutine sleeps for a deadline wait
@@ -654,14 +722,14 @@ func (d *Device) countDrop(err error) {
 
 // timerLoop is the single timer goroutine: it runs the engine's retransmit
 // and RNR timers against the real clock. It sleeps on d.timer, which
-// noteDeadline resets when a timer is armed earlier than the planned
-// wake-up.
+// rearm resets after noteDeadline saw a timer armed earlier than the
+// planned wake-up.
 func (d *Device) timerLoop() {
 	defer d.wg.Done()
 	defer func() {
-		d.mu.Lock()
+		d.timerMu.Lock()
 		d.timer.close()
-		d.mu.Unlock()
+		d.timerMu.Unlock()
 	}()
 	for {
 		d.ctr.timerWakes.Add(1)
@@ -669,9 +737,9 @@ func (d *Device) timerLoop() {
 		d.eng.Advance(time.Since(d.start))
 		d.mu.Unlock()
 		d.flush()
-		// Read the deadline, publish it and set the timer under the lock,
-		// so that a timer armed by another goroutine either is seen here
-		// or resets the timer after this.
+		// Read the deadline and publish it under the lock, so that a
+		// timer armed by another goroutine either is seen here or moves
+		// wakeAt after this, and rearms after it.
 		d.mu.Lock()
 		next, ok := d.eng.NextDeadline()
 		if !ok {
@@ -679,116 +747,176 @@ func (d *Device) timerLoop() {
 		}
 		d.eng.TakeArmed() // included in next
 		d.wakeAt.Store(int64(next))
-		if ok {
-			d.timer.reset(timerWait(next - time.Since(d.start)))
-		} else {
-			d.timer.disarm()
-		}
 		d.mu.Unlock()
+		d.rearm()
 		if !d.timer.wait(d.ctx) {
 			return
 		}
 	}
 }
 
-// flush transmits everything the engine has to send. Whoever holds txMu
-// sends; a caller that finds it busy leaves a note so the holder goes again.
+// flush transmits everything the engine has to send: it runs the pass of
+// every shard the engine has packets queued on (qp.Engine.ReadyShards).
+// Whoever holds a shard's lock sends for it; a caller that finds it busy
+// leaves a note so the holder goes again. A caller that takes several
+// shards sends their packets in one pass, in one link write, as a device
+// of one shard does: a goroutine alone sends no more system calls than
+// with one shard, and goroutines at once send apart.
 func (d *Device) flush() {
 	d.undefer()
-	d.txPending.Store(true)
 	for {
-		if !d.txMu.TryLock() {
+		m := d.eng.ReadyShards()
+		if m == 0 || !d.flushShards(m) {
 			return
 		}
-		d.txPending.Store(false)
-		d.transmit()
-		d.txMu.Unlock()
-		if !d.txPending.Load() {
-			return
-		}
+		// Frames delivered locally may have queued answers on shards
+		// another goroutine held.
 	}
 }
 
-// flushAll transmits everything the engine has queued, waiting for a
-// transmit pass that is under way instead of leaving the work to it.
-func (d *Device) flushAll() {
-	d.undefer()
-	d.txMu.Lock()
-	d.txPending.Store(false)
-	d.transmit()
-	d.txMu.Unlock()
+// flushShards runs the passes of the shards in m that no other goroutine
+// runs, and reports whether they delivered frames locally.
+func (d *Device) flushShards(m uint64) (looped bool) {
+	var held uint64
+	for ; m != 0; m &= m - 1 {
+		i := bits.TrailingZeros64(m)
+		s := &d.shards[i]
+		s.pending.Store(true)
+		if s.mu.TryLock() {
+			held |= 1 << i
+		}
+	}
+	for held != 0 {
+		lead := &d.shards[bits.TrailingZeros64(held)]
+		for h := held; h != 0; h &= h - 1 {
+			d.shards[bits.TrailingZeros64(h)].pending.Store(false)
+		}
+		d.transmit(lead, held)
+		looped = looped || lead.looped
+		for h := held; h != 0; h &= h - 1 {
+			d.shards[bits.TrailingZeros64(h)].mu.Unlock()
+		}
+		again := uint64(0)
+		for h := held; h != 0; h &= h - 1 {
+			i := bits.TrailingZeros64(h)
+			if s := &d.shards[i]; s.pending.Load() && s.mu.TryLock() {
+				again |= 1 << i
+			}
+		}
+		held = again
+	}
+	return looped
 }
 
-// transmit runs with txMu held.
-func (d *Device) transmit() {
+// flushAll transmits everything the engine has queued, waiting for
+// transmit passes that are under way instead of leaving the work to them.
+func (d *Device) flushAll() {
+	d.undefer()
+	for i := range d.shards {
+		s := &d.shards[i]
+		s.mu.Lock()
+		s.pending.Store(false)
+		d.transmit(s, 1<<i)
+		s.mu.Unlock()
+	}
+	// What a shard's local delivery queued on an earlier one.
+	d.flush()
+}
+
+// shardOf returns the transmit shard of the QP numbered qpn.
+func (d *Device) shardOf(qpn uint32) *txShard { return &d.shards[d.eng.ShardOf(qpn)] }
+
+// transmitShards fills slots from the engine's queues of the shards in
+// held, starting at a different one each pass. Called with d.mu held.
+func (d *Device) transmitShards(s *txShard, held uint64, slots []qp.TxPacket) int {
+	if held&(held-1) == 0 {
+		return d.eng.TransmitShard(bits.TrailingZeros64(held), slots)
+	}
+	s.turn++
+	n := 0
+	rot := s.turn % uint(len(d.shards))
+	for h := bits.RotateLeft64(held, -int(rot)); h != 0 && n < len(slots); h &= h - 1 {
+		i := (bits.TrailingZeros64(h) + int(rot)) % 64
+		n += d.eng.TransmitShard(i, slots[n:])
+	}
+	return n
+}
+
+// transmit runs the pass of the shards in held, whose locks the caller
+// holds, in the buffers of s, one of them.
+func (d *Device) transmit(s *txShard, held uint64) {
+	s.looped = false
 	for {
 		// The engine writes into buffers the link lends, where frames are
-		// sent from, or else into the device's slots (txlend.go).
-		slots := d.lend.take(d)
-		lent := d.lend.lent()
+		// sent from, or else into the shard's slots (txlend.go).
+		slots := s.lend.take(d, s.slots)
+		lent := s.lend.lent()
 		d.mu.Lock()
 		if d.closed.Load() {
 			d.mu.Unlock()
-			d.lend.giveBack()
+			s.lend.giveBack()
 			return
 		}
 		var short uint64
 		if lent {
 			short = d.eng.Stats().ShortTxBuffer
 		}
-		n := d.eng.Transmit(slots)
+		d.polled.Load() // see polled
+		n := d.transmitShards(s, held, slots)
 		if lent && d.eng.Stats().ShortTxBuffer != short {
-			d.lend.short = true
+			s.lend.short = true
 		}
-		if n > 0 {
-			d.noteDeadline()
-		}
+		moved := n > 0 && d.noteDeadline()
 		d.mu.Unlock()
-		d.lend.produced(n)
+		if moved {
+			d.rearm()
+		}
+		s.lend.produced(n)
 		if n == 0 {
-			d.lend.giveBack()
-			if d.lend.short {
+			s.lend.giveBack()
+			if s.lend.short {
 				continue
 			}
 			return
 		}
 		k := 0
-		d.loop = d.loop[:0]
+		s.loop = s.loop[:0]
 		for i := 0; i < n; i++ {
-			f, local, ok := d.buildFrame(&slots[i])
+			f, local, ok := d.buildFrame(&slots[i], s)
 			switch {
 			case !ok:
 			case local:
-				d.loop = append(d.loop, f)
+				s.loop = append(s.loop, f)
 			default:
-				d.frames[k] = f
+				s.frames[k] = f
 				if lent {
-					d.lend.send(i, k)
+					s.lend.send(i, k)
 				}
 				k++
 			}
 		}
 		if lent {
-			d.writeLent(d.frames[:k])
+			d.writeLent(&s.lend, s.frames[:k])
 		} else {
-			d.write(d.frames[:k])
+			d.write(s.frames[:k])
 		}
-		clear(d.frames[:k])
-		if len(d.loop) > 0 {
+		clear(s.frames[:k])
+		if len(s.loop) > 0 {
 			if tap := d.tap.Load(); tap != nil {
-				for _, f := range d.loop {
+				for _, f := range s.loop {
 					tap.write(f)
 				}
 			}
-			d.ctr.sentPkts.Add(uint64(len(d.loop)))
-			d.receiveBatch(d.loop, &d.loopPkt)
-			clear(d.loop)
-			d.lend.giveBack()
+			d.ctr.sentPkts.Add(uint64(len(s.loop)))
+			d.receiveBatch(s.loop, &s.loopPkt)
+			clear(s.loop)
+			s.lend.giveBack()
+			s.looped = true
 			// The receive may have produced responses: go round again.
 			continue
 		}
-		d.lend.giveBack()
-		if n < len(slots) && !d.lend.short {
+		s.lend.giveBack()
+		if n < len(slots) && !s.lend.short {
 			return
 		}
 	}
@@ -827,7 +955,7 @@ func (d *Device) write(frames [][]byte) {
 
 // buildFrame puts the Ethernet/IP/UDP headers in front of the IB packet the
 // engine wrote into t and seals it with the ICRC.
-func (d *Device) buildFrame(t *qp.TxPacket) (frame []byte, local, ok bool) {
+func (d *Device) buildFrame(t *qp.TxPacket, s *txShard) (frame []byte, local, ok bool) {
 	av := &t.AV
 	dst := av.DGID.Addr()
 	src := av.SGID.Addr()
@@ -871,8 +999,8 @@ func (d *Device) buildFrame(t *qp.TxPacket) (frame []byte, local, ok bool) {
 		h.SrcPort = d.linfo.FixedSourcePort
 	}
 	if !d.linfo.IPIDZero {
-		d.ipID++
-		h.IPID = d.ipID
+		s.ipID++
+		h.IPID = s.ipID
 	}
 	hs := h.HeaderSize()
 	start := t.Headroom - hs

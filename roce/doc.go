@@ -69,19 +69,36 @@
 // link.WriteBatch per batch. On a link that lends its transmit buffers
 // (link.TxLender: the UMEM of the AF_XDP link) the slots are those
 // buffers, so a payload is copied once, from the MR to where the frame is
-// sent from. Only one goroutine transmits at a time; a caller
+// sent from. Only one goroutine transmits for a shard at a time; a caller
 // that finds a pass under way leaves a note and the running pass goes round
 // again, so no work is stranded and no caller waits for another's I/O. A
+// device has one transmit shard unless Options.Shards asks for more: QP n
+// belongs to shard n mod Shards, the engine queues the QPs with packets to
+// send per shard, and each shard has its own pass, lock and buffers, so
+// QPs of different shards build and send their frames on different CPUs at
+// once (the kernel UDP link keeps several send states for that). A QP's
+// packets come from its shard's pass alone and leave in order. A
+// goroutine that finds several shards with packets and none of them busy
+// sends them in one pass and one link write. A
 // poller that reads the packet completing its caller's wait leaves the
 // pass (typically the ACK of that packet) to the caller's next verb, so the
 // ACK and the caller's reply leave in one batch; a timer sends it if the
 // caller does not come back within 20 µs, and QP.Modify, QP.Close and
 // Device.Close send it first.
 //
-// All engine state (QPs, CQs, MRs) is behind one mutex, so every method of
-// every object is safe for concurrent use. The GID table and the neighbour
-// cache are copy-on-write snapshots read without a lock. The data path
-// allocates nothing per packet.
+// All engine state (QPs, SRQs, MRs, the CQs' bookkeeping) is behind one
+// mutex, so every method of every object is safe for concurrent use. The
+// passes hold it only while the engine runs: the frame headers, the ICRC
+// and the link's system calls run outside it. A CQ's ring has a lock of its
+// own, which CQ.Poll takes instead of the device's, so a consumer taking
+// completions does not wait for a receive batch or another QP's post, and
+// so has a QP's receive queue, which QP.PostRecv takes instead (a QP in
+// the error state, whose receives complete at once, still takes the
+// device lock); the
+// completions of QPs of every shard go into one CQ in the order the engine
+// made them. The GID table and the neighbour cache are copy-on-write
+// snapshots read without a lock. The data path allocates nothing per
+// packet.
 //
 // # Completions and waiting
 //

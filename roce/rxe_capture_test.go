@@ -84,12 +84,12 @@ func rebuild(t *testing.T, file string, i int, frame []byte, fr link.Frame) {
 		DGID: ib.GIDFromAddr(fr.Dst), SGID: ib.GIDFromAddr(fr.Src), TrafficClass: fr.TOS, HopLimit: fr.TTL,
 		FlowLabel: fr.FlowLabel, SrcPort: fr.SrcPort}}
 	if fr.Version == 4 {
-		d.ipID = uint16(frame[fr.IPOffset+4])<<8 | uint16(frame[fr.IPOffset+5]) - 1
+		d.shards[0].ipID = uint16(frame[fr.IPOffset+4])<<8 | uint16(frame[fr.IPOffset+5]) - 1
 		if frame[fr.IPOffset+6]&0x40 == 0 {
 			t.Fatalf("%s frame %d: rxe frame without DF", file, i)
 		}
 	}
-	got, _, ok := d.buildFrame(&tx)
+	got, _, ok := d.buildFrame(&tx, &d.shards[0])
 	if !ok {
 		t.Fatalf("%s frame %d: not built", file, i)
 	}

@@ -13,7 +13,7 @@ import (
 // once, from the MR into the buffer the frame is sent from, where the
 // headers and the ICRC are put too. Links that lend nothing, or a pass for
 // which the link has no buffer free, use the device's slots and WriteBatch.
-// Guarded by txMu.
+// One per transmit shard, guarded by the shard's lock.
 type txLend struct {
 	l        link.TxLender // nil: the link lends nothing
 	bufs     [][]byte      // lent for this pass; nil once handed back
@@ -50,20 +50,20 @@ const lendMin = 4
 func (t *txLend) lent() bool { return t.n > 0 }
 
 // take returns the slots for the next transmit pass: lent buffers when
-// the link has them, else the device's own. It asks for as many buffers as
+// the link has them, else own (the shard's slots). It asks for as many buffers as
 // produced says, so that a pass with one packet to send takes few (lending
 // costs a little per buffer), while a stream asks for a whole batch.
-func (t *txLend) take(d *Device) []qp.TxPacket {
+func (t *txLend) take(d *Device, own []qp.TxPacket) []qp.TxPacket {
 	if t.l == nil || t.short {
 		t.short = false
-		return d.slots
+		return own
 	}
 	// What the engine needs of a slot (qp.Engine.Transmit) at the port
 	// MTU, with the device's headroom, as the device's own slots have.
 	size := txHeadroom + ib.ActiveMTU(int(d.netMTU.Load())).Bytes() + 256
 	n := t.l.LendTx(t.bufs[:t.want], size)
 	if n == 0 {
-		return d.slots
+		return own
 	}
 	t.n = n
 	for i := 0; i < n; i++ {
@@ -117,7 +117,7 @@ func (t *txLend) giveBack() {
 
 // writeLent sends frames built in lent buffers; the link takes the buffers
 // back.
-func (d *Device) writeLent(frames [][]byte) {
+func (d *Device) writeLent(t *txLend, frames [][]byte) {
 	if len(frames) == 0 {
 		return
 	}
@@ -126,8 +126,8 @@ func (d *Device) writeLent(frames [][]byte) {
 			tap.write(f)
 		}
 	}
-	bufs := d.lend.sendBufs[:len(frames)]
-	n, err := d.lend.l.WriteLent(bufs, frames)
+	bufs := t.sendBufs[:len(frames)]
+	n, err := t.l.WriteLent(bufs, frames)
 	clear(bufs)
 	d.ctr.sentPkts.Add(uint64(n))
 	if err != nil && !errors.Is(err, link.ErrClosed) {

@@ -21,6 +21,13 @@ import (
 // 127.0.0.2 with kernel-chosen ports, each sending to the other's port.
 func udpPair(t testing.TB) (*Device, *Device) {
 	t.Helper()
+	return udpPairWith(t, Options{})
+}
+
+// udpPairWith is udpPair with opts for both devices (their Addrs and Port
+// set here).
+func udpPairWith(t testing.TB, opts Options) (*Device, *Device) {
+	t.Helper()
 	la, err := udplink.ListenOptions(netip.AddrPortFrom(loA, 0), udplink.Options{EphemeralPort: true})
 	if err != nil {
 		t.Skipf("no UDP socket on 127.0.0.1: %v", err)
@@ -30,12 +37,15 @@ func udpPair(t testing.TB) (*Device, *Device) {
 		la.Close()
 		t.Skipf("no UDP socket on 127.0.0.1: %v", err)
 	}
-	da, err := OpenLink(la, Options{Addrs: []netip.Addr{loA}, Port: lb.LocalAddr().Port()})
+	oa, ob := opts, opts
+	oa.Addrs, oa.Port = []netip.Addr{loA}, lb.LocalAddr().Port()
+	ob.Addrs, ob.Port = []netip.Addr{loB}, la.LocalAddr().Port()
+	da, err := OpenLink(la, oa)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { da.Close() })
-	db, err := OpenLink(lb, Options{Addrs: []netip.Addr{loB}, Port: la.LocalAddr().Port()})
+	db, err := OpenLink(lb, ob)
 	if err != nil {
 		t.Fatal(err)
 	}

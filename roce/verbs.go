@@ -244,10 +244,13 @@ func (cq *CQ) Poll(wc []WorkCompletion) int {
 			return 0
 		}
 	}
-	d.mu.Lock()
+	// The CQ's own lock, not the device's: a consumer polling does not
+	// wait for a receive batch or a post of another QP (qp.CQ).
 	n := cq.cq.Poll(wc)
 	cq.avail.Add(int64(-n))
-	d.mu.Unlock()
+	if n > 0 {
+		d.polled.Add(1)
+	}
 	for i := range wc[:n] {
 		switch wc[i].Status {
 		case qp.WCRetryExcErr:
@@ -875,6 +878,18 @@ func (q *QP) SetReplyBeforeAck(on bool) {
 // the buffer receive the datagram's network header.
 func (q *QP) PostRecv(wr *RecvWR) error {
 	d := q.d
+	if d.closed.Load() {
+		return ErrClosed
+	}
+	// The QP's receive queue has a lock of its own: a post does not wait
+	// for a receive batch or another QP's post. Only a QP in the error
+	// state, where the receive completes at once, needs the device lock.
+	if ok, err := q.q.PostRecvConcurrent(wr); ok {
+		if err != nil {
+			return fmt.Errorf("roce: post receive on QP %d: %w", q.qpn, err)
+		}
+		return nil
+	}
 	if err := d.lock(); err != nil {
 		return err
 	}

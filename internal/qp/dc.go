@@ -253,7 +253,7 @@ func (q *QP) destroyDC() {
 		return
 	}
 	for _, c := range q.dc.ctxs {
-		q.e.ready.remove(c)
+		q.e.readyOf(c).remove(c)
 		c.destroyed = true
 	}
 	clear(q.dc.ctxs)
@@ -754,7 +754,7 @@ func (q *QP) releaseCtx(c *QP) {
 		d.lastCtx = nil
 	}
 	d.bury(c.dc.ikey, dcTomb{gen: c.dc.gen, epsn: c.resp.epsn, msn: c.resp.msn})
-	q.e.ready.remove(c)
+	q.e.readyOf(c).remove(c)
 	if c.resp.haveRecv {
 		c.postRecvWC(&c.resp.cur, WCWRFlushErr, 0)
 		c.resp.haveRecv = false
@@ -772,7 +772,7 @@ func (q *QP) startCtx(c *QP, k dcInitKey, gen uint32, psn ib.PSN, msn uint32, sr
 	if c.resp.haveRecv {
 		c.postRecvWC(&c.resp.cur, WCWRFlushErr, 0)
 	}
-	q.e.ready.remove(c)
+	q.e.readyOf(c).remove(c)
 	c.dc.ikey, c.dc.gen, c.dc.last = k, gen, now
 	c.attr = q.attr
 	c.attr.AV = replyAV(src)

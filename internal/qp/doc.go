@@ -13,6 +13,13 @@
 // the same result every time.
 //
 // An Engine is not safe for concurrent use: the device serialises calls.
+// The exceptions are [Engine.ReadyShards], the consumer's side of a CQ
+// ([CQ.Poll], [CQ.Len], [CQ.Overflows]) and [QP.PostRecvConcurrent], which
+// may run at any time: a CQ's ring and a QP's receive queue have locks of
+// their own, which the engine takes too. With
+// [Config.Shards] the QPs with packets to send wait in one queue per shard
+// (QPN mod Shards), so that a device can run a transmit pass per shard at
+// once ([Engine.TransmitShard]) and each QP's packets stay in order.
 //
 // Its cost follows the QPs in use, not the QPs that exist. QPs with a timer
 // running wait in a heap (timers.go), so a timer event costs O(log n) in

@@ -1,6 +1,7 @@
 package qp
 
 import (
+	"sync/atomic"
 	"time"
 
 	"github.com/goroce/goroce/ib"
@@ -39,7 +40,16 @@ type Config struct {
 	PortMTU ib.MTU
 	// CC turns on congestion control (ccrate.go); off by default.
 	CC CCConfig
+	// Shards splits the QPs that have packets to send into this many
+	// queues by QPN (QPN mod Shards, 1..MaxShards; default 1), so that a
+	// device can run one transmit pass per shard at once
+	// (Engine.TransmitShard): the packets of one QP always come from the
+	// same queue, in order.
+	Shards int
 }
+
+// MaxShards is the largest Config.Shards.
+const MaxShards = 64
 
 // AddressVector says where packets of a QP (RC/UC) or of a UD send go.
 // The destination MAC is not the engine's business: the device resolves it.
@@ -122,8 +132,14 @@ type Engine struct {
 	keys keyTable
 
 	closed bool
-	ready  readyList
-	timers timerHeap // QPs that may have a timer running (timers.go)
+	ready  []readyList // one per shard (Config.Shards)
+	// readyMask has bit i set while ready[i] is not empty. It is written
+	// under the caller's serialization and read without it
+	// (ReadyShards), so that a device learns which shards to transmit on
+	// without taking its lock.
+	readyMask atomic.Uint64
+	turn      int       // the shard Transmit starts at (round robin)
+	timers    timerHeap // QPs that may have a timer running (timers.go)
 	// armed is the earliest timer armed since the last TakeArmed
 	// (armedOK: any), so a driver learns of an earlier deadline in O(1)
 	// instead of asking NextDeadline again.
@@ -147,11 +163,21 @@ func New(cfg Config) (*Engine, error) {
 	if cfg.PortMTU.Bytes() == 0 {
 		return nil, ErrInvalidArgument
 	}
+	if cfg.Shards == 0 {
+		cfg.Shards = 1
+	}
+	if cfg.Shards < 0 || cfg.Shards > MaxShards {
+		return nil, ErrInvalidArgument
+	}
 	e := &Engine{
 		clock:   cfg.Clock,
 		portMTU: cfg.PortMTU,
 		qps:     make(map[uint32]*QP),
 		nextQPN: firstQPN,
+		ready:   make([]readyList, cfg.Shards),
+	}
+	for i := range e.ready {
+		e.ready[i].bit, e.ready[i].mask = 1<<i, &e.readyMask
 	}
 	e.keys.init()
 	if err := e.cc.init(cfg.CC); err != nil {
@@ -174,7 +200,20 @@ func (e *Engine) Close() error {
 
 // HasWork reports whether some QP may have packets to send: the device calls
 // Transmit when it does (after Receive, PostSend, Modify or Advance).
-func (e *Engine) HasWork() bool { return e.ready.head != nil }
+func (e *Engine) HasWork() bool { return e.readyMask.Load() != 0 }
+
+// Shards returns the number of transmit shards (Config.Shards).
+func (e *Engine) Shards() int { return len(e.ready) }
+
+// ShardOf returns the transmit shard of the QP numbered qpn.
+func (e *Engine) ShardOf(qpn uint32) int { return int(qpn % uint32(len(e.ready))) }
+
+// ReadyShards returns a mask of the shards that may have packets to send
+// (bit i: shard i). Unlike the other methods it is safe to call at any
+// time, concurrently with any of them: a device calls it after its engine
+// calls to learn which transmit passes to run. A bit set by an engine call
+// is seen by a ReadyShards that follows the call.
+func (e *Engine) ReadyShards() uint64 { return e.readyMask.Load() }
 
 // Stats returns the engine counters.
 func (e *Engine) Stats() Stats { return e.stats }
@@ -195,9 +234,11 @@ func (e *Engine) SetPortMTU(m ib.MTU) error {
 // QP returns the queue pair with number qpn, or nil.
 func (e *Engine) QP(qpn uint32) *QP { return e.qps[qpn] }
 
-// readyList is a FIFO of QPs that may have packets to send.
+// readyList is a FIFO of QPs that may have packets to send: one shard's.
 type readyList struct {
 	head, tail *QP
+	bit        uint64         // this list's bit in *mask
+	mask       *atomic.Uint64 // the engine's readyMask
 }
 
 func (r *readyList) push(q *QP) {
@@ -208,6 +249,7 @@ func (r *readyList) push(q *QP) {
 	q.readyNext = nil
 	if r.tail == nil {
 		r.head = q
+		r.mask.Or(r.bit)
 	} else {
 		r.tail.readyNext = q
 	}
@@ -222,6 +264,7 @@ func (r *readyList) pop() *QP {
 	r.head = q.readyNext
 	if r.head == nil {
 		r.tail = nil
+		r.mask.And(^r.bit)
 	}
 	q.readyNext = nil
 	q.inReady = false
@@ -243,6 +286,9 @@ func (r *readyList) remove(q *QP) {
 			if r.tail == c {
 				r.tail = prev
 			}
+			if r.head == nil {
+				r.mask.And(^r.bit)
+			}
 			break
 		}
 		prev = c
@@ -254,16 +300,43 @@ func (r *readyList) remove(q *QP) {
 // Transmit fills up to len(pkts) slots with packets to send and returns how
 // many it filled. Each slot needs room for Headroom + the path MTU + 64 bytes;
 // a slot too small for the next packet ends the call (counted in
-// Stats.ShortTxBuffer) without losing anything.
+// Stats.ShortTxBuffer) without losing anything. It serves every shard,
+// starting at a different one each call.
 func (e *Engine) Transmit(pkts []TxPacket) int {
+	if len(e.ready) == 1 {
+		return e.TransmitShard(0, pkts)
+	}
 	n := 0
+	for i := range e.ready {
+		k, short := e.transmit((e.turn+i)%len(e.ready), pkts[n:])
+		n += k
+		if short || n == len(pkts) {
+			break
+		}
+	}
+	e.turn = (e.turn + 1) % len(e.ready)
+	return n
+}
+
+// TransmitShard is Transmit for the QPs of one shard (ShardOf). The
+// packets of a QP come from its shard only, so a device that runs one
+// transmit pass per shard at a time, each sending its packets in the order
+// TransmitShard gave them, sends every QP's packets in order.
+func (e *Engine) TransmitShard(shard int, pkts []TxPacket) int {
+	n, _ := e.transmit(shard, pkts)
+	return n
+}
+
+// transmit is TransmitShard; short says a slot too short ended it.
+func (e *Engine) transmit(shard int, pkts []TxPacket) (n int, short bool) {
 	now := e.clock.Now()
+	rl := &e.ready[shard]
 	for n < len(pkts) {
-		q := e.ready.pop()
+		q := rl.pop()
 		if q == nil {
 			break
 		}
-		short := false
+		short = false
 		for n < len(pkts) {
 			r := q.produce(now, &pkts[n])
 			if r == produced {
@@ -276,14 +349,14 @@ func (e *Engine) Transmit(pkts []TxPacket) int {
 		// Round robin: a QP that filled the last slot or met a short one
 		// goes to the back of the queue and keeps its work.
 		if short || (n == len(pkts) && q.mayHaveWork()) {
-			e.ready.push(q)
+			rl.push(q)
 		}
 		if short {
 			break
 		}
 	}
 	e.stats.TxPackets += uint64(n)
-	return n
+	return n, short
 }
 
 // Receive processes one received IB packet. src describes the network source
@@ -357,7 +430,16 @@ func (e *Engine) TakeArmed() (time.Duration, bool) {
 // Advance runs every timer due at or before now.
 func (e *Engine) Advance(now time.Duration) { e.timers.advance(now) }
 
-func (e *Engine) schedule(q *QP) { e.ready.push(q) }
+func (e *Engine) schedule(q *QP) { e.readyOf(q).push(q) }
+
+// readyOf returns the ready list of q's shard. A DC initiator's context
+// has its DCT's QPN, and the DC NAK sender QPN 0.
+func (e *Engine) readyOf(q *QP) *readyList {
+	if len(e.ready) == 1 {
+		return &e.ready[0]
+	}
+	return &e.ready[q.qpn%uint32(len(e.ready))]
+}
 
 // keyTable maps L_Keys/R_Keys to memory regions and memory windows, which
 // share one index space so that a key names at most one object. An MR key

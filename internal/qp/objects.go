@@ -1,5 +1,7 @@
 package qp
 
+import "sync"
+
 // PD is a protection domain: MRs, AHs, SRQs and QPs of one PD may be used together.
 type PD struct {
 	e      *Engine
@@ -146,16 +148,22 @@ func (ah *AH) Destroy() error {
 // AV returns the address vector.
 func (ah *AH) AV() AddressVector { return ah.av }
 
-// CQ is a completion queue.
+// CQ is a completion queue. Its ring has a lock of its own, so that Poll,
+// Len and Overflows may run concurrently with the engine (which adds
+// completions under the caller's serialization and this lock): a consumer
+// takes its completions without the device's lock, and QPs of every
+// transmit shard complete into one CQ.
 type CQ struct {
 	e        *Engine
+	mu       sync.Mutex // guards ring, head, n and overflow
 	ring     []WorkCompletion
 	head, n  int
 	overflow uint64
 	refs     int
 	closed   bool
-	// Notify, if set, is called after each completion is added; the device
-	// uses it to wake pollers.
+	// Notify, if set, is called after each completion is added, with the
+	// CQ's lock held; the device uses it to wake pollers. It must not
+	// block or call the CQ's methods.
 	Notify  func()
 	pending bool
 	ctx     any
@@ -169,8 +177,11 @@ func (e *Engine) CreateCQ(cqe int) (*CQ, error) {
 	return &CQ{e: e, ring: make([]WorkCompletion, cqe)}, nil
 }
 
-// Poll moves up to len(wc) completions into wc, oldest first, and returns how many.
+// Poll moves up to len(wc) completions into wc, oldest first, and returns
+// how many. It is safe to call concurrently with the engine.
 func (cq *CQ) Poll(wc []WorkCompletion) int {
+	cq.mu.Lock()
+	defer cq.mu.Unlock()
 	k := 0
 	for k < len(wc) && cq.n > 0 {
 		wc[k] = cq.ring[cq.head]
@@ -185,12 +196,20 @@ func (cq *CQ) Poll(wc []WorkCompletion) int {
 }
 
 // Len returns the number of completions waiting.
-func (cq *CQ) Len() int { return cq.n }
+func (cq *CQ) Len() int {
+	cq.mu.Lock()
+	defer cq.mu.Unlock()
+	return cq.n
+}
 
 // Overflows returns how many completions were lost because the CQ was full.
 // As in rxe, a QP whose completion does not fit moves to the error state; a
 // correctly sized CQ never overflows.
-func (cq *CQ) Overflows() uint64 { return cq.overflow }
+func (cq *CQ) Overflows() uint64 {
+	cq.mu.Lock()
+	defer cq.mu.Unlock()
+	return cq.overflow
+}
 
 // Close destroys the CQ; it fails with ErrBusy while a QP uses it.
 func (cq *CQ) Close() error {
@@ -205,8 +224,10 @@ func (cq *CQ) Close() error {
 }
 
 func (cq *CQ) push(wc *WorkCompletion) bool {
+	cq.mu.Lock()
 	if cq.n == len(cq.ring) {
 		cq.overflow++
+		cq.mu.Unlock()
 		cq.e.raise(Event{Type: EventCQErr, CQ: cq})
 		return false
 	}
@@ -219,6 +240,7 @@ func (cq *CQ) push(wc *WorkCompletion) bool {
 	if cq.Notify != nil {
 		cq.Notify()
 	}
+	cq.mu.Unlock()
 	return true
 }
 
@@ -257,6 +279,10 @@ func (c *curRecv) sgl() []SGE { return c.sge }
 // made on the first post (alloc) and dropped by release, so a QP that
 // receives nothing holds none.
 type recvQueue struct {
+	// mu guards the ring against QP.PostRecvConcurrent, which posts
+	// without the engine's serialization: the engine's own accesses to a
+	// QP's queue (taking, flushing, clearing) take it too.
+	mu      sync.Mutex
 	ring    []recvWQE
 	store   []SGE
 	head, n int

@@ -272,9 +272,11 @@ func (q *QP) Destroy() error {
 	if q.destroyed {
 		return ErrClosed
 	}
+	q.rq.mu.Lock()
 	q.destroyed = true
+	q.rq.mu.Unlock()
 	q.destroyDC()
-	q.e.ready.remove(q)
+	q.e.readyOf(q).remove(q)
 	q.e.timers.release(q)
 	delete(q.e.qps, q.qpn)
 	if q.e.rxQP == q {
@@ -580,15 +582,20 @@ func (q *QP) checkValues(attr *QPAttr, mask AttrMask) error {
 
 func (q *QP) setState(s QPState) {
 	prev := q.state
+	// Under the receive queue's lock: PostRecvConcurrent reads the state
+	// there, so a receive it posts is either refused or flushed.
+	q.rq.mu.Lock()
 	q.state = s
+	if s == StateReset && q.srq == nil {
+		q.rq.clear()
+		q.rq.release()
+	}
+	q.rq.mu.Unlock()
 	switch s {
 	case StateReset:
 		q.sqHead, q.sqTail = 0, 0
-		if q.srq == nil {
-			q.rq.clear()
-		}
 		q.resetTransport()
-		q.e.ready.remove(q)
+		q.e.readyOf(q).remove(q)
 		q.releaseQueues()
 	case StateErr:
 		if prev != StateErr {
@@ -638,7 +645,9 @@ func (q *QP) flush() {
 	}
 	if q.srq == nil {
 		for {
+			q.rq.mu.Lock()
 			id, ok := q.rq.pop()
+			q.rq.mu.Unlock()
 			if !ok {
 				break
 			}
@@ -853,7 +862,32 @@ func (q *QP) PostRecv(wr *RecvWR) error {
 		q.pushWC(q.recvCQ, &wc)
 		return nil
 	}
+	q.rq.mu.Lock()
+	defer q.rq.mu.Unlock()
 	return q.rq.post(wr)
+}
+
+// PostRecvConcurrent is PostRecv for a caller that does not hold the
+// engine's serialization: it may run at the same time as any engine call.
+// It reports false, having done nothing, when the QP is in the error state
+// (where a receive completes at once, flushed: the caller posts it with
+// PostRecv then) or uses an SRQ.
+func (q *QP) PostRecvConcurrent(wr *RecvWR) (bool, error) {
+	if q.srq != nil {
+		return false, nil
+	}
+	q.rq.mu.Lock()
+	defer q.rq.mu.Unlock()
+	if q.destroyed {
+		return true, ErrClosed
+	}
+	switch q.state {
+	case StateReset:
+		return true, ErrInvalidState
+	case StateErr:
+		return false, nil
+	}
+	return true, q.rq.post(wr)
 }
 
 // takeRecv takes the next receive WQE from the SRQ or the QP's own queue.
@@ -861,6 +895,8 @@ func (q *QP) takeRecv(dst *curRecv) bool {
 	if q.srq != nil {
 		return q.srq.take(dst)
 	}
+	q.rq.mu.Lock()
+	defer q.rq.mu.Unlock()
 	return q.rq.take(dst)
 }
 
@@ -1109,9 +1145,7 @@ func (q *QP) releaseQueues() {
 	if q.sqHead == q.sqTail {
 		q.sq, q.sqStore, q.sqInline = nil, nil, nil
 	}
-	if q.srq == nil {
-		q.rq.release()
-	}
+	// The receive queue was released by setState, under its lock.
 	q.resp.cur.sge = nil
 	q.resp.release()
 }

@@ -862,6 +862,13 @@ func (q *QP) respondUD(p *ib.Packet, src *Source) error {
 	if q.srq != nil {
 		rq = &q.srq.rq
 	}
+	rq.mu.Lock()
+	locked := true
+	defer func() {
+		if locked {
+			rq.mu.Unlock()
+		}
+	}()
 	if rq.n == 0 {
 		return ErrDropped
 	}
@@ -884,6 +891,8 @@ func (q *QP) respondUD(p *ib.Packet, src *Source) error {
 		st = q.e.copySGL(q.pd, w.sge, grhAreaLen, p.Payload, true)
 	}
 	id, _ := rq.pop()
+	rq.mu.Unlock()
+	locked = false
 	wc := WorkCompletion{WRID: id, Status: st, Opcode: WCRecv, QPN: q.qpn, SrcQP: p.DETH.SrcQP(),
 		ByteLen: uint32(grhAreaLen + len(p.Payload)), Flags: WCWithGRH}
 	if st != WCSuccess {

@@ -8,7 +8,10 @@
 // datagram from what recvmsg reports (source from the sender address,
 // destination and TOS/traffic class from IP_PKTINFO/IP_RECVTOS and their
 // IPv6 equivalents; IPv4 ID 0, DF, TTL 64; real ports). Datagrams move in
-// batches with sendmmsg(2)/recvmmsg(2).
+// batches with sendmmsg(2)/recvmmsg(2). One goroutine reads at a time;
+// WriteBatch has several send states, so goroutines that write at once
+// (the transmit shards of a device) make their sendmmsg calls at once,
+// each call's datagrams in order.
 //
 // With UDP segmentation offload (UDP_SEGMENT, Linux 4.18) a run of
 // consecutive frames of one WriteBatch to one destination, all of one

@@ -98,7 +98,7 @@ func TestDefaultTOS(t *testing.T) {
 				}
 			}
 			send(ecnECT0, 100)
-			if n := a.wmsgs[0].Hdr.Controllen; n != 0 {
+			if n := a.senders[0].wmsgs[0].Hdr.Controllen; n != 0 {
 				t.Errorf("a frame with the socket's TOS went with %d bytes of control messages", n)
 			}
 			send(0, 100)

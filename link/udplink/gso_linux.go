@@ -59,8 +59,7 @@ type offload struct {
 	gro         bool        // UDP_GRO is on: receive buffers hold coalesced runs
 	maxDatagram int
 
-	runs  []gsoRun // per send message: the frames it carries
-	arena []byte   // frames gathered from coalesced buffers, with headers
+	arena []byte // frames gathered from coalesced buffers, with headers
 
 	// The receive buffers' layout: 0, one iovec; else one iovec of spread
 	// bytes per segment, hsize bytes apart (receive side, under readMu).
@@ -128,7 +127,6 @@ func (l *Link) spreadSlack() int {
 
 // initOffload allocates the per-message state the offloads need.
 func (l *Link) initOffload() {
-	l.off.runs = make([]gsoRun, l.batch)
 	if l.off.gro {
 		l.off.hsize = link.EthernetSize + link.IPv4Size + link.UDPSize
 		if l.v6 {
@@ -156,23 +154,23 @@ func (l *Link) gsoSafe(dst netip.Addr) bool {
 // messages, joining runs for GSO when gso is set. Frames before index
 // single each get their own message. It returns the number of frames and
 // messages prepared and the error of the frame that stopped it, if any.
-func (l *Link) fillChunk(frames [][]byte, single int, gso bool) (nf, nm int, bad error) {
-	for nf < len(frames) && nf < l.batch {
-		f, err := l.check(frames[nf])
+func (s *sender) fillChunk(frames [][]byte, single int, gso bool) (nf, nm int, bad error) {
+	for nf < len(frames) && nf < s.batch {
+		f, err := s.l.check(frames[nf])
 		if err != nil {
 			bad = err
 			break
 		}
-		if !gso || nf < single || !l.joinRun(nm-1, nf, frames[nf], &f) {
-			l.prepare(nm, nf, frames[nf], &f)
-			l.off.runs[nm].closed = l.off.runs[nm].closed || nf < single
+		if !gso || nf < single || !s.joinRun(nm-1, nf, frames[nf], &f) {
+			s.prepare(nm, nf, frames[nf], &f)
+			s.runs[nm].closed = s.runs[nm].closed || nf < single
 			nm++
 		}
 		nf++
 	}
 	for k := 0; k < nm; k++ {
-		if r := &l.off.runs[k]; r.count > 1 {
-			l.putSegment(k, r)
+		if r := &s.runs[k]; r.count > 1 {
+			s.putSegment(k, r)
 		}
 	}
 	return nf, nm, bad
@@ -181,58 +179,58 @@ func (l *Link) fillChunk(frames [][]byte, single int, gso bool) (nf, nm int, bad
 // joinRun adds frame j to the run of message k when it can be cut from it
 // by the kernel: same destination, TOS and source, and no longer than the
 // run's segment size.
-func (l *Link) joinRun(k, j int, frame []byte, f *link.Frame) bool {
+func (s *sender) joinRun(k, j int, frame []byte, f *link.Frame) bool {
 	if k < 0 {
 		return false
 	}
-	r := &l.off.runs[k]
+	r := &s.runs[k]
 	size := f.End - f.Payload
 	if r.closed || size == 0 || size > r.seg || r.count >= gsoMaxSegments || r.bytes+size > gsoMaxBytes ||
-		f.Dst != r.dst || f.DstPort != r.dport || f.TOS != r.tos || f.Src != r.src || !l.gsoSafe(f.Dst) {
+		f.Dst != r.dst || f.DstPort != r.dport || f.TOS != r.tos || f.Src != r.src || !s.l.gsoSafe(f.Dst) {
 		return false
 	}
-	iov := &l.wiovs[j]
+	iov := &s.wiovs[j]
 	iov.Base = &frame[f.Payload]
 	iov.SetLen(size)
 	r.count++
 	r.bytes += size
 	r.closed = size < r.seg
-	l.wmsgs[k].Hdr.SetIovlen(r.count)
+	s.wmsgs[k].Hdr.SetIovlen(r.count)
 	return true
 }
 
 // startRun records message k as a run of frame j alone.
-func (l *Link) startRun(k, j, oobLen int, f *link.Frame) {
+func (s *sender) startRun(k, j, oobLen int, f *link.Frame) {
 	size := f.End - f.Payload
-	l.off.runs[k] = gsoRun{first: j, count: 1, seg: size, bytes: size, oobLen: oobLen, closed: size == 0,
+	s.runs[k] = gsoRun{first: j, count: 1, seg: size, bytes: size, oobLen: oobLen, closed: size == 0,
 		src: f.Src, dst: f.Dst, dport: f.DstPort, tos: f.TOS}
 }
 
 // putSegment adds the UDP_SEGMENT control message to message k.
-func (l *Link) putSegment(k int, r *gsoRun) {
-	oob := l.woob[k*oobSize : (k+1)*oobSize]
+func (s *sender) putSegment(k int, r *gsoRun) {
+	oob := s.woob[k*oobSize : (k+1)*oobSize]
 	d, sp := sys.PutCmsg(oob[r.oobLen:], unix.SOL_UDP, unix.UDP_SEGMENT, 2)
 	*(*uint16)(unsafe.Pointer(&d[0])) = uint16(r.seg)
-	h := &l.wmsgs[k].Hdr
+	h := &s.wmsgs[k].Hdr
 	h.Control = &oob[0]
 	h.SetControllen(r.oobLen + sp)
 }
 
 // framesBefore returns how many frames messages [0, k) of a chunk of nm
 // messages and nf frames carry.
-func (l *Link) framesBefore(k, nm, nf int) int {
+func (s *sender) framesBefore(k, nm, nf int) int {
 	if k >= nm {
 		return nf
 	}
-	return l.off.runs[k].first
+	return s.runs[k].first
 }
 
 // countRuns adds the runs among the first k messages to the counters.
-func (l *Link) countRuns(k int) {
+func (s *sender) countRuns(k int) {
 	for i := 0; i < k; i++ {
-		if c := l.off.runs[i].count; c > 1 {
-			l.off.gsoSends.Add(1)
-			l.off.gsoDatagrams.Add(uint64(c))
+		if c := s.runs[i].count; c > 1 {
+			s.l.off.gsoSends.Add(1)
+			s.l.off.gsoDatagrams.Add(uint64(c))
 		}
 	}
 }

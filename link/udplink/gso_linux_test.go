@@ -41,21 +41,21 @@ func requireOffloads(t testing.TB, l *Link) {
 // sizes, checking the UDP_SEGMENT message of every run.
 func runsOf(t *testing.T, l *Link, frames [][]byte, single int) [][]int {
 	t.Helper()
-	nf, nm, bad := l.fillChunk(frames, single, true)
-	defer l.clearSend(nf)
+	nf, nm, bad := l.senders[0].fillChunk(frames, single, true)
+	defer l.senders[0].clearSend(nf)
 	if bad != nil || nf != min(len(frames), l.batch) {
 		t.Fatalf("fillChunk = %d frames, %v", nf, bad)
 	}
 	var runs [][]int
 	for k := 0; k < nm; k++ {
-		r := l.off.runs[k]
-		h := &l.wmsgs[k].Hdr
-		if int(h.Iovlen) != r.count || h.Iov != &l.wiovs[r.first] {
+		r := l.senders[0].runs[k]
+		h := &l.senders[0].wmsgs[k].Hdr
+		if int(h.Iovlen) != r.count || h.Iov != &l.senders[0].wiovs[r.first] {
 			t.Fatalf("message %d: %d iovecs from %p, run %+v", k, h.Iovlen, h.Iov, r)
 		}
 		var sizes []int
 		for j := r.first; j < r.first+r.count; j++ {
-			sizes = append(sizes, int(l.wiovs[j].Len))
+			sizes = append(sizes, int(l.senders[0].wiovs[j].Len))
 		}
 		seg := 0
 		if h.Controllen > 0 {

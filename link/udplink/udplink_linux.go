@@ -60,16 +60,13 @@ type Link struct {
 	deadlineSet bool       // an interrupt set the read deadline
 	interruptFn func()
 
-	writeMu sync.Mutex // guards the send state below
-	wmsgs   []unix.Mmsghdr
-	wiovs   []unix.Iovec
-	wnames  []unix.RawSockaddrInet6
-	woob    []byte
-	wcount  int
-	wsent   int
-	werr    error
-	sendFn  func(fd uintptr) bool
-	tos     uint8 // the socket's TOS / traffic class (SetDefaultTOS)
+	// senders are the send states: WriteBatch takes one that is free, so
+	// that goroutines sending at once (the transmit shards of a device)
+	// make their system calls at once, which the kernel's UDP send path
+	// allows (no socket lock without corking).
+	senders []*sender
+	nextSnd atomic.Uint32 // the sender to wait for when none is free
+	tos     uint8         // the socket's TOS / traffic class (SetDefaultTOS); under every sender's lock
 
 	truncated atomic.Uint64
 	off       offload
@@ -222,19 +219,71 @@ func (l *Link) initRecv(bufSize int) {
 	l.rdirty = n
 }
 
+// sender is one send state of a Link: the messages of one sendmmsg.
+type sender struct {
+	l      *Link
+	mu     sync.Mutex // guards the rest
+	batch  int
+	wmsgs  []unix.Mmsghdr
+	wiovs  []unix.Iovec
+	wnames []unix.RawSockaddrInet6
+	woob   []byte
+	runs   []gsoRun // per send message: the frames it carries
+	wcount int
+	wsent  int
+	werr   error
+	sendFn func(fd uintptr) bool
+}
+
+// senders is the number of send states of a Link: how many goroutines
+// can make their sendmmsg at once.
+const senders = 4
+
 func (l *Link) initSend() {
-	n := l.batch
-	l.wmsgs = make([]unix.Mmsghdr, n)
-	l.wiovs = make([]unix.Iovec, n)
-	l.wnames = make([]unix.RawSockaddrInet6, n)
-	l.woob = make([]byte, n*oobSize)
-	for i := range l.wmsgs {
-		h := &l.wmsgs[i].Hdr
-		h.Name = (*byte)(unsafe.Pointer(&l.wnames[i]))
-		h.Iov = &l.wiovs[i]
-		h.SetIovlen(1)
+	l.senders = make([]*sender, senders)
+	for k := range l.senders {
+		n := l.batch
+		s := &sender{l: l, batch: n}
+		s.wmsgs = make([]unix.Mmsghdr, n)
+		s.wiovs = make([]unix.Iovec, n)
+		s.wnames = make([]unix.RawSockaddrInet6, n)
+		s.woob = make([]byte, n*oobSize)
+		s.runs = make([]gsoRun, n)
+		for i := range s.wmsgs {
+			h := &s.wmsgs[i].Hdr
+			h.Name = (*byte)(unsafe.Pointer(&s.wnames[i]))
+			h.Iov = &s.wiovs[i]
+			h.SetIovlen(1)
+		}
+		s.sendFn = s.send
+		l.senders[k] = s
 	}
-	l.sendFn = l.send
+}
+
+// sender takes the first free send state (one goroutine alone always
+// gets the first), or waits for one.
+func (l *Link) sender() *sender {
+	for _, s := range l.senders {
+		if s.mu.TryLock() {
+			return s
+		}
+	}
+	s := l.senders[int(l.nextSnd.Add(1))%len(l.senders)]
+	s.mu.Lock()
+	return s
+}
+
+// lockSenders takes every send state (SetDefaultTOS).
+func (l *Link) lockSenders() {
+	for _, s := range l.senders {
+		s.mu.Lock()
+	}
+}
+
+func (l *Link) unlockSenders() {
+	for _, s := range l.senders {
+		s.mu.Unlock()
+	}
 }
 
 // resetRecv restores the in/out fields recvmmsg overwrites. Only the
@@ -445,37 +494,37 @@ func (l *Link) synthAddrs(i int, h *link.Header) bool {
 // detail); the frames before it are
 // sent, and n counts them.
 func (l *Link) WriteBatch(frames [][]byte) (n int, err error) {
-	l.writeMu.Lock()
-	defer l.writeMu.Unlock()
 	if l.closed.Load() {
 		return 0, link.ErrClosed
 	}
+	s := l.sender()
+	defer s.mu.Unlock()
 	gso := l.off.gso.Load()
 	single := 0       // frames[:single] go one per message (a refused run)
 	var refused error // why the kernel refused that run
 	for n < len(frames) {
-		nf, nm, bad := l.fillChunk(frames[n:], single-n, gso)
-		l.wcount, l.wsent, l.werr = nm, 0, nil
+		nf, nm, bad := s.fillChunk(frames[n:], single-n, gso)
+		s.wcount, s.wsent, s.werr = nm, 0, nil
 		if nm > 0 {
-			if err := l.rc.Write(l.sendFn); err != nil {
-				l.clearSend(nf)
-				return n + l.framesBefore(l.wsent, nm, nf), l.mapErr(err)
+			if err := l.rc.Write(s.sendFn); err != nil {
+				s.clearSend(nf)
+				return n + s.framesBefore(s.wsent, nm, nf), l.mapErr(err)
 			}
 		}
-		l.clearSend(nf)
-		l.countRuns(l.wsent)
-		sent := l.framesBefore(l.wsent, nm, nf)
-		if l.werr != nil {
-			if r := &l.off.runs[l.wsent]; r.count > 1 {
+		s.clearSend(nf)
+		s.countRuns(s.wsent)
+		sent := s.framesBefore(s.wsent, nm, nf)
+		if s.werr != nil {
+			if r := &s.runs[s.wsent]; r.count > 1 {
 				// Resend the run's datagrams one by one: either they
 				// fail on their own (the error is then theirs) or the
 				// kernel refuses to segment.
 				l.off.gsoFallbacks.Add(1)
 				n += sent
-				single, refused = n+r.count, l.werr
+				single, refused = n+r.count, s.werr
 				continue
 			}
-			e := l.werr
+			e := s.werr
 			if e == unix.EMSGSIZE {
 				e = link.ErrTooLarge
 			}
@@ -496,9 +545,9 @@ func (l *Link) WriteBatch(frames [][]byte) (n int, err error) {
 	return n, nil
 }
 
-func (l *Link) send(fd uintptr) bool {
-	for l.wsent < l.wcount {
-		k, err := sys.Sendmmsg(int(fd), l.wmsgs[l.wsent:l.wcount], unix.MSG_DONTWAIT)
+func (s *sender) send(fd uintptr) bool {
+	for s.wsent < s.wcount {
+		k, err := sys.Sendmmsg(int(fd), s.wmsgs[s.wsent:s.wcount], unix.MSG_DONTWAIT)
 		if err == unix.EAGAIN {
 			return false
 		}
@@ -506,18 +555,18 @@ func (l *Link) send(fd uintptr) bool {
 			continue
 		}
 		if err != nil {
-			l.werr = err
+			s.werr = err
 			return true
 		}
-		l.wsent += k
+		s.wsent += k
 	}
 	return true
 }
 
 // clearSend drops the references to the caller's frames.
-func (l *Link) clearSend(count int) {
+func (s *sender) clearSend(count int) {
 	for i := 0; i < count; i++ {
-		l.wiovs[i].Base = nil
+		s.wiovs[i].Base = nil
 	}
 }
 
@@ -527,10 +576,10 @@ func (l *Link) check(frame []byte) (link.Frame, error) {
 }
 
 // prepare fills send message k with frame, checked, as iovec j.
-func (l *Link) prepare(k, j int, frame []byte, f *link.Frame) {
-	m := &l.wmsgs[k].Hdr
-	name := &l.wnames[k]
-	oob := l.woob[k*oobSize : (k+1)*oobSize]
+func (s *sender) prepare(k, j int, frame []byte, f *link.Frame) {
+	m := &s.wmsgs[k].Hdr
+	name := &s.wnames[k]
+	oob := s.woob[k*oobSize : (k+1)*oobSize]
 	off := 0
 	if f.Version == 4 {
 		sa := (*unix.RawSockaddrInet4)(unsafe.Pointer(name))
@@ -539,13 +588,13 @@ func (l *Link) prepare(k, j int, frame []byte, f *link.Frame) {
 		p[0], p[1] = byte(f.DstPort>>8), byte(f.DstPort)
 		sa.Addr = f.Dst.As4()
 		m.Namelen = unix.SizeofSockaddrInet4
-		if l.wildcard {
+		if s.l.wildcard {
 			d, sp := sys.PutCmsg(oob, unix.IPPROTO_IP, unix.IP_PKTINFO, unix.SizeofInet4Pktinfo)
 			pi := (*unix.Inet4Pktinfo)(unsafe.Pointer(&d[0]))
 			pi.Spec_dst = f.Src.As4()
 			off += sp
 		}
-		if f.TOS != l.tos {
+		if f.TOS != s.l.tos {
 			d, sp := sys.PutCmsg(oob[off:], unix.IPPROTO_IP, unix.IP_TOS, 4)
 			*(*int32)(unsafe.Pointer(&d[0])) = int32(f.TOS)
 			off += sp
@@ -557,16 +606,16 @@ func (l *Link) prepare(k, j int, frame []byte, f *link.Frame) {
 		name.Addr = f.Dst.As16()
 		name.Scope_id = 0
 		if f.Dst.IsLinkLocalUnicast() {
-			name.Scope_id = l.scope
+			name.Scope_id = s.l.scope
 		}
 		m.Namelen = unix.SizeofSockaddrInet6
-		if l.wildcard {
+		if s.l.wildcard {
 			d, sp := sys.PutCmsg(oob, unix.IPPROTO_IPV6, unix.IPV6_PKTINFO, unix.SizeofInet6Pktinfo)
 			pi := (*unix.Inet6Pktinfo)(unsafe.Pointer(&d[0]))
 			pi.Addr = f.Src.As16()
 			off += sp
 		}
-		if f.TOS != l.tos {
+		if f.TOS != s.l.tos {
 			d, sp := sys.PutCmsg(oob[off:], unix.IPPROTO_IPV6, unix.IPV6_TCLASS, 4)
 			*(*int32)(unsafe.Pointer(&d[0])) = int32(f.TOS)
 			off += sp
@@ -578,7 +627,7 @@ func (l *Link) prepare(k, j int, frame []byte, f *link.Frame) {
 		m.Control = nil
 	}
 	m.SetControllen(off)
-	iov := &l.wiovs[j]
+	iov := &s.wiovs[j]
 	if f.End > f.Payload {
 		iov.Base = &frame[f.Payload]
 	} else {
@@ -587,7 +636,7 @@ func (l *Link) prepare(k, j int, frame []byte, f *link.Frame) {
 	iov.SetLen(f.End - f.Payload)
 	m.Iov = iov
 	m.SetIovlen(1)
-	l.startRun(k, j, off, f)
+	s.startRun(k, j, off, f)
 }
 
 // SetDefaultTOS makes tos the TOS (IPv4) or traffic class (IPv6) of the
@@ -596,8 +645,8 @@ func (l *Link) prepare(k, j int, frame []byte, f *link.Frame) {
 // A device with congestion control on sets ECT(0), which its data packets
 // carry.
 func (l *Link) SetDefaultTOS(tos uint8) error {
-	l.writeMu.Lock()
-	defer l.writeMu.Unlock()
+	l.lockSenders()
+	defer l.unlockSenders()
 	if l.closed.Load() {
 		return link.ErrClosed
 	}

@@ -45,14 +45,14 @@ func loopback(ctx context.Context, cfg PerfConfig, out io.Writer, asJSON bool, s
 		return nil, nil, err
 	}
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	da, err := roce.OpenLink(la, roce.Options{Addrs: []netip.Addr{lo}, Port: lb.LocalAddr().Port(), Logger: quiet, AckWithReply: true, CC: cfg.CC})
+	da, err := roce.OpenLink(la, roce.Options{Addrs: []netip.Addr{lo}, Port: lb.LocalAddr().Port(), Logger: quiet, AckWithReply: true, CC: cfg.CC, Shards: cfg.Shards})
 	if err != nil {
 		la.Close()
 		lb.Close()
 		return nil, nil, err
 	}
 	defer da.Close()
-	db, err := roce.OpenLink(lb, roce.Options{Addrs: []netip.Addr{lo2}, Port: la.LocalAddr().Port(), Logger: quiet, AckWithReply: true, CC: cfg.CC})
+	db, err := roce.OpenLink(lb, roce.Options{Addrs: []netip.Addr{lo2}, Port: la.LocalAddr().Port(), Logger: quiet, AckWithReply: true, CC: cfg.CC, Shards: cfg.Shards})
 	if err != nil {
 		lb.Close()
 		return nil, nil, err

@@ -101,6 +101,10 @@ type PerfConfig struct {
 	// CC (--cc) is the congestion control of Loopback's two devices
 	// (Perf's device is the caller's, opened with its own).
 	CC roce.CCConfig
+	// Shards (--shards) is roce.Options.Shards of the device(s) the
+	// command opens: Loopback's two, or Perf's when run from the command
+	// line (0: the default).
+	Shards int
 }
 
 // timed reports whether a bandwidth run is bounded by time, not Iters.

@@ -52,12 +52,13 @@ func signalContext(timeout time.Duration) (context.Context, context.CancelFunc) 
 }
 
 func openDevice(ctx context.Context, ifname, link string, xdpBusyPoll time.Duration, stderr io.Writer) (*roce.Device, error) {
-	return openDeviceCC(ctx, ifname, link, xdpBusyPoll, roce.CCConfig{}, netip.Addr{}, stderr)
+	return openDeviceCC(ctx, ifname, link, xdpBusyPoll, roce.CCConfig{}, 0, netip.Addr{}, stderr)
 }
 
-// openDeviceCC is openDevice with congestion control cc, and the kernel
-// UDP link bound to bind when it is valid (perftest's --bind_source_ip).
-func openDeviceCC(ctx context.Context, ifname, link string, xdpBusyPoll time.Duration, cc roce.CCConfig, bind netip.Addr, stderr io.Writer) (*roce.Device, error) {
+// openDeviceCC is openDevice with congestion control cc, shards transmit
+// shards, and the kernel UDP link bound to bind when it is valid
+// (perftest's --bind_source_ip).
+func openDeviceCC(ctx context.Context, ifname, link string, xdpBusyPoll time.Duration, cc roce.CCConfig, shards int, bind netip.Addr, stderr io.Writer) (*roce.Device, error) {
 	if ifname == "" {
 		return nil, errors.New("-d <interface> is required")
 	}
@@ -66,7 +67,7 @@ func openDeviceCC(ctx context.Context, ifname, link string, xdpBusyPoll time.Dur
 		return nil, err
 	}
 	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	opts := netdev.Options{Link: kind, UDPAddr: bind, XDP: xdpOptions(xdpBusyPoll), Device: roce.Options{Logger: logger, CC: cc}}
+	opts := netdev.Options{Link: kind, UDPAddr: bind, XDP: xdpOptions(xdpBusyPoll), Device: roce.Options{Logger: logger, CC: cc, Shards: shards}}
 	return netdev.Open(ctx, ifname, opts)
 }
 
@@ -248,6 +249,7 @@ type perfFlags struct {
 	conn     *string
 	timeout  *time.Duration
 	cc       *string
+	shards   *int
 	qps      *int
 	duration *int
 	runInf   *bool
@@ -289,6 +291,7 @@ func newPerfFlags(stderr io.Writer) *perfFlags {
 	fs.StringVar(f.conn, "c", "RC", "connection `type` (short for --connection)")
 	f.timeout = fs.Duration("timeout", 0, "give up after this `duration` (0: never; loopback: 60s, unless --run_infinitely)")
 	f.cc = fs.String("cc", "none", ccUsage)
+	f.shards = fs.Int("shards", 0, "transmit `shards` of the device (roce.Options.Shards; 0: the default)")
 	f.qps = fs.Int("q", 1, "`QPs` of a bandwidth test, each posted by its own goroutine; one report for all")
 	f.duration = fs.Int("D", 0, "run a bandwidth test for this many `seconds` instead of -n iterations (no peak)")
 	f.runInf = fs.Bool("run_infinitely", false, "report every -D seconds (default 5) until interrupted (write, read, atomic BW)")
@@ -440,6 +443,11 @@ func parsePerf(args []string, stdout, stderr io.Writer) (*perfArgs, int) {
 		return nil, 2
 	}
 	cfg.CC, _ = parseCC(*f.cc) // checked above
+	if *f.shards < 0 {
+		fmt.Fprintln(stderr, "rocectl perf: --shards must not be negative")
+		return nil, 2
+	}
+	cfg.Shards = *f.shards
 	if *f.loopback {
 		if len(pos) > 0 {
 			fmt.Fprintln(stderr, "rocectl perf: --loopback takes no server address")
@@ -501,7 +509,7 @@ func RunPerfStats(args []string, stdout, stderr io.Writer, stats StartStats) int
 	defer cancel()
 	cc, _ := parseCC(*f.cc) // checked by parsePerf
 	bind, _ := parseBind(*f.bind)
-	d, err := openDeviceCC(ctx, *f.dev, *f.link, *f.xdpBusy, cc, bind, stderr)
+	d, err := openDeviceCC(ctx, *f.dev, *f.link, *f.xdpBusy, cc, *f.shards, bind, stderr)
 	if err != nil {
 		fmt.Fprintln(stderr, "rocectl perf:", err)
 		return 1
