@@ -84,6 +84,9 @@ func TestPerfLimits(t *testing.T) {
 		{"-u 32", "rocectl perf: -u 32: must be at most 31 (5-bit exponent)"},
 		{"--tos=256", "rocectl perf: -tos 256: must be at most 255 (8-bit)"},
 		{"--size=8388608 --qp=1024", "rocectl perf: -s 8388608 × -q 1024: must be at most 4294901760 (the registration limit)"},
+		{"--shards=64", ""},
+		{"--shards=65", "rocectl perf: -shards 65: must be at most 64 (a device's transmit shards; 0: the default)"},
+		{"--shards=-1", "rocectl perf: -shards -1: must not be negative"},
 	} {
 		fs := flag.NewFlagSet("perf", flag.ContinueOnError)
 		var out bytes.Buffer
@@ -93,6 +96,7 @@ func TestPerfLimits(t *testing.T) {
 			v := fs.Int(f.short, 0, "")
 			fs.IntVar(v, f.long, 0, "")
 		}
+		fs.Int("shards", 0, "")
 		err := Parse(fs, strings.Fields(tc.args))
 		if got := strings.TrimSpace(out.String()); got != tc.want || (err == nil) != (tc.want == "") {
 			t.Errorf("perf %s: error %v, printed %q, want %q", tc.args, err, got, tc.want)

@@ -54,13 +54,17 @@ var products = map[string][][2]string{
 // goroutine (perftest allows 16384).
 const MaxPerfQPs = 1024
 
+// MaxShards is the most transmit shards a device takes (roce.Options.Shards).
+const MaxShards = 64
+
 // MaxInline is the largest inline payload a goroce QP takes (qp.MaxInline;
 // perftest allows 1024).
 const MaxInline = 400
 
 // perfLimits are perf's checks, under perftest's short and long names.
 func perfLimits() map[string]check {
-	m := map[string]check{"timeout": timeout, "metrics": listenAddr}
+	m := map[string]check{"timeout": timeout, "metrics": listenAddr,
+		"shards": intRange(0, MaxShards, "a device's transmit shards; 0: the default")}
 	for _, c := range []struct {
 		short, long string
 		check       check
