@@ -20,6 +20,10 @@
 // TestLoopbackTable measures the main job, rocectl perf --loopback, beside
 // iperf3 TCP and sockperf on loopback.
 //
+// TestScaleTable measures the scale-out over QPs and CPUs on loopback:
+// send-bw 64 B over 8 QPs at GOMAXPROCS 1 and 2, write-bw over 2 QPs
+// against iperf3 TCP, and send-lat over one QP.
+//
 // TestGoalsTable measures every performance goal in one run by taking the
 // cases of the tables above and of the loss benchmarks in turns, adds the
 // allocations, CPU time per packet and idle cost measured in its own

@@ -167,8 +167,15 @@ func cpuOf(c *exec.Cmd) float64 {
 // rocectlLo runs "rocectl perf <test> --loopback --json" in ns and returns
 // the client's result and the process's CPU time.
 func rocectlLo(ctx context.Context, ns *netnstest.NS, test string, extra ...string) (perfrun.PerfResult, float64, error) {
+	return rocectlLoEnv(ctx, ns, nil, test, extra...)
+}
+
+// rocectlLoEnv is rocectlLo with env ("NAME=value") added to the process's
+// environment, overriding what the test inherited (GOMAXPROCS).
+func rocectlLoEnv(ctx context.Context, ns *netnstest.NS, env []string, test string, extra ...string) (perfrun.PerfResult, float64, error) {
 	var r perfrun.PerfResult
 	cmd := rocectlCmd(ctx, append([]string{"perf", test, "--loopback", "--json", "--timeout", caseTimeout.String()}, extra...)...)
+	cmd.Env = append(cmd.Env, env...)
 	out, err := runClient(ns, cmd)
 	if err != nil {
 		return r, 0, err
