@@ -9,6 +9,7 @@ import (
 	"github.com/goroce/goroce/cm/cmtest"
 	"github.com/goroce/goroce/cm/mad"
 	"github.com/goroce/goroce/link"
+	"github.com/goroce/goroce/link/faultnet"
 )
 
 // TestHandshakeDeadline: a connection to the client's listener whose RTU
@@ -65,5 +66,17 @@ func TestHandshakeDeadline(t *testing.T) {
 	}
 	if drop.Lost() == 0 {
 		t.Error("no RTU was lost: the test proved nothing")
+	}
+}
+
+// TestHandshakeTimeoutDefault: a zero or negative HandshakeTimeout takes
+// the default, rather than ending every handshake at once.
+func TestHandshakeTimeoutDefault(t *testing.T) {
+	for _, d := range []time.Duration{0, -time.Second} {
+		sdev, cdev := memDevices(t, faultnet.Config{}, faultnet.Config{})
+		r := newRig(t, sdev, cdev, 4096, &ClientOptions{HandshakeTimeout: d}, nil)
+		if r.cli.hsTime != DefaultHandshakeTimeout {
+			t.Errorf("HandshakeTimeout %v: %v, want %v", d, r.cli.hsTime, DefaultHandshakeTimeout)
+		}
 	}
 }
