@@ -57,6 +57,18 @@ type Poller interface {
 	WaitReadable(ctx context.Context) error
 }
 
+// MultiQueue is implemented by links that receive on several queues at
+// once (the kernel UDP link with several SO_REUSEPORT sockets). RxQueues
+// returns one Link per queue, the link itself first, each reading only
+// its own queue with ReadBatch (and PollBatch, WaitReadable, when it is a
+// Poller); frames are sent through the link itself. The link steers every
+// packet for a QP to the same queue, so that each queue, read by one
+// goroutine, keeps a QP's packets in order. A device reads every queue
+// from a goroutine of its own.
+type MultiQueue interface {
+	RxQueues() []Link
+}
+
 // AddrServer is implemented by links that send from only some of an
 // interface's addresses: the kernel UDP link sends from the one address its
 // socket is bound to, or from any address of the socket's family when it is

@@ -36,7 +36,21 @@ type Options struct {
 	// (default 1500): no one interface holds that address. A link bound
 	// to an address reports its interface's MTU whatever this says.
 	WildcardMTU int
+	// Queues is the number of receive queues (default 1, at most
+	// MaxQueues; Linux only): sockets bound to the same address and port
+	// with SO_REUSEPORT, among which a classic BPF program steers every
+	// datagram by the destination QPN of its BTH, to queue QPN mod Queues.
+	// A QP's packets therefore always arrive on one queue, in order, and
+	// the queue matches the QP's transmit shard when a device has as many
+	// shards (roce.Options.Shards). Each queue is a Link of its own
+	// (RxQueues); the link itself reads only the first, so a reader must
+	// read them all, as a device does (link.MultiQueue). Frames are sent
+	// from the first.
+	Queues int
 }
+
+// MaxQueues is the most receive queues a Link takes (Options.Queues).
+const MaxQueues = 64
 
 const (
 	defaultBatch        = 64
@@ -61,6 +75,9 @@ type Stats struct {
 	GROBuffers   uint64 // received buffers holding a coalesced run
 	GRODatagrams uint64 // datagrams split out of them
 	GROCopied    uint64 // of those, datagrams copied behind a header (the rest stayed where the kernel put them)
+
+	Queues  int  // receive queues (Options.Queues)
+	Steered bool // with several, a BPF program steers them by QPN (else the kernel's flow hash)
 }
 
 func interfaceByIndex(zone string) (*net.Interface, error) {

@@ -70,6 +70,11 @@ type Link struct {
 
 	truncated atomic.Uint64
 	off       offload
+
+	// queues are the sockets of the link's receive queues, this one first
+	// (Options.Queues, queues.go); the others only receive.
+	queues []*Link
+	steer  bool // a BPF program steers datagrams among queues by QPN
 }
 
 var (
@@ -87,6 +92,18 @@ func Listen(addr netip.AddrPort) (*Link, error) {
 
 // ListenOptions is Listen with options.
 func ListenOptions(addr netip.AddrPort, opts Options) (*Link, error) {
+	if opts.Queues < 0 || opts.Queues > MaxQueues {
+		return nil, fmt.Errorf("udplink: Options.Queues %d: not in 0..%d", opts.Queues, MaxQueues)
+	}
+	if opts.Queues <= 1 {
+		return listenSocket(addr, opts, false)
+	}
+	return listenQueues(addr, opts)
+}
+
+// listenSocket opens one socket; reuse sets SO_REUSEPORT before it is bound (a
+// queue of a link with several, queues.go).
+func listenSocket(addr netip.AddrPort, opts Options, reuse bool) (*Link, error) {
 	if opts.Batch <= 0 {
 		opts.Batch = defaultBatch
 	}
@@ -113,6 +130,12 @@ func ListenOptions(addr netip.AddrPort, opts Options) (*Link, error) {
 	var soErr error
 	lc := net.ListenConfig{Control: func(_, _ string, c syscall.RawConn) error {
 		if err := c.Control(func(fd uintptr) {
+			if reuse {
+				if err := unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_REUSEPORT, 1); err != nil {
+					soErr = fmt.Errorf("setsockopt SO_REUSEPORT: %w", err)
+					return
+				}
+			}
 			if soErr = l.setsockopts(int(fd), opts.SocketBuffer); soErr == nil {
 				l.probeOffloads(int(fd), opts)
 			}
@@ -151,6 +174,7 @@ func ListenOptions(addr netip.AddrPort, opts Options) (*Link, error) {
 	l.initRecv(l.recvBufSize(opts.MaxDatagram))
 	l.initSend()
 	l.initOffload()
+	l.queues = []*Link{l}
 	return l, nil
 }
 
@@ -683,17 +707,22 @@ func (l *Link) ServesAddr(addr netip.Addr) bool {
 
 // Stats returns the drop and offload counters.
 func (l *Link) Stats() Stats {
-	return Stats{
-		Truncated:    l.truncated.Load(),
+	s := Stats{
 		GSO:          l.off.gso.Load(),
 		GRO:          l.off.gro,
 		GSOSends:     l.off.gsoSends.Load(),
 		GSODatagrams: l.off.gsoDatagrams.Load(),
 		GSOFallbacks: l.off.gsoFallbacks.Load(),
-		GROBuffers:   l.off.groBuffers.Load(),
-		GRODatagrams: l.off.groDatagrams.Load(),
-		GROCopied:    l.off.groCopied.Load(),
+		Queues:       len(l.queues),
+		Steered:      l.steer,
 	}
+	for _, q := range l.queues {
+		s.Truncated += q.truncated.Load()
+		s.GROBuffers += q.off.groBuffers.Load()
+		s.GRODatagrams += q.off.groDatagrams.Load()
+		s.GROCopied += q.off.groCopied.Load()
+	}
+	return s
 }
 
 // MTU returns the MTU of the interface holding the bound address (1500
@@ -715,6 +744,19 @@ func (l *Link) Close() error {
 	if l.closed.Swap(true) {
 		return link.ErrClosed
 	}
+	var err error
+	for _, q := range l.queues[1:] {
+		if q.closed.Swap(true) {
+			continue
+		}
+		q.wakeSleepers()
+		if cerr := q.conn.Close(); err == nil {
+			err = cerr
+		}
+	}
 	l.wakeSleepers()
-	return l.conn.Close()
+	if cerr := l.conn.Close(); cerr != nil {
+		err = cerr
+	}
+	return err
 }
