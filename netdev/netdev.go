@@ -66,6 +66,11 @@ type Options struct {
 	// interface's first IPv4 address, else its first non-link-local IPv6
 	// address).
 	UDPAddr netip.Addr
+	// UDPQueues is the number of receive queues of the kernel UDP link
+	// (udplink.Options.Queues; 0: one), each read by a goroutine of the
+	// device. As many transmit shards (Options.Device.Shards) keep each
+	// QP's receive and transmit on the same queue.
+	UDPQueues int
 }
 
 // Open opens a device on interface ifname: AF_XDP by default, the kernel UDP
@@ -113,7 +118,7 @@ func Open(ctx context.Context, ifname string, opts Options) (*roce.Device, error
 		if port == 0 {
 			port = ib.RoCEv2Port
 		}
-		ul, err := udplink.Listen(netip.AddrPortFrom(addr, port))
+		ul, err := udplink.ListenOptions(netip.AddrPortFrom(addr, port), udplink.Options{Queues: opts.UDPQueues})
 		if err != nil {
 			return nil, fmt.Errorf("netdev: UDP link on %s: %w", ifname, err)
 		}

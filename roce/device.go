@@ -204,9 +204,9 @@ type Device struct {
 	deferred  atomic.Bool // a poller left a transmit pass to its caller (txdefer.go)
 	deferT    *time.Timer // flushes what was deferred if the caller does not
 
-	// Receive goroutine state.
-	pkt  rxState
-	rxFn func(frames [][]byte)
+	// Receive: a goroutine per receive queue of the link (one, unless the
+	// link is a link.MultiQueue).
+	rxq []*rxQueue
 
 	ctx     context.Context
 	cancel  context.CancelFunc
@@ -217,8 +217,8 @@ type Device struct {
 	ev      events      // asynchronous event subscriptions, guarded by mu
 
 	// Run to completion (poll.go).
-	rxPoll         link.Poller   // the link, if it can be read without blocking
-	rxSleep        sleepWaiter   // the link, if it can be waited on in a system call
+	rxPoll         link.Poller   // the link, if it can be read without blocking (every queue can)
+	rxSleep        sleepWaiter   // the link, if it can be waited on in a system call (every queue can)
 	busyPollWindow time.Duration // Options.BusyPoll; ≤ 0: no busy poll
 	ackWithReply   atomic.Bool   // Options.AckWithReply
 	window         atomic.Int64  // the current busy-poll window (adapts; ns)
@@ -227,8 +227,6 @@ type Device struct {
 	polling        atomic.Bool   // the poller role
 	pollAt         atomic.Int64  // when a poll last found work (nowNs)
 	parked         atomic.Int32  // goroutines in park
-	rxKick         chan struct{} // the receive goroutine must read the link
-	rxTimer        *time.Timer   // the receive goroutine's stand-by timer
 	pollPkt        rxState
 	pollFn         func(frames [][]byte)
 	pollEmpty      atomic.Uint32 // pollOnce calls that found nothing: when to yield
@@ -329,19 +327,11 @@ func newDevice(l link.Link, opts Options) (*Device, error) {
 
 		busyPollWindow: opts.BusyPoll,
 		rxLinger:       min(max(4*opts.BusyPoll, minRxLinger), maxRxLinger),
-		rxKick:         make(chan struct{}, 1),
 	}
-	if p, ok := l.(link.Poller); ok && opts.BusyPoll > 0 {
-		d.rxPoll = p
-		if opts.RxSleep {
-			d.rxSleep, _ = l.(sleepWaiter)
-		}
-	}
+	d.initRxQueues(l, opts)
 	d.pollAt.Store(-int64(d.rxLinger)) // no poll yet: nothing to stand by for
 	d.window.Store(int64(opts.BusyPoll))
 	d.ackWithReply.Store(opts.AckWithReply)
-	d.rxTimer = time.NewTimer(time.Hour)
-	d.rxTimer.Stop()
 	d.deferT = time.NewTimer(time.Hour)
 	d.deferT.Stop()
 	if d.port == 0 {
@@ -400,7 +390,6 @@ func newDevice(l link.Link, opts Options) (*Device, error) {
 		}
 		s.lend.init(l, opts.TxBatch)
 	}
-	d.rxFn = func(frames [][]byte) { d.receiveBatch(frames, &d.pkt) }
 	d.pollFn = func(frames [][]byte) {
 		d.ctr.polledPkts.Add(uint64(len(frames)))
 		d.receiveBatch(frames, &d.pollPkt)
@@ -415,8 +404,10 @@ func newDevice(l link.Link, opts Options) (*Device, error) {
 	}
 	d.timer = newWakeTimer(d.ctx)
 	d.wakeAt.Store(int64(never))
-	d.wg.Add(3)
-	go d.receiveLoop()
+	d.wg.Add(2 + len(d.rxq))
+	for _, q := range d.rxq {
+		go d.receiveLoop(q)
+	}
 	go d.timerLoop()
 	go d.deferLoop()
 	return d, nil
@@ -498,20 +489,88 @@ func (d *Device) lock() error {
 	return nil
 }
 
-// receiveLoop is the single receive goroutine.
-func (d *Device) receiveLoop() {
+// rxQueue is one receive queue of the link and its goroutine's state.
+type rxQueue struct {
+	link  link.Link
+	poll  link.Poller // the queue, if the device polls (d.rxPoll set)
+	sleep sleepWaiter // the queue, if the device sleeps in a system call (d.rxSleep set)
+	pkt   rxState
+	fn    func(frames [][]byte)
+	kick  chan struct{} // the goroutine must read the queue
+	timer *time.Timer   // its stand-by timer
+}
+
+// initRxQueues sets up the receive queues of l: every queue of a
+// link.MultiQueue, else l. The device polls (run to completion) only if
+// every queue can be polled, and sleeps in a system call only if every
+// queue can.
+func (d *Device) initRxQueues(l link.Link, opts Options) {
+	links := []link.Link{l}
+	if mq, ok := l.(link.MultiQueue); ok {
+		if qs := mq.RxQueues(); len(qs) > 0 {
+			links = qs
+		}
+	}
+	polls, sleeps := opts.BusyPoll > 0, opts.RxSleep
+	for _, ql := range links {
+		q := &rxQueue{link: ql, kick: make(chan struct{}, 1), timer: time.NewTimer(time.Hour)}
+		q.timer.Stop()
+		q.poll, _ = ql.(link.Poller)
+		q.sleep, _ = ql.(sleepWaiter)
+		polls = polls && q.poll != nil
+		sleeps = sleeps && q.sleep != nil
+		q.fn = func(frames [][]byte) { d.receiveBatch(frames, &q.pkt) }
+		d.rxq = append(d.rxq, q)
+	}
+	for _, q := range d.rxq {
+		if !polls {
+			q.poll = nil
+		}
+		if !polls || !sleeps {
+			q.sleep = nil
+		}
+	}
+	if polls {
+		d.rxPoll = d.rxq[0].poll
+		if sleeps {
+			d.rxSleep = d.rxq[0].sleep
+		}
+	}
+}
+
+// pollQueues is a poller's non-blocking read of every receive queue, each
+// batch handed to the engine through d.pollFn. It returns how many frames
+// it read and the first error.
+func (d *Device) pollQueues() (int, error) {
+	if len(d.rxq) == 1 {
+		return d.rxPoll.PollBatch(d.pollFn)
+	}
+	total := 0
+	var first error
+	for _, q := range d.rxq {
+		n, err := q.poll.PollBatch(d.pollFn)
+		total += n
+		if err != nil && first == nil {
+			first = err
+		}
+	}
+	return total, first
+}
+
+// receiveLoop is the receive goroutine of queue q.
+func (d *Device) receiveLoop(q *rxQueue) {
 	defer d.wg.Done()
 	for {
 		var err error
-		if d.rxPoll != nil {
+		if q.poll != nil {
 			// Run to completion (poll.go): stay out of the way of
 			// waiters that poll the link, and never hold the link
 			// while asleep.
-			if !d.rxStandBy() {
+			if !d.rxStandBy(q) {
 				return
 			}
 			var n int
-			if n, err = d.rxPoll.PollBatch(d.rxFn); n > 0 {
+			if n, err = q.poll.PollBatch(q.fn); n > 0 {
 				d.rxAt.Store(d.nowNs())
 				// Let a goroutine those frames woke run first: it sits
 				// in this P's run queue, and the transmit pass and the
@@ -523,7 +582,7 @@ func (d *Device) receiveLoop() {
 				d.flush()
 				continue
 			}
-			if err == nil && d.rxSleep != nil && d.nowNs()-d.rxAt.Load() < int64(d.busyPollWindow) {
+			if err == nil && q.sleep != nil && d.nowNs()-d.rxAt.Load() < int64(d.busyPollWindow) {
 				// Frames came a moment ago and more are likely on the
 				// way: look again after the others had the CPU rather
 				// than sleep, as a waiter's busy poll does. A round trip
@@ -533,7 +592,7 @@ func (d *Device) receiveLoop() {
 				continue
 			}
 			if err == nil {
-				err = d.waitReadable()
+				err = q.waitReadable()
 				if err == nil {
 					continue
 				}
@@ -544,7 +603,7 @@ func (d *Device) receiveLoop() {
 			// (context.AfterFunc); Close unblocks the read by closing
 			// the link instead.
 			var n int
-			if n, err = d.link.ReadBatch(context.Background(), d.rxFn); n > 0 {
+			if n, err = q.link.ReadBatch(context.Background(), q.fn); n > 0 {
 				runtime.Gosched() // as above
 			}
 		}

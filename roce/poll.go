@@ -71,26 +71,28 @@ type sleepWaiter interface {
 	SleepReadable() error
 }
 
-// waitReadable is the receive goroutine's wait for the link.
-func (d *Device) waitReadable() error {
-	if d.rxSleep != nil {
-		return d.rxSleep.SleepReadable()
+// waitReadable is a receive goroutine's wait for its queue.
+func (q *rxQueue) waitReadable() error {
+	if q.sleep != nil {
+		return q.sleep.SleepReadable()
 	}
-	return d.rxPoll.WaitReadable(context.Background())
+	return q.poll.WaitReadable(context.Background())
 }
 
-// kickRx asks the receive goroutine to read the link. It never blocks.
+// kickRx asks the receive goroutines to read the link. It never blocks.
 func (d *Device) kickRx() {
-	select {
-	case d.rxKick <- struct{}{}:
-	default:
+	for _, q := range d.rxq {
+		select {
+		case q.kick <- struct{}{}:
+		default:
+		}
 	}
 }
 
-// rxStandBy holds the receive goroutine back while waiters poll the link,
-// and for the linger after a poll that found work. It returns false when
-// the device closes.
-func (d *Device) rxStandBy() bool {
+// rxStandBy holds the receive goroutine of q back while waiters poll the
+// link, and for the linger after a poll that found work. It returns false
+// when the device closes.
+func (d *Device) rxStandBy(q *rxQueue) bool {
 	kicked := false
 	for {
 		if d.ctx.Err() != nil {
@@ -113,16 +115,16 @@ func (d *Device) rxStandBy() bool {
 			}
 			wait = d.rxLinger - idle
 		}
-		d.rxTimer.Reset(wait)
+		q.timer.Reset(wait)
 		select {
-		case <-d.rxKick:
+		case <-q.kick:
 			kicked = true
-		case <-d.rxTimer.C:
+		case <-q.timer.C:
 		case <-d.ctx.Done():
-			d.rxTimer.Stop()
+			q.timer.Stop()
 			return false
 		}
-		d.rxTimer.Stop()
+		q.timer.Stop()
 	}
 }
 
@@ -142,7 +144,7 @@ func (d *Device) busyPoll(cq *CQ, ctx context.Context, deadline time.Time) bool 
 	got := false
 	d.flushDeferred()
 	for i := 0; ; i++ {
-		n, err := d.rxPoll.PollBatch(d.pollFn)
+		n, err := d.pollQueues()
 		if n > 0 {
 			d.flushOrDefer(cq)
 		}
@@ -186,7 +188,7 @@ func (d *Device) pollOnce(cq *CQ) {
 	if d.rxPoll == nil || d.window.Load() <= 0 || !d.polling.CompareAndSwap(false, true) {
 		return
 	}
-	n, _ := d.rxPoll.PollBatch(d.pollFn)
+	n, _ := d.pollQueues()
 	if n > 0 {
 		d.flushOrDefer(cq)
 	}

@@ -61,7 +61,7 @@ func BenchmarkReceiveBatch(b *testing.B) {
 			setPSN(f, psn)
 			psn++
 		}
-		db.rxFn(frames)
+		db.rxq[0].fn(frames)
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*batch), "ns/pkt")
 	after := db.Counters()

@@ -14,6 +14,7 @@ import (
 	"github.com/goroce/goroce/internal/qp"
 	"github.com/goroce/goroce/link/faultnet"
 	"github.com/goroce/goroce/link/memlink"
+	"github.com/goroce/goroce/link/udplink"
 )
 
 // shardPair is memPair with Options.Shards on both devices.
@@ -51,8 +52,33 @@ func TestShardsOption(t *testing.T) {
 // arrives and completes, once, and in order per QP, on both sides. A lossy
 // link makes the shards' passes resend while others send.
 func TestShardsShareCQAndSRQ(t *testing.T) {
-	const shards, pairs, msgs, window = 3, 8, 300, 32
+	const shards = 3
 	da, db := shardPair(t, shards, faultnet.Config{Seed: 7, Loss: 0.01})
+	shareCQAndSRQ(t, da, db, addrA, addrB, shards)
+}
+
+// The same over the kernel UDP link with a receive queue per shard
+// (udplink.Options.Queues): each device reads its queues from a goroutine
+// each, and every queue carries frames.
+func TestQueuesShareCQAndSRQ(t *testing.T) {
+	const queues = 3
+	da, db := udpPairLinks(t, udplink.Options{Queues: queues}, Options{Shards: queues})
+	if n := len(da.rxq); n != queues {
+		t.Fatalf("the device reads %d receive queues, want %d", n, queues)
+	}
+	shareCQAndSRQ(t, da, db, loA, loB, queues)
+	for _, d := range []*Device{da, db} {
+		for i, n := range d.Link().(*udplink.Link).Stats().QueueBuffers {
+			if n == 0 {
+				t.Errorf("%v: queue %d received nothing", d.Info().Name, i)
+			}
+		}
+	}
+}
+
+// shareCQAndSRQ runs TestShardsShareCQAndSRQ's traffic between da and db.
+func shareCQAndSRQ(t *testing.T, da, db *Device, a, b netip.Addr, shards int) {
+	const pairs, msgs, window = 8, 300, 32
 	apd, _ := da.AllocPD()
 	bpd, _ := db.AllocPD()
 	acq, err := da.CreateCQ(pairs * window)
@@ -80,17 +106,17 @@ func TestShardsShareCQAndSRQ(t *testing.T) {
 	pairOf := map[uint32]int{} // B's QPN → pair
 	seen := map[int]bool{}
 	for i := range aqps {
-		a, err := apd.CreateQP(&QPInitAttr{Type: RC, SendCQ: acq, RecvCQ: acq, Cap: QPCap{MaxSendWR: window, MaxRecvWR: 1}})
+		qa, err := apd.CreateQP(&QPInitAttr{Type: RC, SendCQ: acq, RecvCQ: acq, Cap: QPCap{MaxSendWR: window, MaxRecvWR: 1}})
 		if err != nil {
 			t.Fatal(err)
 		}
-		b, err := bpd.CreateQP(&QPInitAttr{Type: RC, SendCQ: bscq, RecvCQ: bcq, SRQ: srq})
+		qb, err := bpd.CreateQP(&QPInitAttr{Type: RC, SendCQ: bscq, RecvCQ: bcq, SRQ: srq})
 		if err != nil {
 			t.Fatal(err)
 		}
-		connect(t, &endpoint{qp: a}, &endpoint{qp: b}, addrA, addrB, ConnectAttr{})
-		aqps[i], pairOf[b.QPN()] = a, i
-		seen[da.eng.ShardOf(a.QPN())] = true
+		connect(t, &endpoint{qp: qa}, &endpoint{qp: qb}, a, b, ConnectAttr{})
+		aqps[i], pairOf[qb.QPN()] = qa, i
+		seen[da.eng.ShardOf(qa.QPN())] = true
 	}
 	if len(seen) != shards {
 		t.Fatalf("the QPs span %d shards of %d", len(seen), shards)

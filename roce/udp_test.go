@@ -28,11 +28,19 @@ func udpPair(t testing.TB) (*Device, *Device) {
 // set here).
 func udpPairWith(t testing.TB, opts Options) (*Device, *Device) {
 	t.Helper()
-	la, err := udplink.ListenOptions(netip.AddrPortFrom(loA, 0), udplink.Options{EphemeralPort: true})
+	return udpPairLinks(t, udplink.Options{}, opts)
+}
+
+// udpPairLinks is udpPairWith with lopts for both links (their port
+// kernel-chosen).
+func udpPairLinks(t testing.TB, lopts udplink.Options, opts Options) (*Device, *Device) {
+	t.Helper()
+	lopts.EphemeralPort = true
+	la, err := udplink.ListenOptions(netip.AddrPortFrom(loA, 0), lopts)
 	if err != nil {
 		t.Skipf("no UDP socket on 127.0.0.1: %v", err)
 	}
-	lb, err := udplink.ListenOptions(netip.AddrPortFrom(loB, 0), udplink.Options{EphemeralPort: true})
+	lb, err := udplink.ListenOptions(netip.AddrPortFrom(loB, 0), lopts)
 	if err != nil {
 		la.Close()
 		t.Skipf("no UDP socket on 127.0.0.1: %v", err)

@@ -53,6 +53,8 @@ var badInputs = []struct {
 	{"perf write-bw --loopback -q 0", 2},
 	{"perf write-bw --loopback --shards 65", 2},
 	{"perf write-bw --loopback --shards -1", 2},
+	{"perf write-bw --loopback --queues 65", 2},
+	{"perf write-bw --loopback --queues -1", 2},
 	{"perf write-bw --loopback -q 1025", 2},
 	{"perf write-bw --loopback --qp=-3", 2},
 	{"perf write-bw --loopback -q 1024 -s 8388608", 2},

@@ -87,6 +87,9 @@ func TestPerfLimits(t *testing.T) {
 		{"--shards=64", ""},
 		{"--shards=65", "rocectl perf: -shards 65: must be at most 64 (a device's transmit shards; 0: the default)"},
 		{"--shards=-1", "rocectl perf: -shards -1: must not be negative"},
+		{"--queues=64", ""},
+		{"--queues=65", "rocectl perf: -queues 65: must be at most 64 (the UDP link's receive queues; 0: one)"},
+		{"--queues=-1", "rocectl perf: -queues -1: must not be negative"},
 	} {
 		fs := flag.NewFlagSet("perf", flag.ContinueOnError)
 		var out bytes.Buffer
@@ -97,6 +100,7 @@ func TestPerfLimits(t *testing.T) {
 			fs.IntVar(v, f.long, 0, "")
 		}
 		fs.Int("shards", 0, "")
+		fs.Int("queues", 0, "")
 		err := Parse(fs, strings.Fields(tc.args))
 		if got := strings.TrimSpace(out.String()); got != tc.want || (err == nil) != (tc.want == "") {
 			t.Errorf("perf %s: error %v, printed %q, want %q", tc.args, err, got, tc.want)

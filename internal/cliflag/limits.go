@@ -57,6 +57,10 @@ const MaxPerfQPs = 1024
 // MaxShards is the most transmit shards a device takes (roce.Options.Shards).
 const MaxShards = 64
 
+// MaxQueues is the most receive queues the kernel UDP link takes
+// (udplink.Options.Queues).
+const MaxQueues = 64
+
 // MaxInline is the largest inline payload a goroce QP takes (qp.MaxInline;
 // perftest allows 1024).
 const MaxInline = 400
@@ -64,7 +68,8 @@ const MaxInline = 400
 // perfLimits are perf's checks, under perftest's short and long names.
 func perfLimits() map[string]check {
 	m := map[string]check{"timeout": timeout, "metrics": listenAddr,
-		"shards": intRange(0, MaxShards, "a device's transmit shards; 0: the default")}
+		"shards": intRange(0, MaxShards, "a device's transmit shards; 0: the default"),
+		"queues": intRange(0, MaxQueues, "the UDP link's receive queues; 0: one")}
 	for _, c := range []struct {
 		short, long string
 		check       check

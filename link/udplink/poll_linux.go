@@ -7,7 +7,6 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/goroce/goroce/internal/sys"
 	"github.com/goroce/goroce/link"
 )
 
@@ -53,10 +52,7 @@ func (l *Link) PollBatch(fn func(frames [][]byte)) (int, error) {
 	}
 }
 
-func (l *Link) pollRecv(fd uintptr) {
-	l.rn, l.rerr = sys.Recvmmsg(int(fd), l.rmsgs, unix.MSG_DONTWAIT)
-	l.rdirty = max(l.rn, 0)
-}
+func (l *Link) pollRecv(fd uintptr) { l.recvmmsg(fd) }
 
 // WaitReadable blocks in the poller until a datagram is queued on the
 // socket (it looks with MSG_PEEK, so it takes nothing), ctx ends or the

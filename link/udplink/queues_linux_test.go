@@ -97,6 +97,11 @@ func TestQueuesSteerByQPN(t *testing.T) {
 		}
 	}
 	got := drainQueues(t, l, per*queues*2)
+	for i, n := range l.Stats().QueueBuffers {
+		if n != per*2 {
+			t.Errorf("queue %d read %d buffers, want %d", i, n, per*2)
+		}
+	}
 	for q, ds := range got {
 		next := map[uint32]uint32{}
 		for _, d := range ds {

@@ -78,6 +78,9 @@ type Stats struct {
 
 	Queues  int  // receive queues (Options.Queues)
 	Steered bool // with several, a BPF program steers them by QPN (else the kernel's flow hash)
+	// QueueBuffers counts the buffers read from each queue's socket (a
+	// datagram, or a run of them with GRO).
+	QueueBuffers []uint64
 }
 
 func interfaceByIndex(zone string) (*net.Interface, error) {

@@ -69,6 +69,7 @@ type Link struct {
 	tos     uint8         // the socket's TOS / traffic class (SetDefaultTOS); under every sender's lock
 
 	truncated atomic.Uint64
+	buffers   atomic.Uint64 // received buffers (Stats.QueueBuffers)
 	off       offload
 
 	// queues are the sockets of the link's receive queues, this one first
@@ -326,15 +327,22 @@ func (l *Link) resetRecv() {
 }
 
 func (l *Link) tryRecv(fd uintptr) bool {
-	l.rn, l.rerr = sys.Recvmmsg(int(fd), l.rmsgs, unix.MSG_DONTWAIT)
-	l.rdirty = max(l.rn, 0)
+	l.recvmmsg(fd)
 	return true
 }
 
 func (l *Link) recv(fd uintptr) bool {
+	l.recvmmsg(fd)
+	return l.rerr != unix.EAGAIN
+}
+
+// recvmmsg takes what is queued on the socket, without waiting.
+func (l *Link) recvmmsg(fd uintptr) {
 	l.rn, l.rerr = sys.Recvmmsg(int(fd), l.rmsgs, unix.MSG_DONTWAIT)
 	l.rdirty = max(l.rn, 0)
-	return l.rerr != unix.EAGAIN
+	if l.rn > 0 {
+		l.buffers.Add(uint64(l.rn))
+	}
 }
 
 // interrupt wakes a ReadBatch blocked in the poller when its context ends.
@@ -716,7 +724,9 @@ func (l *Link) Stats() Stats {
 		Queues:       len(l.queues),
 		Steered:      l.steer,
 	}
-	for _, q := range l.queues {
+	s.QueueBuffers = make([]uint64, len(l.queues))
+	for i, q := range l.queues {
+		s.QueueBuffers[i] = q.buffers.Load()
 		s.Truncated += q.truncated.Load()
 		s.GROBuffers += q.off.groBuffers.Load()
 		s.GRODatagrams += q.off.groDatagrams.Load()

@@ -35,11 +35,12 @@ func Loopback(ctx context.Context, cfg PerfConfig, out io.Writer, asJSON bool) (
 // client's first (both ends' counters are then visible to "rocectl stat").
 func loopback(ctx context.Context, cfg PerfConfig, out io.Writer, asJSON bool, stats func(d *roce.Device, server bool) (func(), error)) (client, server []PerfResult, err error) {
 	lo, lo2 := netip.MustParseAddr("127.0.0.1"), netip.MustParseAddr("127.0.0.2")
-	la, err := udplink.ListenOptions(netip.AddrPortFrom(lo, 0), udplink.Options{EphemeralPort: true})
+	lopts := udplink.Options{EphemeralPort: true, Queues: cfg.Queues}
+	la, err := udplink.ListenOptions(netip.AddrPortFrom(lo, 0), lopts)
 	if err != nil {
 		return nil, nil, err
 	}
-	lb, err := udplink.ListenOptions(netip.AddrPortFrom(lo2, 0), udplink.Options{EphemeralPort: true})
+	lb, err := udplink.ListenOptions(netip.AddrPortFrom(lo2, 0), lopts)
 	if err != nil {
 		la.Close()
 		return nil, nil, err

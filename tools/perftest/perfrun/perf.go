@@ -105,6 +105,9 @@ type PerfConfig struct {
 	// command opens: Loopback's two, or Perf's when run from the command
 	// line (0: the default).
 	Shards int
+	// Queues (--queues) is the number of receive queues of the kernel
+	// UDP link(s) the command opens (udplink.Options.Queues; 0: one).
+	Queues int
 }
 
 // timed reports whether a bandwidth run is bounded by time, not Iters.

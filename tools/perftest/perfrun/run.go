@@ -52,13 +52,13 @@ func signalContext(timeout time.Duration) (context.Context, context.CancelFunc) 
 }
 
 func openDevice(ctx context.Context, ifname, link string, xdpBusyPoll time.Duration, stderr io.Writer) (*roce.Device, error) {
-	return openDeviceCC(ctx, ifname, link, xdpBusyPoll, roce.CCConfig{}, 0, netip.Addr{}, stderr)
+	return openDeviceCC(ctx, ifname, link, xdpBusyPoll, roce.CCConfig{}, 0, 0, netip.Addr{}, stderr)
 }
 
 // openDeviceCC is openDevice with congestion control cc, shards transmit
 // shards, and the kernel UDP link bound to bind when it is valid
 // (perftest's --bind_source_ip).
-func openDeviceCC(ctx context.Context, ifname, link string, xdpBusyPoll time.Duration, cc roce.CCConfig, shards int, bind netip.Addr, stderr io.Writer) (*roce.Device, error) {
+func openDeviceCC(ctx context.Context, ifname, link string, xdpBusyPoll time.Duration, cc roce.CCConfig, shards, queues int, bind netip.Addr, stderr io.Writer) (*roce.Device, error) {
 	if ifname == "" {
 		return nil, errors.New("-d <interface> is required")
 	}
@@ -67,7 +67,7 @@ func openDeviceCC(ctx context.Context, ifname, link string, xdpBusyPoll time.Dur
 		return nil, err
 	}
 	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	opts := netdev.Options{Link: kind, UDPAddr: bind, XDP: xdpOptions(xdpBusyPoll), Device: roce.Options{Logger: logger, CC: cc, Shards: shards}}
+	opts := netdev.Options{Link: kind, UDPAddr: bind, UDPQueues: queues, XDP: xdpOptions(xdpBusyPoll), Device: roce.Options{Logger: logger, CC: cc, Shards: shards}}
 	return netdev.Open(ctx, ifname, opts)
 }
 
@@ -250,6 +250,7 @@ type perfFlags struct {
 	timeout  *time.Duration
 	cc       *string
 	shards   *int
+	queues   *int
 	qps      *int
 	duration *int
 	runInf   *bool
@@ -292,6 +293,7 @@ func newPerfFlags(stderr io.Writer) *perfFlags {
 	f.timeout = fs.Duration("timeout", 0, "give up after this `duration` (0: never; loopback: 60s, unless --run_infinitely)")
 	f.cc = fs.String("cc", "none", ccUsage)
 	f.shards = fs.Int("shards", 0, "transmit `shards` of the device (roce.Options.Shards; 0: the default)")
+	f.queues = fs.Int("queues", 0, "receive `queues` of the kernel UDP link (udplink.Options.Queues; 0: one)")
 	f.qps = fs.Int("q", 1, "`QPs` of a bandwidth test, each posted by its own goroutine; one report for all")
 	f.duration = fs.Int("D", 0, "run a bandwidth test for this many `seconds` instead of -n iterations (no peak)")
 	f.runInf = fs.Bool("run_infinitely", false, "report every -D seconds (default 5) until interrupted (write, read, atomic BW)")
@@ -448,6 +450,11 @@ func parsePerf(args []string, stdout, stderr io.Writer) (*perfArgs, int) {
 		return nil, 2
 	}
 	cfg.Shards = *f.shards
+	if *f.queues < 0 {
+		fmt.Fprintln(stderr, "rocectl perf: --queues must not be negative")
+		return nil, 2
+	}
+	cfg.Queues = *f.queues
 	if *f.loopback {
 		if len(pos) > 0 {
 			fmt.Fprintln(stderr, "rocectl perf: --loopback takes no server address")
@@ -509,7 +516,7 @@ func RunPerfStats(args []string, stdout, stderr io.Writer, stats StartStats) int
 	defer cancel()
 	cc, _ := parseCC(*f.cc) // checked by parsePerf
 	bind, _ := parseBind(*f.bind)
-	d, err := openDeviceCC(ctx, *f.dev, *f.link, *f.xdpBusy, cc, *f.shards, bind, stderr)
+	d, err := openDeviceCC(ctx, *f.dev, *f.link, *f.xdpBusy, cc, *f.shards, *f.queues, bind, stderr)
 	if err != nil {
 		fmt.Fprintln(stderr, "rocectl perf:", err)
 		return 1
