@@ -89,6 +89,7 @@ type gsoRun struct {
 	src, dst     netip.Addr
 	dport        uint16
 	tos          uint8
+	qpn          uint32 // destination QPN of every datagram (destQPN)
 }
 
 // probeOffloads turns on what the kernel supports and opts allows. A kernel
@@ -186,7 +187,7 @@ func (s *sender) joinRun(k, j int, frame []byte, f *link.Frame) bool {
 	r := &s.runs[k]
 	size := f.End - f.Payload
 	if r.closed || size == 0 || size > r.seg || r.count >= gsoMaxSegments || r.bytes+size > gsoMaxBytes ||
-		f.Dst != r.dst || f.DstPort != r.dport || f.TOS != r.tos || f.Src != r.src || !s.l.gsoSafe(f.Dst) {
+		f.Dst != r.dst || f.DstPort != r.dport || f.TOS != r.tos || f.Src != r.src || destQPN(frame, f) != r.qpn || !s.l.gsoSafe(f.Dst) {
 		return false
 	}
 	iov := &s.wiovs[j]
@@ -200,11 +201,27 @@ func (s *sender) joinRun(k, j int, frame []byte, f *link.Frame) bool {
 }
 
 // startRun records message k as a run of frame j alone.
-func (s *sender) startRun(k, j, oobLen int, f *link.Frame) {
+func (s *sender) startRun(k, j, oobLen int, frame []byte, f *link.Frame) {
 	size := f.End - f.Payload
 	s.runs[k] = gsoRun{first: j, count: 1, seg: size, bytes: size, oobLen: oobLen, closed: size == 0,
-		src: f.Src, dst: f.Dst, dport: f.DstPort, tos: f.TOS}
+		src: f.Src, dst: f.Dst, dport: f.DstPort, tos: f.TOS, qpn: destQPN(frame, f)}
 }
+
+// destQPN returns the destination QPN of the BTH a frame carries, or
+// noQPN when it is too short for one. A run carries the datagrams of one
+// QP only: a receiver on the same host gets the run whole, and one of
+// several receive queues (Options.Queues) takes it by the QPN of its
+// first datagram.
+func destQPN(frame []byte, f *link.Frame) uint32 {
+	if f.End-f.Payload < 8 {
+		return noQPN
+	}
+	b := frame[f.Payload+5 : f.Payload+8]
+	return uint32(b[0])<<16 | uint32(b[1])<<8 | uint32(b[2])
+}
+
+// noQPN is destQPN's answer for a datagram too short to hold a BTH.
+const noQPN = 1 << 24
 
 // putSegment adds the UDP_SEGMENT control message to message k.
 func (s *sender) putSegment(k int, r *gsoRun) {

@@ -3,6 +3,7 @@ package udplink
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"fmt"
 	"net/netip"
 	"testing"
@@ -102,6 +103,14 @@ func TestGSORuns(t *testing.T) {
 		}
 		return fs
 	}
+	// qp sets the destination QPN of frames (payload's is 0).
+	qp := func(fs [][]byte, qpn uint32) [][]byte {
+		for _, f := range fs {
+			pf, _ := link.ParseFrame(f)
+			binary.BigEndian.PutUint32(f[pf.Payload+4:], qpn)
+		}
+		return fs
+	}
 	cat := func(fss ...[][]byte) (all [][]byte) {
 		for _, fs := range fss {
 			all = append(all, fs...)
@@ -131,6 +140,8 @@ func TestGSORuns(t *testing.T) {
 			[][]int{{0}, {0}, {100, 100}}},
 		{"resent one by one", mk(b, 0, sizesOf(5, 1000)...), 3,
 			[][]int{{1000}, {1000}, {1000}, {1000, 1000}}},
+		{"another QP ends the run", cat(mk(b, 0, 1000, 1000), qp(mk(b, 0, 1000, 1000), 18), mk(b, 0, 1000)), 0,
+			[][]int{{1000, 1000}, {1000, 1000}, {1000}}},
 		// The kernel gives an IPv4 run's segments consecutive IDs, which
 		// a peer checking the ICRC over the wire header refuses.
 		{"remote IPv4 never", mk(remote, 0, 1000, 1000, 1000), 0, [][]int{{1000}, {1000}, {1000}}},

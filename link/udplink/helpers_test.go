@@ -16,10 +16,13 @@ func mkframe(src, dst netip.AddrPort, tos uint8, payload []byte) []byte {
 	return b
 }
 
+// payload is datagram i of a test: its number, then where a BTH has its
+// destination QPN, zeros (the datagrams of a test are one QP's, which a
+// GSO run may join), then a pattern.
 func payload(i, size int) []byte {
 	p := make([]byte, size)
 	binary.BigEndian.PutUint32(p, uint32(i))
-	for j := 4; j < size; j++ {
+	for j := 8; j < size; j++ {
 		p[j] = byte(i ^ j)
 	}
 	return p

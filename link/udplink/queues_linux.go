@@ -43,6 +43,11 @@ func listenQueues(addr netip.AddrPort, opts Options) (*Link, error) {
 	addr = netip.AddrPortFrom(addr.Addr(), port)
 	one := opts
 	one.Queues = 1
+	// GRO would join datagrams of different QPs that share a flow (a
+	// peer that sends every QP's packets from one port, as this link
+	// does) into one buffer, which the steering program would hand to
+	// the queue of the first: each datagram must be steered on its own.
+	one.DisableGRO = true
 	first, err := listenSocket(addr, one, true)
 	if err != nil {
 		return nil, err

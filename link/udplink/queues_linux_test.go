@@ -44,10 +44,12 @@ func drainQueues(t *testing.T, l *Link, want int) [][][]byte {
 		for i, q := range qs {
 			k, err := q.(link.Poller).PollBatch(func(frames [][]byte) {
 				for _, f := range frames {
-					// The UDP payload is the frame's tail: 16 bytes
-					// (btHeader) or shorter (the runt test).
-					m := min(len(f), 16)
-					got[i] = append(got[i], bytes.Clone(f[len(f)-m:]))
+					pf, err := link.ParseFrame(f)
+					if err != nil {
+						t.Errorf("queue %d: %v", i, err)
+						continue
+					}
+					got[i] = append(got[i], bytes.Clone(f[pf.Payload:pf.End]))
 				}
 			})
 			if err != nil {
@@ -70,8 +72,8 @@ func drainQueues(t *testing.T, l *Link, want int) [][][]byte {
 func TestQueuesSteerByQPN(t *testing.T) {
 	const queues = 4
 	l := listenQueuesT(t, netip.MustParseAddrPort("127.0.0.1:0"), queues)
-	if s := l.Stats(); s.Queues != queues || !s.Steered {
-		t.Fatalf("Stats: %d queues, steered %v; want %d, true", s.Queues, s.Steered, queues)
+	if s := l.Stats(); s.Queues != queues || !s.Steered || s.GRO {
+		t.Fatalf("Stats: %d queues, steered %v, GRO %v; want %d, true, false", s.Queues, s.Steered, s.GRO, queues)
 	}
 	dst := net.UDPAddrFromAddrPort(l.LocalAddr())
 	var senders []*net.UDPConn
@@ -202,4 +204,52 @@ func TestQueuesClose(t *testing.T) {
 	// The port is free again.
 	l2 := listenQueuesT(t, l.LocalAddr(), 2)
 	l2.Close()
+}
+
+// A link's sends to a link of several queues on the same host, with GSO:
+// the frames of two QPs taking turns in bursts of equal size arrive each
+// on its QP's queue, in order. A GSO run reaches a local receiver whole
+// and is steered by its first datagram, so a run that joined two QPs
+// would put one QP's datagrams on the other's queue, behind or ahead of
+// its own.
+func TestQueuesSteerGSORuns(t *testing.T) {
+	const queues = 2
+	r := listenQueuesT(t, netip.MustParseAddrPort("127.0.0.1:0"), queues)
+	s := listenOpts(t, "127.0.0.1", Options{})
+	requireOffloads(t, s)
+	var frames [][]byte
+	const bursts, burst = 40, 6
+	for i := range bursts * burst {
+		qpn := uint32(17 + i/burst%queues)
+		p := payload(i, 1024)
+		binary.BigEndian.PutUint32(p[4:], qpn)
+		binary.BigEndian.PutUint32(p[12:], uint32(i))
+		frames = append(frames, mkframe(s.LocalAddr(), r.LocalAddr(), 0, p))
+	}
+	for len(frames) > 0 {
+		n, err := s.WriteBatch(frames[:min(len(frames), 48)])
+		if err != nil {
+			t.Fatal(err)
+		}
+		frames = frames[n:]
+		time.Sleep(time.Millisecond)
+	}
+	if st := s.Stats(); st.GSOSends == 0 {
+		t.Fatalf("no GSO run sent: %+v", st)
+	}
+	got := drainQueues(t, r, bursts*burst)
+	for q, ds := range got {
+		last := map[uint32]int64{}
+		for _, d := range ds {
+			qpn := binary.BigEndian.Uint32(d[4:]) & 0xFFFFFF
+			if int(qpn%queues) != q {
+				t.Fatalf("QPN %d arrived on queue %d", qpn, q)
+			}
+			seq := int64(binary.BigEndian.Uint32(d[12:]))
+			if l, ok := last[qpn]; ok && seq <= l {
+				t.Fatalf("QPN %d: datagram %d after %d", qpn, seq, l)
+			}
+			last[qpn] = seq
+		}
+	}
 }

@@ -45,7 +45,11 @@ type Options struct {
 	// shards (roce.Options.Shards). Each queue is a Link of its own
 	// (RxQueues); the link itself reads only the first, so a reader must
 	// read them all, as a device does (link.MultiQueue). Frames are sent
-	// from the first.
+	// from the first. GRO is off on such a link: it joins datagrams of a
+	// flow, which may carry several QPs (a peer on the kernel UDP link
+	// sends all of them from one port), and the whole buffer would go to
+	// the queue of its first datagram's QP. For the same reason a GSO run
+	// never joins datagrams of two QPs, whatever the link's queues.
 	Queues int
 }
 

@@ -668,7 +668,7 @@ func (s *sender) prepare(k, j int, frame []byte, f *link.Frame) {
 	iov.SetLen(f.End - f.Payload)
 	m.Iov = iov
 	m.SetIovlen(1)
-	s.startRun(k, j, off, f)
+	s.startRun(k, j, off, frame, f)
 }
 
 // SetDefaultTOS makes tos the TOS (IPv4) or traffic class (IPv6) of the
