@@ -346,3 +346,46 @@ func TestNetnsXDPIPv6(t *testing.T) {
 	connect(t, ua, ub, ipA, ipB, ConnectAttr{})
 	exerciseUD(t, ua, ub, ib.GIDFromAddr(ipB), 1000, 5)
 }
+
+// A device on an AF_XDP link of two queues (a two-queue veth) reads each
+// queue through its own goroutine (link.MultiQueue), and RC traffic of
+// several QPs sharing CQs and an SRQ runs through it both ways.
+func TestNetnsXDPQueues(t *testing.T) {
+	netnstest.RequireCaps(t, unix.CAP_NET_RAW, unix.CAP_NET_ADMIN, unix.CAP_BPF)
+	p := netnstest.NewPairConfig(t, netnstest.VethConfig{MTU: 1500, Queues: 2,
+		Addr: netip.MustParsePrefix("10.99.0.1/24"), PeerAddr: netip.MustParsePrefix("10.99.0.2/24")})
+	for _, v := range []*netnstest.Veth{p.VethA, p.VethB} {
+		if err := v.WaitReady(5 * time.Second); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var devs [2]*Device
+	for i, v := range []*netnstest.Veth{p.VethA, p.VethB} {
+		err := v.NS.Do(func() error {
+			l, err := xdplink.Open(v.Name, xdplink.Options{Queues: []int{0, 1}, NumFrames: 1024})
+			if err != nil {
+				return err
+			}
+			if devs[i], err = OpenFollowing(l, v.Name, Options{}); err != nil {
+				l.Close()
+			}
+			return err
+		})
+		if errors.Is(err, xdp.ErrNotSupported) {
+			t.Skipf("AF_XDP unavailable on this kernel or machine: %v", err)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { devs[i].Close() })
+		if n := len(devs[i].rxq); n != 2 {
+			t.Fatalf("the device reads %d queues, want 2", n)
+		}
+	}
+	shareCQAndSRQ(t, devs[0], devs[1], p.VethA.Addr.Addr(), p.VethB.Addr.Addr(), 1)
+	for _, d := range devs {
+		if c := d.Counters(); c.RcvdPkts == 0 || c.ICRCErr != 0 || c.BadFrame != 0 {
+			t.Fatalf("counters %v", c.Map())
+		}
+	}
+}

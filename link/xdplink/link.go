@@ -73,10 +73,14 @@ const txWait = 100 * time.Millisecond
 
 // rxQueue is the receive state of one socket.
 type rxQueue struct {
+	// mu guards the rest: the link's reads hold every queue's, a read
+	// through the queue's own view (queues.go) only its own.
+	mu      sync.Mutex
 	sock    *xdp.Socket
 	descs   []xdp.Desc
 	n       int    // descriptors taken in the current batch
 	scratch []byte // assembly space for multi-buffer frames
+	view    *queueLink
 }
 
 // Link is a link.Link over AF_XDP sockets.
@@ -98,7 +102,7 @@ type Link struct {
 	busyPollErr error // why Options.BusyPoll is not in effect
 
 	rxMu   sync.Mutex
-	rx     []rxQueue
+	rx     []*rxQueue
 	pfds   []unix.PollFd // one per socket, then the eventfd
 	frames [][]byte
 
@@ -191,10 +195,11 @@ func Open(ifname string, opts Options) (_ *Link, err error) {
 		return nil, fmt.Errorf("xdplink: eventfd: %w", err)
 	}
 	for _, s := range l.socks {
-		q := rxQueue{sock: s, descs: make([]xdp.Desc, opts.Batch)}
+		q := &rxQueue{sock: s, descs: make([]xdp.Desc, opts.Batch)}
 		if s.Multibuffer() {
 			q.scratch = make([]byte, opts.Batch*s.RxChunkCapacity())
 		}
+		q.view = newQueueLink(l, q, opts.Batch)
 		l.rx = append(l.rx, q)
 		l.pfds = append(l.pfds, unix.PollFd{Fd: int32(s.FD()), Events: unix.POLLIN})
 	}
@@ -237,6 +242,13 @@ func (l *Link) Close() error {
 	l.wake()
 	l.rxMu.Lock()
 	l.waitMu.Lock()
+	for _, q := range l.rx {
+		// Readers of the queues' views are out, and stay out.
+		q.mu.Lock()
+		q.view.waitMu.Lock()
+		defer q.mu.Unlock()
+		defer q.view.waitMu.Unlock()
+	}
 	l.txMu.Lock()
 	defer l.rxMu.Unlock()
 	defer l.waitMu.Unlock()
@@ -303,8 +315,8 @@ func (l *Link) PollBatch(fn func(frames [][]byte)) (int, error) {
 		if !took && l.busyPoll {
 			// Empty rings: let the kernel run the device's poll in this
 			// thread, then look once more.
-			for i := range l.rx {
-				l.rx[i].sock.BusyPoll()
+			for _, q := range l.rx {
+				q.sock.BusyPoll()
 			}
 			k, took = l.receive(fn)
 		}
@@ -319,8 +331,11 @@ func (l *Link) PollBatch(fn func(frames [][]byte)) (int, error) {
 // the chunks back to the fill rings. It reports how many frames fn got and
 // whether any descriptor was taken. Called with rxMu held.
 func (l *Link) receive(fn func(frames [][]byte)) (k int, took bool) {
-	for i := range l.rx {
-		q := &l.rx[i]
+	for _, q := range l.rx {
+		q.mu.Lock()
+	}
+	defer l.unlockQueues() // not deferred in the loop: that allocates
+	for _, q := range l.rx {
 		q.n = q.sock.Receive(q.descs)
 		if q.n > 0 {
 			took = true
@@ -333,8 +348,7 @@ func (l *Link) receive(fn func(frames [][]byte)) (k int, took bool) {
 	if k > 0 {
 		fn(l.frames[:k])
 	}
-	for i := range l.rx {
-		q := &l.rx[i]
+	for _, q := range l.rx {
 		if q.n > 0 {
 			q.sock.Release(q.descs[:q.n])
 			q.n = 0
@@ -342,6 +356,12 @@ func (l *Link) receive(fn func(frames [][]byte)) (k int, took bool) {
 	}
 	clear(l.frames[:k])
 	return k, true
+}
+
+func (l *Link) unlockQueues() {
+	for _, q := range l.rx {
+		q.mu.Unlock()
+	}
 }
 
 // collect appends the frames of q's n descriptors to frames[k:]: single-chunk
@@ -385,8 +405,8 @@ func (l *Link) WaitReadable(ctx context.Context) error {
 		return err
 	}
 	// Frames already queued need no system call to be found.
-	for i := range l.rx {
-		if l.rx[i].sock.RxReady() {
+	for _, q := range l.rx {
+		if q.sock.RxReady() {
 			return nil
 		}
 	}
