@@ -46,11 +46,16 @@
 // # Goroutines and locking
 //
 // A device runs three goroutines (plus its Host's: netdev's runs one per
-// netlink subscription, addresses, link, neighbours): the deferred-ACK goroutine,
+// netlink subscription, addresses, link, neighbours), and one more per
+// extra receive queue of its link: the deferred-ACK goroutine,
 // which sends a transmit pass a poller left to its caller if the caller
 // does not come back within 20 µs (see below), and these two:
 //
-//   - the receive goroutine: link.ReadBatch → ib's header walk
+//   - the receive goroutine, one per receive queue of a link.MultiQueue
+//     (the kernel UDP link with udplink.Options.Queues, the AF_XDP link
+//     with several queues), which the link fills so that a QP's packets
+//     always arrive on one queue, in order; a waiter that polls the link
+//     polls every queue. Each: link.ReadBatch → ib's header walk
 //     (ib.EncapParser: Ethernet, IPv4/IPv6, UDP) → ib.ParseDCIB of the IB
 //     headers → ICRC check (skipped
 //     where the link cannot know every header field it covers,

@@ -28,6 +28,14 @@
 // turn them off, and a run the kernel refuses at send time is resent one
 // datagram at a time and GSO turned off (Stats counts all of it).
 //
+// Receive queues (Options.Queues, Linux): several sockets of one
+// SO_REUSEPORT group on the link's address and port, among which a classic
+// BPF program steers each datagram by the destination QPN of its BTH, so
+// that a device reads every queue from a goroutine of its own
+// (link.MultiQueue) and each QP's packets stay on one queue, in order. A
+// GSO run never joins two QPs' datagrams, and such a link leaves GRO off:
+// either would put one QP's datagrams on another's queue.
+//
 // ECN: a frame's TOS or traffic class leaves as an IP_TOS / IPV6_TCLASS
 // control message unless it is the socket's own, which a device with
 // congestion control on sets to ECT(0) once (SetDefaultTOS), so its data

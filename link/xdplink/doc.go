@@ -2,6 +2,12 @@
 // steering program (package bpf) redirects RoCEv2 traffic of one receive
 // queue into the socket, everything else goes on to the kernel stack.
 //
+// Options.Queues takes over several receive queues, a socket each, where
+// the NIC's flow steering (RSS over the UDP source port, which a device
+// varies per QP) spreads the flows. RxQueues gives a view of each socket
+// (link.MultiQueue), so that a device reads every queue from a goroutine
+// of its own; frames are sent from the first queue's socket.
+//
 // Received frames are handed out as views into the UMEM, valid only during
 // the ReadBatch callback; a frame that arrived in several chunks
 // (multi-buffer) is assembled into link-owned memory first. Transmitted
