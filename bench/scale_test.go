@@ -49,7 +49,8 @@ const (
 //	go test ./bench -run TestScaleTable -count=1 -v -args -scalebench.long -scalebench.rounds=3
 //
 // send-bw 64 B over 8 QPs in a process with GOMAXPROCS=1 and in one with
-// GOMAXPROCS=2 (goal: the message rate at 2 at least 1.6 times that at 1);
+// GOMAXPROCS=2 (goal: the message rate at 2 at least 1.6 times that at 1),
+// and at 2 with two receive queues per link (--queues 2, for the record);
 // write-bw 64 KiB over 2 QPs against iperf3 TCP on the same loopback (goal:
 // at least 1.0 times); send-lat 8 B over one QP, typical, for the record
 // (a scale-out must not cost single-QP latency). A missed goal is a figure,
@@ -99,10 +100,11 @@ func TestScaleTable(t *testing.T) {
 		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\n", name, show(a, prec), base, ratio, goalS, met)
 	}
 	row("send-bw 64 B -q 8, GOMAXPROCS=2 vs 1 (Mpps)", "rate2", "rate1", 3, scaleGoal)
+	row("send-bw 64 B -q 8, GOMAXPROCS=2, --queues 2 vs 1 (Mpps)", "rate2q", "rate2", 3, 0)
 	row("write-bw 64 KiB -q 2 vs iperf3 TCP (Gb/s)", "bw2", "tcp", 2, scaleTCPMin)
 	row("send-lat 8 B -q 1, typical (us)", "lat", "", 2, 0)
 	w.Flush()
-	for _, k := range []string{"rate1", "rate2", "bw2", "tcp", "lat"} {
+	for _, k := range []string{"rate1", "rate2", "rate2q", "bw2", "tcp", "lat"} {
 		if f := fs.get(k); f.skip == "" && f.err == nil && len(f.samples) > 0 {
 			t.Logf("%s samples %v", k, f.samples)
 		}
@@ -111,18 +113,23 @@ func TestScaleTable(t *testing.T) {
 
 // scaleCases are TestScaleTable's cases, in the order they take turns, all
 // in ns. Figures go to fs: rate1 and rate2 (send-bw Mpps at GOMAXPROCS 1
-// and 2), bw2 (write-bw Gb/s over two QPs), tcp (iperf3 Gb/s) and lat
+// and 2), rate2q (at 2, on links of two receive queues), bw2 (write-bw Gb/s over two QPs), tcp (iperf3 Gb/s) and lat
 // (send-lat typical, microseconds).
 func scaleCases(ns *netnstest.NS, plan scPlan, fs figures) []benchCase {
 	ctx := func() (context.Context, context.CancelFunc) {
 		return context.WithTimeout(context.Background(), caseTimeout)
 	}
-	rate := func(key string, procs int) benchCase {
-		return benchCase{name: "scale/send-bw-gomaxprocs-" + strconv.Itoa(procs), fs: fs, keys: []string{key}, fn: func(t *testing.T) (map[string]float64, error) {
+	rate := func(key string, procs, queues int) benchCase {
+		name := "scale/send-bw-gomaxprocs-" + strconv.Itoa(procs)
+		args := []string{"send-bw", "-s", strconv.Itoa(scaleRate), "-n", strconv.Itoa(plan.rateIters), "-q", strconv.Itoa(scaleQPs)}
+		if queues > 1 {
+			name += "-queues-" + strconv.Itoa(queues)
+			args = append(args, "--queues", strconv.Itoa(queues))
+		}
+		return benchCase{name: name, fs: fs, keys: []string{key}, fn: func(t *testing.T) (map[string]float64, error) {
 			ctx, cancel := ctx()
 			defer cancel()
-			res, _, err := rocectlLoEnv(ctx, ns, []string{"GOMAXPROCS=" + strconv.Itoa(procs)}, "send-bw",
-				"-s", strconv.Itoa(scaleRate), "-n", strconv.Itoa(plan.rateIters), "-q", strconv.Itoa(scaleQPs))
+			res, _, err := rocectlLoEnv(ctx, ns, []string{"GOMAXPROCS=" + strconv.Itoa(procs)}, args[0], args[1:]...)
 			if err == nil && (res.BW == nil || res.BW.MsgRate <= 0) {
 				err = fmt.Errorf("no message rate in %+v", res)
 			}
@@ -137,8 +144,9 @@ func scaleCases(ns *netnstest.NS, plan scPlan, fs figures) []benchCase {
 		tcpSkip = "iperf3 not installed"
 	}
 	return []benchCase{
-		rate("rate1", 1),
-		rate("rate2", 2),
+		rate("rate1", 1, 1),
+		rate("rate2", 2, 1),
+		rate("rate2q", 2, 2),
 		{name: "scale/iperf3-tcp", fs: fs, keys: []string{"tcp"}, skip: tcpSkip, fn: func(t *testing.T) (map[string]float64, error) {
 			ctx, cancel := ctx()
 			defer cancel()
