@@ -817,16 +817,23 @@ type laneRun struct {
 	err         error
 }
 
+// parkLanes says whether the waiters of a bandwidth run of lanes QPs, a
+// goroutine each, park rather than spin with procs Ps (runBW).
+func parkLanes(lanes, procs int) bool { return lanes > 1 && lanes >= procs }
+
 // runBW runs a bandwidth test's data phase on every QP at once, one
 // goroutine each, and sums the result as perftest does: one report over
 // all QPs' messages, from the first post to the last completion.
 func (p *perf) runBW(ctx context.Context, r *PerfResult) error {
 	lanes := p.allLanes()
 	// perftest polls all its QPs from one thread; here each QP has a
-	// goroutine, and more of them spinning than there are Ps starve those
-	// with work to do (the device's among them): they park instead, as
-	// the device's own further waiters do.
-	park := len(lanes) > runtime.GOMAXPROCS(0)
+	// goroutine, and as many of them spinning as there are Ps starve those
+	// with work to do (the device's among them: the peer's receive
+	// goroutine, which no waiter polls for): they park instead, as the
+	// device's own further waiters do. A lone QP spins: its waiter polls
+	// the link and does the device's work itself. (Two QPs spinning on two
+	// Ps halved write-bw -q 2 on loopback against -q 1 and -q 3.)
+	park := parkLanes(len(lanes), runtime.GOMAXPROCS(0))
 	for _, l := range lanes {
 		l.size, l.park = p.size, park
 	}

@@ -66,3 +66,16 @@ func TestLoopbackQueues(t *testing.T) {
 		t.Fatalf("client %+v server %+v\n%s", client, server, out.String())
 	}
 }
+
+// Spinning waiters leave a P to the device's goroutines, unless a lone
+// QP's waiter does the device's work itself.
+func TestParkLanes(t *testing.T) {
+	for _, c := range []struct {
+		lanes, procs int
+		park         bool
+	}{{1, 1, false}, {1, 2, false}, {2, 1, true}, {2, 2, true}, {2, 4, false}, {3, 4, false}, {4, 4, true}, {8, 2, true}} {
+		if got := parkLanes(c.lanes, c.procs); got != c.park {
+			t.Errorf("%d QPs on %d Ps: park %v, want %v", c.lanes, c.procs, got, c.park)
+		}
+	}
+}
