@@ -6,9 +6,11 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/goroce/goroce/link"
 	"github.com/goroce/goroce/link/memlink"
 )
 
@@ -170,5 +172,76 @@ func TestBusyPollWindowAdapts(t *testing.T) {
 	}
 	if err := cq.WaitDeadline(time.Now().Add(time.Millisecond)); !errors.Is(err, os.ErrDeadlineExceeded) {
 		t.Fatalf("WaitDeadline = %v", err)
+	}
+}
+
+// deafLink is a memory link whose receive goroutine, once it waits for
+// frames, never wakes: only a goroutine that polls reads it.
+type deafLink struct {
+	*memlink.Link
+	waiting chan struct{} // closed once the receive goroutine waits
+	once    sync.Once
+	closed  chan struct{}
+}
+
+func (l *deafLink) WaitReadable(ctx context.Context) error {
+	l.once.Do(func() { close(l.waiting) })
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-l.closed:
+		return link.ErrClosed
+	}
+}
+
+func (l *deafLink) Close() error {
+	close(l.closed)
+	return l.Link.Close()
+}
+
+// Progress takes in a WRITE for a goroutine that spins on the memory the
+// WRITE lands in: with the receive goroutine unable to run (here: it never
+// wakes), the spinner's Progress calls receive the WRITE and acknowledge
+// it, and the writer completes.
+func TestProgressTakesWrite(t *testing.T) {
+	la, lb := memlink.PairWithOptions(memlink.Options{HardwareAddrA: macA, HardwareAddrB: macB})
+	deaf := &deafLink{Link: lb, waiting: make(chan struct{}), closed: make(chan struct{})}
+	da, err := OpenLink(la, Options{Addrs: []netip.Addr{addrA}, Neighbours: map[netip.Addr]net.HardwareAddr{addrB: lb.HardwareAddr()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { da.Close() })
+	db, err := OpenLink(deaf, Options{Addrs: []netip.Addr{addrB}, Neighbours: map[netip.Addr]net.HardwareAddr{addrA: la.HardwareAddr()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	a := newEndpoint(t, da, RC, 4096)
+	b := newEndpoint(t, db, RC, 4096)
+	connect(t, a, b, addrA, addrB, ConnectAttr{})
+	select {
+	case <-deaf.waiting:
+	case <-time.After(30 * time.Second):
+		t.Fatal("B's receive goroutine never waited for frames")
+	}
+	for round := byte(1); round <= 3; round++ {
+		a.buf[63] = round
+		wr := SendWR{ID: uint64(round), Opcode: WRRDMAWrite, Flags: SendSignaled, SGL: []SGE{a.mr.SGE(0, 64)},
+			RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()}
+		if err := a.qp.PostSend(&wr); err != nil {
+			t.Fatal(err)
+		}
+		deadline := time.Now().Add(30 * time.Second)
+		for b.mr.Sync(); b.buf[63] != round; b.mr.Sync() {
+			if time.Now().After(deadline) {
+				t.Fatalf("round %d: the WRITE never landed (B counters %v)", round, db.Counters().Map())
+			}
+			db.Progress()
+		}
+		wc := waitWC(t, a.scq, 30*time.Second)
+		wantOK(t, wc, WCRDMAWrite)
+	}
+	if n := db.ctr.polledPkts.Load(); n < 3 {
+		t.Fatalf("B's pollers took %d frames, want the 3 WRITEs", n)
 	}
 }

@@ -1200,6 +1200,12 @@ func (p *perf) latWrite(ctx context.Context, r *PerfResult) error {
 			rcnt++
 			want := byte(rcnt)
 			for spins := 0; byteAt(p.buf, pollAt) != want; spins++ {
+				// Take the peer's WRITE in if nobody else does: the
+				// device's receive goroutine may wait for a P this
+				// loop and the peer's hold (Device.Progress).
+				if spins&7 == 7 {
+					p.dev.Progress()
+				}
 				if spins&1023 == 1023 {
 					if err := ctx.Err(); err != nil {
 						return fmt.Errorf("waiting for write %d: %w", rcnt, err)
