@@ -125,14 +125,22 @@ func localGID(dev *roce.Device, index int) (ib.GID, int, error) {
 
 func randPSN() uint32 { return rand.Uint32() & 0xFFFFFF }
 
+// progresser does a device's work once in the caller (roce.Device).
+type progresser interface{ Progress() }
+
 // pollWait waits for at least one completion on cq: busy polling first
 // (the tools' default), parked on the CQ when events is set or after a
-// while, so a stalled peer does not burn a core forever.
-func pollWait(ctx context.Context, cq *roce.CQ, wc []roce.WorkCompletion, events bool) (int, error) {
+// while, so a stalled peer does not burn a core forever. While it busy
+// polls it also drives peer, the other end's device, if that runs in this
+// process (PerfConfig.peer).
+func pollWait(ctx context.Context, cq *roce.CQ, wc []roce.WorkCompletion, events bool, peer progresser) (int, error) {
 	if !events {
 		for i := 0; i < 2000; i++ {
 			if n := cq.Poll(wc); n > 0 {
 				return n, nil
+			}
+			if peer != nil && i&7 == 7 {
+				peer.Progress()
 			}
 		}
 	}

@@ -83,6 +83,7 @@ func loopback(ctx context.Context, cfg PerfConfig, out io.Writer, asJSON bool, s
 		err error
 	}
 	srvDone := make(chan res, 1)
+	ccfg, scfg := peered(cfg, da, db)
 	var srvOut bytes.Buffer
 	srvOOB, cliOOB := OOB{Listener: ln}, OOB{Dial: DialRetry(ln.Addr().String(), 0)}
 	if cfg.RDMACM {
@@ -100,7 +101,7 @@ func loopback(ctx context.Context, cfg PerfConfig, out io.Writer, asJSON bool, s
 		defer stop()
 	}
 	go func() {
-		r, err := perfRun(srvCtx, db, srvOOB, cfg, &srvOut, false, true)
+		r, err := perfRun(srvCtx, db, srvOOB, scfg, &srvOut, false, true)
 		if err != nil {
 			cancel()
 		}
@@ -114,7 +115,7 @@ func loopback(ctx context.Context, cfg PerfConfig, out io.Writer, asJSON bool, s
 		case <-ctx.Done():
 		}
 	}
-	client, cerr := perfRun(ctx, da, cliOOB, cfg, out, asJSON, true)
+	client, cerr := perfRun(ctx, da, cliOOB, ccfg, out, asJSON, true)
 	if cerr != nil {
 		cancel()
 		cancelSrv()
@@ -133,4 +134,12 @@ func loopback(ctx context.Context, cfg PerfConfig, out io.Writer, asJSON bool, s
 		}
 	}
 	return client, server, nil
+}
+
+// peered returns cfg for the client on a and for the server on b, each
+// naming the other's device as its peer (PerfConfig.peer).
+func peered(cfg PerfConfig, a, b progresser) (client, server PerfConfig) {
+	client, server = cfg, cfg
+	client.peer, server.peer = b, a
+	return client, server
 }

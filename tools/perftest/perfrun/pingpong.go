@@ -217,7 +217,7 @@ func Pingpong(ctx context.Context, dev *roce.Device, oob OOB, cfg PingpongConfig
 	scnt, rcnt := 0, 0
 	lastWasRecv := false
 	for rcnt < cfg.Iters || scnt < cfg.Iters {
-		n, err := pollWait(ctx, cq, wc[:], cfg.Events)
+		n, err := pollWait(ctx, cq, wc[:], cfg.Events, nil)
 		if err != nil {
 			return res, fmt.Errorf("after %d sends and %d receives: %w", scnt, rcnt, err)
 		}

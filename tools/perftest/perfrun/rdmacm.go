@@ -91,7 +91,7 @@ func (ch *cmChannel) SendMessage(ctx context.Context, b []byte) error {
 	if err := ch.conn.QP().PostSend(&ch.swr); err != nil {
 		return err
 	}
-	if _, err := pollWait(ctx, ch.conn.SendCQ(), ch.wc[:], true); err != nil {
+	if _, err := pollWait(ctx, ch.conn.SendCQ(), ch.wc[:], true, nil); err != nil {
 		return err
 	}
 	if ch.wc[0].Status != roce.WCSuccess {
@@ -102,7 +102,7 @@ func (ch *cmChannel) SendMessage(ctx context.Context, b []byte) error {
 
 // RecvMessage implements perftest.MessageTransport (rdma_read_data).
 func (ch *cmChannel) RecvMessage(ctx context.Context, b []byte) (int, error) {
-	if _, err := pollWait(ctx, ch.conn.RecvCQ(), ch.wc[:], true); err != nil {
+	if _, err := pollWait(ctx, ch.conn.RecvCQ(), ch.wc[:], true, nil); err != nil {
 		return 0, err
 	}
 	wc := ch.wc[0]

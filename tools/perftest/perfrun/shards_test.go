@@ -79,3 +79,39 @@ func TestParkLanes(t *testing.T) {
 		}
 	}
 }
+
+type countProgress struct{ n int }
+
+func (c *countProgress) Progress() { c.n++ }
+
+// A waiter that busy-polls drives the peer's device too, and one that
+// parks at once does not; Loopback gives each end the other's device.
+func TestPollWaitDrivesPeer(t *testing.T) {
+	la, _ := memlink.PairWithOptions(memlink.Options{})
+	d, err := roce.OpenLink(la, roce.Options{Addrs: []netip.Addr{netip.MustParseAddr("10.0.0.1")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	cq, err := d.CreateCQ(4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel() // the wait ends once the busy poll is over
+	var wc [1]roce.WorkCompletion
+	for _, events := range []bool{false, true} {
+		var peer countProgress
+		if _, err := pollWait(ctx, cq, wc[:], events, &peer); err == nil {
+			t.Fatal("an empty CQ gave a completion")
+		}
+		if (peer.n > 0) == events {
+			t.Errorf("events %v: the peer was driven %d times", events, peer.n)
+		}
+	}
+	var a, b countProgress
+	c, s := peered(PerfConfig{}, &a, &b)
+	if c.peer != &b || s.peer != &a {
+		t.Fatal("the client's peer must be the server's device, and the server's the client's")
+	}
+}
