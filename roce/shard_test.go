@@ -14,7 +14,6 @@ import (
 	"github.com/goroce/goroce/internal/qp"
 	"github.com/goroce/goroce/link/faultnet"
 	"github.com/goroce/goroce/link/memlink"
-	"github.com/goroce/goroce/link/udplink"
 )
 
 // shardPair is memPair with Options.Shards on both devices.
@@ -55,25 +54,6 @@ func TestShardsShareCQAndSRQ(t *testing.T) {
 	const shards = 3
 	da, db := shardPair(t, shards, faultnet.Config{Seed: 7, Loss: 0.01})
 	shareCQAndSRQ(t, da, db, addrA, addrB, shards)
-}
-
-// The same over the kernel UDP link with a receive queue per shard
-// (udplink.Options.Queues): each device reads its queues from a goroutine
-// each, and every queue carries frames.
-func TestQueuesShareCQAndSRQ(t *testing.T) {
-	const queues = 3
-	da, db := udpPairLinks(t, udplink.Options{Queues: queues}, Options{Shards: queues})
-	if n := len(da.rxq); n != queues {
-		t.Fatalf("the device reads %d receive queues, want %d", n, queues)
-	}
-	shareCQAndSRQ(t, da, db, loA, loB, queues)
-	for _, d := range []*Device{da, db} {
-		for i, n := range d.Link().(*udplink.Link).Stats().QueueBuffers {
-			if n == 0 {
-				t.Errorf("%v: queue %d received nothing", d.Info().Name, i)
-			}
-		}
-	}
 }
 
 // shareCQAndSRQ runs TestShardsShareCQAndSRQ's traffic between da and db.

@@ -230,3 +230,22 @@ func TestUDPLinkICRCv6(t *testing.T) {
 		t.Fatalf("a changed payload byte passed the ICRC check: %v", ctr.Map())
 	}
 }
+
+// The same over the kernel UDP link with a receive queue per shard
+// (udplink.Options.Queues): each device reads its queues from a goroutine
+// each, and every queue carries frames.
+func TestQueuesShareCQAndSRQ(t *testing.T) {
+	const queues = 3
+	da, db := udpPairLinks(t, udplink.Options{Queues: queues}, Options{Shards: queues})
+	if n := len(da.rxq); n != queues {
+		t.Fatalf("the device reads %d receive queues, want %d", n, queues)
+	}
+	shareCQAndSRQ(t, da, db, loA, loB, queues)
+	for _, d := range []*Device{da, db} {
+		for i, n := range d.Link().(*udplink.Link).Stats().QueueBuffers {
+			if n == 0 {
+				t.Errorf("%v: queue %d received nothing", d.Info().Name, i)
+			}
+		}
+	}
+}
