@@ -21,6 +21,7 @@ type counters struct {
 	cqOverflow           atomic.Uint64
 	timerWakes           atomic.Uint64 // timer goroutine rounds (tests: no polling)
 	polledPkts           atomic.Uint64 // frames a waiting goroutine read (tests: run to completion)
+	corked               atomic.Uint64 // posts whose pass was left to the caller (tests: Options.TxCork)
 }
 
 // Counters are the device's hardware counters. The first group has the

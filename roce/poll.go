@@ -144,6 +144,9 @@ func (d *Device) busyPoll(cq *CQ, ctx context.Context, deadline time.Time) bool 
 	got := false
 	d.flushDeferred()
 	for i := 0; ; i++ {
+		// Posts of other goroutines that corked (Options.TxCork) leave
+		// with this poller's next pass.
+		d.flushDeferred()
 		n, err := d.pollQueues()
 		if n > 0 {
 			d.flushOrDefer(cq)

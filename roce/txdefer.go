@@ -17,6 +17,19 @@ import "time"
 // probe timeout. Only with Options.AckWithReply, or for waiters of a CQ
 // that asked for it (CQ.SetAckWithReply): by default the pass runs at
 // once, as a hardware responder acknowledges at once.
+//
+// A post corks the same way (Options.TxCork): when the device's last
+// transmit pass ended moments ago, the posts are a stream, and the caller
+// is about to post again or to poll. Its packets wait for the caller's
+// next poll or wait, or for a busy poller's next round, so that a stream
+// of 64-byte SENDs goes in a few link writes instead of a system call
+// each; the timer bounds the delay as above. A post after a pause finds
+// no recent pass and transmits at once, so latency tests do not change.
+
+// defaultTxCork is Options.TxCork's default: longer than the gap between
+// the posts of a stream from one goroutine (under 1 µs), shorter than a
+// round trip, so that a post answering a completion never waits.
+const defaultTxCork = 2 * time.Microsecond
 
 // deferMax bounds how long a deferred pass waits for its caller.
 const deferMax = 20 * time.Microsecond
@@ -32,6 +45,23 @@ func (d *Device) flushOrDefer(cq *CQ) {
 	d.deferT.Reset(deferMax)
 }
 
+// flushPosted runs the transmit pass of a post, or leaves it to the
+// caller's next poll or wait when a pass ended moments ago
+// (Options.TxCork). Only the goroutine that raises deferred arms the
+// timer, and undefer does not stop it: a timer stopped after another
+// poster armed it would leave that post waiting for its caller alone. A
+// timer that fires with nothing deferred does nothing.
+func (d *Device) flushPosted() {
+	if d.corkNs > 0 && d.nowNs()-d.lastTx.Load() < d.corkNs {
+		d.ctr.corked.Add(1)
+		if !d.deferred.Swap(true) {
+			d.deferT.Reset(deferMax)
+		}
+		return
+	}
+	d.flush()
+}
+
 // flushDeferred runs a deferred pass, if there is one.
 func (d *Device) flushDeferred() {
 	if d.deferred.Load() {
@@ -42,8 +72,8 @@ func (d *Device) flushDeferred() {
 // undefer notes that a transmit pass is about to run: whatever was
 // deferred goes with it.
 func (d *Device) undefer() {
-	if d.deferred.Load() && d.deferred.CompareAndSwap(true, false) {
-		d.deferT.Stop()
+	if d.deferred.Load() {
+		d.deferred.Store(false)
 	}
 }
 

@@ -317,6 +317,7 @@ func (cq *CQ) wait(ctx context.Context, deadline time.Time) error {
 	if cq.closed.Load() || cq.d.closed.Load() {
 		return ErrClosed
 	}
+	cq.d.flushDeferred()
 	start := int64(-1)
 	if d := cq.d; d.rxPoll != nil {
 		start = d.nowNs()
@@ -785,7 +786,7 @@ func (q *QP) PostSendBatch(wrs []SendWR) (int, error) {
 	}
 	d.mu.Unlock()
 	if n > 0 {
-		d.flush()
+		d.flushPosted()
 	}
 	if err != nil {
 		return n, fmt.Errorf("roce: post send on QP %d: %w", q.qpn, err)

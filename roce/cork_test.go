@@ -1,0 +1,157 @@
+package roce
+
+import (
+	"net"
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/goroce/goroce/link/memlink"
+)
+
+// corkPair is memPair with A's link returned, so that a test counts its
+// writes, and A's Options.TxCork set.
+func corkPair(t *testing.T, cork time.Duration) (*Device, *Device, *memlink.Link) {
+	t.Helper()
+	la, lb := memlink.PairWithOptions(memlink.Options{HardwareAddrA: macA, HardwareAddrB: macB})
+	da, err := OpenLink(la, Options{Addrs: []netip.Addr{addrA}, TxCork: cork,
+		Neighbours: map[netip.Addr]net.HardwareAddr{addrB: lb.HardwareAddr()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { da.Close() })
+	db, err := OpenLink(lb, Options{Addrs: []netip.Addr{addrB}, Neighbours: map[netip.Addr]net.HardwareAddr{addrA: la.HardwareAddr()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	return da, db, la
+}
+
+// A stream of posts goes in fewer link writes than posts, and every
+// message lands, in order.
+func TestTxCorkStream(t *testing.T) {
+	da, db, la := corkPair(t, 0)
+	a := newEndpoint(t, da, RC, 64*64)
+	b := newEndpoint(t, db, RC, 64*64)
+	connect(t, a, b, addrA, addrB, ConnectAttr{})
+	const n = 64
+	for i := 0; i < n; i++ {
+		if err := b.qp.PostRecv(&RecvWR{ID: uint64(i), SGL: []SGE{b.mr.SGE(i*64, 64)}}); err != nil {
+			t.Fatal(err)
+		}
+		a.buf[i*64] = byte(i + 1)
+	}
+	w0, _ := la.Writes()
+	for i := 0; i < n; i++ {
+		wr := SendWR{ID: uint64(i), Opcode: WRSend, SGL: []SGE{a.mr.SGE(i*64, 64)}}
+		if i == n-1 {
+			wr.Flags = SendSignaled
+		}
+		if err := a.qp.PostSend(&wr); err != nil {
+			t.Fatal(err)
+		}
+	}
+	w1, _ := la.Writes()
+	wantOK(t, waitWC(t, a.scq, 30*time.Second), WCSend)
+	for i := 0; i < n; i++ {
+		wc := waitWC(t, b.rcq, 30*time.Second)
+		wantOK(t, wc, WCRecv)
+		if wc.WRID != uint64(i) || b.buf[i*64] != byte(i+1) {
+			t.Fatalf("receive %d: wr %d, first byte %d", i, wc.WRID, b.buf[i*64])
+		}
+	}
+	corked := da.ctr.corked.Load()
+	if corked == 0 || w1-w0 >= n {
+		t.Fatalf("%d posts: %d corked, %d link writes while posting", n, corked, w1-w0)
+	}
+	t.Logf("%d posts: %d corked, %d link writes while posting", n, corked, w1-w0)
+}
+
+// A post after a pause transmits before PostSend returns: corking never
+// delays the first message, which a latency test measures.
+func TestTxCorkPauseSendsAtOnce(t *testing.T) {
+	da, db, la := corkPair(t, 0)
+	a := newEndpoint(t, da, UC, 64)
+	b := newEndpoint(t, db, UC, 64)
+	connect(t, a, b, addrA, addrB, ConnectAttr{})
+	for round := 0; round < 3; round++ {
+		if err := b.qp.PostRecv(&RecvWR{ID: 1, SGL: []SGE{b.mr.SGE(0, 64)}}); err != nil {
+			t.Fatal(err)
+		}
+		// Well past any cork window, whatever the machine's load.
+		time.Sleep(10 * time.Millisecond)
+		w0, _ := la.Writes()
+		if err := a.qp.PostSend(&SendWR{ID: 1, Opcode: WRSend, SGL: []SGE{a.mr.SGE(0, 8)}}); err != nil {
+			t.Fatal(err)
+		}
+		if w1, _ := la.Writes(); w1 == w0 {
+			t.Fatalf("round %d: the post did not write to the link before it returned (%d corked)", round, da.ctr.corked.Load())
+		}
+		wantOK(t, waitWC(t, b.rcq, 30*time.Second), WCRecv)
+	}
+}
+
+// Posts that corked leave without the caller: a UC stream whose sender
+// never polls or waits (nothing comes back to it either, no ACK, no
+// timer of the QP) still reaches its peer whole, through the device's
+// deferred-pass timer.
+func TestTxCorkWithoutCaller(t *testing.T) {
+	da, db, _ := corkPair(t, 0)
+	a := newEndpoint(t, da, UC, 64)
+	b := newEndpoint(t, db, UC, 16*64)
+	connect(t, a, b, addrA, addrB, ConnectAttr{})
+	const n = 16
+	for round := 0; round < 20 && da.ctr.corked.Load() == 0; round++ {
+		for i := 0; i < n; i++ {
+			if err := b.qp.PostRecv(&RecvWR{ID: uint64(i), SGL: []SGE{b.mr.SGE(i*64, 64)}}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for i := 0; i < n; i++ {
+			if err := a.qp.PostSend(&SendWR{ID: uint64(i), Opcode: WRSend, SGL: []SGE{a.mr.SGE(0, 8)}}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for i := 0; i < n; i++ {
+			wc := waitWC(t, b.rcq, 30*time.Second)
+			wantOK(t, wc, WCRecv)
+			if wc.WRID != uint64(i) {
+				t.Fatalf("round %d: receive %d completed wr %d", round, i, wc.WRID)
+			}
+		}
+	}
+	if da.ctr.corked.Load() == 0 {
+		t.Fatal("no post corked in 20 rounds of 16")
+	}
+}
+
+// TxCork < 0 transmits every post at once.
+func TestTxCorkOff(t *testing.T) {
+	da, db, la := corkPair(t, -1)
+	a := newEndpoint(t, da, UC, 64)
+	b := newEndpoint(t, db, UC, 16*64)
+	connect(t, a, b, addrA, addrB, ConnectAttr{})
+	const n = 16
+	for i := 0; i < n; i++ {
+		if err := b.qp.PostRecv(&RecvWR{ID: uint64(i), SGL: []SGE{b.mr.SGE(i*64, 64)}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := 0; i < n; i++ {
+		w0, _ := la.Writes()
+		if err := a.qp.PostSend(&SendWR{ID: uint64(i), Opcode: WRSend, SGL: []SGE{a.mr.SGE(0, 8)}}); err != nil {
+			t.Fatal(err)
+		}
+		if w1, _ := la.Writes(); w1 == w0 {
+			t.Fatalf("post %d: no link write before it returned", i)
+		}
+	}
+	for i := 0; i < n; i++ {
+		wantOK(t, waitWC(t, b.rcq, 30*time.Second), WCRecv)
+	}
+	if c := da.ctr.corked.Load(); c != 0 {
+		t.Fatalf("%d posts corked with TxCork -1", c)
+	}
+}
+
