@@ -154,4 +154,3 @@ func TestTxCorkOff(t *testing.T) {
 		t.Fatalf("%d posts corked with TxCork -1", c)
 	}
 }
-
