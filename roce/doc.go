@@ -48,8 +48,8 @@
 // A device runs three goroutines (plus its Host's: netdev's runs one per
 // netlink subscription, addresses, link, neighbours), and one more per
 // extra receive queue of its link: the deferred-ACK goroutine,
-// which sends a transmit pass a poller left to its caller if the caller
-// does not come back within 20 µs (see below), and these two:
+// which sends a transmit pass a poller or a corked post left to its caller
+// if the caller does not come back within 20 µs (see below), and these two:
 //
 //   - the receive goroutine, one per receive queue of a link.MultiQueue
 //     (the kernel UDP link with udplink.Options.Queues, the AF_XDP link
@@ -89,7 +89,10 @@
 // pass (typically the ACK of that packet) to the caller's next verb, so the
 // ACK and the caller's reply leave in one batch; a timer sends it if the
 // caller does not come back within 20 µs, and QP.Modify, QP.Close and
-// Device.Close send it first.
+// Device.Close send it first. A post corks the same way when a pass ended
+// less than Options.TxCork (2 µs) before it: a stream of posts from one
+// goroutine then leaves at its next poll or wait in a few link writes,
+// while a post after a pause, as a latency test makes, transmits at once.
 //
 // All engine state (QPs, SRQs, MRs, the CQs' bookkeeping) is behind one
 // mutex, so every method of every object is safe for concurrent use. The
