@@ -352,6 +352,11 @@ func TestMultiQueueTx(t *testing.T) {
 		}
 	}
 	t.Logf("%d frames through each of 2 views at once: Stats %+v", perQueue, st)
+	one := [][]byte{make([]byte, 600)}
+	udpFrame(one[0], p.VethA.HardwareAddr, p.VethB.HardwareAddr, 1<<31)
+	if allocs := testing.AllocsPerRun(50, func() { views[1].WriteBatch(one) }); allocs != 0 {
+		t.Errorf("%v allocations per WriteBatch through a view, want 0", allocs)
+	}
 
 	if err := l.Close(); err != nil {
 		t.Fatal(err)
