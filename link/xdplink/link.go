@@ -94,6 +94,7 @@ type txQueue struct {
 	loans    int           // lent TX spans not yet back
 	loanBack *sync.Cond    // on mu: the last loan came back
 	sent     atomic.Uint64 // frames queued (Stats)
+	_        [64]byte      // the next queue's lock on another cache line
 }
 
 // Link is a link.Link over AF_XDP sockets.
