@@ -61,12 +61,24 @@ type Poller interface {
 // once (the kernel UDP link with several SO_REUSEPORT sockets). RxQueues
 // returns one Link per queue, the link itself first, each reading only
 // its own queue with ReadBatch (and PollBatch, WaitReadable, when it is a
-// Poller); frames are sent through the link itself. The link steers every
-// packet for a QP to the same queue, so that each queue, read by one
-// goroutine, keeps a QP's packets in order. A device reads every queue
-// from a goroutine of its own.
+// Poller); frames are sent through the link itself unless it is a
+// TxQueues. The link steers every packet for a QP to the same queue, so
+// that each queue, read by one goroutine, keeps a QP's packets in order. A
+// device reads every queue from a goroutine of its own.
 type MultiQueue interface {
 	RxQueues() []Link
+}
+
+// TxQueues is implemented by links whose queues also send apart (the
+// AF_XDP link: a socket per queue, each with its own TX ring, buffers and
+// lock). TxQueues returns one Link per queue, whose WriteBatch (and
+// TxLender methods, when the link lends) send on that queue alone, so that
+// writes through different queues share no lock and may run at once;
+// buffers a queue lent go back through that queue. A device sends each
+// transmit shard's frames through one of them. The kernel UDP link is not
+// one: its other queues only receive.
+type TxQueues interface {
+	TxQueues() []Link
 }
 
 // AddrServer is implemented by links that send from only some of an

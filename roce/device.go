@@ -109,7 +109,10 @@ type Options struct {
 	// which then go in one link write (one GSO send on the kernel UDP
 	// link). That batching beat parallel passes on a loaded 2-CPU host
 	// (bench/README.md, "Two CPUs for one device"), so more shards are for links
-	// and hosts where the system call, not its count, is the cost.
+	// and hosts where the system call, not its count, is the cost. On a
+	// link whose queues send apart (link.TxQueues: the AF_XDP link with
+	// several queues), shard k sends through queue k mod their number, so
+	// with as many shards as queues each shard has a socket to itself.
 	Shards int
 	// DSCP (0..63) is the DSCP of packets whose QP or address handle
 	// gives none (a traffic class below 4, as ConnectAttr's zero value):
@@ -253,6 +256,10 @@ type txShard struct {
 	frames  [][]byte
 	ipID    uint16
 	lend    txLend // frames built in the link's buffers (txlend.go)
+	// link is what the shard sends through: the device's link, or on a
+	// link.TxQueues one of its queues, shared by the shards in peers.
+	link  link.Link
+	peers uint64
 	// Loopback: frames to one of our own GIDs never reach the link (as
 	// rxe_loopback); the transmit pass delivers them.
 	loop    [][]byte
@@ -391,8 +398,13 @@ func newDevice(l link.Link, opts Options) (*Device, error) {
 		d.tap.Store(tap)
 	}
 	d.shards = make([]txShard, opts.Shards)
+	txq := txQueues(l)
 	for k := range d.shards {
 		s := &d.shards[k]
+		s.link = txq[k%len(txq)]
+		for j := k % len(txq); j < len(d.shards); j += len(txq) {
+			s.peers |= 1 << j
+		}
 		s.slots = make([]qp.TxPacket, opts.TxBatch)
 		s.frames = make([][]byte, opts.TxBatch)
 		s.loop = make([][]byte, 0, opts.TxBatch)
@@ -404,7 +416,7 @@ func newDevice(l link.Link, opts Options) (*Device, error) {
 			s.slots[i].Buf = slab[i*txSlotSize : (i+1)*txSlotSize : (i+1)*txSlotSize]
 			s.slots[i].Headroom = txHeadroom
 		}
-		s.lend.init(l, opts.TxBatch)
+		s.lend.init(s.link, opts.TxBatch)
 	}
 	d.pollFn = func(frames [][]byte) {
 		d.ctr.polledPkts.Add(uint64(len(frames)))
@@ -427,6 +439,19 @@ func newDevice(l link.Link, opts Options) (*Device, error) {
 	go d.timerLoop()
 	go d.deferLoop()
 	return d, nil
+}
+
+// txQueues returns the links the transmit shards send through: the queues
+// of a link.TxQueues, each sending on its own (shard k on queue k mod
+// their number, so that with as many shards as queues no two shards share
+// a queue's lock or ring), else l alone.
+func txQueues(l link.Link) []link.Link {
+	if tq, ok := l.(link.TxQueues); ok {
+		if qs := tq.TxQueues(); len(qs) > 1 {
+			return qs
+		}
+	}
+	return []link.Link{l}
 }
 
 // eui64 returns the EUI-64 of a MAC (the universal/local bit flipped), as a
@@ -850,7 +875,8 @@ func (d *Device) flush() {
 }
 
 // flushShards runs the passes of the shards in m that no other goroutine
-// runs, and reports whether they delivered frames locally.
+// runs, and reports whether they delivered frames locally. Shards join in
+// one pass only if they send through the same link (txShard.peers).
 func (d *Device) flushShards(m uint64) (looped bool) {
 	var held uint64
 	for ; m != 0; m &= m - 1 {
@@ -863,16 +889,20 @@ func (d *Device) flushShards(m uint64) (looped bool) {
 	}
 	for held != 0 {
 		lead := &d.shards[bits.TrailingZeros64(held)]
-		for h := held; h != 0; h &= h - 1 {
+		// Shards that send through different queues of the link go in
+		// passes of their own: a QP's frames always leave by one queue,
+		// in order.
+		run := held & lead.peers
+		for h := run; h != 0; h &= h - 1 {
 			d.shards[bits.TrailingZeros64(h)].pending.Store(false)
 		}
-		d.transmit(lead, held)
+		d.transmit(lead, run)
 		looped = looped || lead.looped
-		for h := held; h != 0; h &= h - 1 {
+		for h := run; h != 0; h &= h - 1 {
 			d.shards[bits.TrailingZeros64(h)].mu.Unlock()
 		}
-		again := uint64(0)
-		for h := held; h != 0; h &= h - 1 {
+		again := held &^ run
+		for h := run; h != 0; h &= h - 1 {
 			i := bits.TrailingZeros64(h)
 			if s := &d.shards[i]; s.pending.Load() && s.mu.TryLock() {
 				again |= 1 << i
@@ -973,7 +1003,7 @@ func (d *Device) transmit(s *txShard, held uint64) {
 		if lent {
 			d.writeLent(&s.lend, s.frames[:k])
 		} else {
-			d.write(s.frames[:k])
+			d.write(s.link, s.frames[:k])
 		}
 		clear(s.frames[:k])
 		if len(s.loop) > 0 {
@@ -998,15 +1028,16 @@ func (d *Device) transmit(s *txShard, held uint64) {
 	}
 }
 
-// write hands frames to the link, skipping any frame the link refuses.
-func (d *Device) write(frames [][]byte) {
+// write hands frames to l (a shard's link), skipping any frame it
+// refuses.
+func (d *Device) write(l link.Link, frames [][]byte) {
 	if tap := d.tap.Load(); tap != nil {
 		for _, f := range frames {
 			tap.write(f)
 		}
 	}
 	for len(frames) > 0 {
-		n, err := d.link.WriteBatch(frames)
+		n, err := l.WriteBatch(frames)
 		d.ctr.sentPkts.Add(uint64(n))
 		if err == nil {
 			return

@@ -81,10 +81,13 @@
 // belongs to shard n mod Shards, the engine queues the QPs with packets to
 // send per shard, and each shard has its own pass, lock and buffers, so
 // QPs of different shards build and send their frames on different CPUs at
-// once (the kernel UDP link keeps several send states for that). A QP's
-// packets come from its shard's pass alone and leave in order. A
-// goroutine that finds several shards with packets and none of them busy
-// sends them in one pass and one link write. A
+// once (the kernel UDP link keeps several send states for that; the AF_XDP
+// link with several queues has a socket per queue, each with its own TX
+// ring and lock, and shard k sends through queue k mod their number,
+// link.TxQueues). A QP's packets come from its shard's pass alone and
+// leave in order, by one queue. A goroutine that finds several shards
+// with packets and none of them busy sends them in one pass and one link
+// write, if they send through the same queue. A
 // poller that reads the packet completing its caller's wait leaves the
 // pass (typically the ACK of that packet) to the caller's next verb, so the
 // ACK and the caller's reply leave in one batch; a timer sends it if the

@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"net/netip"
 	"testing"
@@ -349,8 +350,16 @@ func TestNetnsXDPIPv6(t *testing.T) {
 
 // A device on an AF_XDP link of two queues (a two-queue veth) reads each
 // queue through its own goroutine (link.MultiQueue), and RC traffic of
-// several QPs sharing CQs and an SRQ runs through it both ways.
+// several QPs sharing CQs and an SRQ runs through it both ways. With one
+// transmit shard every frame leaves by the first queue; with two, shard k
+// sends through queue k (link.TxQueues), so both queues' sockets send.
 func TestNetnsXDPQueues(t *testing.T) {
+	for _, shards := range []int{1, 2} {
+		t.Run(fmt.Sprintf("shards=%d", shards), func(t *testing.T) { xdpQueues(t, shards) })
+	}
+}
+
+func xdpQueues(t *testing.T, shards int) {
 	netnstest.RequireCaps(t, unix.CAP_NET_RAW, unix.CAP_NET_ADMIN, unix.CAP_BPF)
 	p := netnstest.NewPairConfig(t, netnstest.VethConfig{MTU: 1500, Queues: 2,
 		Addr: netip.MustParsePrefix("10.99.0.1/24"), PeerAddr: netip.MustParsePrefix("10.99.0.2/24")})
@@ -360,13 +369,15 @@ func TestNetnsXDPQueues(t *testing.T) {
 		}
 	}
 	var devs [2]*Device
+	var links [2]*xdplink.Link
 	for i, v := range []*netnstest.Veth{p.VethA, p.VethB} {
 		err := v.NS.Do(func() error {
 			l, err := xdplink.Open(v.Name, xdplink.Options{Queues: []int{0, 1}, NumFrames: 1024})
 			if err != nil {
 				return err
 			}
-			if devs[i], err = OpenFollowing(l, v.Name, Options{}); err != nil {
+			links[i] = l
+			if devs[i], err = OpenFollowing(l, v.Name, Options{Shards: shards}); err != nil {
 				l.Close()
 			}
 			return err
@@ -382,10 +393,16 @@ func TestNetnsXDPQueues(t *testing.T) {
 			t.Fatalf("the device reads %d queues, want 2", n)
 		}
 	}
-	shareCQAndSRQ(t, devs[0], devs[1], p.VethA.Addr.Addr(), p.VethB.Addr.Addr(), 1)
-	for _, d := range devs {
-		if c := d.Counters(); c.RcvdPkts == 0 || c.ICRCErr != 0 || c.BadFrame != 0 {
+	shareCQAndSRQ(t, devs[0], devs[1], p.VethA.Addr.Addr(), p.VethB.Addr.Addr(), shards)
+	for i, d := range devs {
+		c := d.Counters()
+		if c.RcvdPkts == 0 || c.ICRCErr != 0 || c.BadFrame != 0 {
 			t.Fatalf("counters %v", c.Map())
+		}
+		sent := links[i].Stats().QueueSent
+		t.Logf("device %d: frames sent per queue %v, out-of-sequence requests %d", i, sent, c.OutOfSeqRequest)
+		if sent[0] == 0 || (sent[1] != 0) != (shards == 2) {
+			t.Errorf("device %d with %d shards: frames sent per queue %v", i, shards, sent)
 		}
 	}
 }

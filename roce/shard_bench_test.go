@@ -4,10 +4,18 @@ package roce
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"net/netip"
 	"sync"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/goroce/goroce/internal/netnstest"
+	"github.com/goroce/goroce/link/xdplink"
+	"github.com/goroce/goroce/xdp"
 )
 
 // BenchmarkWritePairs moves RDMA WRITEs over QP pairs between two devices
@@ -21,21 +29,61 @@ func BenchmarkWritePairs(b *testing.B) {
 		for _, pairs := range []int{1, 2} {
 			for _, size := range []int{64, 4096} {
 				b.Run(fmt.Sprintf("shards=%d/pairs=%d/size=%d", shards, pairs, size), func(b *testing.B) {
-					benchWritePairs(b, shards, pairs, size)
+					da, db := udpPairWith(b, Options{Shards: shards})
+					benchWritePairs(b, da, db, loA, loB, pairs, size)
 				})
 			}
 		}
 	}
 }
 
-func benchWritePairs(b *testing.B, shards, pairs, size int) {
-	da, db := udpPairWith(b, Options{Shards: shards})
+// BenchmarkWritePairsXDPQueues is BenchmarkWritePairs over AF_XDP links of
+// two queues on a two-queue veth: with two shards each shard sends on a
+// socket of its own (link.TxQueues), with one every frame leaves by the
+// first queue's.
+func BenchmarkWritePairsXDPQueues(b *testing.B) {
+	for _, shards := range []int{1, 2} {
+		for _, size := range []int{64, 4096} {
+			b.Run(fmt.Sprintf("shards=%d/pairs=2/size=%d", shards, size), func(b *testing.B) {
+				netnstest.RequireCaps(b, unix.CAP_NET_RAW, unix.CAP_NET_ADMIN, unix.CAP_BPF)
+				p := netnstest.NewPairConfig(b, netnstest.VethConfig{MTU: 1500, Queues: 2,
+					Addr: netip.MustParsePrefix("10.99.0.1/24"), PeerAddr: netip.MustParsePrefix("10.99.0.2/24")})
+				var devs [2]*Device
+				for i, v := range []*netnstest.Veth{p.VethA, p.VethB} {
+					if err := v.WaitReady(5 * time.Second); err != nil {
+						b.Fatal(err)
+					}
+					err := v.NS.Do(func() error {
+						l, err := xdplink.Open(v.Name, xdplink.Options{Queues: []int{0, 1}, NumFrames: 4096})
+						if err != nil {
+							return err
+						}
+						if devs[i], err = OpenFollowing(l, v.Name, Options{Shards: shards}); err != nil {
+							l.Close()
+						}
+						return err
+					})
+					if errors.Is(err, xdp.ErrNotSupported) {
+						b.Skipf("AF_XDP unavailable: %v", err)
+					}
+					if err != nil {
+						b.Fatal(err)
+					}
+					b.Cleanup(func() { devs[i].Close() })
+				}
+				benchWritePairs(b, devs[0], devs[1], p.VethA.Addr.Addr(), p.VethB.Addr.Addr(), 2, size)
+			})
+		}
+	}
+}
+
+func benchWritePairs(b *testing.B, da, db *Device, addrA, addrB netip.Addr, pairs, size int) {
 	const window, signal = 64, 16
 	type pair struct{ a, t *endpoint }
 	ps := make([]pair, pairs)
 	for i := range ps {
 		ps[i] = pair{newEndpoint(b, da, RC, size), newEndpoint(b, db, RC, size)}
-		connect(b, ps[i].a, ps[i].t, loA, loB, ConnectAttr{})
+		connect(b, ps[i].a, ps[i].t, addrA, addrB, ConnectAttr{})
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()

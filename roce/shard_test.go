@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"net"
 	"net/netip"
 	"sync"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"github.com/goroce/goroce/internal/qp"
+	"github.com/goroce/goroce/link"
 	"github.com/goroce/goroce/link/faultnet"
 	"github.com/goroce/goroce/link/memlink"
 )
@@ -54,6 +56,106 @@ func TestShardsShareCQAndSRQ(t *testing.T) {
 	const shards = 3
 	da, db := shardPair(t, shards, faultnet.Config{Seed: 7, Loss: 0.01})
 	shareCQAndSRQ(t, da, db, addrA, addrB, shards)
+}
+
+// On a link whose queues send apart (link.TxQueues), shard k sends
+// through queue k mod queues: both queues carry frames, and each QP's
+// frames leave by one queue only, also when one goroutine finds several
+// shards' packets ready (a pass joins only shards of the same queue).
+func TestShardsTxQueues(t *testing.T) {
+	for _, shards := range []int{2, 3} {
+		t.Run(fmt.Sprintf("shards=%d", shards), func(t *testing.T) {
+			la, lb := memlink.PairWithOptions(memlink.Options{HardwareAddrA: macA, HardwareAddrB: macB})
+			qa, qb := newTxQueuesLink(la, 2), newTxQueuesLink(lb, 2)
+			da, err := OpenLink(qa, Options{Shards: shards, Addrs: []netip.Addr{addrA}, Neighbours: map[netip.Addr]net.HardwareAddr{addrB: lb.HardwareAddr()}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { da.Close() })
+			db, err := OpenLink(qb, Options{Shards: shards, Addrs: []netip.Addr{addrB}, Neighbours: map[netip.Addr]net.HardwareAddr{addrA: la.HardwareAddr()}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { db.Close() })
+			for _, d := range []*Device{da, db} {
+				for k := range d.shards {
+					if v := d.shards[k].link.(*txView); v.q != k%2 {
+						t.Fatalf("shard %d sends through queue %d", k, v.q)
+					}
+				}
+			}
+			shareCQAndSRQ(t, da, db, addrA, addrB, shards)
+			for i, l := range []*txQueuesLink{qa, qb} {
+				l.mu.Lock()
+				t.Logf("device %d: frames per queue %d, %d; %d QPs", i, l.sent[0], l.sent[1], len(l.byQPN))
+				if l.sent[0] == 0 || l.sent[1] == 0 || l.direct != 0 {
+					t.Errorf("device %d: frames per queue %d, %d, through the link itself %d", i, l.sent[0], l.sent[1], l.direct)
+				}
+				for _, m := range l.mixed {
+					t.Errorf("device %d: %s", i, m)
+				}
+				l.mu.Unlock()
+			}
+		})
+	}
+}
+
+// txQueuesLink presents a link as a link.TxQueues of several queues, each
+// sending through the link, and notes which queue each QP's frames left
+// by.
+type txQueuesLink struct {
+	link.Link
+	views  []link.Link
+	mu     sync.Mutex
+	sent   []int
+	direct int            // frames written through the link itself
+	byQPN  map[uint32]int // destination QPN → queue
+	mixed  []string       // QPs whose frames left by several queues
+}
+
+type txView struct {
+	link.Link
+	l *txQueuesLink
+	q int
+}
+
+func newTxQueuesLink(l link.Link, n int) *txQueuesLink {
+	ql := &txQueuesLink{Link: l, sent: make([]int, n), byQPN: map[uint32]int{}}
+	for q := range n {
+		ql.views = append(ql.views, &txView{Link: l, l: ql, q: q})
+	}
+	return ql
+}
+
+func (l *txQueuesLink) TxQueues() []link.Link { return l.views }
+
+func (l *txQueuesLink) WriteBatch(frames [][]byte) (int, error) {
+	l.mu.Lock()
+	l.direct += len(frames)
+	l.mu.Unlock()
+	return l.Link.WriteBatch(frames)
+}
+
+func (v *txView) WriteBatch(frames [][]byte) (int, error) {
+	l := v.l
+	l.mu.Lock()
+	for _, f := range frames {
+		l.sent[v.q]++
+		bth := 14 + 20 + 8 // Ethernet, IPv4, UDP
+		if len(f) < bth+8 || binary.BigEndian.Uint16(f[12:14]) != 0x0800 {
+			l.mixed = append(l.mixed, fmt.Sprintf("a frame of %d bytes not IPv4", len(f)))
+			continue
+		}
+		qpn := binary.BigEndian.Uint32(f[bth+4:]) & 0xFFFFFF
+		if q, ok := l.byQPN[qpn]; !ok {
+			l.byQPN[qpn] = v.q
+		} else if q != v.q {
+			l.mixed = append(l.mixed, fmt.Sprintf("frames to QP %#x left by queues %d and %d", qpn, q, v.q))
+			l.byQPN[qpn] = v.q
+		}
+	}
+	l.mu.Unlock()
+	return v.Link.WriteBatch(frames)
 }
 
 // shareCQAndSRQ runs TestShardsShareCQAndSRQ's traffic between da and db.

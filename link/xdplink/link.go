@@ -34,8 +34,8 @@ type Options struct {
 	// Queue is the receive queue to take over.
 	Queue int
 	// Queues, if not empty, lists several receive queues to take over
-	// (one AF_XDP socket each; Queue is ignored). Frames are sent on the
-	// first.
+	// (one AF_XDP socket each; Queue is ignored). The link sends on the
+	// first; each queue's view (RxQueues) sends on its own.
 	Queues []int
 	// FrameSize is the UMEM chunk size, 2048 or 4096 (0: 4096).
 	FrameSize int
@@ -83,10 +83,24 @@ type rxQueue struct {
 	view    *queueLink
 }
 
+// txQueue is the transmit state of one socket: its TX and completion
+// rings and TX chunks are the socket's own (each socket has a UMEM of its
+// own), so writes through different queues share no lock, ring or chunk.
+type txQueue struct {
+	// mu guards the socket's transmit side and loans: the link's writes
+	// take the first queue's, a write through a queue's view its own.
+	mu       sync.Mutex
+	sock     *xdp.Socket
+	loans    int           // lent TX spans not yet back
+	loanBack *sync.Cond    // on mu: the last loan came back
+	sent     atomic.Uint64 // frames queued (Stats)
+	_        [64]byte      // the next queue's lock on another cache line
+}
+
 // Link is a link.Link over AF_XDP sockets.
 type Link struct {
 	socks  []*xdp.Socket
-	sock   *xdp.Socket // the transmitting socket, socks[0]
+	sock   *xdp.Socket // the link's transmitting socket, socks[0]
 	prog   *bpf.Program
 	att    *bpf.Attachment
 	ifname string
@@ -106,9 +120,7 @@ type Link struct {
 	pfds   []unix.PollFd // one per socket, then the eventfd
 	frames [][]byte
 
-	txMu     sync.Mutex
-	loans    int        // lent TX spans not yet back (guarded by txMu)
-	loanBack *sync.Cond // on txMu: the last loan came back
+	tx []*txQueue // one per socket; the link's own writes use the first
 
 	waitMu sync.Mutex    // serializes WaitReadable, which owns wpfds
 	wpfds  []unix.PollFd // WaitReadable's copy of pfds
@@ -147,7 +159,6 @@ func Open(ifname string, opts Options) (_ *Link, err error) {
 		return nil, fmt.Errorf("xdplink: %w: %q", xdp.ErrNoSuchInterface, ifname)
 	}
 	l := &Link{ifname: ifname, mtu: ifi.MTU, mac: ifi.HardwareAddr, efd: -1}
-	l.loanBack = sync.NewCond(&l.txMu)
 	defer func() {
 		if err != nil {
 			l.free()
@@ -199,8 +210,11 @@ func Open(ifname string, opts Options) (_ *Link, err error) {
 		if s.Multibuffer() {
 			q.scratch = make([]byte, opts.Batch*s.RxChunkCapacity())
 		}
-		q.view = newQueueLink(l, q, opts.Batch)
+		t := &txQueue{sock: s}
+		t.loanBack = sync.NewCond(&t.mu)
+		q.view = newQueueLink(l, q, t, opts.Batch)
 		l.rx = append(l.rx, q)
+		l.tx = append(l.tx, t)
 		l.pfds = append(l.pfds, unix.PollFd{Fd: int32(s.FD()), Events: unix.POLLIN})
 	}
 	l.pfds = append(l.pfds, unix.PollFd{Fd: int32(l.efd), Events: unix.POLLIN})
@@ -249,12 +263,15 @@ func (l *Link) Close() error {
 		defer q.mu.Unlock()
 		defer q.view.waitMu.Unlock()
 	}
-	l.txMu.Lock()
 	defer l.rxMu.Unlock()
 	defer l.waitMu.Unlock()
-	defer l.txMu.Unlock()
-	for l.loans > 0 {
-		l.loanBack.Wait()
+	for _, t := range l.tx {
+		// Writers are out, and lent spans back: they live in the UMEM.
+		t.mu.Lock()
+		defer t.mu.Unlock()
+		for t.loans > 0 {
+			t.loanBack.Wait()
+		}
 	}
 	return l.free()
 }
@@ -452,12 +469,16 @@ func (l *Link) pollWait(ctx context.Context, pfds []unix.PollFd) error {
 	}
 }
 
-// WriteBatch copies frames into the UMEM and queues them for transmission.
-// A frame that cannot be sent stops the batch with a *link.FrameError; a
-// device that cannot send (ENETDOWN) gives a plain error.
-func (l *Link) WriteBatch(frames [][]byte) (int, error) {
-	l.txMu.Lock()
-	defer l.txMu.Unlock()
+// WriteBatch copies frames into the UMEM and queues them for transmission
+// on the first queue's socket. A frame that cannot be sent stops the batch
+// with a *link.FrameError; a device that cannot send (ENETDOWN) gives a
+// plain error.
+func (l *Link) WriteBatch(frames [][]byte) (int, error) { return l.writeBatch(l.tx[0], frames) }
+
+// writeBatch is WriteBatch on t's socket.
+func (l *Link) writeBatch(t *txQueue, frames [][]byte) (int, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
 	if l.closed.Load() {
 		return 0, ErrClosed
 	}
@@ -474,7 +495,8 @@ func (l *Link) WriteBatch(frames [][]byte) (int, error) {
 			break
 		}
 	}
-	sent, err := l.write(frames[:end])
+	sent, err := t.write(frames[:end])
+	t.sent.Add(uint64(sent))
 	switch {
 	case err == nil:
 	case errors.Is(err, xdp.ErrFrameTooLarge):
@@ -498,11 +520,13 @@ const (
 	vlanTagLen   = 4
 )
 
-func (l *Link) write(frames [][]byte) (int, error) {
+// write queues frames on t's socket, waiting a little when its TX ring or
+// chunks run out. Called with t.mu held.
+func (t *txQueue) write(frames [][]byte) (int, error) {
 	sent := 0
 	var deadline time.Time
 	for sent < len(frames) {
-		n, err := l.sock.Transmit(frames[sent:])
+		n, err := t.sock.Transmit(frames[sent:])
 		sent += n
 		if err != nil {
 			return sent, err
@@ -512,7 +536,7 @@ func (l *Link) write(frames [][]byte) (int, error) {
 		}
 		// Out of chunks or ring slots: collect completions, then wait a
 		// little for the kernel to finish earlier frames.
-		if free, err := l.sock.Complete(); err != nil {
+		if free, err := t.sock.Complete(); err != nil {
 			return sent, err
 		} else if free > 0 {
 			continue
@@ -522,7 +546,7 @@ func (l *Link) write(frames [][]byte) (int, error) {
 		} else if time.Now().After(deadline) {
 			return sent, ErrTxBusy
 		}
-		l.sock.Poll(unix.POLLOUT, 1)
+		t.sock.Poll(unix.POLLOUT, 1)
 	}
 	return sent, nil
 }
@@ -540,12 +564,29 @@ func (l *Link) Info() link.Info { return link.Info{Kind: link.KindAFXDP, Name: l
 // and if it was asked for but is not in effect, why.
 func (l *Link) BusyPolling() (bool, error) { return l.busyPoll, l.busyPollErr }
 
-// Socket returns the AF_XDP socket that transmits (the first queue's), for
-// statistics.
+// Socket returns the AF_XDP socket the link itself transmits on (the
+// first queue's), for statistics.
 func (l *Link) Socket() *xdp.Socket { return l.sock }
 
 // Sockets returns the AF_XDP sockets, one per queue in Options order.
 func (l *Link) Sockets() []*xdp.Socket { return l.socks }
+
+// Stats counts what the link's sockets carried.
+type Stats struct {
+	// QueueSent counts the frames each queue's socket queued for
+	// transmission (WriteBatch and WriteLent, of the link or of the
+	// queue's view), in Options order.
+	QueueSent []uint64
+}
+
+// Stats returns the link's counters; safe while frames are sent.
+func (l *Link) Stats() Stats {
+	s := Stats{QueueSent: make([]uint64, len(l.tx))}
+	for i, t := range l.tx {
+		s.QueueSent[i] = t.sent.Load()
+	}
+	return s
+}
 
 // SteeringStats returns the steering program's counters.
 func (l *Link) SteeringStats() (bpf.Stats, error) {
@@ -569,61 +610,68 @@ func (l *Link) SetLocalAddrs(addrs []netip.Addr) error {
 func (l *Link) AttachMode() bpf.AttachMode { return l.att.Mode() }
 
 // LendTx lends spans of adjacent TX chunks of the transmitting socket's
-// UMEM, enough chunks for size bytes (more than one needs
-// Options.Multibuffer), so that the device builds its frames where they are
-// sent from (link.TxLender). It returns 0 when size needs more chunks than
-// a frame may span or none are free.
-func (l *Link) LendTx(bufs [][]byte, size int) int {
-	fs := l.sock.FrameSize()
+// UMEM (the first queue's), enough chunks for size bytes (more than one
+// needs Options.Multibuffer), so that the device builds its frames where
+// they are sent from (link.TxLender). It returns 0 when size needs more
+// chunks than a frame may span or none are free. Spans lent by the link go
+// back through the link, those of a queue's view through that view.
+func (l *Link) LendTx(bufs [][]byte, size int) int { return l.lendTx(l.tx[0], bufs, size) }
+
+// lendTx is LendTx on t's socket.
+func (l *Link) lendTx(t *txQueue, bufs [][]byte, size int) int {
+	fs := t.sock.FrameSize()
 	k := (size + fs - 1) / fs
-	if size <= 0 || k > xdp.MaxSegments || (k > 1 && !l.sock.Multibuffer()) {
+	if size <= 0 || k > xdp.MaxSegments || (k > 1 && !t.sock.Multibuffer()) {
 		return 0
 	}
-	l.txMu.Lock()
-	defer l.txMu.Unlock()
+	t.mu.Lock()
+	defer t.mu.Unlock()
 	if l.closed.Load() {
 		return 0
 	}
 	n := 0
 	for n < len(bufs) {
-		b := l.sock.AllocTxSpan(k)
+		b := t.sock.AllocTxSpan(k)
 		if b == nil {
 			if n > 0 {
 				break
 			}
 			// Every chunk is queued or in flight: have the kernel take
 			// what is queued, once, and collect its completions.
-			if free, err := l.sock.Complete(); err != nil || free < k {
+			if free, err := t.sock.Complete(); err != nil || free < k {
 				break
 			}
-			if b = l.sock.AllocTxSpan(k); b == nil {
+			if b = t.sock.AllocTxSpan(k); b == nil {
 				break
 			}
 		}
 		bufs[n] = b
 		n++
 	}
-	l.loans += n
+	t.loans += n
 	return n
 }
 
-// endLoans counts n lent spans back. Called with txMu held.
-func (l *Link) endLoans(n int) {
-	l.loans -= n
-	if l.loans <= 0 {
-		l.loans = 0
-		l.loanBack.Broadcast()
+// endLoans counts n lent spans back. Called with mu held.
+func (t *txQueue) endLoans(n int) {
+	t.loans -= n
+	if t.loans <= 0 {
+		t.loans = 0
+		t.loanBack.Broadcast()
 	}
 }
 
 // ReturnTx takes back lent spans unused.
-func (l *Link) ReturnTx(bufs [][]byte) {
-	l.txMu.Lock()
-	defer l.txMu.Unlock()
+func (l *Link) ReturnTx(bufs [][]byte) { l.tx[0].returnTx(bufs) }
+
+// returnTx gives spans lent by t's socket back to it.
+func (t *txQueue) returnTx(bufs [][]byte) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
 	for _, b := range bufs {
-		l.sock.FreeTxSpan(b)
+		t.sock.FreeTxSpan(b)
 	}
-	l.endLoans(len(bufs))
+	t.endLoans(len(bufs))
 }
 
 // WriteLent queues frames built in spans from LendTx and takes every span
@@ -631,9 +679,14 @@ func (l *Link) ReturnTx(bufs [][]byte) {
 // refuses is skipped, its span freed, and reported as the first error in a
 // *link.FrameError; the others are sent.
 func (l *Link) WriteLent(bufs, frames [][]byte) (int, error) {
-	l.txMu.Lock()
-	defer l.txMu.Unlock()
-	defer l.endLoans(len(bufs))
+	return l.writeLent(l.tx[0], bufs, frames)
+}
+
+// writeLent is WriteLent on t's socket.
+func (l *Link) writeLent(t *txQueue, bufs, frames [][]byte) (int, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	defer t.endLoans(len(bufs))
 	if len(frames) > len(bufs) {
 		frames = frames[:len(bufs)]
 	}
@@ -647,7 +700,7 @@ func (l *Link) WriteLent(bufs, frames [][]byte) (int, error) {
 	for i := 0; i < len(frames); {
 		if l.closed.Load() {
 			for _, b := range bufs[i:] {
-				l.sock.FreeTxSpan(b)
+				t.sock.FreeTxSpan(b)
 			}
 			return sent, ErrClosed
 		}
@@ -658,8 +711,9 @@ func (l *Link) WriteLent(bufs, frames [][]byte) (int, error) {
 				break
 			}
 		}
-		n, err := l.submitLent(bufs[i:j], frames[i:j])
+		n, err := t.submitLent(bufs[i:j], frames[i:j])
 		sent += n
+		t.sent.Add(uint64(n))
 		i += n
 		switch {
 		case err == nil && i < j:
@@ -672,29 +726,29 @@ func (l *Link) WriteLent(bufs, frames [][]byte) (int, error) {
 					bad = link.ErrTooLarge
 				}
 				note(j, bad)
-				l.sock.FreeTxSpan(bufs[j])
+				t.sock.FreeTxSpan(bufs[j])
 				i = j + 1
 			}
 		case errors.Is(err, ErrTxBusy):
 			// The ring stayed full: the rest waits no longer.
 			note(i, err)
 			for _, b := range bufs[i:] {
-				l.sock.FreeTxSpan(b)
+				t.sock.FreeTxSpan(b)
 			}
 			return sent, first
 		case errors.Is(err, xdp.ErrBadSpan), errors.Is(err, xdp.ErrEmptyFrame):
 			note(i, err)
-			l.sock.FreeTxSpan(bufs[i])
+			t.sock.FreeTxSpan(bufs[i])
 			i++
 		case errors.Is(err, xdp.ErrFrameTooLarge):
 			note(i, fmt.Errorf("%w: %w", link.ErrTooLarge, err))
-			l.sock.FreeTxSpan(bufs[i])
+			t.sock.FreeTxSpan(bufs[i])
 			i++
 		default:
 			// The device refused to send (e.g. ENETDOWN); what was
 			// queued goes out once it can.
 			for _, b := range bufs[i:] {
-				l.sock.FreeTxSpan(b)
+				t.sock.FreeTxSpan(b)
 			}
 			return sent, err
 		}
@@ -704,11 +758,11 @@ func (l *Link) WriteLent(bufs, frames [][]byte) (int, error) {
 
 // submitLent queues all of frames, waiting as write does when the TX ring
 // is full. It returns how many it queued and why it stopped short.
-func (l *Link) submitLent(bufs, frames [][]byte) (int, error) {
+func (t *txQueue) submitLent(bufs, frames [][]byte) (int, error) {
 	sent := 0
 	var deadline time.Time
 	for sent < len(frames) {
-		n, err := l.sock.SubmitTxSpans(bufs[sent:], frames[sent:])
+		n, err := t.sock.SubmitTxSpans(bufs[sent:], frames[sent:])
 		sent += n
 		if err != nil {
 			return sent, err
@@ -716,7 +770,7 @@ func (l *Link) submitLent(bufs, frames [][]byte) (int, error) {
 		if sent == len(frames) || n > 0 {
 			continue
 		}
-		if _, err := l.sock.Complete(); err != nil {
+		if _, err := t.sock.Complete(); err != nil {
 			return sent, err
 		}
 		if deadline.IsZero() {
@@ -724,7 +778,7 @@ func (l *Link) submitLent(bufs, frames [][]byte) (int, error) {
 		} else if time.Now().After(deadline) {
 			return sent, ErrTxBusy
 		}
-		l.sock.Poll(unix.POLLOUT, 1)
+		t.sock.Poll(unix.POLLOUT, 1)
 	}
 	return sent, nil
 }

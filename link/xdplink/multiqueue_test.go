@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"net"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/goroce/goroce/bpf"
 	"github.com/goroce/goroce/internal/netnstest"
+	"github.com/goroce/goroce/link"
 	"github.com/goroce/goroce/link/xdplink"
 	"github.com/goroce/goroce/xdp"
 )
@@ -213,4 +215,158 @@ func multiQueueSetup(t *testing.T) (*netnstest.Pair, [2]*xdp.Socket, *xdplink.Li
 		t.Fatalf("%d sockets", len(l.Sockets()))
 	}
 	return p, senders, l
+}
+
+// TestMultiQueueTx sends through both queues' views at once (link.TxQueues),
+// a goroutine each, half of the frames copied (WriteBatch), half built in
+// lent spans (WriteLent). veth hands a frame sent on queue q to the peer's
+// queue q, so every frame of view q reaching A's socket q shows that the
+// view sent on its own socket; the per-queue counters say so too.
+func TestMultiQueueTx(t *testing.T) {
+	p, receivers, l := multiQueueSetup(t)
+	views := l.TxQueues()
+	if len(views) != 2 {
+		t.Fatalf("%d views", len(views))
+	}
+	const perQueue, burst, window = 1024, 32, 96 // window: under A's 256 receive chunks per queue
+	var got [2]atomic.Int64
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	errs := make(chan error, 4)
+	// A's two sockets, read from one goroutine.
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		var seen [2][perQueue]bool
+		descs := make([]xdp.Desc, 64)
+		for {
+			idle := true
+			for q, s := range receivers {
+				n := s.Receive(descs)
+				for _, d := range descs[:n] {
+					f := s.Frame(d)
+					if f == nil || !isOurs(f) {
+						continue
+					}
+					seq := binary.BigEndian.Uint32(f[42:46])
+					from, i := int(seq>>16), seq&0xffff
+					switch {
+					case from != q || i >= perQueue:
+						errs <- fmt.Errorf("frame %d of view %d arrived on queue %d", i, from, q)
+						return
+					case seen[q][i]:
+						errs <- fmt.Errorf("frame %d of view %d arrived twice", i, from)
+						return
+					}
+					seen[q][i] = true
+					got[q].Add(1)
+				}
+				if n > 0 {
+					s.Release(descs[:n])
+					idle = false
+				}
+			}
+			if idle {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				receivers[0].Poll(unix.POLLIN, 1)
+			}
+		}
+	}()
+	for q, v := range views {
+		lender, ok := v.(link.TxLender)
+		if !ok {
+			t.Fatalf("view %d lends no buffers", q)
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			frames := make([][]byte, burst)
+			for i := range frames {
+				frames[i] = make([]byte, 600)
+			}
+			bufs := make([][]byte, burst)
+			lent := make([][]byte, burst)
+			for i := 0; i < perQueue; i += burst {
+				deadline := time.Now().Add(10 * time.Second)
+				for int64(i)-got[q].Load() > window-burst {
+					if time.Now().After(deadline) {
+						errs <- fmt.Errorf("view %d: %d of %d frames arrived", q, got[q].Load(), i)
+						return
+					}
+					time.Sleep(100 * time.Microsecond)
+				}
+				if i%(2*burst) == 0 {
+					for j := range frames {
+						udpFrame(frames[j], p.VethA.HardwareAddr, p.VethB.HardwareAddr, uint32(q)<<16|uint32(i+j))
+					}
+					if n, err := v.WriteBatch(frames); n != burst || err != nil {
+						errs <- fmt.Errorf("view %d: WriteBatch: %d, %v", q, n, err)
+						return
+					}
+					continue
+				}
+				for sent := 0; sent < burst; {
+					n := lender.LendTx(bufs[:burst-sent], 600)
+					if n == 0 {
+						if time.Now().After(deadline) {
+							errs <- fmt.Errorf("view %d lends nothing", q)
+							return
+						}
+						time.Sleep(100 * time.Microsecond)
+						continue
+					}
+					for j, b := range bufs[:n] {
+						lent[j] = b[:600]
+						udpFrame(lent[j], p.VethA.HardwareAddr, p.VethB.HardwareAddr, uint32(q)<<16|uint32(i+sent+j))
+					}
+					if k, err := lender.WriteLent(bufs[:n], lent[:n]); k != n || err != nil {
+						errs <- fmt.Errorf("view %d: WriteLent: %d of %d, %v", q, k, n, err)
+						return
+					}
+					sent += n
+				}
+			}
+		}()
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for (got[0].Load() < perQueue || got[1].Load() < perQueue) && time.Now().Before(deadline) && len(errs) == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	close(stop)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	if a, b := got[0].Load(), got[1].Load(); a != perQueue || b != perQueue {
+		t.Fatalf("queues 0 and 1 of A received %d and %d frames, want %d each", a, b, perQueue)
+	}
+	st := l.Stats()
+	for q, s := range l.Sockets() {
+		if st.QueueSent[q] != perQueue || s.Sent() != perQueue {
+			t.Errorf("queue %d: Stats.QueueSent %d, socket sent %d, want %d", q, st.QueueSent[q], s.Sent(), perQueue)
+		}
+	}
+	t.Logf("%d frames through each of 2 views at once: Stats %+v", perQueue, st)
+	one := [][]byte{make([]byte, 600)}
+	udpFrame(one[0], p.VethA.HardwareAddr, p.VethB.HardwareAddr, 1<<31)
+	if allocs := testing.AllocsPerRun(50, func() { views[1].WriteBatch(one) }); allocs != 0 {
+		t.Errorf("%v allocations per WriteBatch through a view, want 0", allocs)
+	}
+
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for q, v := range views {
+		if n, err := v.WriteBatch([][]byte{make([]byte, 60)}); n != 0 || !errors.Is(err, net.ErrClosed) {
+			t.Errorf("view %d: WriteBatch after Close: %d, %v", q, n, err)
+		}
+		if n := v.(link.TxLender).LendTx(make([][]byte, 1), 100); n != 0 {
+			t.Errorf("view %d: LendTx after Close lent %d", q, n)
+		}
+	}
 }

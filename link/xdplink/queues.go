@@ -12,7 +12,9 @@ import (
 
 var (
 	_ link.MultiQueue = (*Link)(nil)
+	_ link.TxQueues   = (*Link)(nil)
 	_ link.Poller     = (*queueLink)(nil)
+	_ link.TxLender   = (*queueLink)(nil)
 )
 
 // RxQueues returns a view of each socket of the link, in the order of
@@ -29,17 +31,25 @@ func (l *Link) RxQueues() []link.Link {
 	return qs
 }
 
-// queueLink reads one socket of a Link; it sends through the Link.
+// TxQueues returns the same views (link.TxQueues): each sends on its own
+// socket, with its own TX ring, completion ring, chunks and lock, so that
+// goroutines writing through different views never wait for each other.
+// The link's own WriteBatch and LendTx send on the first queue's socket,
+// as the first view does.
+func (l *Link) TxQueues() []link.Link { return l.RxQueues() }
+
+// queueLink reads and sends on one socket of a Link.
 type queueLink struct {
 	l      *Link
 	q      *rxQueue
+	t      *txQueue
 	frames [][]byte
 	pfds   []unix.PollFd // the socket and the link's eventfd
 	waitMu sync.Mutex    // serializes WaitReadable, which owns pfds
 }
 
-func newQueueLink(l *Link, q *rxQueue, batch int) *queueLink {
-	return &queueLink{l: l, q: q, frames: make([][]byte, batch)}
+func newQueueLink(l *Link, q *rxQueue, t *txQueue, batch int) *queueLink {
+	return &queueLink{l: l, q: q, t: t, frames: make([][]byte, batch)}
 }
 
 // pollFds returns the descriptors to wait on, set up on first use (the
@@ -118,8 +128,21 @@ func (v *queueLink) WaitReadable(ctx context.Context) error {
 	return v.l.pollWait(ctx, v.pollFds())
 }
 
-// WriteBatch sends through the link.
-func (v *queueLink) WriteBatch(frames [][]byte) (int, error) { return v.l.WriteBatch(frames) }
+// WriteBatch sends on this queue's socket, as Link.WriteBatch does on the
+// first's.
+func (v *queueLink) WriteBatch(frames [][]byte) (int, error) { return v.l.writeBatch(v.t, frames) }
+
+// LendTx lends TX spans of this queue's socket (Link.LendTx); they go
+// back through this view.
+func (v *queueLink) LendTx(bufs [][]byte, size int) int { return v.l.lendTx(v.t, bufs, size) }
+
+// WriteLent sends frames built in spans this view lent (Link.WriteLent).
+func (v *queueLink) WriteLent(bufs, frames [][]byte) (int, error) {
+	return v.l.writeLent(v.t, bufs, frames)
+}
+
+// ReturnTx takes back spans this view lent, unused.
+func (v *queueLink) ReturnTx(bufs [][]byte) { v.t.returnTx(bufs) }
 
 // MTU is the link's.
 func (v *queueLink) MTU() int { return v.l.MTU() }
