@@ -1,8 +1,6 @@
 package roce
 
 import (
-	"net"
-	"net/netip"
 	"testing"
 	"time"
 
@@ -14,17 +12,7 @@ import (
 func corkPair(t *testing.T, cork time.Duration) (*Device, *Device, *memlink.Link) {
 	t.Helper()
 	la, lb := memlink.PairWithOptions(memlink.Options{HardwareAddrA: macA, HardwareAddrB: macB})
-	da, err := OpenLink(la, Options{Addrs: []netip.Addr{addrA}, TxCork: cork,
-		Neighbours: map[netip.Addr]net.HardwareAddr{addrB: lb.HardwareAddr()}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { da.Close() })
-	db, err := OpenLink(lb, Options{Addrs: []netip.Addr{addrB}, Neighbours: map[netip.Addr]net.HardwareAddr{addrA: la.HardwareAddr()}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
+	da, db := openPairWith(t, la, lb, addrA, addrB, Options{TxCork: cork})
 	return da, db, la
 }
 

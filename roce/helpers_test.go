@@ -29,10 +29,19 @@ func memPair(t testing.TB, ab, ba faultnet.Config, capA *bytes.Buffer) (*Device,
 
 func openPair(t testing.TB, la, lb link.Link, a, b netip.Addr, capA *bytes.Buffer) (*Device, *Device) {
 	t.Helper()
-	oa := Options{Addrs: []netip.Addr{a}, Neighbours: map[netip.Addr]net.HardwareAddr{b: lb.HardwareAddr()}}
+	var oa Options
 	if capA != nil {
 		oa.Capture = capA
 	}
+	return openPairWith(t, la, lb, a, b, oa)
+}
+
+// openPairWith opens A on la with oa (its addresses and neighbours filled
+// in) and B on lb with the defaults; both close with the test.
+func openPairWith(t testing.TB, la, lb link.Link, a, b netip.Addr, oa Options) (*Device, *Device) {
+	t.Helper()
+	oa.Addrs = []netip.Addr{a}
+	oa.Neighbours = map[netip.Addr]net.HardwareAddr{b: lb.HardwareAddr()}
 	da, err := OpenLink(la, oa)
 	if err != nil {
 		t.Fatal(err)

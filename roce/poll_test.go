@@ -206,16 +206,7 @@ func (l *deafLink) Close() error {
 func TestProgressTakesWrite(t *testing.T) {
 	la, lb := memlink.PairWithOptions(memlink.Options{HardwareAddrA: macA, HardwareAddrB: macB})
 	deaf := &deafLink{Link: lb, waiting: make(chan struct{}), closed: make(chan struct{})}
-	da, err := OpenLink(la, Options{Addrs: []netip.Addr{addrA}, Neighbours: map[netip.Addr]net.HardwareAddr{addrB: lb.HardwareAddr()}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { da.Close() })
-	db, err := OpenLink(deaf, Options{Addrs: []netip.Addr{addrB}, Neighbours: map[netip.Addr]net.HardwareAddr{addrA: la.HardwareAddr()}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
+	da, db := openPairWith(t, la, deaf, addrA, addrB, Options{})
 	a := newEndpoint(t, da, RC, 4096)
 	b := newEndpoint(t, db, RC, 4096)
 	connect(t, a, b, addrA, addrB, ConnectAttr{})
