@@ -142,3 +142,27 @@ func TestTxCorkOff(t *testing.T) {
 		t.Fatalf("%d posts corked with TxCork -1", c)
 	}
 }
+
+// A careless TxCork (an hour) corks every post, and still every post
+// leaves: through the sender's wait, or the 20 µs bound when it does not.
+func TestTxCorkHuge(t *testing.T) {
+	da, db, _ := corkPair(t, time.Hour)
+	a := newEndpoint(t, da, RC, 64)
+	b := newEndpoint(t, db, RC, 64)
+	connect(t, a, b, addrA, addrB, ConnectAttr{})
+	for i := 0; i < 8; i++ {
+		if err := b.qp.PostRecv(&RecvWR{ID: uint64(i), SGL: []SGE{b.mr.SGE(0, 64)}}); err != nil {
+			t.Fatal(err)
+		}
+		if err := a.qp.PostSend(&SendWR{ID: uint64(i), Opcode: WRSend, Flags: SendSignaled, SGL: []SGE{a.mr.SGE(0, 8)}}); err != nil {
+			t.Fatal(err)
+		}
+		if i%2 == 0 {
+			wantOK(t, waitWC(t, a.scq, 30*time.Second), WCSend) // the sender's wait sends it
+		}
+		wantOK(t, waitWC(t, b.rcq, 30*time.Second), WCRecv)
+	}
+	if c := da.ctr.corked.Load(); c < 7 {
+		t.Fatalf("%d of 8 posts corked with TxCork an hour", c)
+	}
+}
