@@ -664,13 +664,25 @@ func TestClientHangsUpMidRequest(t *testing.T) {
 	case <-ctx.Done():
 		t.Fatal("the server's WRITE never came")
 	}
-	// The WRITE is outstanding at the server: the client hangs up.
-	r.cli.mu.Lock()
+	// The WRITE is outstanding at the server: the client hangs up. The
+	// server posts it once it has the REP, so it can arrive before the
+	// client's Accept has returned and listed the connection: wait for it.
 	var conns []*cm.Conn
-	for c := range r.cli.conns {
-		conns = append(conns, c)
+	for len(conns) == 0 {
+		r.cli.mu.Lock()
+		for c := range r.cli.conns {
+			conns = append(conns, c)
+		}
+		r.cli.mu.Unlock()
+		if len(conns) > 0 {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatal("the client never listed the connection the WRITE came on")
+		case <-time.After(time.Millisecond):
+		}
 	}
-	r.cli.mu.Unlock()
 	for _, c := range conns {
 		c.Close()
 	}
