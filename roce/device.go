@@ -189,14 +189,18 @@ type Device struct {
 	portUp atomic.Bool  // interface operationally up (or no interface)
 
 	// mu guards the engine and every engine object but the CQs' rings
-	// (qp.CQ has a lock of its own, which CQ.Poll takes instead).
+	// (qp.CQ has a lock of its own, which CQ.Poll takes instead) and the
+	// posts of simple work requests, which take the QP's queue's lock
+	// instead (qp.QP.PostSendConcurrent, PostRecvConcurrent).
 	mu sync.Mutex
 	// polled is raised by CQ.Poll when it takes completions and read by
 	// the receive and transmit passes under mu before the engine touches
 	// memory regions: the edge in the memory model that orders a
 	// consumer's accesses before a completion was taken before the
 	// device's later accesses to the same memory, which CQ.Poll gave when
-	// it took mu (MR.Sync). It never waits, unlike mu.
+	// it took mu (MR.Sync). It never waits, unlike mu. A post that does
+	// not take mu has its own edge: the engine reads a work request, and
+	// the memory it names, after loading the tail the poster published.
 	polled atomic.Uint64
 	eng    *qp.Engine
 	clock  monoClock // the engine's; guarded by mu

@@ -105,9 +105,14 @@
 // completions does not wait for a receive batch or another QP's post, and
 // so has a QP's receive queue, which QP.PostRecv takes instead (a QP in
 // the error state, whose receives complete at once, still takes the
-// device lock); the
-// completions of QPs of every shard go into one CQ in the order the engine
-// made them. The GID table and the neighbour cache are copy-on-write
+// device lock). So has its send queue: QP.PostSend and PostSendBatch post
+// a simple work request (RC or UC, in RTS, no memory window or local
+// invalidation) under it and queue the QP for its shard's next transmit
+// pass without the device lock; the engine takes the posts when the pass
+// reaches the QP, and a state change takes them first, so each is sent or
+// flushed. Anything else, or a queue that looks full, takes the device
+// lock. The completions of QPs of every shard go into one CQ in the order
+// the engine made them. The GID table and the neighbour cache are copy-on-write
 // snapshots read without a lock. The data path allocates nothing per
 // packet.
 //

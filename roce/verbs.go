@@ -761,30 +761,51 @@ func (q *QP) PostSend(wr *SendWR) error {
 	return err
 }
 
-// PostSendBatch posts several send work requests under one lock and one
-// transmit pass. It returns how many were posted; on error wrs[n] failed.
+// PostSendBatch posts several send work requests with one transmit pass.
+// It returns how many were posted; on error wrs[n] failed.
 func (q *QP) PostSendBatch(wrs []SendWR) (int, error) {
 	if wrs == nil {
 		return 0, nil
 	}
 	d := q.d
-	if err := d.lock(); err != nil {
-		return 0, err
+	if d.closed.Load() {
+		return 0, ErrClosed
 	}
 	n := 0
 	var err error
-	for i := range wrs {
+	// The send queue has a lock of its own: a simple work request is
+	// posted under it, without waiting for a transmit or receive pass or
+	// another QP's post. The first that is not simple takes the device
+	// lock, for it and the rest of the batch.
+	for n < len(wrs) {
 		// The work request goes to the engine as it is: its objects
 		// checked to be this device's, it is not copied.
-		if err = q.owns(&wrs[i]); err != nil {
+		if err = q.owns(&wrs[n]); err != nil {
 			break
 		}
-		if err = q.q.PostSend(&wrs[i]); err != nil {
+		ok, perr := q.q.PostSendConcurrent(&wrs[n])
+		if !ok {
+			break
+		}
+		if err = perr; err != nil {
 			break
 		}
 		n++
 	}
-	d.mu.Unlock()
+	if err == nil && n < len(wrs) {
+		if err = d.lock(); err != nil {
+			return n, err
+		}
+		for ; n < len(wrs); n++ {
+			if err = q.owns(&wrs[n]); err != nil {
+				break
+			}
+			if err = q.q.PostSend(&wrs[n]); err != nil {
+				break
+			}
+		}
+		d.mu.Unlock()
+	}
 	if n > 0 {
 		d.flushPosted()
 	}

@@ -14,9 +14,17 @@
 //
 // An Engine is not safe for concurrent use: the device serialises calls.
 // The exceptions are [Engine.ReadyShards], the consumer's side of a CQ
-// ([CQ.Poll], [CQ.Len], [CQ.Overflows]) and [QP.PostRecvConcurrent], which
-// may run at any time: a CQ's ring and a QP's receive queue have locks of
-// their own, which the engine takes too. With
+// ([CQ.Poll], [CQ.Len], [CQ.Overflows]), [QP.PostRecvConcurrent] and
+// [QP.PostSendConcurrent], which may run at any time: a CQ's ring and a
+// QP's receive and send queues have locks of their own, which the engine
+// takes too. A concurrent send post writes the slot after the last one
+// posted and publishes its new tail in an atomic, and puts the QP in its
+// shard's inbox; the transmit pass moves the inbox into the shard's queue
+// and takes the new tail when it reaches the QP, and a state change takes
+// it under the lock, so that every post is sent, flushed or dropped by a
+// reset exactly once. Posts that need engine objects or state (UD, DC,
+// memory windows, a QP not in RTS, a queue that looks full) are left to
+// [QP.PostSend]. With
 // [Config.Shards] the QPs with packets to send wait in one queue per shard
 // (QPN mod Shards), so that a device can run a transmit pass per shard at
 // once ([Engine.TransmitShard]) and each QP's packets stay in order.

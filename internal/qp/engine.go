@@ -235,10 +235,68 @@ func (e *Engine) SetPortMTU(m ib.MTU) error {
 func (e *Engine) QP(qpn uint32) *QP { return e.qps[qpn] }
 
 // readyList is a FIFO of QPs that may have packets to send: one shard's.
+// Its bit in the mask is set while the list or its inbox is not empty.
 type readyList struct {
 	head, tail *QP
 	bit        uint64         // this list's bit in *mask
 	mask       *atomic.Uint64 // the engine's readyMask
+	// inbox is a stack of the QPs PostSendConcurrent posted on, pushed
+	// without the engine's serialization; the transmit pass moves them
+	// into the list (drain). A QP is in it at most once (QP.inboxed).
+	inbox atomic.Pointer[QP]
+}
+
+// post puts q in the inbox, unless it is there already, and raises the
+// shard's bit. Safe at any time; under q.sqMu, so that Destroy, which
+// drains after it marks q destroyed under that lock, leaves no post of a
+// live QP behind.
+func (r *readyList) post(q *QP) {
+	// q's new tail was stored before inboxed is read: if it is seen set,
+	// drain clears it later and the transmit pass that follows absorbs
+	// the tail.
+	if q.inboxed.Load() || !q.inboxed.CompareAndSwap(false, true) {
+		return
+	}
+	for {
+		old := r.inbox.Load()
+		q.inboxNext = old
+		if r.inbox.CompareAndSwap(old, q) {
+			break
+		}
+	}
+	r.mask.Or(r.bit)
+}
+
+// drain moves the QPs of the inbox into the list, in the order they came.
+func (r *readyList) drain() {
+	if r.inbox.Load() == nil {
+		return
+	}
+	var rev *QP
+	for q := r.inbox.Swap(nil); q != nil; {
+		next := q.inboxNext
+		q.inboxNext = rev
+		rev, q = q, next
+	}
+	for q := rev; q != nil; {
+		next := q.inboxNext
+		q.inboxNext = nil
+		// Its link read and cleared first: a post may push it again now.
+		q.inboxed.Store(false)
+		if !q.destroyed {
+			r.push(q)
+		}
+		q = next
+	}
+}
+
+// emptied drops the shard's bit when the list has become empty, unless a
+// post has filled the inbox meanwhile.
+func (r *readyList) emptied() {
+	r.mask.And(^r.bit)
+	if r.inbox.Load() != nil {
+		r.mask.Or(r.bit)
+	}
 }
 
 func (r *readyList) push(q *QP) {
@@ -264,7 +322,7 @@ func (r *readyList) pop() *QP {
 	r.head = q.readyNext
 	if r.head == nil {
 		r.tail = nil
-		r.mask.And(^r.bit)
+		r.emptied()
 	}
 	q.readyNext = nil
 	q.inReady = false
@@ -287,7 +345,7 @@ func (r *readyList) remove(q *QP) {
 				r.tail = prev
 			}
 			if r.head == nil {
-				r.mask.And(^r.bit)
+				r.emptied()
 			}
 			break
 		}
@@ -331,12 +389,14 @@ func (e *Engine) TransmitShard(shard int, pkts []TxPacket) int {
 func (e *Engine) transmit(shard int, pkts []TxPacket) (n int, short bool) {
 	now := e.clock.Now()
 	rl := &e.ready[shard]
+	rl.drain()
 	for n < len(pkts) {
 		q := rl.pop()
 		if q == nil {
 			break
 		}
 		short = false
+		q.absorbPosts()
 		for n < len(pkts) {
 			r := q.produce(now, &pkts[n])
 			if r == produced {
@@ -346,6 +406,7 @@ func (e *Engine) transmit(shard int, pkts []TxPacket) (n int, short bool) {
 			short = r == shortBuffer
 			break
 		}
+		q.publishHead() // UD sends complete as they leave
 		// Round robin: a QP that filled the last slot or met a short one
 		// goes to the back of the queue and keeps its work.
 		if short || (n == len(pkts) && q.mayHaveWork()) {
@@ -392,6 +453,7 @@ func (e *Engine) Receive(p *ib.Packet, src *Source) error {
 		return ErrUnknownQP
 	}
 	err := q.receive(p, src)
+	q.publishHead()
 	if err != nil {
 		e.stats.RxDropped++
 	}

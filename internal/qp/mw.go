@@ -294,7 +294,10 @@ func (q *QP) executeLocal(w *sendWQE) {
 // completeLocal completes executed local WQEs that have reached the head
 // of the send queue.
 func (q *QP) completeLocal() {
-	for q.sqHead != q.req.idx {
+	// The requester may be behind the head (an ACK covering a WQE it is
+	// to resend): the slot at the tail is then no WQE, and may be a
+	// concurrent poster's (PostSendConcurrent).
+	for q.sqHead != q.req.idx && q.sqHead != q.sqTail {
 		w := q.wqe(q.sqHead)
 		if !isLocalWR(w.op) || !w.started {
 			return

@@ -1,6 +1,9 @@
 package qp
 
 import (
+	"errors"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/goroce/goroce/ib"
@@ -99,8 +102,21 @@ type QP struct {
 	sqStore  []SGE
 	sqInline []byte
 	sqHead   uint32 // oldest not completed (completer position)
-	sqTail   uint32 // next free
+	sqTail   uint32 // next free, as far as the engine has absorbed posts
 	rq       recvQueue
+
+	// Posts without the engine's serialization (PostSendConcurrent). sqMu
+	// guards the ring's allocation, the state and destroyed as posters
+	// read them, and the slots from sqTail on: a poster writes the slot
+	// at sqPosted and then publishes sqPosted+1, which the engine absorbs
+	// into sqTail (absorbPosts) where it starts work on the QP. sqHeadPub
+	// is sqHead as the engine last published it, never ahead of it: a
+	// poster's bound for a free slot.
+	sqMu      sync.Mutex
+	sqPosted  atomic.Uint32
+	sqHeadPub atomic.Uint32
+	inboxNext *QP         // in the shard's inbox (readyList.post)
+	inboxed   atomic.Bool // in the inbox, or being put there
 
 	req  requester
 	comp completer
@@ -272,11 +288,17 @@ func (q *QP) Destroy() error {
 	if q.destroyed {
 		return ErrClosed
 	}
+	// Under both queues' locks: a concurrent post either sees the QP
+	// destroyed or was made before, and is dropped with the others.
+	q.sqMu.Lock()
 	q.rq.mu.Lock()
 	q.destroyed = true
 	q.rq.mu.Unlock()
+	q.sqMu.Unlock()
 	q.destroyDC()
-	q.e.readyOf(q).remove(q)
+	rl := q.e.readyOf(q)
+	rl.drain() // so that q is in the ready list, if anywhere, and leaves it
+	rl.remove(q)
 	q.e.timers.release(q)
 	delete(q.e.qps, q.qpn)
 	if q.e.rxQP == q {
@@ -582,8 +604,11 @@ func (q *QP) checkValues(attr *QPAttr, mask AttrMask) error {
 
 func (q *QP) setState(s QPState) {
 	prev := q.state
-	// Under the receive queue's lock: PostRecvConcurrent reads the state
-	// there, so a receive it posts is either refused or flushed.
+	// Under the queues' locks: PostSendConcurrent and PostRecvConcurrent
+	// read the state there, so a work request they post is either refused
+	// or was posted before, absorbed here, and is sent, flushed or dropped
+	// by the reset like any other.
+	q.sqMu.Lock()
 	q.rq.mu.Lock()
 	q.state = s
 	if s == StateReset && q.srq == nil {
@@ -591,15 +616,24 @@ func (q *QP) setState(s QPState) {
 		q.rq.release()
 	}
 	q.rq.mu.Unlock()
+	q.absorbPosts()
+	if s == StateReset {
+		q.sqHead, q.sqTail = 0, 0
+		q.sqPosted.Store(0)
+		q.sqHeadPub.Store(0)
+		// Empty in RESET: the ring goes, under the lock posters read it in.
+		q.sq, q.sqStore, q.sqInline = nil, nil, nil
+	}
+	q.sqMu.Unlock()
 	switch s {
 	case StateReset:
-		q.sqHead, q.sqTail = 0, 0
 		q.resetTransport()
 		q.e.readyOf(q).remove(q)
 		q.releaseQueues()
 	case StateErr:
 		if prev != StateErr {
 			q.flush()
+			q.publishHead()
 		}
 	case StateRTS:
 		q.e.schedule(q)
@@ -723,12 +757,105 @@ func (q *QP) PostSend(wr *SendWR) error {
 	if !q.opAllowed(wr.Opcode) {
 		return ErrOpNotSupported
 	}
+	// The slots from sqTail on are the posters' (PostSendConcurrent).
+	q.sqMu.Lock()
+	q.absorbPosts()
 	if q.sqTail-q.sqHead >= uint32(q.cap.MaxSendWR) {
+		q.sqMu.Unlock()
 		return ErrQueueFull
 	}
 	if q.sq == nil {
 		q.allocSQ()
 	}
+	w := q.wqe(q.sqTail)
+	if err := q.fillWQE(w, wr, q.mtu); err != nil {
+		q.sqMu.Unlock()
+		return err
+	}
+	q.sqTail++
+	q.sqPosted.Store(q.sqTail)
+	q.sqMu.Unlock()
+	if q.state == StateErr {
+		// ibverbs: WRs posted in the error state complete with a flush error.
+		q.postSendWC(w, WCWRFlushErr)
+		q.sqHead++
+		q.req.idx = q.sqTail
+		q.publishHead()
+		return nil
+	}
+	q.e.schedule(q)
+	return nil
+}
+
+// errNotSimple: PostSendConcurrent leaves the work request to PostSend.
+var errNotSimple = errors.New("qp: not a simple send work request")
+
+// PostSendConcurrent is PostSend for a caller that does not hold the
+// engine's serialization: it may run at the same time as any engine
+// call. It posts under the send queue's own lock the work
+// requests that need nothing but the request and the QP's fixed
+// attributes: those of an RC or UC QP in RTS that touch no memory window
+// or region at post time, once the QP has its send queue. For any other,
+// and when the queue looks full, it reports false having done nothing,
+// and the caller posts with PostSend (which knows exactly how full the
+// queue is). Errors are those PostSend would return.
+func (q *QP) PostSendConcurrent(wr *SendWR) (bool, error) {
+	if q.typ == UD || isLocalWR(wr.Opcode) {
+		return false, nil
+	}
+	q.sqMu.Lock()
+	if q.destroyed {
+		q.sqMu.Unlock()
+		return true, ErrClosed
+	}
+	if q.state != StateRTS || q.dc != nil || q.sq == nil {
+		q.sqMu.Unlock()
+		return false, nil
+	}
+	if !q.opAllowed(wr.Opcode) {
+		q.sqMu.Unlock()
+		return true, ErrOpNotSupported
+	}
+	tail := q.sqPosted.Load()
+	if tail-q.sqHeadPub.Load() >= uint32(q.cap.MaxSendWR) {
+		q.sqMu.Unlock()
+		return false, nil
+	}
+	if err := q.fillWQE(q.wqe(tail), wr, 0); err != nil {
+		q.sqMu.Unlock()
+		if err == errNotSimple {
+			return false, nil
+		}
+		return true, err
+	}
+	// The WQE is written before it is published: the engine reads it,
+	// and the memory the caller wrote before posting, after it absorbs
+	// the new tail.
+	q.sqPosted.Store(tail + 1)
+	q.e.readyOf(q).post(q)
+	q.sqMu.Unlock()
+	return true, nil
+}
+
+// absorbPosts makes the posts PostSendConcurrent published the engine's.
+// Under the engine's serialization.
+func (q *QP) absorbPosts() { q.sqTail = q.sqPosted.Load() }
+
+// publishHead lets posters reuse the slots the engine has completed: it
+// is done with them. Under the engine's serialization.
+func (q *QP) publishHead() {
+	if q.sqHeadPub.Load() != q.sqHead {
+		q.sqHeadPub.Store(q.sqHead)
+	}
+}
+
+// fillWQE checks wr and writes it into w, a free slot. The checks read
+// the request and the QP's fixed attributes; the ones that read engine
+// objects (the AH of a UD or DCI send, a BIND_MW) are reached only from
+// PostSend. mtu is the path MTU, or 0 for a caller that may not read it
+// (the READ bound is then checked against the smallest MTU, and a READ
+// past it is left to PostSend with errNotSimple).
+func (q *QP) fillWQE(w *sendWQE, wr *SendWR, mtu int) error {
 	var length uint64
 	inline := wr.Flags&SendInline != 0
 	if inline {
@@ -771,10 +898,15 @@ func (q *QP) PostSend(wr *SendWR) error {
 		}
 	}
 	// A READ must stay well inside half the PSN space.
-	if wr.Opcode == WRRDMARead && q.mtu > 0 && length/uint64(q.mtu) >= 1<<22 {
-		return ErrMessageTooLarge
+	if wr.Opcode == WRRDMARead {
+		if mtu == 0 {
+			if length/uint64(ib.MTU256.Bytes()) >= 1<<22 {
+				return errNotSimple
+			}
+		} else if length/uint64(mtu) >= 1<<22 {
+			return ErrMessageTooLarge
+		}
 	}
-	w := q.wqe(q.sqTail)
 	w.id, w.op, w.flags = wr.ID, wr.Opcode, wr.Flags
 	w.imm, w.invRKey = wr.Imm, wr.InvalidateRKey
 	w.remoteAddr, w.rkey = wr.RemoteAddr, wr.RKey
@@ -805,15 +937,6 @@ func (q *QP) PostSend(wr *SendWR) error {
 		w.av, w.remoteQPN, w.qkey, w.dcKey = ah.av, wr.RemoteQPN, wr.RemoteQKey, wr.DCKey
 	}
 	w.started, w.rdCounted = false, false
-	q.sqTail++
-	if q.state == StateErr {
-		// ibverbs: WRs posted in the error state complete with a flush error.
-		q.postSendWC(w, WCWRFlushErr)
-		q.sqHead++
-		q.req.idx = q.sqTail
-		return nil
-	}
-	q.e.schedule(q)
 	return nil
 }
 
@@ -1142,10 +1265,8 @@ func pad(n int) int { return (-n) & 3 }
 // of a QP back in RESET, where they are all empty; the next use makes them
 // again. A QP cycled through RESET for reuse holds no more than a new one.
 func (q *QP) releaseQueues() {
-	if q.sqHead == q.sqTail {
-		q.sq, q.sqStore, q.sqInline = nil, nil, nil
-	}
-	// The receive queue was released by setState, under its lock.
+	// The send and receive queues were released by setState, under their
+	// locks.
 	q.resp.cur.sge = nil
 	q.resp.release()
 }

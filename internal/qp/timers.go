@@ -195,6 +195,7 @@ func (h *timerHeap) advance(now time.Duration) {
 		}
 		q.timerPass = h.pass
 		q.advance(now)
+		q.publishHead()
 		if d, ok := q.deadline(); ok {
 			h.arm(q, d)
 		}
