@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -694,4 +695,75 @@ func TestClientHangsUpMidRequest(t *testing.T) {
 		t.Errorf("server resets %d, client retries %d: want the WRITE flushed and retried",
 			r.srv.Stats().Resets.Load(), r.cli.Stats().Retries.Load())
 	}
+}
+
+// staleRead records the last RDMA READ request the client's device
+// receives and, once armed, delivers a copy of it again ahead of the next
+// frames: a duplicate the network kept back until after the PUT it belongs
+// to was over.
+type staleRead struct {
+	link.Link
+	mu       sync.Mutex
+	last     []byte
+	armed    atomic.Bool
+	replayed atomic.Bool
+}
+
+func (l *staleRead) ReadBatch(ctx context.Context, fn func(frames [][]byte)) (int, error) {
+	return l.Link.ReadBatch(ctx, func(frames [][]byte) {
+		var p ib.Packet
+		for _, f := range frames {
+			if ib.Parse(f, &p) == nil && p.BTH.Opcode() == ib.RCReadRequest {
+				l.mu.Lock()
+				l.last = bytes.Clone(f)
+				l.mu.Unlock()
+			}
+		}
+		if l.armed.CompareAndSwap(true, false) {
+			l.mu.Lock()
+			stale := l.last
+			l.mu.Unlock()
+			if stale != nil {
+				l.replayed.Store(true)
+				frames = append([][]byte{stale}, frames...)
+			}
+		}
+		fn(frames)
+	})
+}
+
+// TestStaleDuplicateReadFailsClientQP: a duplicate of a PUT's READ request
+// that arrives after the client deregistered the buffer draws a remote
+// access error NAK, and the client's QP fails, as rxe's does. The server
+// takes the NAK for a PSN long completed and never learns: its next GET's
+// WRITE would be resent for ever into a QP that drops everything. The
+// client therefore ends a connection whose QP failed, and the GET goes
+// through over a new one.
+func TestStaleDuplicateReadFailsClientQP(t *testing.T) {
+	trap := &staleRead{}
+	sdev, cdev := memDevicesWrapped(t, nil, func(l link.Link) link.Link { trap.Link = l; return trap })
+	r := newRig(t, sdev, cdev, 4096, nil, nil)
+	ctx := ctxT(t, 60*time.Second)
+	r.roundTrip(ctx, 4096, 7) // a GET and a PUT; the buffer is deregistered after
+	trap.mu.Lock()
+	recorded := trap.last != nil
+	trap.mu.Unlock()
+	if !recorded {
+		t.Fatal("the PUT's READ request was not seen")
+	}
+	trap.armed.Store(true)
+	start := time.Now()
+	r.roundTrip(ctx, 4096, 9)
+	if !trap.replayed.Load() {
+		t.Fatal("the stale READ request was never delivered")
+	}
+	st := r.cli.Stats()
+	if st.Failures.Load() != 1 {
+		t.Errorf("client Failures = %d, want 1 (the connection whose QP failed)", st.Failures.Load())
+	}
+	if c := cdev.Counters(); c.RKeyViolation != 1 {
+		t.Errorf("client device RKeyViolation = %d, want 1", c.RKeyViolation)
+	}
+	t.Logf("the GET after the stale READ took %v (client retries %d, server resets %d)",
+		time.Since(start).Round(time.Millisecond), st.Retries.Load(), r.srv.Stats().Resets.Load())
 }

@@ -285,6 +285,10 @@ type ClientStats struct {
 	// error: an access outside every live token's range or with a dead
 	// token's rkey.
 	AccessErrors atomic.Uint64
+	// Failures counts server connections whose QP failed on the client's
+	// side (a NAK it sent, retries run out): the client ends them, so
+	// that the server learns and dials again.
+	Failures atomic.Uint64
 	// Failovers and Failbacks count moves of a multipath client from one
 	// device to another.
 	Failovers, Failbacks atomic.Uint64
@@ -680,26 +684,37 @@ func (c *Client) answer(r *rail, req *cm.Request) {
 			c.telem.error("server access refused", "from", conn.RemoteAddr(), "err", qe)
 		}
 	}
-wait:
 	select {
 	case <-failed:
+		// The QP failed on its own (a NAK it sent, such as the access
+		// error a stale duplicate READ of a deregistered buffer draws, or
+		// its retries ran out): it drops everything from now on. A server
+		// that did not get the NAK would resend its WRITE or READ for
+		// ever (retry_cnt 7 never ends, as with rxe) and never learn;
+		// the DREQ tells it, and its next request dials again.
 		count()
-		failed = nil
-		goto wait
+		c.stats.Failures.Add(1)
+		c.telem.error("connection failed: disconnecting", "from", conn.RemoteAddr(), "err", conn.QP().Err())
+		disconnect(conn)
 	case <-conn.Done():
 	case <-c.ctx.Done():
 		// Wait (briefly) for the DREP, so the server learns the
 		// connection is over before this process may exit; otherwise
 		// its CM would take a later client's QP for a stale connection.
-		dctx, dcancel := context.WithTimeout(context.Background(), time.Second)
-		_ = conn.Disconnect(dctx)
-		dcancel()
+		disconnect(conn)
 	}
 	count()
 	c.mu.Lock()
 	delete(c.conns, conn)
 	c.mu.Unlock()
 	_ = conn.Close()
+}
+
+// disconnect ends conn with a DREQ, waiting briefly for the DREP.
+func disconnect(conn *cm.Conn) {
+	dctx, dcancel := context.WithTimeout(context.Background(), time.Second)
+	_ = conn.Disconnect(dctx)
+	dcancel()
 }
 
 // misdirected handles a server at from that dialled a QPN of one of the
