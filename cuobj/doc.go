@@ -92,7 +92,12 @@
 //     GetRDMAToken, at PutRDMAToken, Deregister or Close. A replayed token
 //     is dead: its rkey is never honoured again (keys are not reused).
 //     Server work still in flight when the request ends fails the same
-//     way.
+//     way. A remote access error fails the client's QP (as rxe's): the
+//     client then ends that connection (ClientStats.Failures), so that a
+//     server which missed the NAK (a stale duplicate READ of a token
+//     already dead draws it for a PSN the server has long completed)
+//     learns from the DREQ and dials again, instead of resending into a
+//     QP that drops everything.
 //   - Through which QP (RC windows): a window is honoured on the QP it
 //     was bound through alone. The token's qp field names that
 //     connection by the client's QPN; the server runs the request on the
