@@ -205,6 +205,34 @@ func (r *postRig) poster(i int, done func(*postResult) bool, dropped func() bool
 	return res
 }
 
+// posters runs poster on each of the rig's first nqp QPs, each in a
+// goroutine of its own; the function it returns waits for them all and
+// returns their results.
+func (r *postRig) posters(nqp int, done func(*postResult) bool, dropped func() bool) (wait func() []postResult) {
+	res := make([]postResult, nqp)
+	var wg sync.WaitGroup
+	r.active.Store(int32(nqp))
+	for i := 0; i < nqp; i++ {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			res[i] = r.poster(i, done, dropped)
+		}(i)
+	}
+	return func() []postResult {
+		wg.Wait()
+		return res
+	}
+}
+
+// awaitViaSQ lets the posters run until n posts went the concurrent way,
+// or a minute passed.
+func (r *postRig) awaitViaSQ(n int64) {
+	for deadline := time.Now().Add(time.Minute); r.viaSQ.Load() < n && time.Now().Before(deadline); {
+		runtime.Gosched()
+	}
+}
+
 // Posters on several QPs, the concurrent way where they can, beside a
 // goroutine driving the engines: every WR completes once, in order, and
 // the queue is full exactly at MaxSendWR.
@@ -215,17 +243,7 @@ func TestPostSendConcurrentWithEngine(t *testing.T) {
 	}
 	r := newPostRig(t, nqp, 16)
 	r.start()
-	res := make([]postResult, nqp)
-	var wg sync.WaitGroup
-	r.active.Store(int32(nqp))
-	for i := 0; i < nqp; i++ {
-		wg.Add(1)
-		go func(i int) {
-			defer wg.Done()
-			res[i] = r.poster(i, func(p *postResult) bool { return p.posted == total }, func() bool { return false })
-		}(i)
-	}
-	wg.Wait()
+	res := r.posters(nqp, func(p *postResult) bool { return p.posted == total }, func() bool { return false })()
 	r.halt()
 	for i, p := range res {
 		if p.err != nil {
@@ -247,21 +265,10 @@ func TestPostSendConcurrentRacesError(t *testing.T) {
 	const nqp, total = 4, 1500
 	r := newPostRig(t, nqp, 16)
 	r.start()
-	res := make([]postResult, nqp)
-	var wg sync.WaitGroup
-	r.active.Store(int32(nqp))
-	for i := 0; i < nqp; i++ {
-		wg.Add(1)
-		go func(i int) {
-			defer wg.Done()
-			// Past the move, a few posts more, to be flushed.
-			res[i] = r.poster(i, func(p *postResult) bool { return p.posted >= total && p.flushed >= 10 }, func() bool { return false })
-		}(i)
-	}
+	// Past the move, a few posts more, to be flushed.
+	wait := r.posters(nqp, func(p *postResult) bool { return p.posted >= total && p.flushed >= 10 }, func() bool { return false })
 	// Once posts are under way, on every QP, move them to ERR.
-	for deadline := time.Now().Add(time.Minute); r.viaSQ.Load() < int64(nqp*total/4) && time.Now().Before(deadline); {
-		runtime.Gosched()
-	}
+	r.awaitViaSQ(int64(nqp * total / 4))
 	r.mu.Lock()
 	r.awaitPublished(nqp)
 	for _, a := range r.a {
@@ -270,7 +277,7 @@ func TestPostSendConcurrentRacesError(t *testing.T) {
 		}
 	}
 	r.mu.Unlock()
-	wg.Wait()
+	res := wait()
 	r.halt()
 	for i, p := range res {
 		if p.err != nil {
@@ -289,21 +296,10 @@ func TestPostSendConcurrentRacesResetDestroy(t *testing.T) {
 	const nqp, total = 4, 1000
 	r := newPostRig(t, nqp, 16)
 	r.start()
-	res := make([]postResult, nqp)
 	var gone atomic.Bool
-	var wg sync.WaitGroup
-	r.active.Store(int32(nqp))
-	for i := 0; i < nqp; i++ {
-		wg.Add(1)
-		go func(i int) {
-			defer wg.Done()
-			// Until the reset or destroy refuses a post.
-			res[i] = r.poster(i, func(*postResult) bool { return false }, gone.Load)
-		}(i)
-	}
-	for deadline := time.Now().Add(time.Minute); r.viaSQ.Load() < int64(nqp*total) && time.Now().Before(deadline); {
-		runtime.Gosched()
-	}
+	// Until the reset or destroy refuses a post.
+	wait := r.posters(nqp, func(*postResult) bool { return false }, gone.Load)
+	r.awaitViaSQ(int64(nqp * total))
 	r.mu.Lock()
 	r.awaitPublished(nqp)
 	for i, a := range r.a {
@@ -319,7 +315,7 @@ func TestPostSendConcurrentRacesResetDestroy(t *testing.T) {
 	}
 	gone.Store(true)
 	r.mu.Unlock()
-	wg.Wait()
+	res := wait()
 	for i, p := range res {
 		if p.err != nil {
 			t.Errorf("QP %d: %v", i, p.err)
