@@ -41,6 +41,9 @@ func TestMain(m *testing.M) {
 	if role := os.Getenv(envRole); role != "" {
 		roleMain(role)
 	}
+	if cfg := os.Getenv(envStream); cfg != "" {
+		streamMain(cfg)
+	}
 	os.Exit(m.Run())
 }
 

@@ -51,6 +51,9 @@ const (
 // send-bw 64 B over 8 QPs in a process with GOMAXPROCS=1 and in one with
 // GOMAXPROCS=2 (goal: the message rate at 2 at least 1.6 times that at 1),
 // and at 2 with two receive queues per link (--queues 2, for the record);
+// the same frames on the kernel UDP link alone, without the transport, at
+// GOMAXPROCS 1 and 2 (stream_test.go: what a second CPU gives the link and
+// the kernel, for the record);
 // write-bw 64 KiB over 2 QPs against iperf3 TCP on the same loopback (goal:
 // at least 1.0 times); send-lat 8 B over one QP, typical, for the record
 // (a scale-out must not cost single-QP latency). A missed goal is a figure,
@@ -101,10 +104,11 @@ func TestScaleTable(t *testing.T) {
 	}
 	row("send-bw 64 B -q 8, GOMAXPROCS=2 vs 1 (Mpps)", "rate2", "rate1", 3, scaleGoal)
 	row("send-bw 64 B -q 8, GOMAXPROCS=2, --queues 2 vs 1 (Mpps)", "rate2q", "rate2", 3, 0)
+	row("its frames on the UDP link alone, GOMAXPROCS=2 vs 1 (Mpps)", "stream2", "stream1", 3, 0)
 	row("write-bw 64 KiB -q 2 vs iperf3 TCP (Gb/s)", "bw2", "tcp", 2, scaleTCPMin)
 	row("send-lat 8 B -q 1, typical (us)", "lat", "", 2, 0)
 	w.Flush()
-	for _, k := range []string{"rate1", "rate2", "rate2q", "bw2", "tcp", "lat"} {
+	for _, k := range []string{"rate1", "rate2", "rate2q", "stream1", "stream2", "bw2", "tcp", "lat"} {
 		if f := fs.get(k); f.skip == "" && f.err == nil && len(f.samples) > 0 {
 			t.Logf("%s samples %v", k, f.samples)
 		}
@@ -113,7 +117,8 @@ func TestScaleTable(t *testing.T) {
 
 // scaleCases are TestScaleTable's cases, in the order they take turns, all
 // in ns. Figures go to fs: rate1 and rate2 (send-bw Mpps at GOMAXPROCS 1
-// and 2), rate2q (at 2, on links of two receive queues), bw2 (write-bw Gb/s over two QPs), tcp (iperf3 Gb/s) and lat
+// and 2), rate2q (at 2, on links of two receive queues), stream1 and
+// stream2 (the link alone, Mpps at GOMAXPROCS 1 and 2), bw2 (write-bw Gb/s over two QPs), tcp (iperf3 Gb/s) and lat
 // (send-lat typical, microseconds).
 func scaleCases(ns *netnstest.NS, plan scPlan, fs figures) []benchCase {
 	ctx := func() (context.Context, context.CancelFunc) {
@@ -143,10 +148,20 @@ func scaleCases(ns *netnstest.NS, plan scPlan, fs figures) []benchCase {
 	if _, err := exec.LookPath("iperf3"); err != nil {
 		tcpSkip = "iperf3 not installed"
 	}
+	stream := func(key string, procs int) benchCase {
+		return benchCase{name: "scale/kernel-udp-stream-gomaxprocs-" + strconv.Itoa(procs), fs: fs, keys: []string{key}, fn: func(t *testing.T) (map[string]float64, error) {
+			ctx, cancel := ctx()
+			defer cancel()
+			mpps, err := kernelStream(ctx, ns, procs, streamShape(plan.rateIters*scaleQPs))
+			return map[string]float64{key: mpps}, err
+		}}
+	}
 	return []benchCase{
 		rate("rate1", 1, 1),
 		rate("rate2", 2, 1),
 		rate("rate2q", 2, 2),
+		stream("stream1", 1),
+		stream("stream2", 2),
 		{name: "scale/iperf3-tcp", fs: fs, keys: []string{"tcp"}, skip: tcpSkip, fn: func(t *testing.T) (map[string]float64, error) {
 			ctx, cancel := ctx()
 			defer cancel()
