@@ -1,6 +1,7 @@
 package roce
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -17,43 +18,52 @@ func corkPair(t *testing.T, cork time.Duration) (*Device, *Device, *memlink.Link
 }
 
 // A stream of posts goes in fewer link writes than posts, and every
-// message lands, in order.
+// message lands, in order. Whether posts come within the default cork of
+// the last pass depends on the host: a goroutine descheduled between two
+// posts lets the window pass. So the stream runs up to five times; every
+// run must deliver, and one must cork.
 func TestTxCorkStream(t *testing.T) {
 	da, db, la := corkPair(t, 0)
 	a := newEndpoint(t, da, RC, 64*64)
 	b := newEndpoint(t, db, RC, 64*64)
 	connect(t, a, b, addrA, addrB, ConnectAttr{})
-	const n = 64
-	for i := 0; i < n; i++ {
-		if err := b.qp.PostRecv(&RecvWR{ID: uint64(i), SGL: []SGE{b.mr.SGE(i*64, 64)}}); err != nil {
-			t.Fatal(err)
+	const n, runs = 64, 5
+	var tried []string
+	for run := 0; run < runs; run++ {
+		for i := 0; i < n; i++ {
+			if err := b.qp.PostRecv(&RecvWR{ID: uint64(i), SGL: []SGE{b.mr.SGE(i*64, 64)}}); err != nil {
+				t.Fatal(err)
+			}
+			a.buf[i*64] = byte(run*n + i + 1)
 		}
-		a.buf[i*64] = byte(i + 1)
-	}
-	w0, _ := la.Writes()
-	for i := 0; i < n; i++ {
-		wr := SendWR{ID: uint64(i), Opcode: WRSend, SGL: []SGE{a.mr.SGE(i*64, 64)}}
-		if i == n-1 {
-			wr.Flags = SendSignaled
+		c0 := da.ctr.corked.Load()
+		w0, _ := la.Writes()
+		for i := 0; i < n; i++ {
+			wr := SendWR{ID: uint64(i), Opcode: WRSend, SGL: []SGE{a.mr.SGE(i*64, 64)}}
+			if i == n-1 {
+				wr.Flags = SendSignaled
+			}
+			if err := a.qp.PostSend(&wr); err != nil {
+				t.Fatal(err)
+			}
 		}
-		if err := a.qp.PostSend(&wr); err != nil {
-			t.Fatal(err)
+		w1, _ := la.Writes()
+		wantOK(t, waitWC(t, a.scq, 30*time.Second), WCSend)
+		for i := 0; i < n; i++ {
+			wc := waitWC(t, b.rcq, 30*time.Second)
+			wantOK(t, wc, WCRecv)
+			if wc.WRID != uint64(i) || b.buf[i*64] != byte(run*n+i+1) {
+				t.Fatalf("run %d, receive %d: wr %d, first byte %d", run, i, wc.WRID, b.buf[i*64])
+			}
+		}
+		corked := da.ctr.corked.Load() - c0
+		tried = append(tried, fmt.Sprintf("%d corked, %d link writes", corked, w1-w0))
+		if corked > 0 && w1-w0 < n {
+			t.Logf("%d posts, run %d: %s", n, run, tried[run])
+			return
 		}
 	}
-	w1, _ := la.Writes()
-	wantOK(t, waitWC(t, a.scq, 30*time.Second), WCSend)
-	for i := 0; i < n; i++ {
-		wc := waitWC(t, b.rcq, 30*time.Second)
-		wantOK(t, wc, WCRecv)
-		if wc.WRID != uint64(i) || b.buf[i*64] != byte(i+1) {
-			t.Fatalf("receive %d: wr %d, first byte %d", i, wc.WRID, b.buf[i*64])
-		}
-	}
-	corked := da.ctr.corked.Load()
-	if corked == 0 || w1-w0 >= n {
-		t.Fatalf("%d posts: %d corked, %d link writes while posting", n, corked, w1-w0)
-	}
-	t.Logf("%d posts: %d corked, %d link writes while posting", n, corked, w1-w0)
+	t.Fatalf("%d posts, %d runs, none corked: %v", n, runs, tried)
 }
 
 // A post after a pause transmits before PostSend returns: corking never
