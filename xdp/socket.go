@@ -706,6 +706,26 @@ func (s *Socket) TxFree() int {
 	return s.txFree.free
 }
 
+// TxUnsent returns how many descriptors wait in the TX ring for the kernel
+// to take them: queued, and not yet taken.
+func (s *Socket) TxUnsent() int {
+	if s.closed {
+		return 0
+	}
+	return int(s.tx.pending())
+}
+
+// TxNeedsKick reports whether descriptors wait in the TX ring that the
+// kernel takes only when kicked (Complete kicks): always so in copy mode,
+// and with XDP_USE_NEED_WAKEUP when the kernel asks for it. A driver that
+// polls the ring itself takes them without one.
+func (s *Socket) TxNeedsKick() bool {
+	if s.closed || s.tx.pending() == 0 {
+		return false
+	}
+	return !s.needWakeup || s.tx.needWakeup()
+}
+
 // TxPending returns how many TX chunks are queued or in flight.
 func (s *Socket) TxPending() int {
 	if s.closed {

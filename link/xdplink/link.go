@@ -94,6 +94,7 @@ type txQueue struct {
 	loans    int           // lent TX spans not yet back
 	loanBack *sync.Cond    // on mu: the last loan came back
 	sent     atomic.Uint64 // frames queued (Stats)
+	unsent   atomic.Uint64 // writes that left frames untaken (Stats.Unsent)
 	_        [64]byte      // the next queue's lock on another cache line
 }
 
@@ -548,8 +549,40 @@ func (t *txQueue) write(frames [][]byte) (int, error) {
 		}
 		t.sock.Poll(unix.POLLOUT, 1)
 	}
-	return sent, nil
+	return sent, t.handOver(deadline)
 }
+
+// handOver kicks the kernel until it has taken every descriptor queued on
+// t's socket that waits for a kick (a driver that polls the TX ring takes
+// them by itself), for up to txWait from deadline's start (now if unset). In
+// copy mode a kick takes a limited batch, and the kernel answers EAGAIN
+// while the device cannot take more (its queue stopped); the socket's
+// bounded kicks can end with descriptors still in the ring, and nothing
+// would kick them again before the next write, which a writer waiting for
+// the answer to these frames never makes. Past the wait they stay queued
+// for the next kick. Called with t.mu held.
+func (t *txQueue) handOver(deadline time.Time) error {
+	for t.sock.TxNeedsKick() {
+		if _, err := t.sock.Complete(); err != nil {
+			return err
+		}
+		if !t.sock.TxNeedsKick() {
+			return nil
+		}
+		if deadline.IsZero() {
+			deadline = time.Now().Add(txWait)
+		} else if time.Now().After(deadline) {
+			t.unsent.Add(1)
+			return nil
+		}
+		time.Sleep(handOverPause)
+	}
+	return nil
+}
+
+// handOverPause is handOver's pause between rounds of kicks, for the
+// device to drain.
+const handOverPause = 20 * time.Microsecond
 
 // MTU returns the interface's IP MTU.
 func (l *Link) MTU() int { return l.mtu }
@@ -577,6 +610,10 @@ type Stats struct {
 	// transmission (WriteBatch and WriteLent, of the link or of the
 	// queue's view), in Options order.
 	QueueSent []uint64
+	// Unsent counts writes that returned with frames the kernel had not
+	// taken from the TX ring after txWait of kicks (a device that kept
+	// refusing them); those frames leave with a later kick.
+	Unsent uint64
 }
 
 // Stats returns the link's counters; safe while frames are sent.
@@ -584,6 +621,7 @@ func (l *Link) Stats() Stats {
 	s := Stats{QueueSent: make([]uint64, len(l.tx))}
 	for i, t := range l.tx {
 		s.QueueSent[i] = t.sent.Load()
+		s.Unsent += t.unsent.Load()
 	}
 	return s
 }
@@ -780,5 +818,5 @@ func (t *txQueue) submitLent(bufs, frames [][]byte) (int, error) {
 		}
 		t.sock.Poll(unix.POLLOUT, 1)
 	}
-	return sent, nil
+	return sent, t.handOver(deadline)
 }

@@ -144,7 +144,9 @@ func crossLink(t testing.TB, a, b *end, total, maxLen, batch int) time.Duration 
 			if _, err := b.l.ReadBatch(ctx, check); err != nil {
 				cancel()
 				st, _ := b.l.Socket().Stats()
-				t.Fatalf("ReadBatch after %d of %d frames: %v (stats %+v)", next, sent, err, st)
+				ast, _ := a.l.Socket().Stats()
+				t.Fatalf("ReadBatch after %d of %d frames: %v (receiver %+v; sender %+v, %d descriptors not taken by the kernel, %d chunks in flight, %+v)",
+					next, sent, err, st, ast, a.l.Socket().TxUnsent(), a.l.Socket().TxPending(), a.l.Stats())
 			}
 			if bad != nil {
 				t.Fatal(bad)
