@@ -145,8 +145,9 @@ func crossLink(t testing.TB, a, b *end, total, maxLen, batch int) time.Duration 
 				cancel()
 				st, _ := b.l.Socket().Stats()
 				ast, _ := a.l.Socket().Stats()
-				t.Fatalf("ReadBatch after %d of %d frames: %v (receiver %+v; sender %+v, %d descriptors not taken by the kernel, %d chunks in flight, %+v)",
-					next, sent, err, st, ast, a.l.Socket().TxUnsent(), a.l.Socket().TxPending(), a.l.Stats())
+				steer, _ := b.l.SteeringStats()
+				t.Fatalf("ReadBatch after %d of %d frames: %v (receiver %+v, steering %+v, %s; sender %+v, %d descriptors not taken by the kernel, %d chunks in flight, %+v, %s)",
+					next, sent, err, st, steer, vethStats(b), ast, a.l.Socket().TxUnsent(), a.l.Socket().TxPending(), a.l.Stats(), vethStats(a))
 			}
 			if bad != nil {
 				t.Fatal(bad)
@@ -155,6 +156,20 @@ func crossLink(t testing.TB, a, b *end, total, maxLen, batch int) time.Duration 
 		cancel()
 	}
 	return time.Since(start)
+}
+
+// vethStats is what the kernel counted on e's veth, for a failure message:
+// which side lost frames.
+func vethStats(e *end) string {
+	l, err := e.ns.Netlink().LinkByName(e.v.Name)
+	if err != nil {
+		return fmt.Sprintf("%s: %v", e.v.Name, err)
+	}
+	st := l.Attrs().Statistics
+	if st == nil {
+		return e.v.Name + ": no statistics"
+	}
+	return fmt.Sprintf("%s: rx %d packets, %d dropped; tx %d packets, %d dropped", e.v.Name, st.RxPackets, st.RxDropped, st.TxPackets, st.TxDropped)
 }
 
 func TestCross(t *testing.T) {
