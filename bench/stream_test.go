@@ -12,7 +12,9 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"strings"
 	"sync/atomic"
+	"testing"
 	"time"
 
 	"github.com/goroce/goroce/internal/netnstest"
@@ -232,4 +234,26 @@ func kernelStream(ctx context.Context, ns *netnstest.NS, procs int, cfg streamCo
 // window (-t 128 over 8 QPs) and completion every 100 messages.
 func streamShape(frames int) streamConfig {
 	return streamConfig{Frames: frames, Size: 64 + 12 + 4, Batch: 22, Window: 8 * 128, AckEvery: 100}
+}
+
+// TestStreamConfigRefused: a stream asked for with nothing to send, a
+// payload too short for its counter, no batch, a window narrower than a
+// batch or no ACKs is refused before any socket opens.
+func TestStreamConfigRefused(t *testing.T) {
+	good := streamShape(1000)
+	for name, mod := range map[string]func(*streamConfig){
+		"no frames":        func(c *streamConfig) { c.Frames = 0 },
+		"negative frames":  func(c *streamConfig) { c.Frames = -5 },
+		"short payload":    func(c *streamConfig) { c.Size = 8 },
+		"no batch":         func(c *streamConfig) { c.Batch = 0 },
+		"window < batch":   func(c *streamConfig) { c.Window = c.Batch - 1 },
+		"no ACKs":          func(c *streamConfig) { c.AckEvery = 0 },
+		"negative ack gap": func(c *streamConfig) { c.AckEvery = -1 },
+	} {
+		cfg := good
+		mod(&cfg)
+		if _, err := runStream(cfg); err == nil || !strings.Contains(err.Error(), "bad stream config") {
+			t.Errorf("%s: %+v: got %v, want a bad-config error", name, cfg, err)
+		}
+	}
 }
